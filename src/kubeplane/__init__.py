@@ -1,0 +1,3 @@
+"""kubeplane: a Kubernetes control plane in Python."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,219 @@
+"""Errors as values: every failure a user can cause is a Kubernetes ``Status``.
+
+The API server turns a :class:`StatusError` into the HTTP reply as is; the
+in-process client raises the same exception, so callers handle one type
+whichever transport they use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One field-level problem, as in ``details.causes`` of a Status."""
+
+    reason: str  # FieldValueRequired, FieldValueInvalid, FieldValueForbidden, ...
+    message: str
+    field: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"reason": self.reason, "message": self.message, "field": self.field}
+
+
+class StatusError(Exception):
+    """An API error carrying everything needed to build a ``Status`` object."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        *,
+        name: str | None = None,
+        group: str | None = None,
+        kind: str | None = None,
+        uid: str | None = None,
+        causes: list[Cause] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.name = name
+        self.group = group
+        self.kind = kind
+        self.uid = uid
+        self.causes = causes or []
+        self.retry_after = retry_after
+
+    def to_status(self) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        details: dict[str, Any] = {}
+        if self.name is not None:
+            details["name"] = self.name
+        if self.group is not None:
+            details["group"] = self.group
+        if self.kind is not None:
+            details["kind"] = self.kind
+        if self.uid is not None:
+            details["uid"] = self.uid
+        if self.causes:
+            details["causes"] = [c.to_dict() for c in self.causes]
+        if self.retry_after is not None:
+            details["retryAfterSeconds"] = self.retry_after
+        if details:
+            status["details"] = details
+        return status
+
+    @classmethod
+    def from_status(cls, status: dict[str, Any], http_code: int | None = None) -> "StatusError":
+        """Rebuild the error from a Status received over the wire."""
+        details = status.get("details") or {}
+        causes = [
+            Cause(c.get("reason", ""), c.get("message", ""), c.get("field", ""))
+            for c in details.get("causes") or []
+        ]
+        return cls(
+            int(status.get("code") or http_code or 500),
+            status.get("reason") or "",
+            status.get("message") or "",
+            name=details.get("name"),
+            group=details.get("group"),
+            kind=details.get("kind"),
+            uid=details.get("uid"),
+            causes=causes,
+            retry_after=details.get("retryAfterSeconds"),
+        )
+
+    def __repr__(self) -> str:
+        return f"StatusError({self.code}, {self.reason!r}, {self.message!r})"
+
+
+def _qualified(resource: str, group: str) -> str:
+    return f"{resource}.{group}" if group else resource
+
+
+def not_found(resource: str, name: str, group: str = "") -> StatusError:
+    return StatusError(
+        404, "NotFound", f'{_qualified(resource, group)} "{name}" not found',
+        name=name, group=group, kind=resource,
+    )
+
+
+def already_exists(resource: str, name: str, group: str = "") -> StatusError:
+    return StatusError(
+        409, "AlreadyExists", f'{_qualified(resource, group)} "{name}" already exists',
+        name=name, group=group, kind=resource,
+    )
+
+
+def conflict(resource: str, name: str, group: str = "", detail: str | None = None) -> StatusError:
+    detail = detail or (
+        "the object has been modified; please apply your changes to the latest version and try again"
+    )
+    return StatusError(
+        409, "Conflict",
+        f'Operation cannot be fulfilled on {_qualified(resource, group)} "{name}": {detail}',
+        name=name, group=group, kind=resource,
+    )
+
+
+def invalid(kind: str, name: str, causes: list[Cause], group: str = "") -> StatusError:
+    """422 Invalid. ``details.kind`` is the Kind (not the resource), as upstream."""
+    if len(causes) == 1:
+        summary = f"{causes[0].field}: {causes[0].message}"
+    else:
+        summary = "[" + ", ".join(f"{c.field}: {c.message}" for c in causes) + "]"
+    return StatusError(
+        422, "Invalid", f'{kind} "{name}" is invalid: {summary}',
+        name=name, group=group, kind=kind, causes=causes,
+    )
+
+
+def bad_request(message: str) -> StatusError:
+    return StatusError(400, "BadRequest", message)
+
+
+def gone(message: str) -> StatusError:
+    return StatusError(410, "Expired", message)
+
+
+def method_not_allowed(message: str) -> StatusError:
+    return StatusError(405, "MethodNotAllowed", message)
+
+
+def unsupported_media_type(content_type: str, accepted: list[str]) -> StatusError:
+    return StatusError(
+        415, "UnsupportedMediaType",
+        f'the body of the request was in an unknown format - accepted media types include: '
+        f'{", ".join(accepted)}',
+    )
+
+
+def too_large(limit: int) -> StatusError:
+    return StatusError(413, "RequestEntityTooLarge", f"the request body exceeds the limit of {limit} bytes")
+
+
+def internal(message: str) -> StatusError:
+    return StatusError(500, "InternalError", message)
+
+
+def forbidden(message: str) -> StatusError:
+    return StatusError(403, "Forbidden", message)
+
+
+def unauthorized() -> StatusError:
+    return StatusError(401, "Unauthorized", "Unauthorized")
+
+
+# Field-error helpers, mirroring upstream's field.ErrorList vocabulary.
+
+def required(path: str, message: str = "Required value") -> Cause:
+    return Cause("FieldValueRequired", message, path)
+
+
+def invalid_value(path: str, value: Any, detail: str) -> Cause:
+    import orjson
+
+    try:
+        shown = orjson.dumps(value).decode()
+    except TypeError:
+        shown = repr(value)
+    return Cause("FieldValueInvalid", f"Invalid value: {shown}: {detail}", path)
+
+
+def forbidden_field(path: str, detail: str) -> Cause:
+    return Cause("FieldValueForbidden", f"Forbidden: {detail}", path)
+
+
+def not_supported(path: str, value: Any, allowed: list[str]) -> Cause:
+    import orjson
+
+    quoted = ", ".join(f'"{a}"' for a in allowed)
+    return Cause(
+        "FieldValueNotSupported",
+        f"Unsupported value: {orjson.dumps(value).decode()}: supported values: {quoted}",
+        path,
+    )
+
+
+def duplicate(path: str, value: Any) -> Cause:
+    import orjson
+
+    return Cause("FieldValueDuplicate", f"Duplicate value: {orjson.dumps(value).decode()}", path)
+
+
+def too_long(path: str, value: Any, limit: int) -> Cause:
+    return Cause("FieldValueTooLong", f"Too long: may not be more than {limit} bytes", path)

@@ -1,0 +1,155 @@
+"""The storage contract (the etcd model), shared by every backend.
+
+* One global revision counter; every create, update and delete bumps it by one.
+* Values are JSON-compatible dicts holding Kubernetes objects. The store owns a
+  value once it has been handed to ``create``/``update``: it stamps
+  ``metadata.resourceVersion`` with the write's revision (the "versioner") and
+  never changes it again. Callers must treat every dict they get back as
+  read-only and copy before modifying.
+* Watches deliver every change after a revision, in revision order, exactly
+  once. A revision older than the compacted one is "too old" (HTTP 410).
+* An acknowledged write (the awaited call returned) survives kill -9 on a
+  durable backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Literal, Protocol
+
+Obj = dict[str, Any]
+
+
+class StorageError(Exception):
+    """Base class of storage failures; the registry maps each to a Status."""
+
+
+class KeyExistsError(StorageError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key exists: {key}")
+        self.key = key
+
+
+class KeyNotFoundError(StorageError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key not found: {key}")
+        self.key = key
+
+
+class RevisionConflictError(StorageError):
+    """The expected revision did not match; ``current`` is the stored value."""
+
+    def __init__(self, key: str, expected: int, current: "KeyValue") -> None:
+        super().__init__(f"revision conflict on {key}: expected {expected}, have {current.mod_revision}")
+        self.key = key
+        self.expected = expected
+        self.current = current
+
+
+class CompactedError(StorageError):
+    """The requested revision has been compacted away (HTTP 410 Gone)."""
+
+    def __init__(self, requested: int, compacted: int, current: int) -> None:
+        super().__init__(f"too old resource version: {requested} ({current})")
+        self.requested = requested
+        self.compacted = compacted
+        self.current = current
+
+
+class FutureRevisionError(StorageError):
+    """A revision newer than the store's current one was requested."""
+
+    def __init__(self, requested: int, current: int) -> None:
+        super().__init__(f"Too large resource version: {requested}, current resource version: {current}")
+        self.requested = requested
+        self.current = current
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    key: str
+    value: Obj
+    create_revision: int
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    items: list[KeyValue]
+    revision: int  # the revision the list is consistent at
+    more: bool  # True when ``limit`` cut the result short
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One change. ``type`` is ADDED (create), MODIFIED (update) or DELETED.
+
+    For DELETED, ``value`` is the last stored object re-stamped with the
+    delete's revision (as the API server sends it) and ``prev_value`` is the
+    object as it was stored before.
+    """
+
+    type: Literal["ADDED", "MODIFIED", "DELETED"]
+    key: str
+    value: Obj
+    prev_value: Obj | None
+    revision: int
+
+
+class Watch(Protocol):
+    """An open watch. Iterate it for events; ``close`` ends it from either side.
+
+    Iteration ends normally when the watch is closed; it raises
+    :class:`CompactedError` if the watcher fell so far behind that the events
+    it needs were dropped.
+    """
+
+    def __aiter__(self) -> AsyncIterator[Event]: ...
+
+    async def __anext__(self) -> Event: ...
+
+    def close(self) -> None: ...
+
+
+class Store(Protocol):
+    @property
+    def revision(self) -> int:
+        """The current (latest committed) revision."""
+
+    @property
+    def compacted_revision(self) -> int:
+        """Revisions at or below this one can no longer be watched or listed at."""
+
+    async def get(self, key: str) -> KeyValue | None: ...
+
+    async def list(
+        self, prefix: str, *, revision: int = 0, limit: int = 0, start_after: str = ""
+    ) -> ListResult:
+        """Keys under ``prefix`` in key order, consistent at ``revision``.
+
+        ``revision`` 0 means the current revision. ``start_after`` (exclusive)
+        continues a previous page; ``limit`` 0 means no limit. Raises
+        CompactedError for a compacted revision and FutureRevisionError for one
+        not yet reached.
+        """
+
+    async def create(self, key: str, value: Obj) -> KeyValue:
+        """Create ``key``; raises KeyExistsError if present."""
+
+    async def update(self, key: str, value: Obj, expected_revision: int | None = None) -> KeyValue:
+        """Replace ``key``; raises KeyNotFoundError, or RevisionConflictError when
+        ``expected_revision`` is given and differs from the stored mod_revision."""
+
+    async def delete(self, key: str, expected_revision: int | None = None) -> KeyValue:
+        """Delete ``key``; returns the deleted value re-stamped with the delete's
+        revision (``mod_revision`` is the delete's revision)."""
+
+    def watch(self, prefix: str, revision: int) -> Watch:
+        """Every change under ``prefix`` with a revision strictly greater than
+        ``revision``, in order. Raises CompactedError synchronously when
+        ``revision`` < ``compacted_revision``."""
+
+    async def compact(self, revision: int) -> None:
+        """Forget history at or below ``revision``."""
+
+    async def close(self) -> None: ...
