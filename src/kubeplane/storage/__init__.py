@@ -1,0 +1,28 @@
+"""Versioned key-value storage with watch (the etcd model) and its backends."""
+
+from __future__ import annotations
+
+import os
+
+from kubeplane.storage.interface import Store
+from kubeplane.storage.memory import DEFAULT_HISTORY, DEFAULT_WATCH_QUEUE, MemoryStore
+from kubeplane.storage.sqlite import DB_FILE, SQLiteStore
+
+__all__ = ["MemoryStore", "SQLiteStore", "open_store"]
+
+
+async def open_store(
+    kind: str,
+    data_dir: str | None = None,
+    *,
+    history: int = DEFAULT_HISTORY,
+    watch_queue: int = DEFAULT_WATCH_QUEUE,
+) -> Store:
+    """Open a store of ``kind`` ("memory" or "sqlite", kept in ``<data_dir>/kubeplane.db``)."""
+    if kind == "memory":
+        return MemoryStore(history=history, watch_queue=watch_queue)
+    if kind == "sqlite":
+        if not data_dir:
+            raise ValueError("the sqlite store needs a data directory")
+        return await SQLiteStore.open(os.path.join(data_dir, DB_FILE), history=history, watch_queue=watch_queue)
+    raise ValueError(f"unknown storage kind {kind!r}; expected 'memory' or 'sqlite'")

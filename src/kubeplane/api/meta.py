@@ -1,0 +1,64 @@
+"""Small helpers over object metadata shared by every layer."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import random
+import string
+from typing import Any, Callable
+
+Obj = dict[str, Any]
+
+# Upstream's generateName suffix alphabet: no vowels (no words) and no
+# look-alike characters.
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def utcnow() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def format_time(t: _dt.datetime) -> str:
+    """RFC 3339 with second precision and ``Z``, as metav1.Time serialises."""
+    return t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(s: str) -> _dt.datetime:
+    """Parses ``...Z``, ``...+00:00`` and fractional seconds."""
+    if s.endswith("Z"):
+        s = s[:-1] + "+00:00"
+    t = _dt.datetime.fromisoformat(s)
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    return t
+
+
+def random_suffix(n: int = 5, rng: Callable[[str], str] = random.choice) -> str:
+    return "".join(rng(_NAME_ALPHABET) for _ in range(n))
+
+
+def key_of(obj: Obj) -> str:
+    """``namespace/name``, or ``name`` for cluster-scoped objects (client-go's key)."""
+    md = obj.get("metadata") or {}
+    ns = md.get("namespace")
+    return f"{ns}/{md.get('name', '')}" if ns else md.get("name", "")
+
+
+def name_of(obj: Obj) -> str:
+    return (obj.get("metadata") or {}).get("name", "")
+
+
+def namespace_of(obj: Obj) -> str:
+    return (obj.get("metadata") or {}).get("namespace", "")
+
+
+def rv_of(obj: Obj) -> str:
+    return (obj.get("metadata") or {}).get("resourceVersion", "")
+
+
+def labels_of(obj: Obj) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def is_alnum(s: str) -> bool:
+    return bool(s) and all(c in string.ascii_lowercase + string.digits for c in s)
