@@ -1,0 +1,257 @@
+"""Kubeconfig files: read the connection settings of a context, write a minimal one.
+
+Reading follows kubectl's rules where they matter to a client: ``KUBECONFIG``
+may list several files (first definition of a name wins, as does the first
+``current-context``), relative file paths are relative to the file that names
+them, and ``*-data`` fields carry base64-encoded PEM.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+try:
+    _Loader: Any = yaml.CSafeLoader
+    _Dumper: Any = yaml.CSafeDumper
+except AttributeError:  # PyYAML built without libyaml
+    _Loader = yaml.SafeLoader
+    _Dumper = yaml.SafeDumper
+
+
+class KubeconfigError(ValueError):
+    """The kubeconfig is missing, malformed or does not define the wanted context."""
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Everything needed to reach one API server as one user."""
+
+    server: str
+    token: str | None = None
+    username: str | None = None
+    password: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    client_cert_data: bytes | None = None  # PEM
+    client_key_data: bytes | None = None  # PEM
+    ca_file: str | None = None
+    ca_data: bytes | None = None  # PEM
+    insecure_skip_tls_verify: bool = False
+    tls_server_name: str | None = None
+    namespace: str = "default"
+
+    @property
+    def is_tls(self) -> bool:
+        return self.server.lower().startswith("https://")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for ``https`` servers, ``None`` for plain ``http``."""
+        if not self.is_tls:
+            return None
+        if self.insecure_skip_tls_verify:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif self.ca_data is not None or self.ca_file is not None:
+            # A cluster CA replaces the system roots, as in client-go.
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            if self.ca_data is not None:
+                ctx.load_verify_locations(cadata=self.ca_data.decode())
+            else:
+                ctx.load_verify_locations(cafile=self.ca_file)
+        else:
+            ctx = ssl.create_default_context()
+        if self.client_cert_file or self.client_cert_data:
+            self._load_client_cert(ctx)
+        return ctx
+
+    def _load_client_cert(self, ctx: ssl.SSLContext) -> None:
+        # The ssl module only loads certificate chains from files: inline data
+        # goes through private temporary files that are removed right away.
+        temps: list[str] = []
+        try:
+            cert = self.client_cert_file
+            key = self.client_key_file
+            if self.client_cert_data is not None:
+                cert = _private_temp(self.client_cert_data, temps)
+            if self.client_key_data is not None:
+                key = _private_temp(self.client_key_data, temps)
+            assert cert is not None
+            ctx.load_cert_chain(cert, key)
+        finally:
+            for path in temps:
+                os.unlink(path)
+
+    def auth_headers(self) -> dict[str, str]:
+        if self.token:
+            return {"Authorization": f"Bearer {self.token}"}
+        if self.username is not None:
+            raw = f"{self.username}:{self.password or ''}".encode()
+            return {"Authorization": "Basic " + base64.b64encode(raw).decode()}
+        return {}
+
+
+def _private_temp(data: bytes, created: list[str]) -> str:
+    fd, path = tempfile.mkstemp(prefix="kubeplane-", suffix=".pem")
+    created.append(path)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return path
+
+
+def default_kubeconfig_paths() -> list[str]:
+    """``$KUBECONFIG`` (a path list) or ``~/.kube/config``."""
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return [p for p in env.split(os.pathsep) if p]
+    return [str(Path.home() / ".kube" / "config")]
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            doc = yaml.load(f, Loader=_Loader)
+    except FileNotFoundError:
+        raise KubeconfigError(f"kubeconfig {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise KubeconfigError(f"kubeconfig {path} is not valid YAML: {exc}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise KubeconfigError(f"kubeconfig {path} is not a mapping")
+    base = os.path.dirname(os.path.abspath(path))
+    _resolve_paths(doc, base)
+    return doc
+
+
+_PATH_FIELDS = {
+    "clusters": ("cluster", ("certificate-authority",)),
+    "users": ("user", ("client-certificate", "client-key", "tokenFile")),
+}
+
+
+def _resolve_paths(doc: dict[str, Any], base: str) -> None:
+    for section, (inner, fields) in _PATH_FIELDS.items():
+        for entry in doc.get(section) or []:
+            body = (entry or {}).get(inner) or {}
+            for field in fields:
+                value = body.get(field)
+                if value and not os.path.isabs(value):
+                    body[field] = os.path.join(base, value)
+
+
+def _merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {"clusters": {}, "users": {}, "contexts": {}, "current-context": None}
+    for doc in docs:
+        for section in ("clusters", "users", "contexts"):
+            for entry in doc.get(section) or []:
+                name = (entry or {}).get("name")
+                if name is not None and name not in merged[section]:
+                    merged[section][name] = entry
+        if merged["current-context"] is None and doc.get("current-context"):
+            merged["current-context"] = doc["current-context"]
+    return merged
+
+
+def _b64(value: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(value, validate=False)
+    except (ValueError, TypeError) as exc:
+        raise KubeconfigError(f"{what} is not valid base64: {exc}") from None
+
+
+def load_kubeconfig(path: str | None = None, context: str | None = None) -> ClientConfig:
+    """The :class:`ClientConfig` of ``context`` (default: the current context)."""
+    paths = [path] if path else default_kubeconfig_paths()
+    existing = [p for p in paths if path or os.path.exists(p)]
+    if not existing:
+        raise KubeconfigError(f"no kubeconfig found (looked in {', '.join(paths)})")
+    merged = _merge([_read_file(p) for p in existing])
+
+    ctx_name = context or merged["current-context"]
+    if not ctx_name:
+        raise KubeconfigError("kubeconfig has no current-context and none was given")
+    ctx_entry = merged["contexts"].get(ctx_name)
+    if ctx_entry is None:
+        raise KubeconfigError(f'context "{ctx_name}" not found in kubeconfig')
+    ctx = ctx_entry.get("context") or {}
+
+    cluster_entry = merged["clusters"].get(ctx.get("cluster"))
+    if cluster_entry is None:
+        raise KubeconfigError(f'cluster "{ctx.get("cluster")}" of context "{ctx_name}" not found')
+    cluster = cluster_entry.get("cluster") or {}
+    server = cluster.get("server")
+    if not server:
+        raise KubeconfigError(f'cluster "{ctx.get("cluster")}" has no server')
+
+    user: dict[str, Any] = {}
+    if ctx.get("user"):
+        user_entry = merged["users"].get(ctx["user"])
+        if user_entry is None:
+            raise KubeconfigError(f'user "{ctx["user"]}" of context "{ctx_name}" not found')
+        user = user_entry.get("user") or {}
+
+    token = user.get("token")
+    if not token and user.get("tokenFile"):
+        with open(user["tokenFile"], encoding="utf-8") as f:
+            token = f.read().strip()
+
+    return ClientConfig(
+        server=str(server).rstrip("/"),
+        token=token or None,
+        username=user.get("username"),
+        password=user.get("password"),
+        client_cert_file=user.get("client-certificate"),
+        client_key_file=user.get("client-key"),
+        client_cert_data=_b64(user["client-certificate-data"], "client-certificate-data")
+        if user.get("client-certificate-data") else None,
+        client_key_data=_b64(user["client-key-data"], "client-key-data")
+        if user.get("client-key-data") else None,
+        ca_file=cluster.get("certificate-authority"),
+        ca_data=_b64(cluster["certificate-authority-data"], "certificate-authority-data")
+        if cluster.get("certificate-authority-data") else None,
+        insecure_skip_tls_verify=bool(cluster.get("insecure-skip-tls-verify", False)),
+        tls_server_name=cluster.get("tls-server-name"),
+        namespace=ctx.get("namespace") or "default",
+    )
+
+
+def write_kubeconfig(path: str, server: str, name: str = "kubeplane") -> None:
+    """Write a kubeconfig with one cluster, one credential-less user and one
+    context (namespace ``default``), replacing ``path`` atomically."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": name, "cluster": {"server": server}}],
+        "users": [{"name": name, "user": {}}],
+        "contexts": [
+            {"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}
+        ],
+        "current-context": name,
+    }
+    text = yaml.dump(doc, Dumper=_Dumper, default_flow_style=False, sort_keys=False)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".kubeconfig-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
