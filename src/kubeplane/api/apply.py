@@ -1,0 +1,565 @@
+"""Server-side apply and field ownership (``metadata.managedFields``).
+
+Ownership is a set of field paths per manager. A path is a tuple of
+FieldsV1 elements: ``f:<name>`` for a map field, ``k:<json>`` for an element
+of an associative list (its key fields as compact JSON with sorted keys),
+``v:<json>`` for an element of a set-list of primitives. A path to a node
+that has owned children is rendered with a ``"."`` entry in FieldsV1.
+
+List semantics come from :data:`kubeplane.api.patch.LIST_STRATEGIES` (the
+``ssa``/``ssa_keys`` columns); lists not in the table are atomic, maps are
+granular unless listed in :data:`kubeplane.api.patch.ATOMIC_MAPS`.
+
+What is observable matches upstream: merging of the applied configuration,
+removal of fields a manager stops applying (unless someone else owns them),
+409 conflicts with ``FieldManagerConflict`` causes, ``force`` taking
+ownership, Update operations taking ownership without conflicts, and the
+``before-first-apply`` manager for objects that had no managed fields.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import orjson
+
+from kubeplane.api import errors
+from kubeplane.api.errors import Cause, StatusError
+from kubeplane.api.patch import ListStrategy, is_atomic_map, json_equal, list_strategy
+
+__all__ = [
+    "apply",
+    "track_update",
+    "fields_to_v1",
+    "fields_from_v1",
+    "path_string",
+    "BEFORE_FIRST_APPLY",
+]
+
+PathT = tuple[str, ...]
+BEFORE_FIRST_APPLY = "before-first-apply"
+
+# Never tracked: identity and system metadata (as upstream strips them).
+_STRIPPED_EXACT: frozenset[PathT] = frozenset({("f:apiVersion",), ("f:kind",), ("f:metadata",)})
+_STRIPPED_TREES: tuple[PathT, ...] = tuple(
+    ("f:metadata", f"f:{name}") for name in (
+        "name", "namespace", "creationTimestamp", "selfLink", "uid", "clusterName",
+        "generation", "managedFields", "resourceVersion",
+    )
+)
+# Maps that upstream always sees in both the old and the new object (value
+# structs), so an update never reports them as added nodes.
+_VALUE_STRUCTS = frozenset({"metadata", "spec", "status", "template", "strategy"})
+
+
+# ---------------------------------------------------------------------------
+# Paths
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def path_string(path: PathT) -> str:
+    """Render a path as upstream prints it: ``.spec.containers[name="c"].image``."""
+    out: list[str] = []
+    for el in path:
+        if el.startswith("f:"):
+            out.append("." + el[2:])
+        elif el.startswith("k:"):
+            key = orjson.loads(el[2:])
+            out.append("[" + ",".join(f"{k}={_dumps(v)}" for k, v in key.items()) + "]")
+        elif el.startswith("v:"):
+            out.append("[=" + el[2:] + "]")
+        elif el.startswith("i:"):
+            out.append("[" + el[2:] + "]")
+        else:
+            out.append(el)
+    return "".join(out)
+
+
+def _element_order(el: str) -> tuple[int, str]:
+    return ({"f": 0, "k": 1, "v": 2, "i": 3}.get(el[:1], 4), el)
+
+
+def fields_to_v1(paths: Iterable[PathT]) -> dict[str, Any]:
+    """Encode a path set in the FieldsV1 JSON form."""
+    tree: dict[str, Any] = {}
+    members: set[PathT] = set()
+    for path in paths:
+        node = tree
+        for el in path:
+            node = node.setdefault(el, {})
+        members.add(path)
+
+    def render(node: dict[str, Any], prefix: PathT) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if node and prefix in members:
+            out["."] = {}
+        for el in sorted(node, key=_element_order):
+            out[el] = render(node[el], prefix + (el,))
+        return out
+
+    return render(tree, ())
+
+
+def fields_from_v1(tree: Any) -> set[PathT]:
+    """Decode a FieldsV1 object into a path set."""
+    paths: set[PathT] = set()
+
+    def walk(node: dict[str, Any], prefix: PathT) -> None:
+        for el, child in node.items():
+            if el == ".":
+                continue
+            path = prefix + (el,)
+            if not isinstance(child, dict) or not child or "." in child:
+                paths.add(path)
+            if isinstance(child, dict):
+                walk(child, path)
+
+    if isinstance(tree, dict):
+        walk(tree, ())
+    return paths
+
+
+# ---------------------------------------------------------------------------
+# Schema-aware walks
+
+
+@dataclass(frozen=True)
+class _Schema:
+    group: str
+    kind: str
+
+    def lst(self, spath: PathT) -> ListStrategy:
+        return list_strategy(self.group, self.kind, spath)
+
+    def atomic_map(self, spath: PathT) -> bool:
+        return is_atomic_map(self.group, self.kind, spath)
+
+    def key_of(self, item: Any, strategy: ListStrategy) -> str:
+        if not isinstance(item, dict):
+            raise errors.bad_request(
+                f"associative list with keys has an element that is not a map: {_dumps(item)}")
+        defaults = dict(strategy.key_defaults)
+        key: dict[str, Any] = {}
+        for name in strategy.ssa_keys:
+            if name in item and item[name] is not None:
+                key[name] = item[name]
+            elif name in defaults:
+                key[name] = defaults[name]
+            else:
+                raise errors.bad_request(
+                    f'associative list with keys has an element that omits key field "{name}" '
+                    f"(and doesn't have default value)")
+        return "k:" + _dumps(key)
+
+
+def _schema_of(obj: dict) -> _Schema:
+    group = (obj.get("apiVersion") or "").rpartition("/")[0]
+    return _Schema(group, obj.get("kind") or "")
+
+
+def _keyed(items: list, schema: _Schema, strategy: ListStrategy) -> bool:
+    """Whether every element has its key (live data that does not is atomic)."""
+    try:
+        keys = [schema.key_of(i, strategy) for i in items]
+    except StatusError:
+        return False
+    return len(set(keys)) == len(keys)
+
+
+_LEAF = "leaf"
+_NODE = "node"
+
+
+def _flatten(value: dict, schema: _Schema) -> dict[PathT, tuple[str, Any]]:
+    """Every path of an object: leaves with their values, plus granular nodes."""
+    out: dict[PathT, tuple[str, Any]] = {}
+
+    def walk(v: Any, path: PathT, spath: PathT) -> None:
+        if isinstance(v, dict) and not (spath and schema.atomic_map(spath)):
+            if path and not (path[-1].startswith("f:") and path[-1][2:] in _VALUE_STRUCTS):
+                out[path] = (_NODE, None)
+            for k, child in v.items():
+                walk(child, path + (f"f:{k}",), spath + (k,))
+            return
+        if isinstance(v, list):
+            strategy = schema.lst(spath)
+            if strategy.ssa == "map" and _keyed(v, schema, strategy):
+                for item in v:
+                    ipath = path + (schema.key_of(item, strategy),)
+                    out[ipath] = (_NODE, None)
+                    for k, child in item.items():
+                        walk(child, ipath + (f"f:{k}",), spath + ("*", k))
+                return
+            if strategy.ssa == "set":
+                for item in v:
+                    out[path + ("v:" + _dumps(item),)] = (_LEAF, None)
+                return
+        out[path] = (_LEAF, v)
+
+    walk(value, (), ())
+    return out
+
+
+def _applied_set(value: dict, schema: _Schema) -> set[PathT]:
+    """Fields an applied configuration sets: leaves and list elements."""
+    out: set[PathT] = set()
+
+    def walk(v: Any, path: PathT, spath: PathT) -> None:
+        if v is None:
+            return
+        if isinstance(v, dict) and not (spath and schema.atomic_map(spath)):
+            for k, child in v.items():
+                walk(child, path + (f"f:{k}",), spath + (k,))
+            return
+        if isinstance(v, list):
+            strategy = schema.lst(spath)
+            if strategy.ssa == "map":
+                for item in v:
+                    ipath = path + (schema.key_of(item, strategy),)
+                    out.add(ipath)
+                    for k, child in item.items():
+                        walk(child, ipath + (f"f:{k}",), spath + ("*", k))
+                return
+            if strategy.ssa == "set":
+                out.update(path + ("v:" + _dumps(item),) for item in v)
+                return
+        out.add(path)
+
+    walk(value, (), ())
+    return out
+
+
+def _merge(live: Any, applied: Any, schema: _Schema, spath: PathT) -> Any:
+    """Merge an applied configuration into the live value."""
+    if applied is None:
+        return copy.deepcopy(live)
+    if isinstance(applied, dict) and isinstance(live, dict) and not (spath and schema.atomic_map(spath)):
+        out = dict(live)
+        for k, v in applied.items():
+            if v is None:
+                continue
+            out[k] = _merge(live.get(k), v, schema, spath + (k,))
+        return out
+    if isinstance(applied, list) and isinstance(live, list):
+        strategy = schema.lst(spath)
+        if strategy.ssa == "map" and _keyed(live, schema, strategy):
+            merged = list(live)
+            index = {schema.key_of(i, strategy): n for n, i in enumerate(merged) if isinstance(i, dict)}
+            for item in applied:
+                key = schema.key_of(item, strategy)
+                if key in index:
+                    merged[index[key]] = _merge(merged[index[key]], item, schema, spath + ("*",))
+                else:
+                    index[key] = len(merged)
+                    merged.append(_strip_nulls(item))
+            return merged
+        if strategy.ssa == "set":
+            merged = list(live)
+            for item in applied:
+                if not any(json_equal(item, x) for x in merged):
+                    merged.append(copy.deepcopy(item))
+            return merged
+    return _strip_nulls(applied)
+
+
+def _strip_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_strip_nulls(v) for v in value]
+    return value
+
+
+def _prune(obj: dict, remove: set[PathT], owned: set[PathT], schema: _Schema) -> dict:
+    """Drop ``remove`` paths from ``obj`` unless something below them is owned."""
+    if not remove:
+        return obj
+    keep_prefixes: set[PathT] = set()
+    for path in owned:
+        for n in range(1, len(path)):
+            keep_prefixes.add(path[:n])
+
+    def walk(v: Any, path: PathT, spath: PathT, keys: frozenset[str] = frozenset()) -> Any:
+        if isinstance(v, dict) and not (spath and schema.atomic_map(spath)):
+            out: dict[str, Any] = {}
+            for k, child in v.items():
+                cpath = path + (f"f:{k}",)
+                if k not in keys and cpath in remove and cpath not in keep_prefixes:
+                    continue
+                new = walk(child, cpath, spath + (k,))
+                if (new == {} or new == []) and child not in ({}, []) and cpath not in owned \
+                        and cpath not in keep_prefixes:
+                    continue
+                out[k] = new
+            return out
+        if isinstance(v, list):
+            strategy = schema.lst(spath)
+            if strategy.ssa == "map" and _keyed(v, schema, strategy):
+                items = []
+                for item in v:
+                    ipath = path + (schema.key_of(item, strategy),)
+                    if ipath in remove and ipath not in keep_prefixes:
+                        continue
+                    items.append(walk(item, ipath, spath + ("*",), frozenset(strategy.ssa_keys)))
+                return items
+            if strategy.ssa == "set":
+                return [i for i in v if path + ("v:" + _dumps(i),) not in remove]
+        return v
+
+    return walk(obj, (), ())
+
+
+# ---------------------------------------------------------------------------
+# Managed fields bookkeeping
+
+
+@dataclass
+class _Manager:
+    manager: str
+    operation: str
+    api_version: str
+    time: str | None
+    subresource: str
+    fields: set[PathT]
+
+    @property
+    def ident(self) -> tuple[str, str, str, str]:
+        version = self.api_version if self.operation == "Update" else ""
+        return (self.manager, self.operation, self.subresource, version)
+
+    def printed(self) -> str:
+        text = _dumps(self.manager)
+        if self.subresource:
+            text += f" with subresource {_dumps(self.subresource)}"
+        if self.operation == "Update":
+            text += f" using {self.api_version}"
+        return text
+
+    def to_entry(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "manager": self.manager,
+            "operation": self.operation,
+            "apiVersion": self.api_version,
+        }
+        if self.time is not None:
+            entry["time"] = self.time
+        entry["fieldsType"] = "FieldsV1"
+        entry["fieldsV1"] = fields_to_v1(self.fields)
+        if self.subresource:
+            entry["subresource"] = self.subresource
+        return entry
+
+
+def _decode(entries: Any) -> list[_Manager]:
+    out: list[_Manager] = []
+    if not isinstance(entries, list):
+        return out
+    for e in entries:
+        if not isinstance(e, dict) or not e.get("manager") and not e.get("fieldsV1"):
+            continue
+        out.append(_Manager(
+            str(e.get("manager") or ""), str(e.get("operation") or "Update"),
+            str(e.get("apiVersion") or ""), e.get("time"), str(e.get("subresource") or ""),
+            fields_from_v1(e.get("fieldsV1")),
+        ))
+    return out
+
+
+def _encode(managers: list[_Manager]) -> list[dict[str, Any]]:
+    live = [m for m in managers if m.fields]
+    live.sort(key=lambda m: (m.operation, m.time or "", m.manager, m.api_version, m.subresource))
+    return [m.to_entry() for m in live]
+
+
+def _ignored(path: PathT, subresource: str) -> bool:
+    if path in _STRIPPED_EXACT:
+        return True
+    if any(path[: len(t)] == t for t in _STRIPPED_TREES):
+        return True
+    if subresource == "status":
+        return not path or path[0] != "f:status"
+    return bool(path) and path[0] == "f:status"
+
+
+def _tracked(flat: dict[PathT, tuple[str, Any]], subresource: str) -> dict[PathT, tuple[str, Any]]:
+    return {p: v for p, v in flat.items() if not _ignored(p, subresource)}
+
+
+def _compare(old: dict, new: dict, schema: _Schema, subresource: str) -> tuple[set, set, set]:
+    """(added, modified, removed) paths from ``old`` to ``new``."""
+    a = _tracked(_flatten(old, schema), subresource)
+    b = _tracked(_flatten(new, schema), subresource)
+    added = set(b) - set(a)
+    removed = set(a) - set(b)
+    modified = {
+        p for p in set(a) & set(b)
+        if a[p][0] != b[p][0] or (a[p][0] == _LEAF and not json_equal(a[p][1], b[p][1]))
+    }
+    return added, modified, removed
+
+
+def _without_managed(obj: dict | None) -> dict:
+    if not obj:
+        return {}
+    out = copy.deepcopy(obj)
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return out
+
+
+def _with_managed(obj: dict, managers: list[_Manager]) -> dict:
+    meta = obj.setdefault("metadata", {})
+    entries = _encode(managers)
+    if entries:
+        meta["managedFields"] = entries
+    else:
+        meta.pop("managedFields", None)
+    return obj
+
+
+def _conflict_error(conflicts: list[tuple[_Manager, PathT]]) -> StatusError:
+    conflicts = sorted(conflicts, key=lambda c: (c[0].printed(), [_element_order(e) for e in c[1]]))
+    causes = [
+        Cause("FieldManagerConflict", f"conflict with {m.printed()}", path_string(p))
+        for m, p in conflicts
+    ]
+    if len(conflicts) == 1:
+        m, p = conflicts[0]
+        message = f"Apply failed with 1 conflict: conflict with {m.printed()}: {path_string(p)}"
+    else:
+        lines: list[str] = []
+        current = None
+        for m, p in conflicts:
+            if m.printed() != current:
+                current = m.printed()
+                lines.append(f"conflicts with {current}:")
+            lines.append(f"- {path_string(p)}")
+        message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+    return StatusError(409, "Conflict", message, causes=causes)
+
+
+def _restrict(applied: dict, subresource: str) -> dict:
+    """The part of an applied configuration this endpoint may change."""
+    config = copy.deepcopy(applied)
+    if subresource == "status":
+        return {k: v for k, v in config.items() if k in ("apiVersion", "kind", "metadata", "status")}
+    config.pop("status", None)
+    return config
+
+
+# ---------------------------------------------------------------------------
+# Public API
+
+
+def apply(
+    live: dict | None,
+    applied: dict,
+    manager: str,
+    force: bool,
+    now: str,
+    *,
+    subresource: str | None = None,
+) -> dict:
+    """Server-side apply ``applied`` on top of ``live`` (``None``: create).
+
+    Returns the new object with ``metadata.managedFields`` updated. Raises a
+    409 Conflict when the apply changes fields another manager owns, unless
+    ``force``. On the main resource ``status`` in the configuration is
+    ignored; with ``subresource="status"`` only ``status`` is.
+    """
+    if not isinstance(applied, dict):
+        raise errors.bad_request("the applied configuration must be an object")
+    if not manager:
+        raise errors.bad_request("PATCH requests with apply content type require fieldManager")
+    meta = applied.get("metadata")
+    if isinstance(meta, dict) and meta.get("managedFields") is not None:
+        raise errors.bad_request("metadata.managedFields must be nil")
+    sub = subresource or ""
+    schema = _schema_of(applied if applied.get("kind") else (live or {}))
+    api_version = str(applied.get("apiVersion") or (live or {}).get("apiVersion") or "")
+
+    base = _without_managed(live)
+    managers = _decode(((live or {}).get("metadata") or {}).get("managedFields"))
+    if live is not None and not managers:
+        # Objects that never had managed fields: someone owns what is there.
+        added, _, _ = _compare({}, base, schema, "")
+        managers = [_Manager(BEFORE_FIRST_APPLY, "Update", api_version, now, "", added)]
+
+    config = _restrict(applied, sub)
+    merged = _merge(base, config, schema, ())
+    new_set = {p for p in _applied_set(config, schema) if not _ignored(p, sub)}
+
+    me = _Manager(manager, "Apply", api_version, now, sub, new_set)
+    previous = next((m for m in managers if m.ident == me.ident), None)
+    others = [m for m in managers if m.ident != me.ident]
+    last_set = previous.fields if previous else set()
+
+    owned = set(new_set)
+    for m in others:
+        owned |= m.fields
+    merged = _prune(merged, last_set - owned, owned, schema)
+
+    added, modified, removed = _compare(base, merged, schema, sub)
+    changed = added | modified
+    conflicts = [(m, p) for m in others for p in sorted(m.fields & changed)]
+    if conflicts and not force:
+        raise _conflict_error(conflicts)
+    for m in others:
+        m.fields -= changed | removed
+
+    if previous is not None and previous.fields == new_set and json_equal(merged, base):
+        me.time = previous.time
+    result = _with_managed(merged, [me, *others] if previous is None else
+                           [me if m is previous else m for m in managers])
+    return result
+
+
+def track_update(
+    old: dict | None,
+    new: dict,
+    manager: str,
+    now: str,
+    *,
+    subresource: str | None = None,
+) -> dict:
+    """Record ownership for a create, update or non-apply patch by ``manager``.
+
+    Changed and added fields move to ``manager`` (operation ``Update``)
+    without conflicts; removed fields leave every manager. Managed fields
+    sent in ``new`` replace the stored ones when non-empty (``[{}]`` clears
+    them), otherwise those of ``old`` are kept.
+    """
+    sub = subresource or ""
+    schema = _schema_of(new if new.get("kind") else (old or {}))
+    api_version = str(new.get("apiVersion") or (old or {}).get("apiVersion") or "")
+    sent = (new.get("metadata") or {}).get("managedFields")
+    if isinstance(sent, list) and sent:
+        managers = _decode(sent)
+    else:
+        managers = _decode(((old or {}).get("metadata") or {}).get("managedFields"))
+
+    before = _without_managed(old)
+    after = _without_managed(new)
+    added, modified, removed = _compare(before, after, schema, sub)
+    changed = added | modified
+
+    ident = (manager, "Update", sub, api_version)
+    mine = next((m for m in managers if m.ident == ident), None)
+    for m in managers:
+        if m is not mine:
+            m.fields -= changed | removed
+    if mine is None:
+        if changed:
+            managers.append(_Manager(manager, "Update", api_version, now, sub, set(changed)))
+    else:
+        updated = (mine.fields - removed) | changed
+        if updated != mine.fields or changed:
+            mine.time = now
+        mine.fields = updated
+    return _with_managed(after, managers)

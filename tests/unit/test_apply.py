@@ -1,0 +1,187 @@
+import copy
+
+import pytest
+
+from kubeplane.api.apply import (
+    BEFORE_FIRST_APPLY,
+    apply,
+    fields_from_v1,
+    fields_to_v1,
+    path_string,
+    track_update,
+)
+from kubeplane.api.errors import StatusError
+
+T0, T1, T2 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"
+
+
+def deployment(image="nginx:1", replicas=2, labels=None):
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default", "labels": labels or {"app": "web"}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"containers": [{"name": "c", "image": image,
+                                                  "ports": [{"containerPort": 80}]}]}},
+        },
+    }
+
+
+def entry(obj, manager):
+    found = [e for e in obj["metadata"]["managedFields"] if e["manager"] == manager]
+    assert len(found) == 1, obj["metadata"]["managedFields"]
+    return found[0]
+
+
+def test_create_by_apply_records_fieldsv1_like_upstream():
+    obj = apply(None, deployment(), "kubectl", False, T0)
+    assert obj["spec"]["replicas"] == 2
+    (e,) = obj["metadata"]["managedFields"]
+    assert {k: e[k] for k in ("manager", "operation", "apiVersion", "time", "fieldsType")} == {
+        "manager": "kubectl", "operation": "Apply", "apiVersion": "apps/v1", "time": T0,
+        "fieldsType": "FieldsV1"}
+    f = e["fieldsV1"]
+    assert f["f:metadata"] == {"f:labels": {"f:app": {}}}
+    assert f["f:spec"]["f:selector"] == {}  # atomic LabelSelector
+    assert f["f:spec"]["f:template"]["f:spec"]["f:containers"] == {
+        'k:{"name":"c"}': {
+            ".": {}, "f:image": {}, "f:name": {},
+            "f:ports": {'k:{"containerPort":80,"protocol":"TCP"}': {".": {}, "f:containerPort": {}}},
+        }
+    }
+
+
+def test_reapply_changes_image_and_removes_dropped_label():
+    obj = apply(None, deployment(labels={"app": "web", "tier": "fe"}), "kubectl", False, T0)
+    obj = apply(obj, deployment(image="nginx:2"), "kubectl", False, T1)
+    assert obj["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:2"
+    assert obj["metadata"]["labels"] == {"app": "web"}
+    assert entry(obj, "kubectl")["time"] == T1
+    assert "f:tier" not in entry(obj, "kubectl")["fieldsV1"]["f:metadata"]["f:labels"]
+
+
+def test_noop_reapply_keeps_time():
+    obj = apply(None, deployment(), "kubectl", False, T0)
+    again = apply(obj, deployment(), "kubectl", False, T1)
+    assert entry(again, "kubectl")["time"] == T0
+    assert again == obj
+
+
+def test_dropped_field_owned_by_another_manager_stays():
+    obj = apply(None, deployment(labels={"app": "web", "tier": "fe"}), "a", False, T0)
+    obj = apply(obj, {"apiVersion": "apps/v1", "kind": "Deployment",
+                      "metadata": {"name": "web", "labels": {"tier": "fe"}}}, "b", False, T1)
+    obj = apply(obj, deployment(), "a", False, T2)
+    assert obj["metadata"]["labels"] == {"app": "web", "tier": "fe"}
+
+
+def test_two_appliers_conflict_on_replicas_then_force_takes_over():
+    obj = apply(None, deployment(replicas=2), "a", False, T0)
+    other = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+             "spec": {"replicas": 5}}
+    with pytest.raises(StatusError) as exc:
+        apply(obj, other, "b", False, T1)
+    status = exc.value.to_status()
+    assert status["code"] == 409 and status["reason"] == "Conflict"
+    assert status["message"] == 'Apply failed with 1 conflict: conflict with "a": .spec.replicas'
+    assert status["details"]["causes"] == [
+        {"reason": "FieldManagerConflict", "message": 'conflict with "a"', "field": ".spec.replicas"}]
+
+    forced = apply(obj, other, "b", True, T1)
+    assert forced["spec"]["replicas"] == 5
+    assert "f:replicas" not in entry(forced, "a")["fieldsV1"]["f:spec"]
+    assert "f:replicas" in entry(forced, "b")["fieldsV1"]["f:spec"]
+
+
+def test_same_value_is_shared_without_conflict():
+    obj = apply(None, deployment(replicas=2), "a", False, T0)
+    obj = apply(obj, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                      "spec": {"replicas": 2}}, "b", False, T1)
+    assert "f:replicas" in entry(obj, "a")["fieldsV1"]["f:spec"]
+    assert "f:replicas" in entry(obj, "b")["fieldsV1"]["f:spec"]
+
+
+def test_update_by_other_manager_then_apply_conflicts_with_upstream_message():
+    obj = apply(None, deployment(replicas=2), "kubectl", False, T0)
+    scaled = copy.deepcopy(obj)
+    scaled["spec"]["replicas"] = 7
+    scaled = track_update(obj, scaled, "kubectl-client-side-apply", T1)
+    assert "f:replicas" in entry(scaled, "kubectl-client-side-apply")["fieldsV1"]["f:spec"]
+    assert "f:replicas" not in entry(scaled, "kubectl")["fieldsV1"]["f:spec"]
+    assert entry(scaled, "kubectl-client-side-apply")["operation"] == "Update"
+    with pytest.raises(StatusError) as exc:
+        apply(scaled, deployment(replicas=3), "kubectl", False, T2)
+    assert exc.value.message == (
+        'Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" '
+        "using apps/v1: .spec.replicas")
+    assert exc.value.causes[0].field == ".spec.replicas"
+
+
+def test_multiple_conflicts_message():
+    obj = apply(None, deployment(), "a", False, T0)
+    with pytest.raises(StatusError) as exc:
+        apply(obj, deployment(image="x", replicas=9), "b", False, T1)
+    assert exc.value.message == (
+        'Apply failed with 2 conflicts: conflicts with "a":\n- .spec.replicas\n'
+        '- .spec.template.spec.containers[name="c"].image')
+
+
+def test_track_update_on_create_marks_added_maps_and_skips_system_fields():
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "uid": "u", "resourceVersion": "5", "labels": {"a": "b"}},
+           "spec": {"containers": [{"name": "c", "image": "i"}]},
+           "status": {"phase": "Pending"}}
+    out = track_update(None, pod, "kubectl-create", T0)
+    (e,) = out["metadata"]["managedFields"]
+    assert e["operation"] == "Update" and e["apiVersion"] == "v1"
+    assert e["fieldsV1"] == {
+        "f:metadata": {"f:labels": {".": {}, "f:a": {}}},
+        "f:spec": {"f:containers": {'k:{"name":"c"}': {".": {}, "f:image": {}, "f:name": {}}}},
+    }
+    status = track_update(out, {**out, "status": {"phase": "Running"}}, "kubelet", T1,
+                          subresource="status")
+    e = entry(status, "kubelet")
+    assert e["subresource"] == "status" and e["fieldsV1"] == {"f:status": {"f:phase": {}}}
+
+
+def test_track_update_without_changes_adds_no_manager_and_removal_drops_ownership():
+    obj = apply(None, deployment(labels={"app": "web", "x": "1"}), "kubectl", False, T0)
+    same = track_update(obj, copy.deepcopy(obj), "other", T1)
+    assert [e["manager"] for e in same["metadata"]["managedFields"]] == ["kubectl"]
+    edited = copy.deepcopy(obj)
+    del edited["metadata"]["labels"]["x"]
+    edited = track_update(obj, edited, "kubectl-label", T1)
+    assert "f:x" not in entry(edited, "kubectl")["fieldsV1"]["f:metadata"]["f:labels"]
+
+
+def test_first_apply_on_untracked_object_sees_before_first_apply_owner():
+    live = deployment(replicas=4)
+    with pytest.raises(StatusError) as exc:
+        apply(live, deployment(replicas=1), "kubectl", False, T0)
+    assert f'"{BEFORE_FIRST_APPLY}" using apps/v1' in exc.value.message
+
+
+def test_status_in_applied_config_is_ignored_on_main_resource_and_managed_fields_rejected():
+    cfg = {**deployment(), "status": {"replicas": 99}}
+    obj = apply(None, cfg, "kubectl", False, T0)
+    assert "status" not in obj
+    assert "f:status" not in entry(obj, "kubectl")["fieldsV1"]
+    bad = deployment()
+    bad["metadata"]["managedFields"] = []
+    with pytest.raises(StatusError) as exc:
+        apply(None, bad, "kubectl", False, T0)
+    assert exc.value.code == 400 and exc.value.message == "metadata.managedFields must be nil"
+
+
+def test_set_lists_and_paths_round_trip():
+    obj = apply(None, {"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "c", "finalizers": ["a/b"]}, "data": {"k": "v"}},
+                "m", False, T0)
+    f = entry(obj, "m")["fieldsV1"]
+    assert f == {"f:data": {"f:k": {}}, "f:metadata": {"f:finalizers": {'v:"a/b"': {}}}}
+    assert fields_to_v1(fields_from_v1(f)) == f
+    assert path_string(("f:metadata", "f:finalizers", 'v:"a/b"')) == '.metadata.finalizers[="a/b"]'
+    assert path_string(("f:spec", "f:ports", 'k:{"port":80,"protocol":"TCP"}')) == \
+        '.spec.ports[port=80,protocol="TCP"]'
