@@ -71,7 +71,59 @@ _lock = threading.Lock()
 def schemas() -> dict[str, dict[str, Any]]:
     """All component schemas, keyed by upstream name (read once from package data)."""
     raw = importlib_resources.files(__package__).joinpath("schemas/components.json").read_bytes()
-    return orjson.loads(raw)["schemas"]
+    loaded = orjson.loads(raw)["schemas"]
+    _annotate_list_strategies(loaded)
+    return loaded
+
+
+def _annotate_list_strategies(all_schemas: dict[str, dict[str, Any]]) -> None:
+    """Adds the patch-strategy and list-type extensions kubectl reads.
+
+    kubectl's client-side apply takes strategic-merge metadata
+    (``x-kubernetes-patch-merge-key``/``-strategy``) from the OpenAPI v3
+    document; without it every list looks atomic and an unchanged manifest
+    re-applies as "configured". The markers come from the same table the
+    server's own patch and apply code uses, so both always agree.
+    """
+    from kubeplane.api.patch import LIST_STRATEGIES
+
+    roots: dict[tuple[str, str], list[str]] = {}
+    for name, schema in all_schemas.items():
+        for gvk in schema.get("x-kubernetes-group-version-kind") or []:
+            roots.setdefault((gvk.get("group", ""), gvk.get("kind", "")), []).append(name)
+
+    def deref(node: dict[str, Any]) -> dict[str, Any] | None:
+        ref = node.get("$ref")
+        if ref is None and node.get("allOf"):
+            ref = node["allOf"][0].get("$ref")
+        if ref is None:
+            return node
+        return all_schemas.get(ref.rsplit("/", 1)[-1])
+
+    for gk, table in LIST_STRATEGIES.items():
+        for root in roots.get(gk, []):
+            for path, strategy in table.items():
+                node: dict[str, Any] | None = all_schemas.get(root)
+                for i, seg in enumerate(path):
+                    if node is None:
+                        break
+                    if seg == "*":
+                        node = deref(node.get("items") or {})
+                        continue
+                    prop = (node.get("properties") or {}).get(seg)
+                    if prop is None:
+                        node = None
+                        break
+                    if i == len(path) - 1:
+                        if strategy.smp_merge:
+                            prop["x-kubernetes-patch-strategy"] = "merge"
+                        if strategy.smp_key:
+                            prop["x-kubernetes-patch-merge-key"] = strategy.smp_key
+                        prop["x-kubernetes-list-type"] = strategy.ssa
+                        if strategy.ssa == "map" and strategy.ssa_keys:
+                            prop["x-kubernetes-list-map-keys"] = list(strategy.ssa_keys)
+                    else:
+                        node = deref(prop)
 
 
 @lru_cache(maxsize=1)

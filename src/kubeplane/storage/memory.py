@@ -135,6 +135,17 @@ class MemoryWatch:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
+    def progress_revision(self) -> int:
+        """The revision this watcher has provably seen everything up to.
+
+        Events are fanned out synchronously with the revision bump, so an
+        empty buffer means the watcher is caught up with the store (what an
+        etcd progress notification says); used for watch bookmarks.
+        """
+        if self._buf or self._error is not None:
+            return self._after
+        return max(self._after, self._core.revision)
+
     def __aiter__(self) -> "MemoryWatch":
         return self
 

@@ -1,0 +1,650 @@
+"""The HTTP front end: Kubernetes REST routes on aiohttp.
+
+Routing is generic: a URL is parsed into (resource, namespace, name,
+subresource) against the catalogue, so a new resource needs no handler code.
+Every error leaves as a ``Status``; any unexpected exception becomes a 500
+Status and is logged, and the server keeps running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from kubeplane import __version__
+from kubeplane.api import errors
+from kubeplane.api.errors import StatusError
+from kubeplane.api.resources import Catalogue, ResourceInfo
+from kubeplane.apiserver import codec, discovery
+from kubeplane.registry.registry import Registry, WatchOptions
+
+log = logging.getLogger("kubeplane.apiserver")
+
+MAX_BODY_BYTES = 3 * 1024 * 1024  # upstream's default request body limit
+
+VERSION_INFO = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.0-kubeplane",
+    "gitCommit": "kubeplane-" + __version__,
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "python",
+    "compiler": "cpython",
+    "platform": "linux/amd64",
+}
+
+HANDLER_KEY: "web.AppKey[APIHandler]" = web.AppKey("handler")
+
+TABLE_CONTENT_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+Obj = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Target:
+    res: ResourceInfo
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    watch_path: bool = False
+
+
+def json_response(obj: Any, status: int = 200, content_type: str = "application/json",
+                  headers: dict[str, str] | None = None) -> web.Response:
+    h = dict(headers or {})
+    h["Content-Type"] = content_type  # set raw: may carry parameters (as=Table, g=...)
+    return web.Response(body=orjson.dumps(obj), status=status, headers=h)
+
+
+def status_response(err: StatusError) -> web.Response:
+    headers = {"Retry-After": str(err.retry_after)} if err.retry_after is not None else None
+    return web.Response(body=orjson.dumps(err.to_status()), status=err.code,
+                        headers={**(headers or {}), "Content-Type": "application/json"})
+
+
+def _warning_header(text: str) -> str:
+    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _bool_param(q, name: str) -> bool | None:
+    v = q.get(name)
+    if v is None:
+        return None
+    if v.lower() in ("true", "1"):
+        return True
+    if v.lower() in ("false", "0", ""):
+        return False
+    raise errors.bad_request(f"invalid boolean value for {name}: {v!r}")
+
+
+def _int_param(q, name: str) -> int | None:
+    v = q.get(name)
+    if v in (None, ""):
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise errors.bad_request(f"invalid value for {name}: {v!r}: must be an integer") from None
+
+
+def _dry_run(q) -> bool:
+    values = q.getall("dryRun", [])
+    for v in values:
+        if v != "All":
+            raise errors.bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
+    return bool(values)
+
+
+def _field_validation(q, default: str = "Warn") -> str:
+    v = q.get("fieldValidation") or default
+    if v not in ("Strict", "Warn", "Ignore"):
+        raise errors.bad_request(
+            f'fieldValidation: Unsupported value: "{v}": supported values: "Ignore", "Strict", "Warn"'
+        )
+    return v
+
+
+def _wants_table(request: web.Request) -> bool:
+    accept = request.headers.get("Accept", "")
+    for part in accept.split(","):
+        params = {p.strip() for p in part.split(";")[1:]}
+        if "as=Table" in params and "g=meta.k8s.io" in params:
+            return True
+    return False
+
+
+def _wants_aggregated(request: web.Request) -> str | None:
+    accept = request.headers.get("Accept", "")
+    for part in accept.split(","):
+        params = {p.strip() for p in part.split(";")[1:]}
+        if "as=APIGroupDiscoveryList" in params and "g=apidiscovery.k8s.io" in params:
+            if "v=v2" in params:
+                return discovery.AGGREGATED_CONTENT_TYPE
+            if "v=v2beta1" in params:
+                return discovery.AGGREGATED_V2BETA1_CONTENT_TYPE
+    return None
+
+
+class APIHandler:
+    def __init__(self, registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_BODY_BYTES,
+                 server_address: str = "127.0.0.1:6443") -> None:
+        self.registry = registry
+        self.catalogue = catalogue
+        self.max_body = max_body
+        self.server_address = server_address
+        self.watch_bookmark_interval = 5.0
+        self.stopping = asyncio.Event()
+
+    # -- plumbing ------------------------------------------------------------
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler):
+        try:
+            return await handler(request)
+        except StatusError as err:
+            return status_response(err)
+        except web.HTTPException as exc:
+            if exc.status == 404:
+                return status_response(StatusError(404, "NotFound", "the server could not find the requested resource"))
+            if exc.status == 405:
+                return status_response(errors.method_not_allowed(f"the server does not allow this method on the requested resource"))
+            if exc.status == 413:
+                return status_response(errors.too_large(self.max_body))
+            return status_response(StatusError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason))
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the server must survive any input
+            log.exception("internal error serving %s %s", request.method, request.path)
+            return status_response(errors.internal(f"an error on the server has prevented the request from succeeding: {exc!r}"))
+
+    async def read_body(self, request: web.Request) -> bytes:
+        if request.content_length is not None and request.content_length > self.max_body:
+            raise errors.too_large(self.max_body)
+        chunks = []
+        size = 0
+        while True:
+            chunk = await request.content.readany()
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > self.max_body:
+                raise errors.too_large(self.max_body)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    # -- meta endpoints --------------------------------------------------
+
+    async def version(self, request: web.Request) -> web.Response:
+        return json_response(VERSION_INFO)
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok", content_type="text/plain")
+
+    async def api_root(self, request: web.Request) -> web.Response:
+        agg = _wants_aggregated(request)
+        if agg:
+            ver = "apidiscovery.k8s.io/v2" if agg == discovery.AGGREGATED_CONTENT_TYPE else "apidiscovery.k8s.io/v2beta1"
+            return json_response(discovery.aggregated(self.catalogue, True, ver), content_type=agg)
+        return json_response(discovery.api_versions(self.server_address))
+
+    async def apis_root(self, request: web.Request) -> web.Response:
+        agg = _wants_aggregated(request)
+        if agg:
+            ver = "apidiscovery.k8s.io/v2" if agg == discovery.AGGREGATED_CONTENT_TYPE else "apidiscovery.k8s.io/v2beta1"
+            return json_response(discovery.aggregated(self.catalogue, False, ver), content_type=agg)
+        return json_response(discovery.api_group_list(self.catalogue))
+
+    async def openapi_v3_index(self, request: web.Request) -> web.Response:
+        from kubeplane.apiserver import openapi
+
+        return json_response(openapi.v3_index())
+
+    async def openapi_v3_doc(self, request: web.Request) -> web.Response:
+        from kubeplane.apiserver import openapi
+
+        path = request.match_info["path"].strip("/")
+        parts = path.split("/")
+        doc = None
+        if len(parts) == 2 and parts[0] == "api":
+            doc = openapi.v3_document_bytes("", parts[1])
+        elif len(parts) == 3 and parts[0] == "apis":
+            doc = openapi.v3_document_bytes(parts[1], parts[2])
+        if doc is None:
+            raise StatusError(404, "NotFound", "the server could not find the requested resource")
+        headers = {"Content-Type": "application/json"}
+        if request.query.get("hash"):
+            headers["Cache-Control"] = "public, immutable"
+        return web.Response(body=doc, headers=headers)
+
+    async def openapi_v2(self, request: web.Request) -> web.Response:
+        # kubeplane does not produce the protobuf OpenAPI v2 document; clients
+        # tolerate a 404 (they fall back to v3 or merge patches).
+        raise StatusError(404, "NotFound", "the server could not find the requested resource")
+
+    # -- resource routing ------------------------------------------------
+
+    def _resolve(self, group: str, version: str, rest: str) -> Target | None:
+        parts = [p for p in rest.split("/") if p != ""]
+        watch_path = False
+        if parts and parts[0] == "watch":
+            watch_path = True
+            parts = parts[1:]
+        namespace = None
+        if len(parts) >= 3 and parts[0] == "namespaces":
+            namespace = parts[1]
+            parts = parts[2:]
+        if not parts or len(parts) > 3:
+            return None
+        res = self.catalogue.by_gvr(group, version, parts[0])
+        if res is None:
+            return None
+        if namespace is not None and not res.namespaced:
+            return None
+        name = parts[1] if len(parts) > 1 else None
+        sub = parts[2] if len(parts) > 2 else None
+        if sub is not None and sub not in res.subresources:
+            return None
+        return Target(res, namespace, name, sub, watch_path)
+
+    async def core_group_version(self, request: web.Request) -> web.Response:
+        version = request.match_info["version"]
+        rest = request.match_info.get("rest", "")
+        if not rest.strip("/"):
+            doc = discovery.api_resource_list(self.catalogue, "", version)
+            if doc is None:
+                raise StatusError(404, "NotFound", "the server could not find the requested resource")
+            return json_response(doc)
+        return await self._dispatch(request, "", version, rest)
+
+    async def named_group(self, request: web.Request) -> web.Response:
+        group = request.match_info["group"]
+        version = request.match_info.get("version")
+        rest = request.match_info.get("rest", "")
+        if version is None:
+            doc = discovery.api_group(self.catalogue, group)
+        elif not rest.strip("/"):
+            doc = discovery.api_resource_list(self.catalogue, group, version)
+        else:
+            return await self._dispatch(request, group, version, rest)
+        if doc is None:
+            raise StatusError(404, "NotFound", "the server could not find the requested resource")
+        return json_response(doc)
+
+    async def _dispatch(self, request: web.Request, group: str, version: str, rest: str) -> web.StreamResponse:
+        t = self._resolve(group, version, rest)
+        if t is None:
+            raise StatusError(404, "NotFound", "the server could not find the requested resource")
+        m = request.method
+        if t.res.namespaced and t.namespace is None and t.name is not None:
+            raise StatusError(404, "NotFound", "the server could not find the requested resource")
+        if t.name is None:
+            if m == "GET":
+                if t.watch_path or _bool_param(request.query, "watch"):
+                    return await self.watch(request, t)
+                return await self.list(request, t)
+            if m == "POST":
+                return await self.create(request, t)
+            if m == "DELETE":
+                return await self.delete_collection(request, t)
+            raise errors.method_not_allowed(f"the server does not allow this method on the requested resource")
+        if t.watch_path:
+            return await self.watch(request, t, single=t.name)
+        sub = t.subresource
+        if sub == "binding":
+            if m != "POST":
+                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+            return await self.bind(request, t)
+        if sub == "log":
+            if m != "GET":
+                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+            return await self.pod_log(request, t)
+        if sub == "scale":
+            return await self.scale(request, t)
+        if m == "GET":
+            return await self.get(request, t)
+        if m == "PUT":
+            return await self.update(request, t)
+        if m == "PATCH":
+            return await self.patch(request, t)
+        if m == "DELETE" and sub is None:
+            return await self.delete(request, t)
+        if m == "POST":
+            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+
+    # -- verbs -----------------------------------------------------------
+
+    def _respond_object(self, request: web.Request, res: ResourceInfo, obj: Obj, status: int = 200,
+                        warnings: list[str] | None = None) -> web.Response:
+        headers = None
+        if warnings:
+            headers = {"Warning": ", ".join(_warning_header(w) for w in warnings)}
+        if _wants_table(request) and obj.get("kind") == res.kind:
+            return json_response(self._table(request, res, [obj], {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")}),
+                                 status, TABLE_CONTENT_TYPE, headers)
+        if status in (200, 201, 202) and obj.get("kind") != "Status" and ("apiVersion" not in obj or "kind" not in obj):
+            obj = {"apiVersion": res.api_version, "kind": res.kind, **obj}
+        return json_response(obj, status, headers=headers)
+
+    def _table(self, request: web.Request, res: ResourceInfo, items: list[Obj], list_meta: Obj) -> Obj:
+        from kubeplane.api.meta import utcnow
+        from kubeplane.apiserver import tables
+
+        include = request.query.get("includeObject") or "Metadata"
+        if include not in ("None", "Metadata", "Object"):
+            raise errors.bad_request(f'includeObject: Unsupported value: "{include}"')
+        return tables.build_table(res, items, now=utcnow(), include_object=include, list_metadata=list_meta)
+
+    async def get(self, request: web.Request, t: Target) -> web.Response:
+        obj = await self.registry.get(t.res, t.name, t.namespace)
+        return self._respond_object(request, t.res, obj)
+
+    async def list(self, request: web.Request, t: Target) -> web.Response:
+        q = request.query
+        limit = _int_param(q, "limit") or 0
+        if limit < 0:
+            raise errors.bad_request("limit must be non-negative")
+        result = await self.registry.list(
+            t.res, t.namespace,
+            label_selector=q.get("labelSelector", ""),
+            field_selector=q.get("fieldSelector", ""),
+            limit=limit,
+            continue_token=q.get("continue", ""),
+            resource_version=q.get("resourceVersion", ""),
+            resource_version_match=q.get("resourceVersionMatch", ""),
+        )
+        if _wants_table(request):
+            return json_response(self._table(request, t.res, result["items"], result["metadata"]),
+                                 content_type=TABLE_CONTENT_TYPE)
+        return json_response(result)
+
+    def _check_fields(self, request: web.Request, res: ResourceInfo, obj: Any, default: str = "Warn") -> list[str]:
+        from kubeplane.apiserver import openapi
+
+        mode = _field_validation(request.query, default)
+        if not isinstance(obj, dict):
+            raise errors.bad_request(f"{res.kind} in version \"{res.version}\" cannot be handled as a {res.kind}: "
+                                     "the body must be a JSON object")
+        problems = openapi.check_fields(obj, res.group, res.version, res.kind)
+        return openapi.enforce(problems, mode, kind=res.kind, version=res.version)
+
+    async def create(self, request: web.Request, t: Target) -> web.Response:
+        body = await self.read_body(request)
+        obj = codec.decode_body(body, request.headers.get("Content-Type"))
+        q = request.query
+        if isinstance(obj, dict):
+            # Bodies without type meta (typed Python models) take it from the URL.
+            obj.setdefault("apiVersion", t.res.api_version)
+            obj.setdefault("kind", t.res.kind)
+            if obj.get("apiVersion") != t.res.api_version or obj.get("kind") != t.res.kind:
+                other = self.catalogue.by_api_version_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
+                if other is None:
+                    raise errors.bad_request(
+                        f"no kind \"{obj.get('kind')}\" is registered for version \"{obj.get('apiVersion')}\"")
+        warnings = self._check_fields(request, t.res, obj)
+        created = await self.registry.create(t.res, obj, t.namespace, dry_run=_dry_run(q),
+                                             field_manager=q.get("fieldManager") or _manager_from_agent(request))
+        return self._respond_object(request, t.res, created, 201, warnings)
+
+    async def update(self, request: web.Request, t: Target) -> web.Response:
+        body = await self.read_body(request)
+        obj = codec.decode_body(body, request.headers.get("Content-Type"))
+        q = request.query
+        if isinstance(obj, dict) and t.subresource is None:
+            obj.setdefault("apiVersion", t.res.api_version)
+            obj.setdefault("kind", t.res.kind)
+        warnings = self._check_fields(request, t.res, obj)
+        updated = await self.registry.update(
+            t.res, obj, name=t.name, namespace=t.namespace, subresource=t.subresource, dry_run=_dry_run(q),
+            field_manager=q.get("fieldManager") or _manager_from_agent(request),
+        )
+        return self._respond_object(request, t.res, updated, 200, warnings)
+
+    async def patch(self, request: web.Request, t: Target) -> web.Response:
+        body = await self.read_body(request)
+        kind, patch = codec.decode_patch(body, request.headers.get("Content-Type"))
+        q = request.query
+        force = _bool_param(q, "force")
+        warnings: list[str] = []
+        if kind == "apply" or (kind in ("merge", "strategic") and isinstance(patch, dict)):
+            mode = _field_validation(q, "Warn")
+            if mode != "Ignore" and isinstance(patch, dict):
+                probe = dict(patch)
+                probe.setdefault("apiVersion", t.res.api_version)
+                probe.setdefault("kind", t.res.kind)
+                if kind == "strategic":
+                    probe = _strip_directives(probe)
+                warnings = self._check_fields(request, t.res, probe)
+        obj, created = await self.registry.patch(
+            t.res, t.name, patch, t.namespace, patch_type=kind, subresource=t.subresource,
+            dry_run=_dry_run(q), field_manager=q.get("fieldManager") or _manager_from_agent(request),
+            force=force,
+        )
+        return self._respond_object(request, t.res, obj, 201 if created else 200, warnings)
+
+    async def _delete_options(self, request: web.Request) -> Obj:
+        body = await self.read_body(request)
+        opts: Obj = {}
+        if body.strip():
+            decoded = codec.decode_body(body, request.headers.get("Content-Type"))
+            if not isinstance(decoded, dict):
+                raise errors.bad_request("DeleteOptions must be a JSON object")
+            opts = decoded
+        q = request.query
+        grace = _int_param(q, "gracePeriodSeconds")
+        if grace is not None:
+            opts["gracePeriodSeconds"] = grace
+        if q.get("propagationPolicy"):
+            opts["propagationPolicy"] = q["propagationPolicy"]
+        if q.get("orphanDependents") and "propagationPolicy" not in opts:
+            opts["propagationPolicy"] = "Orphan" if _bool_param(q, "orphanDependents") else "Background"
+        if q.getall("dryRun", []):
+            opts["dryRun"] = q.getall("dryRun")
+        grace = opts.get("gracePeriodSeconds")
+        if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool)):
+            raise errors.bad_request("gracePeriodSeconds must be an integer")
+        if opts.get("preconditions") is not None and not isinstance(opts["preconditions"], dict):
+            raise errors.bad_request("preconditions must be an object")
+        for v in opts.get("dryRun") or []:
+            if v != "All":
+                raise errors.bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
+        return opts
+
+    async def delete(self, request: web.Request, t: Target) -> web.Response:
+        opts = await self._delete_options(request)
+        obj, finished = await self.registry.delete(
+            t.res, t.name, t.namespace,
+            grace_period_seconds=opts.get("gracePeriodSeconds"),
+            propagation_policy=opts.get("propagationPolicy"),
+            preconditions=opts.get("preconditions"),
+            dry_run=bool(opts.get("dryRun")),
+        )
+        return self._respond_object(request, t.res, obj, 200 if finished else 202)
+
+    async def delete_collection(self, request: web.Request, t: Target) -> web.Response:
+        opts = await self._delete_options(request)
+        q = request.query
+        result = await self.registry.list(t.res, t.namespace, label_selector=q.get("labelSelector", ""),
+                                          field_selector=q.get("fieldSelector", ""))
+        deleted = []
+        for obj in result["items"]:
+            md = obj["metadata"]
+            try:
+                o, _ = await self.registry.delete(
+                    t.res, md["name"], md.get("namespace"),
+                    grace_period_seconds=opts.get("gracePeriodSeconds"),
+                    propagation_policy=opts.get("propagationPolicy"),
+                    dry_run=bool(opts.get("dryRun")),
+                )
+            except StatusError as err:
+                if err.code == 404:
+                    continue
+                raise
+            deleted.append(obj)
+        return json_response({"kind": t.res.list_kind, "apiVersion": t.res.api_version,
+                              "metadata": {"resourceVersion": str(self.registry.store.revision)}, "items": deleted})
+
+    async def bind(self, request: web.Request, t: Target) -> web.Response:
+        body = await self.read_body(request)
+        binding = codec.decode_body(body, request.headers.get("Content-Type"))
+        status = await self.registry.bind(t.name, t.namespace, binding, dry_run=_dry_run(request.query))
+        return json_response(status, 201)
+
+    async def pod_log(self, request: web.Request, t: Target) -> web.Response:
+        pod = await self.registry.get(t.res, t.name, t.namespace)
+        containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        container = request.query.get("container")
+        if container is None:
+            if len(containers) > 1:
+                raise errors.bad_request(
+                    f"a container name must be specified for pod {t.name}, choose one of: {containers}")
+        elif container not in containers:
+            raise errors.bad_request(f"container {container} is not valid for pod {t.name}")
+        # Simulated nodes run no processes, so there is no output to show.
+        return web.Response(text="", content_type="text/plain")
+
+    async def scale(self, request: web.Request, t: Target) -> web.Response:
+        m = request.method
+        if m == "GET":
+            return json_response(await self.registry.get_scale(t.res, t.name, t.namespace))
+        if m not in ("PUT", "PATCH"):
+            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        body = await self.read_body(request)
+        if m == "PUT":
+            scale = codec.decode_body(body, request.headers.get("Content-Type"))
+
+            def scale_of(_current: Obj) -> Obj:
+                return scale
+        else:
+            from kubeplane.api import patch as patching
+
+            kind, patch = codec.decode_patch(body, request.headers.get("Content-Type"))
+
+            def scale_of(current: Obj) -> Obj:
+                if kind == "json":
+                    return patching.json_patch(current, patch)
+                if kind in ("merge", "strategic", "apply"):
+                    if not isinstance(patch, dict):
+                        raise errors.bad_request("patch must be a JSON object")
+                    return patching.merge_patch(current, patch)
+                raise errors.unsupported_media_type(kind, list(codec.PATCH_TYPES))
+        result = await self.registry.update_scale(t.res, t.name, t.namespace, scale_of,
+                                                  dry_run=_dry_run(request.query))
+        return json_response(result)
+
+    async def watch(self, request: web.Request, t: Target, single: str | None = None) -> web.StreamResponse:
+        q = request.query
+        field_selector = q.get("fieldSelector", "")
+        if single:
+            extra = f"metadata.name={single}"
+            field_selector = f"{field_selector},{extra}" if field_selector else extra
+        timeout = _int_param(q, "timeoutSeconds")
+        send_initial = _bool_param(q, "sendInitialEvents")
+        opts = WatchOptions(
+            resource_version=q.get("resourceVersion", ""),
+            resource_version_match=q.get("resourceVersionMatch", ""),
+            label_selector=q.get("labelSelector", ""),
+            field_selector=field_selector,
+            allow_bookmarks=bool(_bool_param(q, "allowWatchBookmarks")),
+            send_initial_events=send_initial,
+            timeout_seconds=float(timeout) if timeout else None,
+            bookmark_interval=self.watch_bookmark_interval,
+        )
+        table = _wants_table(request)
+        events = self.registry.watch(t.res, t.namespace, opts)
+        # Validate the request (selectors, versions) before committing to a 200.
+        first: tuple[str, Obj] | None = None
+        agen = events.__aiter__()
+        first_task = asyncio.ensure_future(agen.__anext__())
+        try:
+            done, _ = await asyncio.wait({first_task}, timeout=0.05)
+            if done:
+                try:
+                    first = first_task.result()
+                except StopAsyncIteration:
+                    first = None
+                    agen = None
+                first_task = None
+        except BaseException:
+            first_task.cancel()
+            raise
+        resp = web.StreamResponse(status=200)
+        resp.content_type = "application/json"
+        if table:
+            resp.headers["Content-Type"] = TABLE_CONTENT_TYPE
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        try:
+            if first is not None:
+                await resp.write(self._watch_line(request, t.res, first, table))
+            if first_task is not None:
+                try:
+                    ev = await first_task
+                    await resp.write(self._watch_line(request, t.res, ev, table))
+                except StopAsyncIteration:
+                    agen = None
+            if agen is not None:
+                async for ev in agen:
+                    await resp.write(self._watch_line(request, t.res, ev, table))
+                    if ev[0] == "ERROR":
+                        break
+            await resp.write_eof()
+        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            if agen is not None:
+                await agen.aclose()
+        return resp
+
+    def _watch_line(self, request: web.Request, res: ResourceInfo, ev: tuple[str, Obj], table: bool) -> bytes:
+        typ, obj = ev
+        if table and typ in ("ADDED", "MODIFIED", "DELETED"):
+            obj = self._table(request, res, [obj], {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")})
+        elif typ != "ERROR" and ("kind" not in obj or "apiVersion" not in obj):
+            obj = {"apiVersion": res.api_version, "kind": res.kind, **obj}
+        return orjson.dumps({"type": typ, "object": obj}) + b"\n"
+
+
+def _strip_directives(obj: Any) -> Any:
+    """Drops strategic-merge-patch directives before checking field names."""
+    if isinstance(obj, dict):
+        return {k: _strip_directives(v) for k, v in obj.items() if not k.startswith("$")}
+    if isinstance(obj, list):
+        return [_strip_directives(v) for v in obj]
+    return obj
+
+
+def _manager_from_agent(request: web.Request) -> str:
+    """Upstream derives a default field manager from the User-Agent's program name."""
+    agent = request.headers.get("User-Agent", "")
+    prog = agent.split("/", 1)[0].strip()
+    return prog[:128] or "unknown"
+
+
+def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_BODY_BYTES,
+              server_address: str = "127.0.0.1:6443") -> web.Application:
+    h = APIHandler(registry, catalogue, max_body=max_body, server_address=server_address)
+    # aiohttp's own limit is set above ours so our Status reply is the one sent.
+    app = web.Application(middlewares=[h.middleware], client_max_size=max_body + 1024 * 1024)
+    app[HANDLER_KEY] = h
+    r = app.router
+    r.add_get("/version", h.version)
+    for path in ("/healthz", "/livez", "/readyz"):
+        r.add_get(path, h.health)
+    r.add_get("/api", h.api_root)
+    r.add_get("/apis", h.apis_root)
+    r.add_get("/openapi/v3", h.openapi_v3_index)
+    r.add_get("/openapi/v3/{path:.+}", h.openapi_v3_doc)
+    r.add_get("/openapi/v2", h.openapi_v2)
+    r.add_route("*", "/api/{version}", h.core_group_version)
+    r.add_route("*", "/api/{version}/{rest:.*}", h.core_group_version)
+    r.add_route("*", "/apis/{group}", h.named_group)
+    r.add_route("*", "/apis/{group}/{version}", h.named_group)
+    r.add_route("*", "/apis/{group}/{version}/{rest:.*}", h.named_group)
+    return app

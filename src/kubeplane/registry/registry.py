@@ -1,0 +1,1002 @@
+"""The generic registry: REST semantics over the versioned store.
+
+One code path serves every resource in the catalogue; per-resource behaviour
+comes from :mod:`kubeplane.registry.strategies`. Both the HTTP API server and
+the in-process client call this class, so they cannot drift apart.
+
+Objects handed out are the store's read-only dicts: callers that want to
+modify one copy it first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+import orjson
+
+from kubeplane.api import errors
+from kubeplane.api.errors import StatusError
+from kubeplane.api.meta import format_time, random_suffix, utcnow
+from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
+from kubeplane.registry.strategies import DEFAULT_CLASS_ANNOTATION, Strategy, strategy_for
+from kubeplane.storage.interface import (
+    CompactedError,
+    Event,
+    FutureRevisionError,
+    KeyExistsError,
+    KeyNotFoundError,
+    RevisionConflictError,
+    Store,
+)
+
+Obj = dict[str, Any]
+
+NAMESPACES = resource("namespaces")
+STORAGE_CLASSES = resource("storageclasses")
+
+#: how often a write that lost an optimistic race (not caused by the client)
+#: is retried, as upstream's GuaranteedUpdate does
+_MAX_RETRIES = 16
+
+
+@dataclass(slots=True)
+class WatchOptions:
+    resource_version: str = ""
+    resource_version_match: str = ""
+    label_selector: str = ""
+    field_selector: str = ""
+    allow_bookmarks: bool = False
+    send_initial_events: bool | None = None
+    timeout_seconds: float | None = None
+    bookmark_interval: float = 5.0
+
+
+def _status_success(res: ResourceInfo, name: str, uid: str | None) -> Obj:
+    details: Obj = {"name": name, "group": res.group, "kind": res.plural}
+    if uid:
+        details["uid"] = uid
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+
+def _encode_continue(revision: int, start_after: str) -> str:
+    raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start_after})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, str]:
+    try:
+        pad = "=" * (-len(token) % 4)
+        data = orjson.loads(base64.urlsafe_b64decode(token + pad))
+        rv = int(data["rv"])
+        start = str(data["start"])
+    except Exception as exc:  # noqa: BLE001 - any garbage is the client's error
+        raise errors.bad_request(f"continue key is not valid: {exc}") from None
+    if rv <= 0:
+        raise errors.bad_request("continue key is not valid: incorrect encoded start resourceVersion")
+    return rv, start
+
+
+def _parse_rv(value: str, what: str = "resourceVersion") -> int:
+    try:
+        rv = int(value)
+    except (TypeError, ValueError):
+        raise errors.bad_request(f"invalid {what}: {value!r}") from None
+    if rv < 0:
+        raise errors.bad_request(f"invalid {what}: {value!r}")
+    return rv
+
+
+class Registry:
+    """REST verbs for every catalogued resource on top of one :class:`Store`."""
+
+    def __init__(
+        self,
+        store: Store,
+        catalogue: Catalogue = CATALOGUE,
+        *,
+        clock: Callable[[], Any] = utcnow,
+        validator: Callable[[ResourceInfo, Obj, Obj | None], list[errors.Cause]] | None = None,
+    ) -> None:
+        self.store = store
+        self.catalogue = catalogue
+        self.clock = clock
+        self._strategies: dict[tuple[str, str], Strategy] = {}
+        self._validator = validator if validator is not None else _default_validator()
+        self._background: set[asyncio.Task] = set()
+
+    # -- helpers -----------------------------------------------------------
+
+    def strategy(self, res: ResourceInfo) -> Strategy:
+        s = self._strategies.get(res.key)
+        if s is None:
+            s = self._strategies[res.key] = strategy_for(res)
+        return s
+
+    def _now(self) -> str:
+        return format_time(self.clock())
+
+    def _key(self, res: ResourceInfo, name: str, namespace: str | None) -> str:
+        if res.namespaced and not namespace:
+            raise errors.bad_request("the server could not find the requested resource: namespace is required")
+        return res.storage_key(name, namespace if res.namespaced else None)
+
+    def _validate(self, res: ResourceInfo, obj: Obj, old: Obj | None) -> None:
+        causes = self._validator(res, obj, old)
+        if causes:
+            name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName", "")
+            raise errors.invalid(res.kind, name, causes, group=res.group)
+
+    def _check_type_meta(self, res: ResourceInfo, obj: Obj) -> None:
+        api_version = obj.get("apiVersion")
+        kind = obj.get("kind")
+        if api_version in (None, "") and kind in (None, ""):
+            obj["apiVersion"], obj["kind"] = res.api_version, res.kind
+            return
+        if api_version in (None, ""):
+            obj["apiVersion"] = res.api_version
+        if kind in (None, ""):
+            obj["kind"] = res.kind
+        if obj["apiVersion"] != res.api_version or obj["kind"] != res.kind:
+            raise errors.bad_request(
+                f"the API version in the data ({obj['apiVersion']}) does not match the expected API version "
+                f"({res.api_version})" if obj["apiVersion"] != res.api_version else
+                f"the kind in the data ({obj['kind']}) does not match the expected kind ({res.kind})"
+            )
+
+    def _check_metadata_shape(self, obj: Obj) -> Obj:
+        md = obj.get("metadata")
+        if md is None:
+            md = obj["metadata"] = {}
+        if not isinstance(md, dict):
+            raise errors.bad_request("metadata must be an object")
+        return md
+
+    def _normalise_namespace(self, res: ResourceInfo, md: Obj, namespace: str | None) -> None:
+        if res.namespaced:
+            body_ns = md.get("namespace")
+            if body_ns and namespace and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            ns = namespace or body_ns
+            if not ns:
+                raise errors.bad_request("an empty namespace may not be set during creation")
+            md["namespace"] = ns
+        else:
+            md.pop("namespace", None)
+
+    async def _check_namespace_usable(self, res: ResourceInfo, namespace: str) -> None:
+        if not res.namespaced:
+            return
+        kv = await self.store.get(NAMESPACES.storage_key(namespace))
+        if kv is None:
+            raise errors.not_found("namespaces", namespace)
+        if (kv.value.get("metadata") or {}).get("deletionTimestamp"):
+            raise errors.StatusError(
+                403, "Forbidden",
+                f"{res.plural} is forbidden: unable to create new content in namespace {namespace} "
+                "because it is being terminated",
+                name=namespace, kind="namespaces",
+            )
+
+    # -- reads -------------------------------------------------------------
+
+    async def get(self, res: ResourceInfo, name: str, namespace: str | None = None) -> Obj:
+        kv = await self.store.get(self._key(res, name, namespace))
+        if kv is None:
+            raise errors.not_found(res.plural, name, res.group)
+        return kv.value
+
+    async def list(
+        self,
+        res: ResourceInfo,
+        namespace: str | None = None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        continue_token: str = "",
+        resource_version: str = "",
+        resource_version_match: str = "",
+    ) -> Obj:
+        from kubeplane.api.selectors import parse_field_selector, parse_label_selector
+
+        lsel = parse_label_selector(label_selector) if label_selector else None
+        fsel = parse_field_selector(field_selector, res.plural) if field_selector else None
+        prefix = res.storage_prefix(namespace if res.namespaced else None)
+        revision = 0
+        start_after = ""
+        if continue_token:
+            if resource_version not in ("", None):
+                raise errors.bad_request("specifying resource version is not allowed when using continue")
+            revision, start_after = _decode_continue(continue_token)
+            if not start_after.startswith(prefix):
+                raise errors.bad_request("continue key is not valid: key does not match the request")
+        elif resource_version_match == "Exact":
+            if resource_version in ("", "0"):
+                raise errors.bad_request("resourceVersionMatch \"Exact\" requires a resourceVersion other than \"0\"")
+            revision = _parse_rv(resource_version)
+        elif resource_version_match not in ("", "NotOlderThan"):
+            raise errors.bad_request(f"resourceVersionMatch: Unsupported value: {resource_version_match!r}")
+        elif resource_version not in ("", "0", None):
+            min_rv = _parse_rv(resource_version)
+            if min_rv > self.store.revision:
+                await self._wait_for_revision(min_rv)
+        items: list[Obj] = []
+        more = False
+        last_key = start_after
+        list_revision = revision
+        try:
+            while True:
+                page_limit = 0 if not limit else max(limit - len(items), 1) + (8 if (lsel or fsel) else 0)
+                result = await self.store.list(prefix, revision=list_revision, limit=page_limit, start_after=last_key)
+                list_revision = result.revision
+                for kv in result.items:
+                    obj = kv.value
+                    last_key = kv.key
+                    if lsel is not None and not lsel.matches((obj.get("metadata") or {}).get("labels")):
+                        continue
+                    if fsel is not None and not fsel.matches(obj):
+                        continue
+                    items.append(obj)
+                    if limit and len(items) >= limit:
+                        break
+                if limit and len(items) >= limit:
+                    # More exist if this page was cut short or the store has more.
+                    more = result.more or kv is not result.items[-1]
+                    break
+                if not result.more:
+                    break
+        except CompactedError as exc:
+            if continue_token:
+                raise errors.StatusError(
+                    410, "Expired",
+                    "The provided continue parameter is too old to display a consistent list result. "
+                    "You can start a new list without the continue parameter, or use the continue token "
+                    "in this response to retrieve the remainder of the results. Continuing with the "
+                    "provided token results in an inconsistent list - objects that were created, modified, "
+                    "or deleted between the time the first chunk was returned and now may show up in the list.",
+                ) from None
+            raise errors.gone(str(exc)) from None
+        except FutureRevisionError as exc:
+            raise errors.StatusError(504, "Timeout", str(exc)) from None
+        metadata: Obj = {"resourceVersion": str(list_revision)}
+        if more:
+            metadata["continue"] = _encode_continue(list_revision, last_key)
+        return {"kind": res.list_kind, "apiVersion": res.api_version, "metadata": metadata, "items": items}
+
+    async def _wait_for_revision(self, rv: int, timeout: float = 3.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.store.revision < rv:
+            if loop.time() >= deadline:
+                raise errors.StatusError(
+                    504, "Timeout",
+                    f"Too large resource version: {rv}, current resource version: {self.store.revision}",
+                    retry_after=1,
+                )
+            await asyncio.sleep(0.01)
+
+    # -- create ------------------------------------------------------------
+
+    async def create(
+        self,
+        res: ResourceInfo,
+        obj: Obj,
+        namespace: str | None = None,
+        *,
+        dry_run: bool = False,
+        field_manager: str | None = None,
+        _track_fields: bool = True,
+    ) -> Obj:
+        if not isinstance(obj, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        obj = copy.deepcopy(obj)
+        self._check_type_meta(res, obj)
+        md = self._check_metadata_shape(obj)
+        self._normalise_namespace(res, md, namespace)
+        strategy = self.strategy(res)
+        # Server-owned metadata is reset on create.
+        for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+            md.pop(k, None)
+        md["creationTimestamp"] = self._now()
+        if not md.get("name") and md.get("generateName"):
+            gen = md["generateName"]
+            if isinstance(gen, str):
+                md["name"] = gen[: max(0, 63 - 5)] + random_suffix()
+        strategy.prepare_for_create(obj)
+        strategy.default(obj)
+        await self._admit_create(res, obj)
+        if strategy.tracks_generation:
+            md["generation"] = 1
+        else:
+            md.pop("generation", None)
+        self._validate(res, obj, None)
+        if res.namespaced:
+            await self._check_namespace_usable(res, md["namespace"])
+        md["uid"] = str(uuid.uuid4())
+        if _track_fields and field_manager is not None:
+            self._track_managed_fields(res, None, obj, field_manager)
+        key = res.storage_key(md["name"], md.get("namespace"))
+        if dry_run:
+            if await self.store.get(key) is not None:
+                raise errors.already_exists(res.plural, md["name"], res.group)
+            return obj
+        try:
+            kv = await self.store.create(key, obj)
+        except KeyExistsError:
+            raise errors.already_exists(res.plural, md["name"], res.group) from None
+        return kv.value
+
+    async def _admit_create(self, res: ResourceInfo, obj: Obj) -> None:
+        """The admission steps upstream runs by default that change objects."""
+        if res.key == ("", "persistentvolumeclaims"):
+            spec = obj.get("spec")
+            if isinstance(spec, dict) and "storageClassName" not in spec:
+                default = await self._default_storage_class()
+                if default:
+                    spec["storageClassName"] = default
+
+    async def _default_storage_class(self) -> str | None:
+        result = await self.store.list(STORAGE_CLASSES.storage_prefix())
+        best: tuple[str, str] | None = None
+        for kv in result.items:
+            md = kv.value.get("metadata") or {}
+            if (md.get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true":
+                cand = (md.get("creationTimestamp", ""), md.get("name", ""))
+                # Upstream picks the newest default class when several exist.
+                if best is None or cand > best:
+                    best = cand
+        return best[1] if best else None
+
+    def _track_managed_fields(
+        self, res: ResourceInfo, old: Obj | None, new: Obj, manager: str, subresource: str | None = None
+    ) -> None:
+        from kubeplane.api.apply import track_update
+
+        updated = track_update(old, new, manager, self._now(), subresource=subresource)
+        new["metadata"]["managedFields"] = updated["metadata"].get("managedFields", [])
+
+    # -- update ------------------------------------------------------------
+
+    async def update(
+        self,
+        res: ResourceInfo,
+        obj: Obj,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        field_manager: str | None = None,
+    ) -> Obj:
+        if not isinstance(obj, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        md_in = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        name = name or md_in.get("name")
+        if not name:
+            raise errors.bad_request("name is required")
+        if md_in.get("name") and md_in.get("name") != name:
+            raise errors.bad_request(
+                f"the name of the object ({md_in.get('name')}) does not match the name on the URL ({name})"
+            )
+        namespace = namespace or md_in.get("namespace")
+        body_ns = md_in.get("namespace")
+        if res.namespaced and body_ns and namespace and body_ns != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        key = self._key(res, name, namespace)
+        want_rv = md_in.get("resourceVersion") or ""
+
+        def mutate(current: Obj) -> Obj:
+            new = copy.deepcopy(obj)
+            if subresource is None:
+                self._check_type_meta(res, new)
+            else:
+                new["apiVersion"], new["kind"] = res.api_version, res.kind
+            return new
+
+        return await self._update_loop(
+            res, key, name, mutate, want_rv=want_rv, subresource=subresource, dry_run=dry_run,
+            field_manager=field_manager,
+        )
+
+    async def _update_loop(
+        self,
+        res: ResourceInfo,
+        key: str,
+        name: str,
+        mutate: Callable[[Obj], Obj],
+        *,
+        want_rv: str = "",
+        subresource: str | None = None,
+        dry_run: bool = False,
+        field_manager: str | None = None,
+        create_if_missing: Callable[[], Any] | None = None,
+    ) -> Obj:
+        """Read-modify-write with optimistic concurrency (upstream's GuaranteedUpdate).
+
+        A client-supplied resourceVersion that is stale is a 409; a race with
+        another writer when the client did not pin a version is retried.
+        """
+        for _ in range(_MAX_RETRIES):
+            kv = await self.store.get(key)
+            if kv is None:
+                if create_if_missing is not None:
+                    return await create_if_missing()
+                raise errors.not_found(res.plural, name, res.group)
+            current = kv.value
+            new = mutate(current)
+            new_md = self._check_metadata_shape(new)
+            rv = want_rv or new_md.get("resourceVersion") or ""
+            if rv and rv != str(kv.mod_revision):
+                raise errors.conflict(res.plural, name, res.group)
+            new = self._prepare_update(res, new, current, subresource, field_manager)
+            if new == current:
+                return current  # no-op writes do not bump the revision (as upstream)
+            finalizers_gone = bool(
+                (new.get("metadata") or {}).get("deletionTimestamp") and not new["metadata"].get("finalizers")
+            )
+            if dry_run:
+                return new
+            try:
+                if finalizers_gone:
+                    kv2 = await self.store.delete(key, expected_revision=kv.mod_revision)
+                    self._after_delete(res, kv2.value)
+                    return kv2.value
+                kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
+                return kv2.value
+            except RevisionConflictError:
+                if rv:
+                    raise errors.conflict(res.plural, name, res.group) from None
+                continue
+            except KeyNotFoundError:
+                raise errors.not_found(res.plural, name, res.group) from None
+        raise errors.conflict(res.plural, name, res.group, detail="too many concurrent updates")
+
+    def _prepare_update(
+        self, res: ResourceInfo, new: Obj, current: Obj, subresource: str | None, field_manager: str | None
+    ) -> Obj:
+        strategy = self.strategy(res)
+        md = new["metadata"]
+        cur_md = current.get("metadata") or {}
+        # Server-owned metadata survives whatever the client sent.
+        md["name"] = cur_md.get("name")
+        if res.namespaced:
+            md["namespace"] = cur_md.get("namespace")
+        else:
+            md.pop("namespace", None)
+        for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+            if k in cur_md:
+                md[k] = cur_md[k]
+            else:
+                md.pop(k, None)
+        md.pop("resourceVersion", None)
+        md.pop("selfLink", None)
+        if cur_md.get("deletionTimestamp"):
+            # A terminating object may lose finalizers but gain none.
+            added = set(md.get("finalizers") or []) - set(cur_md.get("finalizers") or [])
+            if added:
+                raise errors.invalid(res.kind, md["name"], [errors.forbidden_field(
+                    "metadata.finalizers",
+                    f"no new finalizers can be added if the object is being deleted, found new finalizers {sorted(added)!r}",
+                )], group=res.group)
+        if subresource == "status":
+            strategy.prepare_for_status_update(new, current)
+            # Metadata is not writable through the status endpoint.
+            md_keep = copy.deepcopy(cur_md)
+            new["metadata"] = md_keep
+            md = new["metadata"]
+            md.pop("resourceVersion", None)
+        else:
+            strategy.default(new)
+            strategy.prepare_for_update(new, current)
+            if strategy.tracks_generation and strategy.spec_changed(new, current):
+                md["generation"] = int(cur_md.get("generation") or 0) + 1
+        if field_manager is not None:
+            self._track_managed_fields(res, current, new, field_manager, subresource)
+        elif "managedFields" not in md and "managedFields" in cur_md:
+            md["managedFields"] = cur_md["managedFields"]
+        self._validate(res, new, current)
+        cur_cmp = dict(current)
+        cur_cmp["metadata"] = {k: v for k, v in cur_md.items() if k != "resourceVersion"}
+        if new == cur_cmp:
+            return current
+        return new
+
+    # -- patch -------------------------------------------------------------
+
+    async def patch(
+        self,
+        res: ResourceInfo,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: str = "merge",
+        subresource: str | None = None,
+        dry_run: bool = False,
+        field_manager: str | None = None,
+        force: bool | None = None,
+    ) -> tuple[Obj, bool]:
+        """Returns ``(object, created)``; only server-side apply can create."""
+        from kubeplane.api import patch as patching
+
+        key = self._key(res, name, namespace)
+        if patch_type == "apply":
+            return await self._apply(res, name, namespace, key, patch, subresource, dry_run, field_manager, force)
+        if force is not None:
+            raise errors.bad_request("force is only supported for server-side apply")
+        if patch_type in ("json",):
+            if not isinstance(patch, list):
+                raise errors.bad_request("json patch must be a JSON array of operations")
+        elif not isinstance(patch, dict):
+            raise errors.bad_request(f"{patch_type} patch must be a JSON object")
+        pinned_rv = ""
+        if isinstance(patch, dict):
+            pinned_rv = str(((patch.get("metadata") or {}) if isinstance(patch.get("metadata"), dict) else {})
+                            .get("resourceVersion") or "")
+
+        def mutate(current: Obj) -> Obj:
+            if patch_type == "json":
+                new = patching.json_patch(current, patch)
+            elif patch_type == "merge":
+                new = patching.merge_patch(current, patch)
+            elif patch_type == "strategic":
+                new = patching.strategic_merge_patch(current, patch, res.group, res.kind)
+            else:
+                raise errors.unsupported_media_type(patch_type, list(_PATCH_TYPES))
+            if not isinstance(new, dict):
+                raise errors.bad_request("the patch did not produce an object")
+            new = copy.deepcopy(new) if new is current else new
+            if subresource is None:
+                self._check_type_meta(res, new)
+            md = self._check_metadata_shape(new)
+            if not pinned_rv and patch_type != "json":
+                md.pop("resourceVersion", None)
+            elif patch_type == "json" and md.get("resourceVersion") == (current.get("metadata") or {}).get(
+                "resourceVersion"
+            ):
+                md.pop("resourceVersion", None)
+            return new
+
+        obj = await self._update_loop(
+            res, key, name, mutate, want_rv=pinned_rv, subresource=subresource, dry_run=dry_run,
+            field_manager=field_manager or "unknown",
+        )
+        return obj, False
+
+    async def _apply(
+        self, res, name, namespace, key, patch, subresource, dry_run, field_manager, force
+    ) -> tuple[Obj, bool]:
+        from kubeplane.api import apply as ssa
+
+        if not field_manager:
+            raise errors.bad_request("PATCH requests with apply patch type require a field manager")
+        if not isinstance(patch, dict):
+            raise errors.bad_request("apply patch must be an object")
+        patch = copy.deepcopy(patch)
+        if patch.get("apiVersion") in (None, "") or patch.get("kind") in (None, ""):
+            raise errors.bad_request("apiVersion and kind must be set in an apply configuration")
+        self._check_type_meta(res, patch)
+        pmd = self._check_metadata_shape(patch)
+        if pmd.get("name") not in (None, name):
+            raise errors.bad_request(
+                f"the name of the object ({pmd.get('name')}) does not match the name on the URL ({name})"
+            )
+        pmd["name"] = name
+        if res.namespaced:
+            if pmd.get("namespace") and namespace and pmd["namespace"] != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            pmd["namespace"] = namespace or pmd.get("namespace")
+        pinned_rv = str(pmd.get("resourceVersion") or "")
+        created = False
+
+        async def create_new() -> Obj:
+            nonlocal created
+            if subresource is not None:
+                raise errors.not_found(res.plural, name, res.group)
+            new = ssa.apply(None, patch, field_manager, bool(force), self._now())
+            created = True
+            # apply() already recorded this manager's fields.
+            return await self.create(res, new, namespace, dry_run=dry_run, _track_fields=False)
+
+        def mutate(current: Obj) -> Obj:
+            return ssa.apply(current, patch, field_manager, bool(force), self._now(), subresource=subresource)
+
+        obj = await self._update_loop(
+            res, key, name, mutate, want_rv=pinned_rv, subresource=subresource, dry_run=dry_run,
+            field_manager=None, create_if_missing=create_new,
+        )
+        return obj, created
+
+    # -- delete ------------------------------------------------------------
+
+    async def delete(
+        self,
+        res: ResourceInfo,
+        name: str,
+        namespace: str | None = None,
+        *,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+        preconditions: dict[str, str] | None = None,
+        dry_run: bool = False,
+    ) -> tuple[Obj, bool]:
+        """Returns ``(object or Status, finished)``: finished is False while the
+        object lingers (finalizers, graceful pod termination)."""
+        if propagation_policy not in (None, "", "Orphan", "Background", "Foreground"):
+            raise errors.invalid("DeleteOptions", "", [errors.not_supported(
+                "propagationPolicy", propagation_policy, ["Foreground", "Background", "Orphan", "nil"])])
+        if grace_period_seconds is not None and grace_period_seconds < 0:
+            grace_period_seconds = 0
+        key = self._key(res, name, namespace)
+        for _ in range(_MAX_RETRIES):
+            kv = await self.store.get(key)
+            if kv is None:
+                raise errors.not_found(res.plural, name, res.group)
+            current = kv.value
+            md = current.get("metadata") or {}
+            if preconditions:
+                want_uid = preconditions.get("uid")
+                if want_uid and want_uid != md.get("uid"):
+                    raise errors.conflict(res.plural, name, res.group, detail=(
+                        f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: {md.get('uid')}"))
+                want_rv = preconditions.get("resourceVersion")
+                if want_rv and want_rv != str(kv.mod_revision):
+                    raise errors.conflict(res.plural, name, res.group, detail=(
+                        f"Precondition failed: ResourceVersion in precondition: {want_rv}, "
+                        f"ResourceVersion in object meta: {kv.mod_revision}"))
+            new = self._graceful(res, current, grace_period_seconds)
+            if new is not None:
+                if dry_run:
+                    return new, False
+                try:
+                    kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
+                except RevisionConflictError:
+                    continue
+                if res.key == ("", "namespaces"):
+                    self._spawn(self._finalize_namespace(name))
+                return kv2.value, False
+            if dry_run:
+                return _status_success(res, name, md.get("uid")), True
+            try:
+                kv2 = await self.store.delete(key, expected_revision=kv.mod_revision)
+            except RevisionConflictError:
+                continue
+            except KeyNotFoundError:
+                raise errors.not_found(res.plural, name, res.group) from None
+            self._after_delete(res, kv2.value)
+            if res.key == ("", "pods"):
+                return kv2.value, True
+            return _status_success(res, name, md.get("uid")), True
+        raise errors.conflict(res.plural, name, res.group, detail="too many concurrent updates")
+
+    def _graceful(self, res: ResourceInfo, current: Obj, grace: int | None) -> Obj | None:
+        """The object to store instead of deleting it, or None to delete now."""
+        md = current.get("metadata") or {}
+        finalizers = list(md.get("finalizers") or [])
+        is_ns = res.key == ("", "namespaces")
+        pod_grace: int | None = None
+        if res.key == ("", "pods"):
+            spec = current.get("spec") or {}
+            phase = (current.get("status") or {}).get("phase")
+            if grace is None:
+                grace = int(spec.get("terminationGracePeriodSeconds", 30) or 0)
+            # Unscheduled or finished pods go at once, as upstream.
+            if spec.get("nodeName") and phase not in ("Succeeded", "Failed") and grace > 0:
+                pod_grace = grace
+        if not finalizers and pod_grace is None and not is_ns:
+            return None
+        if md.get("deletionTimestamp"):
+            if pod_grace is not None and md.get("deletionGracePeriodSeconds", pod_grace) > pod_grace:
+                new = copy.deepcopy(current)
+                new["metadata"]["deletionGracePeriodSeconds"] = pod_grace
+                new["metadata"].pop("resourceVersion", None)
+                return new
+            if not finalizers and pod_grace is None and not is_ns:
+                return None
+            return current if not is_ns else self._ns_terminating(current)
+        new = copy.deepcopy(current)
+        nmd = new["metadata"]
+        nmd.pop("resourceVersion", None)
+        nmd["deletionTimestamp"] = self._now()
+        nmd["deletionGracePeriodSeconds"] = pod_grace if pod_grace is not None else 0
+        if is_ns:
+            new = self._ns_terminating(new)
+        return new
+
+    def _ns_terminating(self, ns: Obj) -> Obj:
+        new = copy.deepcopy(ns)
+        new["metadata"].pop("resourceVersion", None)
+        new["status"] = {"phase": "Terminating"}
+        return new
+
+    def _after_delete(self, res: ResourceInfo, obj: Obj) -> None:
+        """Hook for cascading effects of a delete."""
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _finalize_namespace(self, name: str) -> None:
+        """The namespace controller's job: delete everything in the namespace,
+        then drop the ``kubernetes`` finalizer and the namespace itself."""
+        for res in self.catalogue.resources:
+            if not res.namespaced:
+                continue
+            result = await self.store.list(res.storage_prefix(name))
+            for kv in result.items:
+                try:
+                    await self.delete(res, kv.value["metadata"]["name"], name, grace_period_seconds=0)
+                except StatusError:
+                    pass
+        # Objects with finalizers may linger; wait for them (bounded).
+        for _ in range(600):
+            remaining = 0
+            for res in self.catalogue.resources:
+                if res.namespaced:
+                    remaining += len((await self.store.list(res.storage_prefix(name), limit=1)).items)
+            if not remaining:
+                break
+            await asyncio.sleep(0.1)
+        key = NAMESPACES.storage_key(name)
+        for _ in range(_MAX_RETRIES):
+            kv = await self.store.get(key)
+            if kv is None:
+                return
+            spec_finalizers = [f for f in ((kv.value.get("spec") or {}).get("finalizers") or []) if f != "kubernetes"]
+            if spec_finalizers or (kv.value.get("metadata") or {}).get("finalizers"):
+                new = copy.deepcopy(kv.value)
+                new.setdefault("spec", {})["finalizers"] = spec_finalizers
+                new["metadata"].pop("resourceVersion", None)
+                try:
+                    await self.store.update(key, new, expected_revision=kv.mod_revision)
+                except RevisionConflictError:
+                    continue
+                return
+            try:
+                await self.store.delete(key, expected_revision=kv.mod_revision)
+                return
+            except RevisionConflictError:
+                continue
+            except KeyNotFoundError:
+                return
+
+    # -- subresources ------------------------------------------------------
+
+    async def bind(self, name: str, namespace: str, binding: Obj, *, dry_run: bool = False) -> Obj:
+        """``pods/binding``: set spec.nodeName once and mark the pod scheduled."""
+        pods = resource("pods")
+        if not isinstance(binding, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        target = binding.get("target") or {}
+        node = target.get("name") if isinstance(target, dict) else None
+        if not node:
+            raise errors.invalid("Binding", name, [errors.required("target.name")])
+        bmd = binding.get("metadata") or {}
+        if bmd.get("name") and bmd["name"] != name:
+            raise errors.bad_request("the name of the binding does not match the name on the URL")
+        key = self._key(pods, name, namespace)
+        for _ in range(_MAX_RETRIES):
+            kv = await self.store.get(key)
+            if kv is None:
+                raise errors.not_found("pods", name)
+            pod = kv.value
+            md = pod.get("metadata") or {}
+            want_uid = (bmd.get("uid") if isinstance(bmd, dict) else None)
+            if want_uid and want_uid != md.get("uid"):
+                raise errors.conflict("pods", name, detail=(
+                    f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: {md.get('uid')}"))
+            if md.get("deletionTimestamp"):
+                raise errors.conflict("pods", name, detail=f"pod {name} is being deleted, cannot be assigned to a host")
+            current_node = (pod.get("spec") or {}).get("nodeName")
+            if current_node:
+                raise errors.conflict("pods", name, detail=f"pod {name} is already assigned to node \"{current_node}\"")
+            new = copy.deepcopy(pod)
+            new["metadata"].pop("resourceVersion", None)
+            new["spec"]["nodeName"] = node
+            ann = bmd.get("annotations") if isinstance(bmd, dict) else None
+            if ann:
+                new["metadata"].setdefault("annotations", {}).update(ann)
+            status = new.setdefault("status", {})
+            conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                          "lastTransitionTime": self._now()})
+            status["conditions"] = conds
+            if dry_run:
+                break
+            try:
+                await self.store.update(key, new, expected_revision=kv.mod_revision)
+            except RevisionConflictError:
+                continue
+            break
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def to_scale(self, res: ResourceInfo, obj: Obj) -> Obj:
+        from kubeplane.api.selectors import label_selector_from_dict
+
+        md = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        sel = spec.get("selector")
+        selector = str(label_selector_from_dict(sel)) if isinstance(sel, dict) else ""
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                         if k in md},
+            "spec": {"replicas": spec.get("replicas", 0)},
+            "status": {"replicas": status.get("replicas", 0), "selector": selector},
+        }
+
+    async def get_scale(self, res: ResourceInfo, name: str, namespace: str) -> Obj:
+        return self.to_scale(res, await self.get(res, name, namespace))
+
+    async def update_scale(
+        self, res: ResourceInfo, name: str, namespace: str, scale_of: Callable[[Obj], Obj], *, dry_run: bool = False
+    ) -> Obj:
+        """``scale_of(current_scale) -> new_scale``; writes spec.replicas."""
+        key = self._key(res, name, namespace)
+        pinned: list[str] = []
+
+        def mutate(current: Obj) -> Obj:
+            scale = scale_of(self.to_scale(res, current))
+            if not isinstance(scale, dict):
+                raise errors.bad_request("the body of the request must be a Scale object")
+            smd = scale.get("metadata") if isinstance(scale.get("metadata"), dict) else {}
+            if smd.get("resourceVersion") and smd["resourceVersion"] != (current.get("metadata") or {}).get(
+                "resourceVersion"
+            ):
+                raise errors.conflict(res.plural, name, res.group)
+            replicas = (scale.get("spec") or {}).get("replicas", 0)
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise errors.invalid("Scale", name, [errors.invalid_value(
+                    "spec.replicas", replicas, "must be greater than or equal to 0")], group="autoscaling")
+            new = copy.deepcopy(current)
+            new["metadata"].pop("resourceVersion", None)
+            new.setdefault("spec", {})["replicas"] = replicas
+            return new
+
+        obj = await self._update_loop(res, key, name, mutate, dry_run=dry_run)
+        del pinned
+        return self.to_scale(res, obj)
+
+    # -- watch -------------------------------------------------------------
+
+    async def watch(
+        self, res: ResourceInfo, namespace: str | None, opts: WatchOptions
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """Yields ``(type, object)``; ERROR carries a Status. Ends at the timeout."""
+        from kubeplane.api.selectors import parse_field_selector, parse_label_selector
+
+        lsel = parse_label_selector(opts.label_selector) if opts.label_selector else None
+        fsel = parse_field_selector(opts.field_selector, res.plural) if opts.field_selector else None
+
+        def matches(obj: Obj | None) -> bool:
+            if obj is None:
+                return False
+            if lsel is not None and not lsel.matches((obj.get("metadata") or {}).get("labels")):
+                return False
+            return fsel is None or fsel.matches(obj)
+
+        prefix = res.storage_prefix(namespace if res.namespaced else None)
+        rv = opts.resource_version or ""
+        initial: list[Obj] = []
+        send_initial = opts.send_initial_events
+        if send_initial is None:
+            send_initial = rv in ("", "0")
+        if send_initial and opts.send_initial_events and opts.resource_version_match not in ("NotOlderThan",):
+            raise errors.invalid("ListOptions", "", [errors.forbidden_field(
+                "resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")])
+        if rv in ("", "0") or send_initial:
+            min_rv = _parse_rv(rv) if rv not in ("", "0") else 0
+            if min_rv > self.store.revision:
+                await self._wait_for_revision(min_rv)
+            result = await self.store.list(prefix)
+            start = result.revision
+            if send_initial:
+                initial = [kv.value for kv in result.items if matches(kv.value)]
+        else:
+            start = _parse_rv(rv)
+            if start > self.store.revision:
+                await self._wait_for_revision(start)
+        try:
+            stream = self.store.watch(prefix, start)
+        except CompactedError as exc:
+            yield "ERROR", errors.gone(str(exc)).to_status()
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + opts.timeout_seconds if opts.timeout_seconds else None
+        last_rv = start
+        pending: asyncio.Task | None = None
+        try:
+            for obj in initial:
+                yield "ADDED", obj
+            if opts.send_initial_events and opts.allow_bookmarks:
+                yield "BOOKMARK", self._bookmark(res, last_rv, initial_end=True)
+            it = stream.__aiter__()
+            while True:
+                timeout = opts.bookmark_interval if opts.allow_bookmarks else None
+                if deadline is not None:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        break
+                    timeout = left if timeout is None else min(timeout, left)
+                if pending is None:
+                    pending = asyncio.ensure_future(it.__anext__())
+                done, _ = await asyncio.wait({pending}, timeout=timeout)
+                if not done:
+                    if opts.allow_bookmarks and (deadline is None or loop.time() < deadline):
+                        progress = getattr(stream, "progress_revision", None)
+                        if callable(progress):
+                            last_rv = max(last_rv, progress())
+                        yield "BOOKMARK", self._bookmark(res, last_rv)
+                    continue
+                task, pending = pending, None
+                try:
+                    ev: Event = task.result()
+                except StopAsyncIteration:
+                    break
+                except CompactedError as exc:
+                    yield "ERROR", errors.gone(str(exc)).to_status()
+                    return
+                last_rv = ev.revision
+                now_match = matches(ev.value) if ev.type != "DELETED" else False
+                if ev.type == "ADDED":
+                    if now_match:
+                        yield "ADDED", ev.value
+                elif ev.type == "MODIFIED":
+                    was = matches(ev.prev_value)
+                    if now_match and was:
+                        yield "MODIFIED", ev.value
+                    elif now_match:
+                        yield "ADDED", ev.value
+                    elif was:
+                        # Left the selection: the watcher sees it go, at this revision.
+                        yield "DELETED", ev.value
+                else:
+                    if matches(ev.prev_value):
+                        yield "DELETED", ev.value
+        finally:
+            if pending is not None:
+                pending.cancel()
+            stream.close()
+
+    def _bookmark(self, res: ResourceInfo, rv: int, initial_end: bool = False) -> Obj:
+        md: Obj = {"resourceVersion": str(rv)}
+        if initial_end:
+            md["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return {"kind": res.kind, "apiVersion": res.api_version, "metadata": md}
+
+    async def close(self) -> None:
+        for t in list(self._background):
+            t.cancel()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+
+_PATCH_TYPES = {
+    "application/json-patch+json": "json",
+    "application/merge-patch+json": "merge",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/apply-patch+yaml": "apply",
+}
+
+
+def _default_validator() -> Callable[[ResourceInfo, Obj, Obj | None], list[errors.Cause]]:
+    def validate(res: ResourceInfo, obj: Obj, old: Obj | None) -> list[errors.Cause]:
+        from kubeplane.api.validation import validate_object
+
+        return validate_object(res, obj, old)
+
+    return validate

@@ -1,0 +1,110 @@
+"""Fixtures that run a real kubeplane API server as a subprocess.
+
+kubectl and the official Python client are blocking, so the server under test
+runs in its own process, on 127.0.0.1 with a free port, and is stopped after.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen
+    kubeconfig: Path
+    data_dir: Path
+    url: str
+    log_path: Path
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def start_server(tmp: Path, storage: str = "memory", extra: list[str] | None = None,
+                 command: str = "apiserver") -> ServerProcess:
+    tmp.mkdir(parents=True, exist_ok=True)
+    kubeconfig = tmp / "kubeconfig"
+    if kubeconfig.exists():
+        kubeconfig.unlink()
+    data_dir = tmp / "data"
+    log_path = tmp / "server.log"
+    logf = open(log_path, "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kubeplane.cli.main", command, "--listen", "127.0.0.1:0",
+         "--kubeconfig", str(kubeconfig), "--storage", storage, "--data-dir", str(data_dir), *(extra or [])],
+        stdout=logf, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while not kubeconfig.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("API server did not start:\n" + log_path.read_text(errors="replace"))
+        time.sleep(0.05)
+    cfg = yaml.safe_load(kubeconfig.read_text())
+    url = cfg["clusters"][0]["cluster"]["server"]
+    return ServerProcess(proc, kubeconfig, data_dir, url, log_path)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("apiserver"))
+    yield srv
+    srv.stop()
+
+
+@dataclass
+class KubectlResult:
+    rc: int
+    out: str
+    err: str
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: Path, cache_dir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.cache_dir = cache_dir
+
+    def __call__(self, *args: str, stdin: str | None = None, timeout: float = 60, check: bool = True) -> KubectlResult:
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), HOME=str(self.cache_dir))
+        p = subprocess.run(
+            [KUBECTL, "--cache-dir", str(self.cache_dir / "cache"), *args],
+            input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
+        )
+        res = KubectlResult(p.returncode, p.stdout, p.stderr)
+        if check and p.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed rc={p.returncode}\nstdout:{p.stdout}\nstderr:{p.stderr}")
+        return res
+
+    def popen(self, *args: str) -> subprocess.Popen:
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), HOME=str(self.cache_dir))
+        return subprocess.Popen([KUBECTL, "--cache-dir", str(self.cache_dir / "cache"), *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+@pytest.fixture(scope="session")
+def kubectl(server, tmp_path_factory) -> Kubectl:
+    if not os.path.exists(KUBECTL):
+        pytest.fail("kubectl is required for these tests")
+    return Kubectl(server.kubeconfig, tmp_path_factory.mktemp("kubectl-home"))
