@@ -157,7 +157,7 @@ def test_from_dict_match_labels_and_expressions():
     [
         ({"matchExpressions": [{"key": "a", "operator": "Bogus"}]}, '"Bogus" is not a valid label selector operator'),
         ({"matchExpressions": [{"key": "a", "operator": "In", "values": []}]},
-         "values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty"),
+         "values: Invalid value: []string{}: for 'in', 'notin' operators, values set can't be empty"),
         ({"matchLabels": {"a b": "c"}}, 'key: Invalid value: "a b": name part must consist'),
     ],
 )
@@ -288,3 +288,12 @@ def test_field_value_helper():
     assert field_value(POD, "status.podIP") == "10.0.0.5"
     assert field_value({"status": {"podIP": "1.2.3.4"}}, "status.podIP", "pods") == "1.2.3.4"
     assert field_value({}, "metadata.name") == ""
+
+
+def test_requirements_can_be_built_directly():
+    from kubeplane.api.selectors import Requirement
+
+    sel = LabelSelector((Requirement("tier", "in", ("b", "a", "a")), Requirement("app", "=", ("web",))))
+    assert str(sel) == "app=web,tier in (a,b)"
+    assert sel.matches({"app": "web", "tier": "a"}) and not sel.matches({"app": "web", "tier": "c"})
+    assert parse_label_selector("env=prod").add(Requirement("canary", "!")).matches({"env": "prod"})

@@ -436,7 +436,7 @@ def test_pv():
     local = pv(local={"path": "/mnt"})
     del local["spec"]["hostPath"]
     c = only("persistentvolumes", local)
-    assert (c.field, c.message) == ("metadata.annotations", "Required value: Local volume requires node affinity")
+    assert (c.field, c.message) == ("spec.nodeAffinity", "Required value: Local volume requires node affinity")
     local["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}
     assert causes("persistentvolumes", local) == []
@@ -485,7 +485,7 @@ def test_valid_deployment_and_replicaset():
 def test_selector_must_match_template():
     c = only("deployments", deployment(labels={"app": "other"}))
     assert (c.field, c.reason) == ("spec.template.metadata.labels", "FieldValueInvalid")
-    assert c.message == 'Invalid value: {"app":"other"}: `selector` does not match template `labels`'
+    assert c.message == 'Invalid value: map[string]string{"app":"other"}: `selector` does not match template `labels`'
 
 
 @pytest.mark.parametrize(
@@ -717,3 +717,68 @@ def test_string_checks():
     assert is_valid_port_name("http") == []
     assert is_valid_port_name("123") == ["must contain at least one letter (a-z)"]
     assert is_valid_port_name("a--b") == ["must not contain consecutive hyphens"]
+
+
+# --------------------------------------------------------------------------- robustness and misc
+
+from kubeplane.api.resources import RESOURCES  # noqa: E402
+
+
+@pytest.mark.parametrize("res", RESOURCES, ids=lambda r: r.qualified)
+@pytest.mark.parametrize(
+    "junk",
+    [
+        {"metadata": "x", "spec": "y", "data": [1], "status": 3},
+        {"metadata": {"name": 5, "labels": ["a"], "annotations": "b", "finalizers": "c", "ownerReferences": {}},
+         "spec": {"containers": "x", "volumes": {}, "tolerations": 5, "selector": [], "template": "t",
+                  "devices": {"requests": "r"}, "ports": "p", "taints": {}, "capacity": [], "accessModes": "a"}},
+    ],
+)
+def test_malformed_objects_yield_causes_not_exceptions(res, junk):
+    got = validate_object(res, junk, None) + validate_object(res, junk, junk)
+    assert all(isinstance(c, Cause) for c in got)
+    if junk["metadata"] == "x":
+        assert ("metadata.name", "FieldValueRequired") in [(c.field, c.reason) for c in got]
+
+
+def test_namespace_spec_finalizers():
+    ns = {"metadata": {"name": "team-a"}, "spec": {"finalizers": ["kubernetes", "custom"]}}
+    assert causes("namespaces", ns) == [("spec.finalizers[1]", "FieldValueInvalid")]
+
+
+def test_csi_objects():
+    node = {"metadata": {"name": "n1"}, "spec": {"drivers": [{"name": "d", "nodeID": "n1"}, {"name": "d"}]}}
+    assert causes("csinodes", node) == [("spec.drivers[1].name", "FieldValueDuplicate"),
+                                        ("spec.drivers[1].nodeID", "FieldValueRequired")]
+    cap = {"metadata": {"name": "c", "namespace": "default"}, "capacity": "lots"}
+    assert causes("csistoragecapacities", cap) == [("storageClassName", "FieldValueRequired"),
+                                                   ("capacity", "FieldValueInvalid")]
+
+
+def test_resource_claim_template_paths():
+    tmpl = {"metadata": {"name": "t", "namespace": "default"},
+            "spec": {"metadata": {"labels": {"bad key": "x"}},
+                     "spec": {"devices": {"requests": [{"name": "gpu"}]}}}}
+    assert causes("resourceclaimtemplates", tmpl) == [
+        ("spec.metadata.labels", "FieldValueInvalid"),
+        ("spec.spec.devices.requests[0]", "FieldValueRequired"),
+    ]
+
+
+def test_multiple_causes_are_reported_together():
+    obj = {"metadata": {"name": "Bad", "namespace": "default"},
+           "spec": {"containers": [{"name": "c"}], "restartPolicy": "Sometimes"}}
+    assert causes("pods", obj) == [
+        ("metadata.name", "FieldValueInvalid"),
+        ("spec.containers[0].image", "FieldValueRequired"),
+        ("spec.restartPolicy", "FieldValueNotSupported"),
+    ]
+
+
+def test_go_repr_matches_upstream_value_printing():
+    from kubeplane.api.validation import go_repr
+
+    assert go_repr({"b": "2", "a": "1"}) == 'map[string]string{"a":"1", "b":"2"}'
+    assert go_repr(["x", "y"]) == '[]string{"x", "y"}'
+    assert go_repr("web") == '"web"' and go_repr(-1) == "-1" and go_repr(None) == "null"
+    assert go_repr(True) == "true"

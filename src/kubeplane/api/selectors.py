@@ -18,7 +18,7 @@ from dataclasses import field as dc_field
 from typing import Any, Callable, Mapping
 
 from kubeplane.api import errors
-from kubeplane.api.validation import is_qualified_name, is_valid_label_value
+from kubeplane.api.validation import go_repr, is_qualified_name, is_valid_label_value
 
 __all__ = [
     "FieldRequirement",
@@ -62,7 +62,12 @@ class Requirement:
     key: str
     operator: str
     values: tuple[str, ...] = ()
-    _set: frozenset[str] = dc_field(default=frozenset(), compare=False, repr=False)
+    _set: frozenset[str] = dc_field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        uniq = tuple(sorted(set(self.values)))
+        object.__setattr__(self, "values", uniq)
+        object.__setattr__(self, "_set", frozenset(uniq))
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         op = self.operator
@@ -99,20 +104,11 @@ class Requirement:
 
 
 def _make_requirement(key: str, op: str, values: list[str] | tuple[str, ...]) -> Requirement:
-    uniq = tuple(sorted(set(values)))
-    return Requirement(key, op, uniq, frozenset(uniq))
-
-
-def _go_quote(value: Any) -> str:
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(json.dumps(v) for v in value) + "]"
-    return json.dumps(value)
+    return Requirement(key, op, tuple(values))
 
 
 def _field_err(path: str, value: Any, detail: str) -> str:
-    return f"{path}: Invalid value: {_go_quote(value)}: {detail}"
+    return f"{path}: Invalid value: {go_repr(value)}: {detail}"
 
 
 def _requirement_errors(key: str, op: str, values: list[str]) -> list[str]:
@@ -455,6 +451,28 @@ def label_selector_from_dict(sel: Mapping[str, Any] | None) -> LabelSelector:
     exprs = sel.get("matchExpressions") or []
     if not match_labels and not exprs:
         return _EVERYTHING
+    try:
+        key: Any = (
+            tuple(match_labels.items()),
+            tuple((e.get("key"), e.get("operator"), tuple(e.get("values") or ())) for e in exprs),
+        )
+        hit = _DICT_CACHE.get(key)
+    except (TypeError, AttributeError):  # unhashable or malformed: compile without caching
+        key, hit = None, None
+    if hit is not None:
+        return hit
+    compiled = _compile_dict(match_labels, exprs)
+    if key is not None:
+        if len(_DICT_CACHE) > 4096:
+            _DICT_CACHE.clear()
+        _DICT_CACHE[key] = compiled
+    return compiled
+
+
+_DICT_CACHE: dict[Any, LabelSelector] = {}
+
+
+def _compile_dict(match_labels: Mapping[str, Any], exprs: list[Any]) -> LabelSelector:
     reqs: list[Requirement] = []
     for k, v in match_labels.items():
         v = "" if v is None else v

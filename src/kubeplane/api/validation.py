@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from kubeplane.api import errors
@@ -106,6 +107,11 @@ def is_dns1035_label(value: str) -> list[str]:
 
 def is_qualified_name(value: str) -> list[str]:
     """Label keys, annotation keys, finalizers: ``[prefix/]name``."""
+    return list(_qualified_name_errors(value))
+
+
+@lru_cache(maxsize=8192)
+def _qualified_name_errors(value: str) -> tuple[str, ...]:
     out: list[str] = []
     parts = value.split("/")
     if len(parts) == 1:
@@ -117,11 +123,11 @@ def is_qualified_name(value: str) -> list[str]:
         else:
             out.extend("prefix part " + m for m in is_dns1123_subdomain(prefix))
     else:
-        return [
+        return (
             "a qualified name "
             + regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+        )
     if not name:
         out.append("name part must be non-empty")
     elif len(name) > 63:
@@ -130,10 +136,12 @@ def is_qualified_name(value: str) -> list[str]:
         out.append(
             "name part " + regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
         )
-    return out
+    return tuple(out)
 
 
 def is_valid_label_value(value: str) -> list[str]:
+    if len(value) <= 63 and _LABEL_VALUE_RE.match(value):
+        return []
     out: list[str] = []
     if len(value) > 63:
         out.append(max_len_error(63))
@@ -210,8 +218,24 @@ def _required(path: str, detail: str = "") -> Cause:
     return errors.required(path, f"Required value: {detail}" if detail else "Required value")
 
 
+def go_repr(value: Any) -> str:
+    """A bad value as upstream prints it in field errors (``%q``, ``%v`` or ``%#v``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        inner = ", ".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in sorted(value.items()))
+        return "map[string]string{" + inner + "}"
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return "[]string{" + ", ".join(json.dumps(v) for v in value) + "}"
+    return _show(value)
+
+
 def _invalid(path: str, value: Any, detail: str) -> Cause:
-    return errors.invalid_value(path, value, detail)
+    return Cause("FieldValueInvalid", f"Invalid value: {go_repr(value)}: {detail}", path)
 
 
 def _forbidden(path: str, detail: str) -> Cause:
@@ -1433,7 +1457,7 @@ def _validate_pv(obj: dict[str, Any]) -> list[Cause]:
         if src == "csi" and not _d(spec.get("csi")).get("volumeHandle"):
             out.append(_required("spec.csi.volumeHandle"))
     if "local" in sources and not _d(_d(spec.get("nodeAffinity")).get("required")):
-        out.append(_required("metadata.annotations", "Local volume requires node affinity"))
+        out.append(_required("spec.nodeAffinity", "Local volume requires node affinity"))
     na = _d(spec.get("nodeAffinity"))
     if na.get("required") is not None:
         out += validate_node_selector(na["required"], "spec.nodeAffinity.required")
@@ -1794,6 +1818,7 @@ __all__ = [
     "ExtraValidator",
     "VALIDATORS",
     "extra_validators",
+    "go_repr",
     "is_config_map_key",
     "is_dns1035_label",
     "is_dns1123_label",

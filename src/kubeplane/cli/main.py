@@ -122,5 +122,39 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
     _run(go)
 
 
+@main.group()
+def bench() -> None:
+    """Benchmarks (run on demand)."""
+
+
+@bench.command("api")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the results.")
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Repetitions per measurement; medians are reported.")
+def bench_api(as_json: bool, runs: int) -> None:
+    """API machinery: creates/s, list latency, watch latency, memory."""
+    import json as _json
+
+    from kubeplane.bench.api import run
+
+    def progress(msg: str) -> None:
+        if not as_json:
+            click.echo(msg, err=True)
+
+    result = run(runs=runs, progress=progress)
+    if as_json:
+        click.echo(_json.dumps(result))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="kubeplane bench api (medians)")
+    table.add_column("measurement")
+    table.add_column("value", justify="right")
+    for k, v in result.items():
+        table.add_row(k, str(v))
+    Console().print(table)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,342 @@
+"""``kubeplane bench api``: API machinery throughput, latency and memory.
+
+Run on demand (never as a timed test). Every figure is the median of several
+runs; the machine is shared and noisy, so single runs mean little.
+
+Measured:
+
+* creates/s through the in-process client, SQLite storage (fsync on), 8
+  concurrent writers;
+* creates/s over HTTP against an API server subprocess (SQLite), 8 concurrent
+  clients;
+* time to list 10,000 pods over HTTP (JSON);
+* watch delivery latency (p50/p99) with 10 watchers at a steady write rate;
+* resident memory of a process holding 10,000 pods in storage and in an
+  informer cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from kubeplane.api.resources import CATALOGUE, resource
+
+PODS = resource("pods")
+NAMESPACES = resource("namespaces")
+
+
+def pod_body(name: str, extra_annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    md: dict[str, Any] = {"name": name, "labels": {"app": "bench", "tier": "web"}}
+    if extra_annotations:
+        md["annotations"] = extra_annotations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": md,
+        "spec": {"containers": [{
+            "name": "app",
+            "image": "nginx:1.27",
+            "ports": [{"containerPort": 80}],
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        }]},
+    }
+
+
+# -- in-process -----------------------------------------------------------
+
+
+async def _inprocess_creates(n: int, writers: int) -> float:
+    from kubeplane.apiserver.app import ensure_default_namespaces
+    from kubeplane.client.inprocess import InProcessClient
+    from kubeplane.registry.registry import Registry
+    from kubeplane.storage import open_store
+
+    with tempfile.TemporaryDirectory() as d:
+        store = await open_store("sqlite", d)
+        registry = Registry(store, CATALOGUE)
+        await ensure_default_namespaces(registry)
+        client = InProcessClient(registry)
+        per = n // writers
+
+        async def writer(w: int) -> None:
+            for i in range(per):
+                await client.create(PODS, pod_body(f"p-{w}-{i}"), "default")
+
+        await asyncio.gather(*(client.create(PODS, pod_body(f"warm-{i}"), "default") for i in range(50)))
+        t0 = time.perf_counter()
+        await asyncio.gather(*(writer(w) for w in range(writers)))
+        elapsed = time.perf_counter() - t0
+        await registry.close()
+        await store.close()
+    return per * writers / elapsed
+
+
+# -- over HTTP --------------------------------------------------------------
+
+
+class ServerProc:
+    def __init__(self, data_dir: str, storage: str = "sqlite") -> None:
+        self.data_dir = data_dir
+        kubeconfig = Path(data_dir) / "kubeconfig"
+        self.log = open(Path(data_dir) / "server.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kubeplane.cli.main", "apiserver", "--listen", "127.0.0.1:0",
+             "--storage", storage, "--data-dir", str(Path(data_dir) / "data"), "--kubeconfig", str(kubeconfig)],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while not kubeconfig.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("API server did not start")
+            time.sleep(0.05)
+        import yaml
+
+        cfg = yaml.safe_load(kubeconfig.read_text())
+        self.url = cfg["clusters"][0]["cluster"]["server"]
+
+    def rss_mb(self) -> float:
+        return _rss_mb(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def _rss_mb(pid: int | str = "self") -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def _ensure_ns(s: aiohttp.ClientSession, ns: str) -> None:
+    r = await s.post("/api/v1/namespaces", data=orjson.dumps({"metadata": {"name": ns}}),
+                     headers={"Content-Type": "application/json"})
+    await r.read()
+
+
+async def _http_creates(url: str, ns: str, n: int, clients: int) -> float:
+    sessions = [aiohttp.ClientSession(url) for _ in range(clients)]
+    try:
+        await _ensure_ns(sessions[0], ns)
+        per = n // clients
+        path = f"/api/v1/namespaces/{ns}/pods"
+        headers = {"Content-Type": "application/json"}
+
+        async def client(c: int, s: aiohttp.ClientSession) -> None:
+            for i in range(per):
+                r = await s.post(path, data=orjson.dumps(pod_body(f"p-{c}-{i}")), headers=headers)
+                if r.status != 201:
+                    raise RuntimeError(f"create failed: {r.status} {await r.text()}")
+                await r.read()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(c, s) for c, s in enumerate(sessions)))
+        return per * clients / (time.perf_counter() - t0)
+    finally:
+        for s in sessions:
+            await s.close()
+
+
+async def _fill(url: str, ns: str, n: int, concurrency: int = 16) -> None:
+    async with aiohttp.ClientSession(url) as s:
+        await _ensure_ns(s, ns)
+        headers = {"Content-Type": "application/json"}
+        it = iter(range(n))
+
+        async def worker() -> None:
+            for i in it:
+                r = await s.post(f"/api/v1/namespaces/{ns}/pods", data=orjson.dumps(pod_body(f"p-{i}")),
+                                 headers=headers)
+                await r.read()
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def _list_time(url: str, ns: str, runs: int) -> tuple[float, int]:
+    times = []
+    count = 0
+    async with aiohttp.ClientSession(url) as s:
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            r = await s.get(f"/api/v1/namespaces/{ns}/pods")
+            body = await r.read()
+            data = orjson.loads(body)
+            times.append(time.perf_counter() - t0)
+            count = len(data["items"])
+    return statistics.median(times), count
+
+
+async def _watch_latency(url: str, ns: str, watchers: int, rate: float, seconds: float) -> list[float]:
+    """Writers stamp each update with the send time; watchers record arrival - stamp."""
+    latencies: list[float] = []
+    async with aiohttp.ClientSession(url, timeout=aiohttp.ClientTimeout(total=None)) as s:
+        await _ensure_ns(s, ns)
+        headers = {"Content-Type": "application/json"}
+        for i in range(10):
+            r = await s.post(f"/api/v1/namespaces/{ns}/configmaps",
+                             data=orjson.dumps({"metadata": {"name": f"cm-{i}"}, "data": {"t": "0"}}), headers=headers)
+            await r.read()
+        lst = await (await s.get(f"/api/v1/namespaces/{ns}/configmaps")).json()
+        rv = lst["metadata"]["resourceVersion"]
+        ready = asyncio.Event()
+        started = 0
+
+        async def watcher() -> None:
+            nonlocal started
+            async with aiohttp.ClientSession(url, timeout=aiohttp.ClientTimeout(total=None)) as ws:
+                r = await ws.get(f"/api/v1/namespaces/{ns}/configmaps",
+                                 params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": str(int(seconds + 10))})
+                started += 1
+                if started == watchers:
+                    ready.set()
+                async for line in r.content:
+                    now = time.time()
+                    ev = orjson.loads(line)
+                    t = (ev["object"].get("data") or {}).get("t")
+                    if t and t != "0":
+                        latencies.append((now - float(t)) * 1000)
+                    if t == "stop":
+                        break
+
+        tasks = [asyncio.create_task(watcher()) for _ in range(watchers)]
+        await asyncio.wait_for(ready.wait(), 10)
+        await asyncio.sleep(0.2)
+        interval = 1.0 / rate
+        total = int(rate * seconds)
+        t_start = time.perf_counter()
+        inflight: set[asyncio.Task] = set()
+
+        async def write(i: int) -> None:
+            body = {"data": {"t": repr(time.time())}}
+            r = await s.patch(f"/api/v1/namespaces/{ns}/configmaps/cm-{i % 10}", data=orjson.dumps(body),
+                              headers={"Content-Type": "application/merge-patch+json"})
+            await r.read()
+
+        for i in range(total):
+            target = t_start + i * interval
+            delay = target - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(write(i))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        await asyncio.gather(*inflight)
+        r = await s.patch(f"/api/v1/namespaces/{ns}/configmaps/cm-0", data=orjson.dumps({"data": {"t": "stop"}}),
+                          headers={"Content-Type": "application/merge-patch+json"})
+        await r.read()
+        await asyncio.wait(tasks, timeout=10)
+        for t in tasks:
+            t.cancel()
+    return latencies
+
+
+def _percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    k = min(len(values) - 1, max(0, int(round(p / 100 * (len(values) - 1)))))
+    return values[k]
+
+
+# -- memory -----------------------------------------------------------------
+
+_RSS_CHILD = r"""
+import asyncio, json, sys, tempfile
+from kubeplane.bench.api import pod_body, _rss_mb, PODS
+from kubeplane.api.resources import CATALOGUE
+from kubeplane.apiserver.app import ensure_default_namespaces
+from kubeplane.client.inprocess import InProcessClient
+from kubeplane.client.informer import SharedInformer
+from kubeplane.registry.registry import Registry
+from kubeplane.storage import open_store
+
+async def main(n):
+    with tempfile.TemporaryDirectory() as d:
+        base = _rss_mb()
+        store = await open_store("sqlite", d)
+        registry = Registry(store, CATALOGUE)
+        await ensure_default_namespaces(registry)
+        client = InProcessClient(registry)
+        sem = asyncio.Semaphore(64)
+        async def one(i):
+            async with sem:
+                await client.create(PODS, pod_body(f"p-{i}"), "default")
+        await asyncio.gather(*(one(i) for i in range(n)))
+        inf = SharedInformer(client, PODS)
+        inf.add_event_handler(lambda o: None, lambda a, b: None, lambda o: None)
+        inf.start()
+        await inf.wait_for_sync(60)
+        assert len(inf.indexer.list()) == n
+        import gc; gc.collect()
+        print(json.dumps({"rss_mb": _rss_mb(), "base_mb": base}))
+        await inf.stop()
+        await registry.close(); await store.close()
+
+asyncio.run(main(int(sys.argv[1])))
+"""
+
+
+def _rss_with_informer(n: int) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(n)], capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# -- driver -----------------------------------------------------------------
+
+
+def run(*, runs: int = 3, progress=print) -> dict[str, Any]:
+    result: dict[str, Any] = {"runs": runs}
+    progress("in-process creates (SQLite, 8 writers)...")
+    vals = [asyncio.run(_inprocess_creates(4000, 8)) for _ in range(runs)]
+    result["creates_per_s_inprocess"] = round(statistics.median(vals))
+    result["creates_per_s_inprocess_runs"] = [round(v) for v in vals]
+    with tempfile.TemporaryDirectory() as d:
+        srv = ServerProc(d)
+        try:
+            progress("HTTP creates (SQLite, 8 clients)...")
+            vals = [asyncio.run(_http_creates(srv.url, f"http-{i}", 2400, 8)) for i in range(runs)]
+            result["creates_per_s_http"] = round(statistics.median(vals))
+            result["creates_per_s_http_runs"] = [round(v) for v in vals]
+            progress("filling 10,000 pods...")
+            asyncio.run(_fill(srv.url, "list", 10_000))
+            progress("listing 10,000 pods...")
+            t, count = asyncio.run(_list_time(srv.url, "list", max(runs, 5)))
+            if count != 10_000:
+                raise RuntimeError(f"listed {count} pods, expected 10000")
+            result["list_10k_pods_s"] = round(t, 4)
+            result["server_rss_mb_after_list"] = round(srv.rss_mb(), 1)
+            progress("watch latency (10 watchers, 1000 writes/s)...")
+            lat: list[float] = []
+            for i in range(runs):
+                lat += asyncio.run(_watch_latency(srv.url, f"watch-{i}", 10, 1000.0, 4.0))
+            result["watch_p50_ms"] = round(_percentile(lat, 50), 2)
+            result["watch_p99_ms"] = round(_percentile(lat, 99), 2)
+            result["watch_events"] = len(lat)
+        finally:
+            srv.stop()
+    progress("memory with 10,000 pods stored and cached by an informer...")
+    mem = [_rss_with_informer(10_000) for _ in range(max(1, runs // 2))]
+    result["rss_mb_10k_pods"] = round(statistics.median(m["rss_mb"] for m in mem), 1)
+    result["rss_mb_baseline"] = round(statistics.median(m["base_mb"] for m in mem), 1)
+    result["cpu_count"] = os.cpu_count()
+    return result

@@ -1,0 +1,1 @@
+"""Dynamic resource allocation: CEL device selectors, validation, pools and the structured allocator."""

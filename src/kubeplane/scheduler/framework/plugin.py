@@ -1,0 +1,196 @@
+"""The single plugin shape and the handle plugins get from the framework.
+
+A plugin subclasses :class:`Plugin`, sets ``name`` and overrides the methods
+of the extension points it implements; the framework detects capabilities
+from which methods a subclass overrides. Signatures (``state`` is a
+``CycleState``, ``pod_info`` a ``PodInfo``, ``node_info`` a ``NodeInfo``):
+
+* ``pre_enqueue(pod) -> Status | None``
+* ``less(a, b) -> bool`` (QueueSort; ``a``/``b`` have ``.pod`` and ``.timestamp``)
+* ``pre_filter(state, pod_info, nodes) -> (PreFilterResult | None, Status | None)``
+* ``add_pod`` / ``remove_pod(state, pod_info, pod_info_to_change, node_info) -> Status | None``
+  (PreFilter extensions, used with nominated pods and preemption)
+* ``filter(state, pod_info, node_info) -> Status | None``
+* ``post_filter(state, pod_info, filtered_statuses) -> (nominated_node | None, Status)``
+* ``pre_score(state, pod_info, nodes) -> Status | None``
+* ``score(state, pod_info, node_info) -> (int, Status | None)``
+* ``normalize_score(state, pod_info, scores) -> Status | None`` (edits ``[node, score]`` pairs in place)
+* ``reserve`` / ``unreserve(state, pod_info, node_name)``
+* ``permit(state, pod_info, node_name) -> (Status | None, timeout_seconds)``
+* ``async pre_bind`` / ``async bind(state, pod_info, node_name) -> Status | None``
+* ``async post_bind(state, pod_info, node_name) -> None``
+* ``events_to_register() -> list[ClusterEventWithHint]``
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
+
+from kubeplane.scheduler.framework.types import ClusterEventWithHint, CycleState, Obj, PreFilterResult, Status
+
+if TYPE_CHECKING:
+    from kubeplane.client.interface import Client
+    from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
+
+
+class PodNominator(Protocol):
+    """What the framework needs from the queue's nominator."""
+
+    def nominated_pods_for_node(self, node_name: str) -> list["PodInfo"]: ...
+
+
+class SnapshotLister(Protocol):
+    node_info_list: list["NodeInfo"]
+    have_pods_with_affinity_list: list["NodeInfo"]
+    have_pods_with_required_anti_affinity_list: list["NodeInfo"]
+
+    def get(self, node_name: str) -> "NodeInfo": ...
+
+    def num_nodes(self) -> int: ...
+
+
+class Handle:
+    """Services shared by the plugins of one profile.
+
+    ``snapshot`` is replaced by the scheduling loop at the start of each cycle;
+    ``framework`` is set by the Framework that owns this handle.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: "Client | None" = None,
+        snapshot: SnapshotLister | None = None,
+        informer_factory: Any = None,
+        event_recorder: Any = None,
+        nominator: PodNominator | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.client = client
+        self.snapshot = snapshot
+        self.informer_factory = informer_factory
+        self.event_recorder = event_recorder
+        self.nominator = nominator
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.framework: Any = None
+
+    def node_infos(self) -> list["NodeInfo"]:
+        return self.snapshot.node_info_list if self.snapshot is not None else []
+
+
+class Plugin:
+    """Base class of every scheduler plugin. Override what you implement."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, args: dict | None, handle: Handle) -> None:
+        self.args: dict = dict(args or {})
+        self.handle = handle
+
+    # --- queue side
+    def pre_enqueue(self, pod: Obj) -> Status | None:
+        raise NotImplementedError
+
+    def less(self, a: Any, b: Any) -> bool:
+        raise NotImplementedError
+
+    # --- scheduling cycle
+    def pre_filter(
+        self, state: CycleState, pod_info: "PodInfo", nodes: list["NodeInfo"]
+    ) -> tuple[PreFilterResult | None, Status | None]:
+        raise NotImplementedError
+
+    def add_pod(
+        self, state: CycleState, pod_info: "PodInfo", pod_info_to_add: "PodInfo", node_info: "NodeInfo"
+    ) -> Status | None:
+        raise NotImplementedError
+
+    def remove_pod(
+        self, state: CycleState, pod_info: "PodInfo", pod_info_to_remove: "PodInfo", node_info: "NodeInfo"
+    ) -> Status | None:
+        raise NotImplementedError
+
+    def filter(self, state: CycleState, pod_info: "PodInfo", node_info: "NodeInfo") -> Status | None:
+        raise NotImplementedError
+
+    def post_filter(
+        self, state: CycleState, pod_info: "PodInfo", filtered_statuses: dict[str, Status]
+    ) -> tuple[str | None, Status]:
+        raise NotImplementedError
+
+    def pre_score(self, state: CycleState, pod_info: "PodInfo", nodes: list["NodeInfo"]) -> Status | None:
+        raise NotImplementedError
+
+    def score(self, state: CycleState, pod_info: "PodInfo", node_info: "NodeInfo") -> tuple[int, Status | None]:
+        raise NotImplementedError
+
+    def normalize_score(self, state: CycleState, pod_info: "PodInfo", scores: list[list[Any]]) -> Status | None:
+        raise NotImplementedError
+
+    def reserve(self, state: CycleState, pod_info: "PodInfo", node_name: str) -> Status | None:
+        raise NotImplementedError
+
+    def unreserve(self, state: CycleState, pod_info: "PodInfo", node_name: str) -> None:
+        return None
+
+    def permit(self, state: CycleState, pod_info: "PodInfo", node_name: str) -> tuple[Status | None, float]:
+        raise NotImplementedError
+
+    # --- binding cycle
+    async def pre_bind(self, state: CycleState, pod_info: "PodInfo", node_name: str) -> Status | None:
+        raise NotImplementedError
+
+    async def bind(self, state: CycleState, pod_info: "PodInfo", node_name: str) -> Status | None:
+        raise NotImplementedError
+
+    async def post_bind(self, state: CycleState, pod_info: "PodInfo", node_name: str) -> None:
+        raise NotImplementedError
+
+    # --- queueing hints
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        raise NotImplementedError
+
+
+#: extension point name -> method implementing it
+EXTENSION_METHODS: dict[str, str] = {
+    "preEnqueue": "pre_enqueue",
+    "queueSort": "less",
+    "preFilter": "pre_filter",
+    "filter": "filter",
+    "postFilter": "post_filter",
+    "preScore": "pre_score",
+    "score": "score",
+    "reserve": "reserve",
+    "permit": "permit",
+    "preBind": "pre_bind",
+    "bind": "bind",
+    "postBind": "post_bind",
+}
+
+
+def implements(plugin: type[Plugin] | Plugin, method: str) -> bool:
+    """Whether a plugin (class or instance) overrides ``method`` of :class:`Plugin`."""
+    cls = plugin if isinstance(plugin, type) else type(plugin)
+    return getattr(cls, method, None) is not getattr(Plugin, method)
+
+
+def extension_points(plugin: type[Plugin] | Plugin) -> list[str]:
+    """The extension points (config names) a plugin implements."""
+    return [ep for ep, m in EXTENSION_METHODS.items() if implements(plugin, m)]
+
+
+def default_normalize_score(max_priority: int, reverse: bool, scores: list[list[Any]]) -> None:
+    """Scale scores so the highest becomes ``max_priority``; ``reverse`` flips them."""
+    max_count = max((s for _, s in scores), default=0)
+    if max_count == 0:
+        if reverse:
+            for entry in scores:
+                entry[1] = max_priority
+        return
+    for entry in scores:
+        sc = max_priority * entry[1] // max_count
+        entry[1] = max_priority - sc if reverse else sc
