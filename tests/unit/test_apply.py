@@ -185,3 +185,31 @@ def test_set_lists_and_paths_round_trip():
     assert path_string(("f:metadata", "f:finalizers", 'v:"a/b"')) == '.metadata.finalizers[="a/b"]'
     assert path_string(("f:spec", "f:ports", 'k:{"port":80,"protocol":"TCP"}')) == \
         '.spec.ports[port=80,protocol="TCP"]'
+
+
+def test_create_fast_path_matches_general_tracking():
+    """The one-pass FieldsV1 for creates equals the general path's result."""
+    from kubeplane.api import apply as ssa
+
+    objs = [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}, "uid": "u",
+                                                           "annotations": {}, "finalizers": ["x/y"]},
+         "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}],
+                                  "env": [{"name": "A", "value": "1"}], "resources": {}}],
+                  "tolerations": [{"key": "k", "operator": "Exists"}], "nodeSelector": {"z": "1"}},
+         "status": {"phase": "Pending"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "d"}},
+                  "template": {"metadata": {"labels": {"app": "d"}},
+                               "spec": {"containers": [{"name": "c", "image": "i"}]}},
+                  "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%"}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+         "spec": {"ports": [{"port": 80, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}],
+                  "selector": {"a": "b"}, "clusterIPs": ["10.0.0.1"]}},
+    ]
+    for obj in objs:
+        for sub in ("", "status"):
+            schema = ssa._schema_of(obj)
+            general = ssa.fields_to_v1(ssa._tracked(ssa._flatten(obj, schema), sub))
+            assert ssa._owned_fields_v1(obj, schema, sub) == general
+            assert list(ssa._owned_fields_v1(obj, schema, sub)) == list(general)

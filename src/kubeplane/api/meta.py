@@ -62,3 +62,16 @@ def labels_of(obj: Obj) -> dict[str, str]:
 
 def is_alnum(s: str) -> bool:
     return bool(s) and all(c in string.ascii_lowercase + string.digits for c in s)
+
+
+def deep_copy(obj: Any) -> Any:
+    """A deep copy of JSON-shaped data; an orjson round trip is several times
+    faster than :func:`copy.deepcopy` for API objects."""
+    import copy
+
+    import orjson
+
+    try:
+        return orjson.loads(orjson.dumps(obj))
+    except (TypeError, orjson.JSONEncodeError):
+        return copy.deepcopy(obj)

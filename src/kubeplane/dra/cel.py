@@ -42,6 +42,7 @@ __all__ = [
     "DeviceEnv",
     "compile_selector",
     "compile_cache_clear",
+    "is_semver",
     "semver_compare",
 ]
 
@@ -152,6 +153,11 @@ def semver_value(text: str) -> dict[str, str]:
 
 def _f_semver(s: str) -> dict[str, str]:
     return semver_value(s)
+
+
+def is_semver(s: str) -> bool:
+    """True when ``s`` is a semver 2.0.0 version."""
+    return _f_is_semver(s)
 
 
 def _f_is_semver(s: str) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
@@ -21,7 +20,7 @@ import orjson
 
 from kubeplane.api import errors
 from kubeplane.api.errors import StatusError
-from kubeplane.api.meta import format_time, random_suffix, utcnow
+from kubeplane.api.meta import deep_copy, format_time, random_suffix, utcnow
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
 from kubeplane.registry.strategies import DEFAULT_CLASS_ANNOTATION, Strategy, strategy_for
 from kubeplane.storage.interface import (
@@ -296,7 +295,7 @@ class Registry:
     ) -> Obj:
         if not isinstance(obj, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
-        obj = copy.deepcopy(obj)
+        obj = deep_copy(obj)
         self._check_type_meta(res, obj)
         md = self._check_metadata_shape(obj)
         self._normalise_namespace(res, md, namespace)
@@ -395,7 +394,7 @@ class Registry:
         want_rv = md_in.get("resourceVersion") or ""
 
         def mutate(current: Obj) -> Obj:
-            new = copy.deepcopy(obj)
+            new = deep_copy(obj)
             if subresource is None:
                 self._check_type_meta(res, new)
             else:
@@ -490,7 +489,7 @@ class Registry:
         if subresource == "status":
             strategy.prepare_for_status_update(new, current)
             # Metadata is not writable through the status endpoint.
-            md_keep = copy.deepcopy(cur_md)
+            md_keep = deep_copy(cur_md)
             new["metadata"] = md_keep
             md = new["metadata"]
             md.pop("resourceVersion", None)
@@ -554,7 +553,7 @@ class Registry:
                 raise errors.unsupported_media_type(patch_type, list(_PATCH_TYPES))
             if not isinstance(new, dict):
                 raise errors.bad_request("the patch did not produce an object")
-            new = copy.deepcopy(new) if new is current else new
+            new = deep_copy(new) if new is current else new
             if subresource is None:
                 self._check_type_meta(res, new)
             md = self._check_metadata_shape(new)
@@ -581,7 +580,7 @@ class Registry:
             raise errors.bad_request("PATCH requests with apply patch type require a field manager")
         if not isinstance(patch, dict):
             raise errors.bad_request("apply patch must be an object")
-        patch = copy.deepcopy(patch)
+        patch = deep_copy(patch)
         if patch.get("apiVersion") in (None, "") or patch.get("kind") in (None, ""):
             raise errors.bad_request("apiVersion and kind must be set in an apply configuration")
         self._check_type_meta(res, patch)
@@ -698,14 +697,14 @@ class Registry:
             return None
         if md.get("deletionTimestamp"):
             if pod_grace is not None and md.get("deletionGracePeriodSeconds", pod_grace) > pod_grace:
-                new = copy.deepcopy(current)
+                new = deep_copy(current)
                 new["metadata"]["deletionGracePeriodSeconds"] = pod_grace
                 new["metadata"].pop("resourceVersion", None)
                 return new
             if not finalizers and pod_grace is None and not is_ns:
                 return None
             return current if not is_ns else self._ns_terminating(current)
-        new = copy.deepcopy(current)
+        new = deep_copy(current)
         nmd = new["metadata"]
         nmd.pop("resourceVersion", None)
         nmd["deletionTimestamp"] = self._now()
@@ -715,7 +714,7 @@ class Registry:
         return new
 
     def _ns_terminating(self, ns: Obj) -> Obj:
-        new = copy.deepcopy(ns)
+        new = deep_copy(ns)
         new["metadata"].pop("resourceVersion", None)
         new["status"] = {"phase": "Terminating"}
         return new
@@ -756,7 +755,7 @@ class Registry:
                 return
             spec_finalizers = [f for f in ((kv.value.get("spec") or {}).get("finalizers") or []) if f != "kubernetes"]
             if spec_finalizers or (kv.value.get("metadata") or {}).get("finalizers"):
-                new = copy.deepcopy(kv.value)
+                new = deep_copy(kv.value)
                 new.setdefault("spec", {})["finalizers"] = spec_finalizers
                 new["metadata"].pop("resourceVersion", None)
                 try:
@@ -802,7 +801,7 @@ class Registry:
             current_node = (pod.get("spec") or {}).get("nodeName")
             if current_node:
                 raise errors.conflict("pods", name, detail=f"pod {name} is already assigned to node \"{current_node}\"")
-            new = copy.deepcopy(pod)
+            new = deep_copy(pod)
             new["metadata"].pop("resourceVersion", None)
             new["spec"]["nodeName"] = node
             ann = bmd.get("annotations") if isinstance(bmd, dict) else None
@@ -862,7 +861,7 @@ class Registry:
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 raise errors.invalid("Scale", name, [errors.invalid_value(
                     "spec.replicas", replicas, "must be greater than or equal to 0")], group="autoscaling")
-            new = copy.deepcopy(current)
+            new = deep_copy(current)
             new["metadata"].pop("resourceVersion", None)
             new.setdefault("spec", {})["replicas"] = replicas
             return new

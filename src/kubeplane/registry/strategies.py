@@ -9,11 +9,11 @@ owned by the ``status`` subresource when the resource has one, and
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 import itertools
 from typing import Any, Callable
 
+from kubeplane.api.meta import deep_copy
 from kubeplane.api.resources import ResourceInfo
 
 Obj = dict[str, Any]
@@ -54,7 +54,7 @@ class Strategy:
         """Main endpoint: status is owned by the status subresource."""
         if self.has_status:
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = deep_copy(old["status"])
             else:
                 new.pop("status", None)
 
@@ -65,7 +65,7 @@ class Strategy:
                 del new[k]
         for k, v in old.items():
             if k not in ("status", "metadata", "apiVersion", "kind"):
-                new[k] = copy.deepcopy(v)
+                new[k] = deep_copy(v)
 
     def spec_changed(self, new: Obj, old: Obj) -> bool:
         for k in set(new) | set(old):

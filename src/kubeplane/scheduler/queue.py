@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from kubeplane.api.quantity import parse_quantity
 from kubeplane.scheduler.framework.types import (
     FORCE_ACTIVATE,
     UNSCHEDULABLE_TIMEOUT,
@@ -399,8 +400,6 @@ class _InFlightLog:
 
 
 def _parse_qty(v: Any) -> Fraction | None:
-    from kubeplane.api.quantity import parse_quantity
-
     try:
         return parse_quantity(v)
     except Exception:  # malformed quantities are ignored here; validation rejects them

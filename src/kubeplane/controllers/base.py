@@ -1,0 +1,270 @@
+"""A small controller base: informers, rate-limited work queues, workers, events.
+
+The queue follows client-go's ``workqueue``: a key is queued at most once
+(dirty set), never processed by two workers at once (a key re-added while
+being processed is queued again when :meth:`WorkQueue.done` is called), and
+failures are retried with a per-key exponential backoff (5 ms doubling up to
+1000 s by default) until :meth:`WorkQueue.forget`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import uuid
+from typing import Any, Awaitable, Callable
+
+from kubeplane.api.errors import StatusError
+from kubeplane.api.meta import format_time, utcnow
+from kubeplane.api.resources import resource
+from kubeplane.client.informer import SharedInformerFactory
+from kubeplane.client.interface import Client, Obj
+
+log = logging.getLogger(__name__)
+
+EVENTS = resource("events")
+
+SyncFunc = Callable[[str], Awaitable[None]]
+
+
+class WorkQueue:
+    """Deduplicating, rate-limited async queue of string keys."""
+
+    def __init__(self, name: str = "", *, base_delay: float = 0.005, max_delay: float = 1000.0) -> None:
+        self.name = name
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self._queue: collections.deque[str] = collections.deque()
+        self._dirty: set[str] = set()
+        self._processing: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}
+        self._shutting_down = False
+        self._wakeup = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    def add(self, key: str) -> None:
+        if self._shutting_down or key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key in self._processing:
+            return
+        self._queue.append(key)
+        self._wakeup.set()
+
+    def add_after(self, key: str, delay: float) -> None:
+        """Add ``key`` after ``delay`` seconds (an earlier pending add wins)."""
+        if self._shutting_down:
+            return
+        if delay <= 0:
+            self.add(key)
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        pending = self._timers.get(key)
+        if pending is not None:
+            if pending[0] <= when:
+                return
+            pending[1].cancel()
+        handle = loop.call_at(when, self._fire, key)
+        self._timers[key] = (when, handle)
+
+    def _fire(self, key: str) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def when(self, key: str) -> float:
+        """Next backoff for ``key`` (and count the failure)."""
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        return min(self.base_delay * (2 ** min(n, 60)), self.max_delay)
+
+    def add_rate_limited(self, key: str) -> None:
+        self.add_after(key, self.when(key))
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def num_requeues(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
+    async def get(self) -> str | None:
+        """Next key to process, or ``None`` once shut down and drained of work."""
+        while not self._queue:
+            if self._shutting_down:
+                return None
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        key = self._queue.popleft()
+        self._dirty.discard(key)
+        self._processing.add(key)
+        return key
+
+    def done(self, key: str) -> None:
+        self._processing.discard(key)
+        if key in self._dirty and not self._shutting_down:
+            self._queue.append(key)
+            self._wakeup.set()
+
+    def shut_down(self) -> None:
+        """Stop accepting keys; waiting workers get ``None``."""
+        self._shutting_down = True
+        self._queue.clear()
+        self._dirty.clear()
+        for _, handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        self._wakeup.set()
+
+
+class EventRecorder:
+    """Writes core/v1 Events; repeats of the same event bump its count."""
+
+    def __init__(self, client: Client, component: str, *, host: str = "") -> None:
+        self.client = client
+        self.component = component
+        self.host = host
+        self._seen: dict[tuple[str, str, str, str], tuple[str, str, int]] = {}
+
+    async def event(self, obj: Obj, type_: str, reason: str, message: str) -> None:
+        """Record an event about ``obj``; failures are logged, never raised."""
+        md = obj.get("metadata") or {}
+        namespace = md.get("namespace") or "default"
+        key = (md.get("uid") or md.get("name") or "", type_, reason, message)
+        now = format_time(utcnow())
+        try:
+            seen = self._seen.get(key)
+            if seen is not None:
+                name, ns, count = seen
+                try:
+                    await self.client.patch(EVENTS, name, {"count": count + 1, "lastTimestamp": now}, ns)
+                    self._seen[key] = (name, ns, count + 1)
+                    return
+                except StatusError as err:
+                    if err.code != 404:
+                        raise
+            name = f"{md.get('name', 'unknown')}.{uuid.uuid4().hex[:16]}"
+            ev = {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": namespace},
+                "involvedObject": {
+                    "kind": obj.get("kind", ""), "apiVersion": obj.get("apiVersion", ""),
+                    "name": md.get("name", ""), "namespace": md.get("namespace", ""),
+                    "uid": md.get("uid", ""), "resourceVersion": md.get("resourceVersion", ""),
+                },
+                "reason": reason, "message": message, "type": type_,
+                "source": {"component": self.component, **({"host": self.host} if self.host else {})},
+                "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+                "reportingComponent": self.component, "reportingInstance": self.host or self.component,
+            }
+            await self.client.create(EVENTS, ev, namespace)
+            if len(self._seen) > 4096:
+                self._seen.clear()
+            self._seen[key] = (name, namespace, 1)
+        except Exception:  # noqa: BLE001 - events are best effort
+            log.warning("could not record event %s/%s", reason, md.get("name"), exc_info=True)
+
+
+class Controller:
+    """Informers + named work queues + workers.
+
+    Subclasses get informers from ``factory`` and register handlers in their
+    constructor, create queues with :meth:`add_queue`, and implement sync
+    functions ``async def sync(key)``. A sync that raises is retried with
+    backoff (StatusError Conflict is logged at debug level only); one that
+    returns normally resets the key's backoff.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        client: Client,
+        factory: SharedInformerFactory | None = None,
+        *,
+        workers: int = 1,
+    ) -> None:
+        self.name = name
+        self.client = client
+        self._owns_factory = factory is None
+        self.factory = factory or SharedInformerFactory(client)
+        self.workers = workers
+        self.recorder = EventRecorder(client, name)
+        self._queues: dict[str, tuple[WorkQueue, SyncFunc]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._running = False
+
+    def add_queue(self, name: str, sync: SyncFunc, *, base_delay: float = 0.005,
+                  max_delay: float = 1000.0) -> WorkQueue:
+        queue = WorkQueue(f"{self.name}-{name}", base_delay=base_delay, max_delay=max_delay)
+        self._queues[name] = (queue, sync)
+        return queue
+
+    def queue(self, name: str) -> WorkQueue:
+        return self._queues[name][0]
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    async def start(self, sync_timeout: float | None = 30.0) -> None:
+        """Start informers (if not running), wait for their caches, start workers."""
+        if self._running:
+            return
+        self.factory.start()
+        synced = await self.factory.wait_for_cache_sync(sync_timeout)
+        if not all(synced.values()):
+            raise TimeoutError(f"{self.name}: informer caches did not sync")
+        self._running = True
+        loop = asyncio.get_running_loop()
+        for qname, (queue, sync) in self._queues.items():
+            for i in range(self.workers):
+                self._tasks.append(loop.create_task(self._worker(queue, sync), name=f"{self.name}-{qname}-{i}"))
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Shut the queues down, let workers finish their current key, then stop
+        the informers if this controller created them."""
+        for queue, _ in self._queues.values():
+            queue.shut_down()
+        tasks, self._tasks = self._tasks, []
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for t in pending:
+                t.cancel()
+            for t in pending:
+                try:
+                    await t
+                except asyncio.CancelledError:
+                    pass
+        self._running = False
+        if self._owns_factory:
+            await self.factory.stop()
+
+    async def _worker(self, queue: WorkQueue, sync: SyncFunc) -> None:
+        while True:
+            key = await queue.get()
+            if key is None:
+                return
+            try:
+                await sync(key)
+            except asyncio.CancelledError:
+                queue.done(key)
+                raise
+            except StatusError as err:
+                if err.code == 409:
+                    log.debug("%s: conflict syncing %s, requeueing", queue.name, key)
+                else:
+                    log.warning("%s: error syncing %s: %s", queue.name, key, err)
+                queue.add_rate_limited(key)
+            except Exception:  # noqa: BLE001 - one bad key must not stop the worker
+                log.exception("%s: error syncing %s", queue.name, key)
+                queue.add_rate_limited(key)
+            else:
+                queue.forget(key)
+            queue.done(key)

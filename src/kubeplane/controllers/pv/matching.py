@@ -1,0 +1,276 @@
+"""PV <-> PVC matching, shared by the PV controller and the VolumeBinding plugin.
+
+Follows upstream's ``FindMatchingVolume`` and the PV controller's
+``findBestMatchForClaim``: the smallest volume that fits wins, a volume
+pre-bound to the claim (``spec.claimRef``) wins outright, node affinity is
+checked only when a node is given.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Iterable, Mapping
+
+from kubeplane.api.quantity import parse_quantity
+from kubeplane.api.selectors import label_selector_from_dict
+
+Obj = dict[str, Any]
+
+ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
+ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
+ANN_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
+ANN_BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
+ANN_BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
+NOT_SUPPORTED_PROVISIONER = "kubernetes.io/no-provisioner"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("spec") or {}
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+def claim_class(claim: Mapping[str, Any]) -> str:
+    """Storage class of a claim (the beta annotation wins, as upstream)."""
+    ann = annotations_of(claim).get(ANN_BETA_STORAGE_CLASS)
+    if ann is not None:
+        return ann
+    return _spec(claim).get("storageClassName") or ""
+
+
+def volume_class(pv: Mapping[str, Any]) -> str:
+    ann = annotations_of(pv).get(ANN_BETA_STORAGE_CLASS)
+    if ann is not None:
+        return ann
+    return _spec(pv).get("storageClassName") or ""
+
+
+def claim_request(claim: Mapping[str, Any]) -> Fraction:
+    """Requested storage (0 when absent)."""
+    req = ((_spec(claim).get("resources") or {}).get("requests") or {}).get("storage")
+    return parse_quantity(req) if req is not None else Fraction(0)
+
+
+def volume_capacity(pv: Mapping[str, Any]) -> Fraction:
+    cap = (_spec(pv).get("capacity") or {}).get("storage")
+    return parse_quantity(cap) if cap is not None else Fraction(0)
+
+
+def volume_mode(obj: Mapping[str, Any]) -> str:
+    """``spec.volumeMode``; unset means Filesystem."""
+    return _spec(obj).get("volumeMode") or "Filesystem"
+
+
+def access_modes_contain(required: Iterable[str], offered: Iterable[str]) -> bool:
+    """True when every requested access mode is offered."""
+    have = set(offered)
+    return all(m in have for m in required)
+
+
+def is_volume_bound_to_claim(pv: Mapping[str, Any], claim: Mapping[str, Any]) -> bool:
+    """``claimRef`` names the claim (and its uid, when the ref carries one)."""
+    ref = _spec(pv).get("claimRef")
+    if not ref:
+        return False
+    md = _meta(claim)
+    if ref.get("name") != md.get("name") or (ref.get("namespace") or "") != (md.get("namespace") or ""):
+        return False
+    uid = ref.get("uid") or ""
+    return not uid or uid == md.get("uid")
+
+
+# --------------------------------------------------------------- node affinity
+
+
+def _expression_matches(expr: Mapping[str, Any], value: str | None) -> bool:
+    op = expr.get("operator")
+    values = expr.get("values") or []
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt"):
+        if value is None or len(values) != 1:
+            return False
+        try:
+            have, want = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def node_selector_term_matches(term: Mapping[str, Any], labels: Mapping[str, str], node_name: str) -> bool:
+    """Expressions of one term are ANDed; a term with none matches nothing."""
+    exprs = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    for e in exprs:
+        if not _expression_matches(e, labels.get(e.get("key", ""))):
+            return False
+    for f in fields:
+        value = node_name if f.get("key") == "metadata.name" else None
+        if not _expression_matches(f, value):
+            return False
+    return True
+
+
+def node_selector_matches(selector: Mapping[str, Any] | None, node: Mapping[str, Any]) -> bool:
+    """``NodeSelector`` terms are ORed; ``None`` matches every node, no terms none."""
+    if selector is None:
+        return True
+    labels = _meta(node).get("labels") or {}
+    name = _meta(node).get("name") or ""
+    return any(node_selector_term_matches(t, labels, name) for t in selector.get("nodeSelectorTerms") or [])
+
+
+def check_node_affinity(pv: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """True when the PV may be used on ``node`` (no affinity: any node)."""
+    affinity = _spec(pv).get("nodeAffinity") or {}
+    return node_selector_matches(affinity.get("required"), node)
+
+
+def topology_matches(allowed_topologies: list[Mapping[str, Any]] | None, labels: Mapping[str, str]) -> bool:
+    """StorageClass ``allowedTopologies``: terms ORed, label expressions ANDed; none = all."""
+    if not allowed_topologies:
+        return True
+    for term in allowed_topologies:
+        exprs = term.get("matchLabelExpressions") or []
+        if all(labels.get(e.get("key", "")) in (e.get("values") or []) for e in exprs):
+            return True
+    return False
+
+
+def hostname_affinity(node_name: str) -> Obj:
+    """A required node affinity pinning a volume to one node."""
+    return {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": HOSTNAME_LABEL, "operator": "In", "values": [node_name]}]}]}}
+
+
+def pinned_hostnames(pv: Mapping[str, Any]) -> set[str] | None:
+    """Hostnames a local-like PV is pinned to, or ``None`` when not local-like.
+
+    Local-like: every required term has a ``kubernetes.io/hostname In`` expression."""
+    required = (_spec(pv).get("nodeAffinity") or {}).get("required")
+    if not required:
+        return None
+    names: set[str] = set()
+    for term in required.get("nodeSelectorTerms") or []:
+        found = False
+        for e in term.get("matchExpressions") or []:
+            if e.get("key") == HOSTNAME_LABEL and e.get("operator") == "In":
+                names.update(e.get("values") or [])
+                found = True
+        if not found:
+            return None
+    return names
+
+
+# --------------------------------------------------------------------- matching
+
+
+def find_matching_volume(
+    claim: Mapping[str, Any],
+    volumes: Iterable[Mapping[str, Any]],
+    node: Mapping[str, Any] | None = None,
+    excluded: set[str] | Mapping[str, Any] | None = None,
+    delay_binding: bool = False,
+) -> Any | None:
+    """Best PV for ``claim`` among ``volumes``, or ``None``.
+
+    A PV pre-bound to the claim is returned at once (if large enough; when it
+    fails the node affinity, the whole match fails). Otherwise the smallest
+    Available, unclaimed PV of the same class, volume mode, selector and (with
+    a node) access modes and node affinity wins; first one wins ties. With no
+    node and ``delay_binding`` only pre-bound PVs are considered (the
+    controller never picks PVs for WaitForFirstConsumer claims).
+    """
+    request = claim_request(claim)
+    cls = claim_class(claim)
+    mode = volume_mode(claim)
+    selector_dict = _spec(claim).get("selector")
+    selector = label_selector_from_dict(selector_dict) if selector_dict is not None else None
+    modes = _spec(claim).get("accessModes") or []
+    excluded = excluded or set()
+    best: Any | None = None
+    best_cap: Fraction | None = None
+    for pv in volumes:
+        name = _meta(pv).get("name") or ""
+        if name in excluded:
+            continue
+        if volume_mode(pv) != mode:
+            continue
+        if _meta(pv).get("deletionTimestamp"):
+            continue
+        affinity_ok = node is None or check_node_affinity(pv, node)
+        capacity = volume_capacity(pv)
+        if is_volume_bound_to_claim(pv, claim):
+            if capacity < request:
+                continue
+            if not affinity_ok:
+                return None
+            return pv
+        if node is None and delay_binding:
+            continue
+        if ((pv.get("status") or {}).get("phase")) != "Available":
+            continue
+        if _spec(pv).get("claimRef"):
+            continue
+        if selector is not None and not selector.matches(_meta(pv).get("labels") or {}):
+            continue
+        if volume_class(pv) != cls:
+            continue
+        if not affinity_ok:
+            continue
+        if node is not None and not access_modes_contain(modes, _spec(pv).get("accessModes") or []):
+            continue
+        if capacity >= request and (best_cap is None or capacity < best_cap):
+            best, best_cap = pv, capacity
+    return best
+
+
+def find_best_match_for_claim(
+    claim: Mapping[str, Any], volumes: Iterable[Mapping[str, Any]], delay_binding: bool = False
+) -> Any | None:
+    """The PV controller's search: volumes grouped by access modes that cover
+    the claim's, fewest modes first; the first group with a match wins."""
+    modes = _spec(claim).get("accessModes") or []
+    groups: dict[frozenset[str], list[Mapping[str, Any]]] = {}
+    for pv in volumes:
+        offered = frozenset(_spec(pv).get("accessModes") or [])
+        if access_modes_contain(modes, offered):
+            groups.setdefault(offered, []).append(pv)
+    for offered in sorted(groups, key=lambda s: (len(s), sorted(s))):
+        found = find_matching_volume(claim, groups[offered], None, None, delay_binding)
+        if found is not None:
+            return found
+    return None
+
+
+def check_volume_satisfies_claim(pv: Mapping[str, Any], claim: Mapping[str, Any]) -> str | None:
+    """Why a user-chosen PV (``claim.spec.volumeName``) cannot serve the claim, or ``None``."""
+    if volume_capacity(pv) < claim_request(claim):
+        return "requested PV is too small"
+    if volume_class(pv) != claim_class(claim):
+        return "storageClassName does not match"
+    if volume_mode(pv) != volume_mode(claim):
+        return "incompatible volumeMode"
+    if not access_modes_contain(_spec(claim).get("accessModes") or [], _spec(pv).get("accessModes") or []):
+        return "incompatible accessMode"
+    if _meta(pv).get("deletionTimestamp"):
+        return "volume is being deleted"
+    return None

@@ -1,0 +1,1 @@
+"""Built-in scheduler plugins, one module per plugin (see ``framework.registry``)."""

@@ -1,0 +1,271 @@
+"""NodeResourcesFit: does the node have room for the pod's requests; resource scoring.
+
+Filter reports every insufficient resource ("Too many pods", "Insufficient
+cpu", ...). Scoring strategies: LeastAllocated (default, cpu and memory with
+weight 1), MostAllocated and RequestedToCapacityRatio (broken-linear shape
+over utilization, shape scores 0..10 scaled to 0..100).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+from kubeplane.scheduler.framework.nodeinfo import (
+    CPU, EPHEMERAL_STORAGE, MEMORY, NodeInfo, PodInfo,
+    is_extended_resource_name, is_scalar_resource_name, pod_requests, resource_list,
+)
+from kubeplane.scheduler.framework.plugin import Plugin
+from kubeplane.scheduler.framework.types import (
+    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EventResource, MAX_NODE_SCORE, Obj,
+    PreFilterResult, QueueingHint, Status,
+)
+
+LEAST_ALLOCATED = "LeastAllocated"
+MOST_ALLOCATED = "MostAllocated"
+REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
+MAX_CUSTOM_PRIORITY_SCORE = 10
+MAX_UTILIZATION = 100
+DEFAULT_RESOURCES = [{"name": CPU, "weight": 1}, {"name": MEMORY, "weight": 1}]
+DEFAULT_SHAPE = [{"utilization": 0, "score": 10}, {"utilization": 100, "score": 0}]
+_PRE_FILTER_KEY = "PreFilterNodeResourcesFit"
+_NATIVE = (CPU, MEMORY, EPHEMERAL_STORAGE)
+
+
+def _go_div(a: int, b: int) -> int:
+    """Integer division truncating toward zero, as Go does."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def insufficient_resources(
+    requests: Mapping[str, int], node_info: NodeInfo,
+    ignored: frozenset[str] = frozenset(), ignored_groups: frozenset[str] = frozenset(),
+) -> list[tuple[str, str, int, int, int]]:
+    """``(resource, reason, requested, used, capacity)`` for every resource that does not fit."""
+    out: list[tuple[str, str, int, int, int]] = []
+    alloc, used = node_info.allocatable, node_info.requested
+    allowed = alloc.get("pods", 0)
+    if len(node_info.pods) + 1 > allowed:
+        out.append(("pods", "Too many pods", 1, len(node_info.pods), allowed))
+    if not any(requests.values()):
+        return out
+    names = [n for n in (CPU, MEMORY, EPHEMERAL_STORAGE) if n in requests]
+    names.extend(n for n in requests if n not in _NATIVE)
+    for name in names:
+        value = requests[name]
+        if value == 0:
+            continue
+        if name not in _NATIVE and is_extended_resource_name(name):
+            if name in ignored or (ignored_groups and name.split("/", 1)[0] in ignored_groups):
+                continue
+        if value > alloc.get(name, 0) - used.get(name, 0):
+            out.append((name, f"Insufficient {name}", value, used.get(name, 0), alloc.get(name, 0)))
+    return out
+
+
+def _fits_empty_node(pod: Obj, node: Obj | None) -> bool:
+    if node is None:
+        return False
+    return not insufficient_resources(pod_requests(pod), NodeInfo(node))
+
+
+# --------------------------------------------------------------------------- scorers
+
+
+def least_requested_score(requested: int, capacity: int) -> int:
+    if capacity == 0 or requested > capacity:
+        return 0
+    return (capacity - requested) * MAX_NODE_SCORE // capacity
+
+
+def most_requested_score(requested: int, capacity: int) -> int:
+    if capacity == 0:
+        return 0
+    if requested > capacity:
+        requested = capacity
+    return requested * MAX_NODE_SCORE // capacity
+
+
+def broken_linear_function(shape: list[tuple[int, int]]) -> Callable[[int], int]:
+    def f(p: int) -> int:
+        for i, (u, s) in enumerate(shape):
+            if p <= u:
+                if i == 0:
+                    return shape[0][1]
+                pu, ps = shape[i - 1]
+                return ps + _go_div((s - ps) * (p - pu), (u - pu))
+        return shape[-1][1]
+    return f
+
+
+Scorer = Callable[[list[int], list[int]], int]
+
+
+def weighted_scorer(per_resource: Callable[[int, int], int], weights: list[int]) -> Scorer:
+    def score(requested: list[int], allocatable: list[int]) -> int:
+        node_score = weight_sum = 0
+        for i, alloc in enumerate(allocatable):
+            if alloc == 0:
+                continue
+            node_score += per_resource(requested[i], alloc) * weights[i]
+            weight_sum += weights[i]
+        return node_score // weight_sum if weight_sum else 0
+    return score
+
+
+def requested_to_capacity_ratio_scorer(shape: list[Mapping[str, int]], weights: list[int]) -> Scorer:
+    points = [(int(p["utilization"]), int(p["score"]) * (MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE)) for p in shape]
+    raw = broken_linear_function(points)
+
+    def resource_score(requested: int, capacity: int) -> int:
+        if capacity == 0 or requested > capacity:
+            return raw(MAX_UTILIZATION)
+        return raw(requested * MAX_UTILIZATION // capacity)
+
+    def score(requested: list[int], allocatable: list[int]) -> int:
+        node_score = weight_sum = 0
+        for i, alloc in enumerate(allocatable):
+            if alloc == 0:
+                continue
+            rs = resource_score(requested[i], alloc)
+            if rs > 0:
+                node_score += rs * weights[i]
+                weight_sum += weights[i]
+        return int(math.floor(node_score / weight_sum + 0.5)) if weight_sum else 0
+    return score
+
+
+class ResourceAllocationScorer:
+    """Shared by Fit scoring and BalancedAllocation: per-resource (requested, allocatable) lists."""
+
+    def __init__(self, resources: list[Mapping[str, Any]], scorer: Callable[[list[int], list[int]], int],
+                 use_requested: bool) -> None:
+        self.names = [r["name"] for r in resources]
+        self.scalar = [is_scalar_resource_name(n) for n in self.names]
+        self.scorer = scorer
+        self.use_requested = use_requested
+
+    def pod_request_list(self, pod_info: PodInfo) -> list[int]:
+        if self.use_requested:
+            reqs = pod_info.requests
+            return [reqs.get(n, 0) for n in self.names]
+        out = []
+        for n in self.names:
+            if n == CPU:
+                out.append(pod_info.non_zero_cpu)
+            elif n == MEMORY:
+                out.append(pod_info.non_zero_memory)
+            else:
+                out.append(pod_info.requests.get(n, 0))
+        return out
+
+    def score(self, node_info: NodeInfo, pod_requests_list: list[int]) -> int:
+        requested = node_info.requested if self.use_requested else node_info.non_zero_requested
+        alloc = node_info.allocatable
+        req_out: list[int] = []
+        alloc_out: list[int] = []
+        for i, n in enumerate(self.names):
+            pr = pod_requests_list[i]
+            if pr == 0 and self.scalar[i]:
+                req_out.append(0)
+                alloc_out.append(0)
+                continue
+            if n == CPU or n == MEMORY:
+                a, r = alloc.get(n, 0), requested.get(n, 0) + pr
+            elif n in alloc:
+                a, r = alloc[n], node_info.requested.get(n, 0) + pr
+            else:
+                a, r = 0, 0
+            req_out.append(r)
+            alloc_out.append(a)
+        return self.scorer(req_out, alloc_out)
+
+
+class NodeResourcesFit(Plugin):
+    name = "NodeResourcesFit"
+
+    def __init__(self, args: dict | None, handle: Any) -> None:
+        super().__init__(args, handle)
+        self.ignored = frozenset(self.args.get("ignoredResources") or ())
+        self.ignored_groups = frozenset(self.args.get("ignoredResourceGroups") or ())
+        strategy = self.args.get("scoringStrategy") or {}
+        self.strategy = strategy.get("type") or LEAST_ALLOCATED
+        resources = [dict(r) for r in (strategy.get("resources") or DEFAULT_RESOURCES)]
+        for r in resources:
+            r["weight"] = int(r.get("weight") or 1)
+        weights = [r["weight"] for r in resources]
+        if self.strategy == LEAST_ALLOCATED:
+            scorer = weighted_scorer(least_requested_score, weights)
+        elif self.strategy == MOST_ALLOCATED:
+            scorer = weighted_scorer(most_requested_score, weights)
+        elif self.strategy == REQUESTED_TO_CAPACITY_RATIO:
+            shape = (strategy.get("requestedToCapacityRatio") or {}).get("shape") or DEFAULT_SHAPE
+            scorer = requested_to_capacity_ratio_scorer(shape, weights)
+        else:
+            raise ValueError(f"scoring strategy {self.strategy} is not supported")
+        self.resources = resources
+        self.scorer = ResourceAllocationScorer(resources, scorer, use_requested=False)
+
+    def pre_filter(
+        self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]
+    ) -> tuple[PreFilterResult | None, Status | None]:
+        state.write(_PRE_FILTER_KEY, pod_info.requests)
+        return None, None
+
+    def filter(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> Status | None:
+        requests = state.get(_PRE_FILTER_KEY)
+        if requests is None:
+            requests = pod_info.requests
+        bad = insufficient_resources(requests, node_info, self.ignored, self.ignored_groups)
+        if bad:
+            return Status.unschedulable(*(b[1] for b in bad))
+        return None
+
+    def pre_score(self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]) -> Status | None:
+        state.write("PreScore" + self.name, self.scorer.pod_request_list(pod_info))
+        return None
+
+    def score(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
+        reqs = state.get("PreScore" + self.name)
+        if reqs is None:
+            reqs = self.scorer.pod_request_list(pod_info)
+        return self.scorer.score(node_info, reqs), None
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN),
+                                 self.is_schedulable_after_pod_event),
+            ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE),
+                                 self.is_schedulable_after_node_change),
+        ]
+
+    def is_schedulable_after_pod_event(self, pod: Obj, old: Any, new: Any) -> QueueingHint:
+        if new is None:
+            if not ((old or {}).get("spec") or {}).get("nodeName"):
+                return QueueingHint.SKIP
+            return QueueingHint.QUEUE
+        if (new.get("metadata") or {}).get("uid") == (pod.get("metadata") or {}).get("uid"):
+            return QueueingHint.QUEUE
+        if not (new.get("spec") or {}).get("nodeName"):
+            return QueueingHint.SKIP
+        before, after = pod_requests(old or {}), pod_requests(new)
+        for name, value in pod_requests(pod).items():
+            if value and before.get(name, 0) > after.get(name, 0):
+                return QueueingHint.QUEUE
+        return QueueingHint.SKIP
+
+    def is_schedulable_after_node_change(self, pod: Obj, old: Any, new: Any) -> QueueingHint:
+        if not _fits_empty_node(pod, new):
+            return QueueingHint.SKIP
+        if old is None:
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE if _requested_resources_increased(pod, old, new) else QueueingHint.SKIP
+
+
+def _requested_resources_increased(pod: Obj, old: Obj, new: Obj) -> bool:
+    a = resource_list((old.get("status") or {}).get("allocatable"))
+    b = resource_list((new.get("status") or {}).get("allocatable"))
+    if b.get("pods", 0) > a.get("pods", 0):
+        return True
+    return any(v and b.get(n, 0) > a.get(n, 0) for n, v in pod_requests(pod).items())
