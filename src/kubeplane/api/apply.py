@@ -26,6 +26,7 @@ from typing import Any, Iterable
 import orjson
 
 from kubeplane.api import errors
+from kubeplane.api.meta import deep_copy
 from kubeplane.api.errors import Cause, StatusError
 from kubeplane.api.patch import ListStrategy, is_atomic_map, json_equal, list_strategy
 
@@ -238,7 +239,7 @@ def _applied_set(value: dict, schema: _Schema) -> set[PathT]:
 def _merge(live: Any, applied: Any, schema: _Schema, spath: PathT) -> Any:
     """Merge an applied configuration into the live value."""
     if applied is None:
-        return copy.deepcopy(live)
+        return deep_copy(live)
     if isinstance(applied, dict) and isinstance(live, dict) and not (spath and schema.atomic_map(spath)):
         out = dict(live)
         for k, v in applied.items():
@@ -263,7 +264,7 @@ def _merge(live: Any, applied: Any, schema: _Schema, spath: PathT) -> Any:
             merged = list(live)
             for item in applied:
                 if not any(json_equal(item, x) for x in merged):
-                    merged.append(copy.deepcopy(item))
+                    merged.append(deep_copy(item))
             return merged
     return _strip_nulls(applied)
 
@@ -407,7 +408,7 @@ def _compare(old: dict, new: dict, schema: _Schema, subresource: str) -> tuple[s
 def _without_managed(obj: dict | None) -> dict:
     if not obj:
         return {}
-    out = copy.deepcopy(obj)
+    out = deep_copy(obj)
     meta = out.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
@@ -458,7 +459,7 @@ def _conflict_error(conflicts: list[tuple[_Manager, PathT]]) -> StatusError:
 
 def _restrict(applied: dict, subresource: str) -> dict:
     """The part of an applied configuration this endpoint may change."""
-    config = copy.deepcopy(applied)
+    config = deep_copy(applied)
     if subresource == "status":
         return {k: v for k, v in config.items() if k in ("apiVersion", "kind", "metadata", "status")}
     config.pop("status", None)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from kubeplane.api import errors
+from kubeplane.api.meta import deep_copy
 from kubeplane.api.errors import StatusError
 
 __all__ = [
@@ -334,18 +335,18 @@ def json_patch(obj: dict, ops: Any) -> dict:
         raise errors.bad_request(
             "json: cannot unmarshal " + _go_type(ops) + " into Go value of type jsonpatch.Patch"
         )
-    doc: Any = copy.deepcopy(obj)
+    doc: Any = deep_copy(obj)
     try:
         for op in ops:
             kind = op.get("op")
             pointer = _require(op, "path", str(kind))
             tokens = _parse_pointer(pointer)
             if kind == "add":
-                doc = _add(doc, tokens, copy.deepcopy(_require(op, "value", kind)), pointer)
+                doc = _add(doc, tokens, deep_copy(_require(op, "value", kind)), pointer)
             elif kind == "remove":
                 doc, _ = _remove(doc, tokens, pointer)
             elif kind == "replace":
-                value = copy.deepcopy(_require(op, "value", kind))
+                value = deep_copy(_require(op, "value", kind))
                 _get(doc, tokens, kind, pointer)
                 if not tokens:
                     doc = value
@@ -364,7 +365,7 @@ def json_patch(obj: dict, ops: Any) -> dict:
                     _get(doc, from_tokens, kind, source)
                     doc, value = _remove(doc, from_tokens, source, kind)
                 else:
-                    value = copy.deepcopy(_get(doc, from_tokens, kind, source))
+                    value = deep_copy(_get(doc, from_tokens, kind, source))
                 doc = _add(doc, tokens, value, pointer, kind)
             elif kind == "test":
                 expected = _require(op, "value", kind)
@@ -407,7 +408,7 @@ def _go_type(value: Any) -> str:
 
 def _merge_value(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return deep_copy(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -421,7 +422,7 @@ def merge_patch(obj: dict, patch: Any) -> dict:
     """Apply an RFC 7386 merge patch to a copy of ``obj``."""
     if not isinstance(patch, dict):
         raise errors.bad_request("Invalid JSON Patch")
-    return copy.deepcopy(_merge_value(obj, patch))
+    return deep_copy(_merge_value(obj, patch))
 
 
 # ---------------------------------------------------------------------------
@@ -500,7 +501,7 @@ class _Smp:
                 base = result.get(key)
                 result[key] = self.merge_list(base if isinstance(base, list) else [], value, child)
             else:
-                result[key] = copy.deepcopy(value)
+                result[key] = deep_copy(value)
         for name, order in orders:
             current = result.get(name)
             if isinstance(current, list):
@@ -525,10 +526,10 @@ class _Smp:
             merged = list(original)
             for item in patch:
                 if not any(json_equal(item, x) for x in merged):
-                    merged.append(copy.deepcopy(item))
+                    merged.append(deep_copy(item))
             return merged
         key = strategy.smp_key
-        merged = [copy.deepcopy(i) for i in original]
+        merged = [deep_copy(i) for i in original]
         for item in patch:
             if not isinstance(item, dict):
                 if isinstance(item, list):
@@ -557,7 +558,7 @@ class _Smp:
         """A patch value placed where nothing was: directives still apply."""
         if isinstance(value, dict):
             return self.merge_map({}, value, path)
-        return copy.deepcopy(value)
+        return deep_copy(value)
 
     def reorder(self, items: list, order: list, path: Path) -> list:
         """Apply ``$setElementOrder``: listed items take the given order in the
@@ -614,4 +615,4 @@ def strategic_merge_patch(obj: dict, patch: dict, group: str, kind: str) -> dict
     if not isinstance(patch, dict):
         raise errors.bad_request("invalid JSON document")
     smp = _Smp(group, kind, LIST_STRATEGIES.get((group, kind), _META))
-    return copy.deepcopy(smp.merge_map(obj, patch, ()))
+    return deep_copy(smp.merge_map(obj, patch, ()))

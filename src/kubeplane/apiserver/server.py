@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +141,8 @@ class APIHandler:
         self.server_address = server_address
         self.watch_bookmark_interval = 5.0
         self.stopping = asyncio.Event()
+        # id(obj) -> (obj, type, encoded line); holding obj keeps the id unique.
+        self._encoded: OrderedDict[int, tuple[Obj, str, bytes]] = OrderedDict()
 
     # -- plumbing ------------------------------------------------------------
 
@@ -557,56 +560,77 @@ class APIHandler:
             bookmark_interval=self.watch_bookmark_interval,
         )
         table = _wants_table(request)
-        events = self.registry.watch(t.res, t.namespace, opts)
-        # Validate the request (selectors, versions) before committing to a 200.
-        first: tuple[str, Obj] | None = None
-        agen = events.__aiter__()
-        first_task = asyncio.ensure_future(agen.__anext__())
+        batches = self.registry.watch_batches(t.res, t.namespace, opts)
+        agen = batches.__aiter__()
+        # Wait briefly for the first batch so a bad request (selector, version)
+        # still gets a proper error status instead of a 200 stream.
+        first_task: asyncio.Future | None = asyncio.ensure_future(agen.__anext__())
+        first: list[tuple[str, Obj]] | None = None
+        ended = False
         try:
             done, _ = await asyncio.wait({first_task}, timeout=0.05)
-            if done:
-                try:
-                    first = first_task.result()
-                except StopAsyncIteration:
-                    first = None
-                    agen = None
-                first_task = None
         except BaseException:
             first_task.cancel()
             raise
+        if done:
+            task, first_task = first_task, None
+            try:
+                first = task.result()
+            except StopAsyncIteration:
+                ended = True
         resp = web.StreamResponse(status=200)
-        resp.content_type = "application/json"
-        if table:
-            resp.headers["Content-Type"] = TABLE_CONTENT_TYPE
+        resp.headers["Content-Type"] = TABLE_CONTENT_TYPE if table else "application/json"
         resp.enable_chunked_encoding()
-        await resp.prepare(request)
         try:
+            await resp.prepare(request)
             if first is not None:
-                await resp.write(self._watch_line(request, t.res, first, table))
-            if first_task is not None:
+                if await self._write_batch(resp, request, t.res, first, table):
+                    ended = True
+            if first_task is not None and not ended:
                 try:
-                    ev = await first_task
-                    await resp.write(self._watch_line(request, t.res, ev, table))
+                    batch = await first_task
                 except StopAsyncIteration:
-                    agen = None
-            if agen is not None:
-                async for ev in agen:
-                    await resp.write(self._watch_line(request, t.res, ev, table))
-                    if ev[0] == "ERROR":
+                    ended = True
+                else:
+                    ended = await self._write_batch(resp, request, t.res, batch, table)
+            if not ended:
+                async for batch in agen:
+                    if await self._write_batch(resp, request, t.res, batch, table):
                         break
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            if agen is not None:
-                await agen.aclose()
+            if first_task is not None:
+                first_task.cancel()
+            await batches.aclose()
         return resp
+
+    async def _write_batch(self, resp: web.StreamResponse, request: web.Request, res: ResourceInfo,
+                           batch: list[tuple[str, Obj]], table: bool) -> bool:
+        """Writes a burst of events with one socket write; True after an ERROR."""
+        await resp.write(b"".join(self._watch_line(request, res, ev, table) for ev in batch))
+        return any(ev[0] == "ERROR" for ev in batch)
 
     def _watch_line(self, request: web.Request, res: ResourceInfo, ev: tuple[str, Obj], table: bool) -> bytes:
         typ, obj = ev
-        if table and typ in ("ADDED", "MODIFIED", "DELETED"):
+        if not table:
+            # Every watcher of a change gets the same stored dict: encode it once.
+            cached = self._encoded.get(id(obj))
+            if cached is not None and cached[0] is obj and cached[1] == typ:
+                return cached[2]
+            line = self._encode_event(res, typ, obj)
+            self._encoded[id(obj)] = (obj, typ, line)
+            if len(self._encoded) > 4096:
+                self._encoded.popitem(last=False)
+            return line
+        if typ in ("ADDED", "MODIFIED", "DELETED"):
             obj = self._table(request, res, [obj], {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")})
-        elif typ != "ERROR" and ("kind" not in obj or "apiVersion" not in obj):
+        return orjson.dumps({"type": typ, "object": obj}) + b"\n"
+
+    @staticmethod
+    def _encode_event(res: ResourceInfo, typ: str, obj: Obj) -> bytes:
+        if typ != "ERROR" and ("kind" not in obj or "apiVersion" not in obj):
             obj = {"apiVersion": res.api_version, "kind": res.kind, **obj}
         return orjson.dumps({"type": typ, "object": obj}) + b"\n"
 

@@ -105,15 +105,28 @@ class PoolIndex:
 
     def __init__(self, slices: Iterable[Obj], *, partitionable_devices: bool = False) -> None:
         self.by_pool: dict[tuple[str, str], list[Obj]] = {}
+        # Pools that may target a node: by nodeName, or any node (selectors, allNodes).
+        self._by_node: dict[str, dict[tuple[str, str], None]] = {}
+        self._any_node: dict[tuple[str, str], None] = {}
         for s in slices:
             if uses_disabled_features(s, partitionable_devices):
                 continue
-            self.by_pool.setdefault(_pool_key(s), []).append(s)
+            key = _pool_key(s)
+            self.by_pool.setdefault(key, []).append(s)
+            node_name = _spec(s).get("nodeName")
+            if node_name:
+                self._by_node.setdefault(node_name, {})[key] = None
+            else:
+                self._any_node[key] = None
 
     def pools_for_node(self, node: Mapping[str, Any]) -> list[Pool]:
         """Pools with at least one slice targeting ``node``, in first-appearance order."""
         out: list[Pool] = []
+        node_name = (node.get("metadata") or {}).get("name") or ""
+        candidates = set(self._by_node.get(node_name, ())) | set(self._any_node)
         for (driver, name), all_slices in self.by_pool.items():
+            if (driver, name) not in candidates:
+                continue
             mine = [s for s in all_slices if slice_matches_node(s, node)]
             if not mine:
                 continue

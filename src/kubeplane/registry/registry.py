@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
@@ -107,6 +108,7 @@ class Registry:
         self._strategies: dict[tuple[str, str], Strategy] = {}
         self._validator = validator if validator is not None else _default_validator()
         self._background: set[asyncio.Task] = set()
+        self._locks: dict[str, list] = {}
 
     # -- helpers -----------------------------------------------------------
 
@@ -423,7 +425,44 @@ class Registry:
 
         A client-supplied resourceVersion that is stale is a 409; a race with
         another writer when the client did not pin a version is retried.
+        Writers of one key in this process take turns (a per-key lock), so
+        concurrent unpinned updates of a hot object queue up instead of
+        exhausting their retries; the revision check still guards against
+        writers elsewhere.
         """
+        async with self._key_lock(key):
+            return await self._update_locked(
+                res, key, name, mutate, want_rv=want_rv, subresource=subresource, dry_run=dry_run,
+                field_manager=field_manager, create_if_missing=create_if_missing,
+            )
+
+    @contextlib.asynccontextmanager
+    async def _key_lock(self, key: str):
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._locks[key]
+
+    async def _update_locked(
+        self,
+        res: ResourceInfo,
+        key: str,
+        name: str,
+        mutate: Callable[[Obj], Obj],
+        *,
+        want_rv: str,
+        subresource: str | None,
+        dry_run: bool,
+        field_manager: str | None,
+        create_if_missing: Callable[[], Any] | None,
+    ) -> Obj:
         for _ in range(_MAX_RETRIES):
             kv = await self.store.get(key)
             if kv is None:
@@ -876,6 +915,18 @@ class Registry:
         self, res: ResourceInfo, namespace: str | None, opts: WatchOptions
     ) -> AsyncIterator[tuple[str, Obj]]:
         """Yields ``(type, object)``; ERROR carries a Status. Ends at the timeout."""
+        batches = self.watch_batches(res, namespace, opts)
+        try:
+            async for batch in batches:
+                for ev in batch:
+                    yield ev
+        finally:
+            await batches.aclose()
+
+    async def watch_batches(
+        self, res: ResourceInfo, namespace: str | None, opts: WatchOptions
+    ) -> AsyncIterator[list[tuple[str, Obj]]]:
+        """Like :meth:`watch`, but yields every event ready at once as a list."""
         from kubeplane.api.selectors import parse_field_selector, parse_label_selector
 
         lsel = parse_label_selector(opts.label_selector) if opts.label_selector else None
@@ -912,18 +963,17 @@ class Registry:
         try:
             stream = self.store.watch(prefix, start)
         except CompactedError as exc:
-            yield "ERROR", errors.gone(str(exc)).to_status()
+            yield [("ERROR", errors.gone(str(exc)).to_status())]
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + opts.timeout_seconds if opts.timeout_seconds else None
         last_rv = start
-        pending: asyncio.Task | None = None
         try:
-            for obj in initial:
-                yield "ADDED", obj
+            first: list[tuple[str, Obj]] = [("ADDED", obj) for obj in initial]
             if opts.send_initial_events and opts.allow_bookmarks:
-                yield "BOOKMARK", self._bookmark(res, last_rv, initial_end=True)
-            it = stream.__aiter__()
+                first.append(("BOOKMARK", self._bookmark(res, last_rv, initial_end=True)))
+            if first:
+                yield first
             while True:
                 timeout = opts.bookmark_interval if opts.allow_bookmarks else None
                 if deadline is not None:
@@ -931,44 +981,41 @@ class Registry:
                     if left <= 0:
                         break
                     timeout = left if timeout is None else min(timeout, left)
-                if pending is None:
-                    pending = asyncio.ensure_future(it.__anext__())
-                done, _ = await asyncio.wait({pending}, timeout=timeout)
-                if not done:
+                try:
+                    events = await stream.next_batch(timeout)
+                except CompactedError as exc:
+                    yield [("ERROR", errors.gone(str(exc)).to_status())]
+                    return
+                if events is None:
+                    break
+                if not events:
                     if opts.allow_bookmarks and (deadline is None or loop.time() < deadline):
                         progress = getattr(stream, "progress_revision", None)
                         if callable(progress):
                             last_rv = max(last_rv, progress())
-                        yield "BOOKMARK", self._bookmark(res, last_rv)
+                        yield [("BOOKMARK", self._bookmark(res, last_rv))]
                     continue
-                task, pending = pending, None
-                try:
-                    ev: Event = task.result()
-                except StopAsyncIteration:
-                    break
-                except CompactedError as exc:
-                    yield "ERROR", errors.gone(str(exc)).to_status()
-                    return
-                last_rv = ev.revision
-                now_match = matches(ev.value) if ev.type != "DELETED" else False
-                if ev.type == "ADDED":
-                    if now_match:
-                        yield "ADDED", ev.value
-                elif ev.type == "MODIFIED":
-                    was = matches(ev.prev_value)
-                    if now_match and was:
-                        yield "MODIFIED", ev.value
-                    elif now_match:
-                        yield "ADDED", ev.value
-                    elif was:
-                        # Left the selection: the watcher sees it go, at this revision.
-                        yield "DELETED", ev.value
-                else:
-                    if matches(ev.prev_value):
-                        yield "DELETED", ev.value
+                out: list[tuple[str, Obj]] = []
+                for ev in events:
+                    last_rv = ev.revision
+                    if ev.type == "ADDED":
+                        if matches(ev.value):
+                            out.append(("ADDED", ev.value))
+                    elif ev.type == "MODIFIED":
+                        now_match = matches(ev.value)
+                        was = matches(ev.prev_value)
+                        if now_match and was:
+                            out.append(("MODIFIED", ev.value))
+                        elif now_match:
+                            out.append(("ADDED", ev.value))
+                        elif was:
+                            # Left the selection: the watcher sees it go, at this revision.
+                            out.append(("DELETED", ev.value))
+                    elif matches(ev.prev_value):
+                        out.append(("DELETED", ev.value))
+                if out:
+                    yield out
         finally:
-            if pending is not None:
-                pending.cancel()
             stream.close()
 
     def _bookmark(self, res: ResourceInfo, rv: int, initial_end: bool = False) -> Obj:

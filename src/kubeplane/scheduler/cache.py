@@ -204,10 +204,12 @@ class Cache:
         ni = self._nodes.get(name)
         if ni is None:
             ni = self._node_info(name)
-        elif ni.node is not None:
+        if ni.node is not None:
             self._remove_images(ni)
+            self.node_tree.update_node(ni.node, node)
+        else:
+            self.node_tree.add_node(node)
         self._touch(name)
-        self.node_tree.add_node(node)
         ni.set_node(node)
         self._add_images(node, ni)
         return ni.clone()

@@ -108,6 +108,10 @@ class Watch(Protocol):
 
     async def __anext__(self) -> Event: ...
 
+    async def next_batch(self, timeout: float | None = None) -> list[Event] | None:
+        """All events ready now (waiting up to ``timeout`` for the first):
+        ``[]`` on timeout, ``None`` when closed."""
+
     def close(self) -> None: ...
 
 

@@ -165,6 +165,37 @@ class MemoryWatch:
             finally:
                 self._waiter = None
 
+    async def next_batch(self, timeout: float | None = None) -> list[Event] | None:
+        """Every buffered event at once, waiting up to ``timeout`` for the first.
+
+        Returns ``[]`` on timeout and ``None`` once the watch is closed;
+        raises CompactedError when the watcher fell behind. Taking events in
+        batches lets the API server write a burst with one socket write.
+        """
+        while True:
+            if self._closed:
+                return None
+            if self._buf:
+                out = list(self._buf)
+                self._buf.clear()
+                return out
+            if self._error is not None:
+                err, self._error = self._error, None
+                self._closed = True
+                raise err
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                if timeout is None:
+                    await self._waiter
+                else:
+                    done, _ = await asyncio.wait({self._waiter}, timeout=timeout)
+                    if not done:
+                        return []
+            finally:
+                if self._waiter is not None and not self._waiter.done():
+                    self._waiter.cancel()
+                self._waiter = None
+
     def close(self) -> None:
         """End the watch; a pending or later ``__anext__`` stops iteration."""
         self._closed = True

@@ -270,9 +270,9 @@ def test_filter_stops_at_first_failure() -> None:
 
 @dataclass
 class Nominator:
-    pods: dict[str, list[PodInfo]]
+    pods: dict[str, list[Any]]
 
-    def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]:
+    def nominated_pods_for_node(self, node_name: str) -> list[Any]:
         return self.pods.get(node_name, [])
 
 
@@ -280,7 +280,7 @@ def test_filter_with_nominated_pods() -> None:
     reg = in_tree_registry()
     high = pod("high", priority=10, cpu="3")
     low = pod("low", priority=0, cpu="3")
-    handle = Handle(nominator=Nominator({"a": [PodInfo(high)], "b": [PodInfo(low)]}))
+    handle = Handle(nominator=Nominator({"a": [PodInfo(high)], "b": [low]}))  # PodInfo or dict
     f = Framework(reg, None, handle)
     p = PodInfo(pod("me", priority=5, cpu="2"))
     state = CycleState()

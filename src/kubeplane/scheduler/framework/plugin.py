@@ -36,9 +36,9 @@ if TYPE_CHECKING:
 
 
 class PodNominator(Protocol):
-    """What the framework needs from the queue's nominator."""
+    """What the framework needs from the queue's nominator (pod dicts or PodInfos)."""
 
-    def nominated_pods_for_node(self, node_name: str) -> list["PodInfo"]: ...
+    def nominated_pods_for_node(self, node_name: str) -> list[Any]: ...
 
 
 class SnapshotLister(Protocol):

@@ -433,7 +433,8 @@ class Framework:
         ni_out = node_info.clone()
         state_out = state.clone()
         added = False
-        for npi in nominated:
+        for np_ in nominated:
+            npi = np_ if isinstance(np_, PodInfo) else PodInfo(np_)
             if npi.priority >= pod_info.priority and npi.uid != pod_info.uid:
                 ni_out.add_pod(npi)
                 s = self.run_pre_filter_extension_add_pod(state_out, pod_info, npi, ni_out)
@@ -566,11 +567,12 @@ class Framework:
     def iterate_over_waiting_pods(self) -> list[WaitingPod]:
         return list(self.waiting_pods.values())
 
-    def reject_waiting_pod(self, uid: str) -> bool:
+    def reject_waiting_pod(self, uid: str, plugin: str = "", msg: str = "removed") -> bool:
+        """Reject a waiting pod (e.g. a preemption victim); False when it is not waiting."""
         wp = self.waiting_pods.get(uid)
         if wp is None:
             return False
-        wp.reject("", "removed")
+        wp.reject(plugin, msg)
         return True
 
     # ------------------------------------------------------------------ binding

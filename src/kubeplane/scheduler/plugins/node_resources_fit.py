@@ -210,17 +210,38 @@ class NodeResourcesFit(Plugin):
     def pre_filter(
         self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]
     ) -> tuple[PreFilterResult | None, Status | None]:
-        state.write(_PRE_FILTER_KEY, pod_info.requests)
+        state.write(_PRE_FILTER_KEY, self._checked(pod_info.requests))
         return None, None
 
+    def _checked(self, requests: Mapping[str, int]) -> tuple[Mapping[str, int], tuple[tuple[str, int], ...]]:
+        """The requests and the (name, value) pairs the filter must check."""
+        pairs = []
+        for name, value in requests.items():
+            if value == 0:
+                continue
+            if name not in _NATIVE and is_extended_resource_name(name) and (
+                name in self.ignored or name.split("/", 1)[0] in self.ignored_groups
+            ):
+                continue
+            pairs.append((name, value))
+        return requests, tuple(pairs)
+
     def filter(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> Status | None:
-        requests = state.get(_PRE_FILTER_KEY)
-        if requests is None:
-            requests = pod_info.requests
+        checked = state.get(_PRE_FILTER_KEY)
+        if checked is None:
+            checked = self._checked(pod_info.requests)
+        requests, pairs = checked
+        alloc, used = node_info.allocatable, node_info.requested
+        ok = len(node_info.pods) < alloc.get("pods", 0)
+        if ok:
+            for name, value in pairs:
+                if value > alloc.get(name, 0) - used.get(name, 0):
+                    ok = False
+                    break
+        if ok:
+            return None
         bad = insufficient_resources(requests, node_info, self.ignored, self.ignored_groups)
-        if bad:
-            return Status.unschedulable(*(b[1] for b in bad))
-        return None
+        return Status.unschedulable(*(b[1] for b in bad))
 
     def pre_score(self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]) -> Status | None:
         state.write("PreScore" + self.name, self.scorer.pod_request_list(pod_info))
