@@ -13,7 +13,7 @@ import asyncio
 import collections
 import logging
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import format_time, utcnow

@@ -200,6 +200,9 @@ class NamespaceStrategy(Strategy):
 class NodeStrategy(Strategy):
     tracks_generation = False
 
+    def prepare_for_create(self, obj: Obj) -> None:
+        """Kubelets register a Node with its status in one request: keep it."""
+
 
 class DeploymentStrategy(Strategy):
     def default(self, obj: Obj) -> None:

@@ -295,7 +295,7 @@ PVS = resource("persistentvolumes")
 def make_pv(name: str) -> dict:
     return {"metadata": {"name": name}, "spec": {
         "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-        "hostPath": {"path": "/tmp/x"}, "storageClassName": "local"}}
+        "hostPath": {"path": "/data/pv1"}, "storageClassName": "local"}}
 
 
 async def wait_for(cond: Callable[[], bool], timeout: float = 1.5) -> None:

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import re
 import logging
+import re
 from fractions import Fraction
-from typing import Any
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.quantity import format_quantity, parse_quantity

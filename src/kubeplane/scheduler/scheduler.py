@@ -1,0 +1,663 @@
+"""The scheduling loop: informers -> queue/cache -> scheduleOne -> binding cycles.
+
+One pod is scheduled at a time (the scheduling cycle); binding cycles run as
+concurrent tasks so a slow PreBind never holds up the next pod, as upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from kubeplane.api.errors import StatusError
+from kubeplane.api.meta import deep_copy, format_time, utcnow
+from kubeplane.api.resources import ResourceInfo, resource
+from kubeplane.client.informer import DeletedFinalStateUnknown, SharedInformerFactory
+from kubeplane.client.interface import Client
+from kubeplane.scheduler.cache import Cache, Snapshot
+from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
+from kubeplane.scheduler.framework.plugin import Handle
+from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.framework.runtime import Framework, NodePluginScores
+from kubeplane.scheduler.framework.types import (
+    ActionType,
+    ClusterEvent,
+    Code,
+    CycleState,
+    EventResource,
+    Status,
+)
+from kubeplane.scheduler.nominator import Nominator
+from kubeplane.scheduler.queue import QueuedPodInfo, QueueProfile, SchedulingQueue
+
+log = logging.getLogger("kubeplane.scheduler")
+
+PODS = resource("pods")
+NODES = resource("nodes")
+EVENTS = resource("events")
+
+#: informer resources for the cluster events plugins may register
+EVENT_RESOURCES: dict[EventResource, ResourceInfo] = {
+    EventResource.PERSISTENT_VOLUME: resource("persistentvolumes"),
+    EventResource.PERSISTENT_VOLUME_CLAIM: resource("persistentvolumeclaims"),
+    EventResource.STORAGE_CLASS: resource("storageclasses"),
+    EventResource.CSI_NODE: resource("csinodes"),
+    EventResource.CSI_STORAGE_CAPACITY: resource("csistoragecapacities"),
+    EventResource.RESOURCE_CLAIM: resource("resourceclaims"),
+    EventResource.RESOURCE_SLICE: resource("resourceslices"),
+    EventResource.DEVICE_CLASS: resource("deviceclasses"),
+}
+
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
+
+
+def num_feasible_nodes_to_find(percentage: int | None, num_all_nodes: int) -> int:
+    """How many feasible nodes to look for (upstream's adaptive percentage)."""
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all_nodes
+    pct = percentage or 0
+    if pct == 0:
+        pct = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    n = num_all_nodes * pct // 100
+    return max(n, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+@dataclass
+class Diagnosis:
+    node_to_status: dict[str, Status] = field(default_factory=dict)
+    unschedulable_plugins: set[str] = field(default_factory=set)
+    pending_plugins: set[str] = field(default_factory=set)
+    pre_filter_msg: str = ""
+    post_filter_msg: str = ""
+
+
+class FitError(Exception):
+    def __init__(self, pod: dict, num_all_nodes: int, diagnosis: Diagnosis) -> None:
+        super().__init__()
+        self.pod = pod
+        self.num_all_nodes = num_all_nodes
+        self.diagnosis = diagnosis
+
+    def __str__(self) -> str:
+        """``0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had .... preemption: ...``"""
+        counts: dict[str, int] = {}
+        for status in self.diagnosis.node_to_status.values():
+            for reason in status.reasons:
+                counts[reason] = counts.get(reason, 0) + 1
+        histogram = ", ".join(f"{n} {r}" for r, n in sorted(counts.items(), key=lambda kv: kv[0]))
+        msg = NO_NODE_AVAILABLE_MSG.format(self.num_all_nodes)
+        if self.diagnosis.pre_filter_msg and not histogram:
+            msg += f": {self.diagnosis.pre_filter_msg}."
+        else:
+            msg += f": {histogram}."
+        if self.diagnosis.post_filter_msg:
+            msg += " " + self.diagnosis.post_filter_msg
+        return msg
+
+
+@dataclass
+class ScheduleResult:
+    suggested_host: str
+    evaluated_nodes: int
+    feasible_nodes: int
+    nominated_node: str | None = None
+
+
+class EventRecorder:
+    """Writes core/v1 Events for pods, fire and forget, as upstream's recorder."""
+
+    def __init__(self, client: Client, component: str = "default-scheduler", instance: str = "") -> None:
+        self.client = client
+        self.component = component
+        self.instance = instance or component
+        self._tasks: set[asyncio.Task] = set()
+
+    def event(self, obj: dict, event_type: str, reason: str, message: str, action: str = "") -> None:
+        md = obj.get("metadata") or {}
+        now = utcnow()
+        ev = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{md.get('name', '')}.{int(now.timestamp() * 1e9):x}",
+                         "namespace": md.get("namespace") or "default"},
+            "involvedObject": {"kind": obj.get("kind") or "Pod", "apiVersion": obj.get("apiVersion") or "v1",
+                               "namespace": md.get("namespace"), "name": md.get("name"), "uid": md.get("uid"),
+                               "resourceVersion": md.get("resourceVersion")},
+            "reason": reason,
+            "message": message,
+            "type": event_type,
+            "source": {"component": self.component},
+            "firstTimestamp": format_time(now),
+            "lastTimestamp": format_time(now),
+            "count": 1,
+            "reportingComponent": self.component,
+            "reportingInstance": self.instance,
+        }
+        if action:
+            ev["action"] = action
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = loop.create_task(self._post(ev))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _post(self, ev: dict) -> None:
+        try:
+            await self.client.create(EVENTS, ev, ev["metadata"]["namespace"])
+        except StatusError as err:
+            log.debug("could not record event %s: %s", ev["reason"], err)
+        except Exception:  # noqa: BLE001 - events are best effort
+            log.debug("could not record event", exc_info=True)
+
+    async def close(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _node_update_action(old: dict, new: dict) -> ActionType:
+    action = ActionType(0)
+    os_, ns_ = old.get("status") or {}, new.get("status") or {}
+    if os_.get("allocatable") != ns_.get("allocatable"):
+        action |= ActionType.UPDATE_NODE_ALLOCATABLE
+    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
+    if om.get("labels") != nm.get("labels"):
+        action |= ActionType.UPDATE_NODE_LABEL
+    ospec, nspec = old.get("spec") or {}, new.get("spec") or {}
+    if ospec.get("taints") != nspec.get("taints") or ospec.get("unschedulable") != nspec.get("unschedulable"):
+        action |= ActionType.UPDATE_NODE_TAINT
+    if os_.get("conditions") != ns_.get("conditions"):
+        action |= ActionType.UPDATE_NODE_CONDITION
+    if om.get("annotations") != nm.get("annotations"):
+        action |= ActionType.UPDATE_NODE_ANNOTATION
+    return action
+
+
+def _unwrap(obj: Any) -> dict:
+    if isinstance(obj, DeletedFinalStateUnknown):
+        return obj.obj
+    return obj
+
+
+class Scheduler:
+    """kube-scheduler: profiles, queue, cache and the scheduling loop."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        profiles: list[dict] | None = None,
+        percentage_of_nodes_to_score: int | None = None,
+        pod_initial_backoff: float = 1.0,
+        pod_max_backoff: float = 10.0,
+        registry: dict | None = None,
+        informer_factory: SharedInformerFactory | None = None,
+        metrics: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        identity: str = "",
+    ) -> None:
+        self.client = client
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.metrics = metrics
+        self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
+        self.informer_factory = informer_factory or SharedInformerFactory(client)
+        self.recorder = EventRecorder(client, instance=identity or "kubeplane-scheduler")
+        self.cache = Cache(clock=clock)
+        self.snapshot = Snapshot()
+        self.nominator = Nominator()
+        registry = registry if registry is not None else in_tree_registry()
+        self.frameworks: dict[str, Framework] = {}
+        for prof in profiles or [{"schedulerName": "default-scheduler"}]:
+            handle = Handle(client=client, snapshot=self.snapshot, informer_factory=self.informer_factory,
+                            event_recorder=self.recorder, nominator=self.nominator, clock=clock, rng=self.rng)
+            fw = Framework(registry, prof, handle)
+            if fw.profile_name in self.frameworks:
+                raise ValueError(f"duplicate profile {fw.profile_name!r}")
+            self.frameworks[fw.profile_name] = fw
+        queue_profiles = {
+            name: QueueProfile(
+                pre_enqueue=[(pl.name, pl.pre_enqueue) for pl in fw.pre_enqueue_plugins],
+                hints=fw.events_to_register(),
+                less=fw.less,
+            )
+            for name, fw in self.frameworks.items()
+        }
+        self.queue = SchedulingQueue(queue_profiles, clock=clock, initial_backoff=pod_initial_backoff,
+                                     max_backoff=pod_max_backoff, pod_getter=self._informer_pod)
+        self.next_start_node_index = 0
+        self._binding_tasks: set[asyncio.Task] = set()
+        self._tasks: list[asyncio.Task] = []
+        self._stopped = asyncio.Event()
+        self._pods_informer = self.informer_factory.informer_for(PODS)
+        self._nodes_informer = self.informer_factory.informer_for(NODES)
+        self._wire_informers()
+
+    # -- event handlers ----------------------------------------------------
+
+    def _responsible(self, pod: dict) -> bool:
+        return ((pod.get("spec") or {}).get("schedulerName") or "default-scheduler") in self.frameworks
+
+    @staticmethod
+    def _assigned(pod: dict) -> bool:
+        return bool((pod.get("spec") or {}).get("nodeName"))
+
+    def _informer_pod(self, pod: dict) -> dict | None:
+        md = pod.get("metadata") or {}
+        key = f"{md.get('namespace')}/{md.get('name')}"
+        return self._pods_informer.indexer.get_by_key(key)
+
+    def _wire_informers(self) -> None:
+        self._registrations = [
+            self._pods_informer.add_event_handler(self._on_pod_add, self._on_pod_update, self._on_pod_delete),
+            self._nodes_informer.add_event_handler(self._on_node_add, self._on_node_update, self._on_node_delete),
+        ]
+        wanted: set[EventResource] = set()
+        for fw in self.frameworks.values():
+            for regs in fw.events_to_register().values():
+                for reg in regs:
+                    if reg.event.resource in EVENT_RESOURCES:
+                        wanted.add(reg.event.resource)
+        for er in sorted(wanted, key=lambda e: e.value):
+            inf = self.informer_factory.informer_for(EVENT_RESOURCES[er])
+            self._registrations.append(inf.add_event_handler(*self._generic_handlers(er)))
+
+    def _generic_handlers(self, er: EventResource):
+        def on_add(obj: dict) -> None:
+            self.queue.move_all_to_active_or_backoff(ClusterEvent(er, ActionType.ADD, f"{er.value}Add"), None, obj)
+
+        def on_update(old: dict, new: dict) -> None:
+            self.queue.move_all_to_active_or_backoff(ClusterEvent(er, ActionType.UPDATE, f"{er.value}Update"),
+                                                     old, new)
+
+        def on_delete(obj: dict) -> None:
+            self.queue.move_all_to_active_or_backoff(ClusterEvent(er, ActionType.DELETE, f"{er.value}Delete"),
+                                                     _unwrap(obj), None)
+
+        return on_add, on_update, on_delete
+
+    def _on_pod_add(self, pod: dict) -> None:
+        if self._assigned(pod):
+            self.cache.add_pod(pod)
+            self.queue.assigned_pod_added(pod)
+        elif self._responsible(pod):
+            self.queue.add(pod)
+
+    def _on_pod_update(self, old: dict, new: dict) -> None:
+        if self._assigned(new):
+            if self._assigned(old):
+                self.cache.update_pod(old, new)
+                self.queue.assigned_pod_updated(old, new)
+            else:
+                # Bound by someone (usually us): leave the queue, enter the cache.
+                self.queue.delete(old)
+                self.cache.add_pod(new)
+                self.queue.assigned_pod_added(new)
+        elif self._responsible(new):
+            self.queue.update(old, new)
+
+    def _on_pod_delete(self, obj: Any) -> None:
+        pod = _unwrap(obj)
+        if self._assigned(pod):
+            try:
+                self.cache.remove_pod(pod)
+            except Exception:  # noqa: BLE001 - the cache may never have seen it
+                log.debug("pod %s not in cache", pod.get("metadata", {}).get("name"))
+            self.queue.move_all_to_active_or_backoff(
+                ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE, "AssignedPodDelete"), pod, None)
+        else:
+            self.queue.delete(pod)
+            uid = (pod.get("metadata") or {}).get("uid", "")
+            for fw in self.frameworks.values():
+                fw.reject_waiting_pod(uid, msg="pod deleted")
+
+    def _on_node_add(self, node: dict) -> None:
+        self.cache.add_node(node)
+        self.queue.move_all_to_active_or_backoff(ClusterEvent(EventResource.NODE, ActionType.ADD, "NodeAdd"),
+                                                 None, node)
+
+    def _on_node_update(self, old: dict, new: dict) -> None:
+        self.cache.update_node(old, new)
+        action = _node_update_action(old, new)
+        if action:
+            self.queue.move_all_to_active_or_backoff(ClusterEvent(EventResource.NODE, action, "NodeUpdate"),
+                                                     old, new)
+
+    def _on_node_delete(self, obj: Any) -> None:
+        node = _unwrap(obj)
+        try:
+            self.cache.remove_node(node)
+        except Exception:  # noqa: BLE001
+            log.debug("node %s not in cache", node.get("metadata", {}).get("name"))
+
+    # -- running ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start informers and wait until their caches are synced."""
+        self.informer_factory.start()
+        await self.informer_factory.wait_for_cache_sync(60)
+        # Our handlers have seen the initial lists (client-go's handler HasSynced).
+        for reg in self._registrations:
+            await reg.wait_for_sync(60)
+
+    async def run(self) -> None:
+        """Schedule until :meth:`stop`."""
+        await self.start()
+        self._tasks.append(asyncio.create_task(self.queue.run()))
+        try:
+            while not self._stopped.is_set():
+                if not await self.schedule_one():
+                    break
+                if self.metrics is not None:
+                    self.metrics.set_pending(self.queue.counts())
+        finally:
+            for t in self._tasks:
+                t.cancel()
+
+    async def stop(self) -> None:
+        self._stopped.set()
+        self.queue.close()
+        if self._binding_tasks:
+            await asyncio.gather(*self._binding_tasks, return_exceptions=True)
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.recorder.close()
+        await self.informer_factory.stop()
+
+    # -- the scheduling cycle ------------------------------------------------
+
+    async def schedule_one(self) -> bool:
+        """One scheduling cycle. Returns False once the queue is closed."""
+        pinfo = await self.queue.pop()
+        if pinfo is None:
+            return False
+        pod = pinfo.pod
+        fw = self.frameworks.get((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
+        if fw is None:
+            self.queue.done(pinfo.pod_uid)
+            return True
+        if (pod.get("metadata") or {}).get("deletionTimestamp") or self.cache.is_assumed(pod):
+            self.queue.done(pinfo.pod_uid)
+            return True
+        start = self.clock()
+        state = CycleState()
+        state.record_metrics = self.metrics is not None and self.rng.random() < 0.1
+        pod_info = PodInfo(pod)
+        cycle = self.queue.scheduling_cycle
+        try:
+            result = self.schedule_pod(fw, state, pod_info)
+        except FitError as fit:
+            nominated = None
+            if fw.has_post_filter_plugins():
+                nominated, pf_status = fw.run_post_filter_plugins(state, pod_info, fit.diagnosis.node_to_status)
+                msg = pf_status.message() if pf_status is not None else ""
+                if pf_status is not None and pf_status.code == Code.ERROR:
+                    log.warning("PostFilter for %s: %s", pinfo.key, msg)
+                elif msg:
+                    fit.diagnosis.post_filter_msg = msg
+            await self._handle_failure(fw, pinfo, Status(Code.UNSCHEDULABLE, [str(fit)]), fit.diagnosis,
+                                       cycle, nominated, start)
+            return True
+        except _CycleError as err:
+            await self._handle_failure(fw, pinfo, err.status, None, cycle, None, start)
+            return True
+        # Assume: the cache now counts the pod on the chosen node.
+        assumed = deep_copy(pod)
+        assumed["spec"]["nodeName"] = result.suggested_host
+        try:
+            self.cache.assume_pod(assumed)
+        except Exception as exc:  # noqa: BLE001
+            await self._handle_failure(fw, pinfo, Status.as_status(exc), None, cycle, None, start)
+            return True
+        self.nominator.delete_nominated_pod_if_exists(pod)
+        assumed_info = PodInfo(assumed)
+        s = fw.run_reserve_plugins_reserve(state, assumed_info, result.suggested_host)
+        if s is not None and not s.is_success():
+            fw.run_reserve_plugins_unreserve(state, assumed_info, result.suggested_host)
+            self._forget(assumed)
+            await self._handle_failure(fw, pinfo, s, self._diag_for(s), cycle, None, start)
+            return True
+        s = fw.run_permit_plugins(state, assumed_info, result.suggested_host)
+        if s is not None and not s.is_success() and not s.is_wait():
+            fw.run_reserve_plugins_unreserve(state, assumed_info, result.suggested_host)
+            self._forget(assumed)
+            await self._handle_failure(fw, pinfo, s, self._diag_for(s), cycle, None, start)
+            return True
+        task = asyncio.create_task(
+            self._binding_cycle(fw, state, pinfo, assumed_info, result.suggested_host, cycle, start))
+        self._binding_tasks.add(task)
+        task.add_done_callback(self._binding_tasks.discard)
+        # Let the binding cycle start before the next pod (cooperative fairness).
+        await asyncio.sleep(0)
+        return True
+
+    def _diag_for(self, s: Status) -> Diagnosis:
+        d = Diagnosis()
+        if s.is_rejected() and s.plugin:
+            (d.pending_plugins if s.code == Code.PENDING else d.unschedulable_plugins).add(s.plugin)
+        return d
+
+    def _forget(self, assumed: dict) -> bool:
+        try:
+            self.cache.forget_pod(assumed)
+            return True
+        except Exception:  # noqa: BLE001
+            log.debug("forget failed", exc_info=True)
+            return False
+
+    def schedule_pod(self, fw: Framework, state: CycleState, pod_info: PodInfo) -> ScheduleResult:
+        self.cache.update_snapshot(self.snapshot)
+        fw.handle.snapshot = self.snapshot
+        all_nodes = self.snapshot.node_info_list
+        if not all_nodes:
+            raise FitError(pod_info.pod, 0, Diagnosis(pre_filter_msg="no nodes available to schedule pods"))
+        feasible, diagnosis = self._find_nodes_that_fit(fw, state, pod_info, all_nodes)
+        if not feasible:
+            raise FitError(pod_info.pod, len(all_nodes), diagnosis)
+        if len(feasible) == 1:
+            return ScheduleResult(feasible[0].name, len(feasible) + len(diagnosis.node_to_status), 1)
+        s = fw.run_pre_score_plugins(state, pod_info, feasible)
+        if s is not None and not s.is_success():
+            raise _CycleError(s)
+        scores, s = fw.run_score_plugins(state, pod_info, feasible)
+        if s is not None and not s.is_success():
+            raise _CycleError(s)
+        host = self._select_host(scores)
+        return ScheduleResult(host, len(feasible) + len(diagnosis.node_to_status), len(feasible))
+
+    def _find_nodes_that_fit(
+        self, fw: Framework, state: CycleState, pod_info: PodInfo, all_nodes: list[NodeInfo]
+    ) -> tuple[list[NodeInfo], Diagnosis]:
+        diagnosis = Diagnosis()
+        result, s, plugins = fw.run_pre_filter_plugins(state, pod_info, all_nodes)
+        if s is not None and not s.is_success():
+            if not s.is_rejected():
+                raise _CycleError(s)
+            # Every node gets the PreFilter status.
+            for ni in all_nodes:
+                diagnosis.node_to_status[ni.name] = s
+            (diagnosis.pending_plugins if s.code == Code.PENDING else diagnosis.unschedulable_plugins).update(
+                plugins or ({s.plugin} if s.plugin else set()))
+            diagnosis.pre_filter_msg = s.message()
+            return [], diagnosis
+        # A nominated node from an earlier preemption is tried first.
+        nominated = (pod_info.pod.get("status") or {}).get("nominatedNodeName")
+        if nominated:
+            try:
+                ni = self.snapshot.get(nominated)
+            except Exception:  # noqa: BLE001 - node gone
+                ni = None
+            if ni is not None and (result is None or result.all_nodes() or nominated in (result.node_names or ())):
+                st = fw.run_filter_plugins_with_nominated_pods(state, pod_info, ni)
+                if st is None or st.is_success():
+                    return [ni], diagnosis
+        nodes = all_nodes
+        if result is not None and not result.all_nodes():
+            allowed = result.node_names or set()
+            nodes = [ni for ni in all_nodes if ni.name in allowed]
+            for ni in all_nodes:
+                if ni.name not in allowed:
+                    diagnosis.node_to_status[ni.name] = Status.unresolvable(
+                        "node(s) didn't satisfy plugin(s) [" + ", ".join(sorted(plugins)) + "]" if plugins
+                        else "node(s) didn't satisfy plugin(s)")
+        if not fw.has_filter_plugins():
+            return nodes, diagnosis
+        num_to_find = num_feasible_nodes_to_find(
+            fw.percentage_of_nodes_to_score if fw.percentage_of_nodes_to_score is not None
+            else self.percentage_of_nodes_to_score, len(nodes))
+        if not fw.has_score_plugins():
+            num_to_find = 1
+        feasible: list[NodeInfo] = []
+        n = len(nodes)
+        if n == 0:
+            return feasible, diagnosis
+        start = self.next_start_node_index % n
+        processed = 0
+        failed = 0
+        for i in range(n):
+            ni = nodes[(start + i) % n]
+            processed += 1
+            st = fw.run_filter_plugins_with_nominated_pods(state, pod_info, ni)
+            if st is None or st.is_success():
+                feasible.append(ni)
+                if len(feasible) >= num_to_find:
+                    break
+                continue
+            if not st.is_rejected():
+                raise _CycleError(st)
+            failed += 1
+            diagnosis.node_to_status[ni.name] = st
+            if st.plugin:
+                (diagnosis.pending_plugins if st.code == Code.PENDING else diagnosis.unschedulable_plugins).add(
+                    st.plugin)
+        self.next_start_node_index = (self.next_start_node_index + processed) % len(all_nodes)
+        return feasible, diagnosis
+
+    def _select_host(self, scores: list[NodePluginScores]) -> str:
+        """Uniformly random among the highest total scores (reservoir sampling)."""
+        best = scores[0]
+        count = 1
+        for nps in scores[1:]:
+            if nps.total_score > best.total_score:
+                best, count = nps, 1
+            elif nps.total_score == best.total_score:
+                count += 1
+                if self.rng.randrange(count) == 0:
+                    best = nps
+        return best.name
+
+    # -- binding cycle ---------------------------------------------------------
+
+    async def _binding_cycle(self, fw: Framework, state: CycleState, pinfo: QueuedPodInfo, pod_info: PodInfo,
+                             host: str, cycle: int, start: float) -> None:
+        assumed = pod_info.pod
+        try:
+            s = await fw.wait_on_permit(pod_info)
+            if s is not None and not s.is_success():
+                await self._binding_failed(fw, state, pinfo, pod_info, host, s, cycle, start)
+                return
+            self.queue.done(pinfo.pod_uid)
+            s = await fw.run_pre_bind_plugins(state, pod_info, host)
+            if s is not None and not s.is_success():
+                await self._binding_failed(fw, state, pinfo, pod_info, host, s, cycle, start)
+                return
+            s = await fw.run_bind_plugins(state, pod_info, host)
+            if s is not None and not s.is_success():
+                self.cache.finish_binding(assumed)
+                await self._binding_failed(fw, state, pinfo, pod_info, host, s, cycle, start)
+                return
+            self.cache.finish_binding(assumed)
+            md = assumed.get("metadata") or {}
+            self.recorder.event(assumed, "Normal", "Scheduled",
+                                f"Successfully assigned {md.get('namespace')}/{md.get('name')} to {host}",
+                                action="Binding")
+            await fw.run_post_bind_plugins(state, pod_info, host)
+            if self.metrics is not None:
+                elapsed = self.clock() - start
+                self.metrics.observe_attempt("scheduled", fw.profile_name, elapsed)
+                first = pinfo.initial_attempt_timestamp or pinfo.timestamp
+                self.metrics.observe_sli(pinfo.attempts, max(0.0, self.clock() - first))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a plugin bug must not kill the scheduler
+            log.exception("binding cycle for %s failed", pinfo.key)
+            await self._binding_failed(fw, state, pinfo, pod_info, host, Status.as_status(exc), cycle, start)
+
+    async def _binding_failed(self, fw: Framework, state: CycleState, pinfo: QueuedPodInfo, pod_info: PodInfo,
+                              host: str, s: Status, cycle: int, start: float) -> None:
+        fw.run_reserve_plugins_unreserve(state, pod_info, host)
+        if self._forget(pod_info.pod):
+            self.queue.move_all_to_active_or_backoff(
+                ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE, "AssignedPodDelete"), pod_info.pod, None)
+        diag = self._diag_for(s)
+        await self._handle_failure(fw, pinfo, s, diag, cycle, None, start)
+
+    # -- failure handling -------------------------------------------------------
+
+    async def _handle_failure(self, fw: Framework, pinfo: QueuedPodInfo, s: Status, diagnosis: Diagnosis | None,
+                              cycle: int, nominated_node: str | None, start: float) -> None:
+        rejected = s.is_rejected()
+        reason = "Unschedulable" if rejected else "SchedulerError"
+        message = s.message() or "unknown error"
+        if diagnosis is not None:
+            pinfo.unschedulable_plugins = set(diagnosis.unschedulable_plugins)
+            pinfo.pending_plugins = set(diagnosis.pending_plugins)
+        if self.metrics is not None:
+            self.metrics.observe_attempt("unschedulable" if rejected else "error", fw.profile_name,
+                                         self.clock() - start)
+        current = self._informer_pod(pinfo.pod)
+        pod = pinfo.pod
+        if current is None:
+            self.queue.done(pinfo.pod_uid)
+            log.debug("pod %s is gone; not requeued", pinfo.key)
+            return
+        if (current.get("spec") or {}).get("nodeName"):
+            self.queue.done(pinfo.pod_uid)
+            return
+        pinfo.update(current)
+        self.queue.add_unschedulable_if_not_present(pinfo, cycle)
+        if nominated_node:
+            self.nominator.add_nominated_pod(current, nominated_node)
+        log.info("unable to schedule pod %s: %s", pinfo.key, message)
+        self.recorder.event(pod, "Warning", "FailedScheduling", message, action="Scheduling")
+        await self._update_pod_condition(current, reason, message, nominated_node)
+
+    async def _update_pod_condition(self, pod: dict, reason: str, message: str, nominated: str | None) -> None:
+        status = pod.get("status") or {}
+        cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+        unchanged = (cond is not None and cond.get("status") == "False" and cond.get("reason") == reason
+                     and cond.get("message") == message)
+        if unchanged and (nominated is None or status.get("nominatedNodeName") == nominated):
+            return
+        new_cond = {"type": "PodScheduled", "status": "False", "reason": reason, "message": message,
+                    "lastProbeTime": None, "lastTransitionTime": format_time(utcnow())}
+        if cond is not None and cond.get("status") == "False" and cond.get("lastTransitionTime"):
+            new_cond["lastTransitionTime"] = cond["lastTransitionTime"]
+        patch: dict = {"status": {"conditions": [new_cond]}}
+        if nominated is not None:
+            patch["status"]["nominatedNodeName"] = nominated
+        md = pod.get("metadata") or {}
+        try:
+            await self.client.patch(PODS, md.get("name"), patch, md.get("namespace"), patch_type="strategic",
+                                    subresource="status", field_manager="kube-scheduler")
+        except StatusError as err:
+            log.debug("could not update pod condition for %s: %s", md.get("name"), err)
+
+
+class _CycleError(Exception):
+    def __init__(self, status: Status) -> None:
+        super().__init__(status.message())
+        self.status = status
+
+
+def pod_names(pods: Iterable[dict]) -> list[str]:
+    return [(p.get("metadata") or {}).get("name", "") for p in pods]

@@ -1,0 +1,172 @@
+"""The scheduling loop end to end over a real registry and the in-process client."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kubeplane.api.resources import CATALOGUE, resource
+from kubeplane.apiserver.app import ensure_default_namespaces
+from kubeplane.client.inprocess import InProcessClient
+from kubeplane.registry.registry import Registry
+from kubeplane.scheduler.scheduler import FitError, Diagnosis, Scheduler, num_feasible_nodes_to_find
+from kubeplane.scheduler.framework.types import Status
+from kubeplane.storage.memory import MemoryStore
+
+PODS = resource("pods")
+NODES = resource("nodes")
+EVENTS = resource("events")
+
+
+def node(name: str, cpu: str = "4", memory: str = "32Gi", pods: str = "110", taints=None, labels=None) -> dict:
+    alloc = {"cpu": cpu, "memory": memory, "pods": pods}
+    spec = {"taints": taints} if taints else {}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+            "spec": spec,
+            "status": {"capacity": alloc, "allocatable": alloc,
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def pod(name: str, cpu: str = "100m", **spec_extra) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "nginx",
+                                     "resources": {"requests": {"cpu": cpu}}}], **spec_extra}}
+
+
+@pytest.fixture
+async def cluster():
+    store = MemoryStore()
+    registry = Registry(store, CATALOGUE)
+    await ensure_default_namespaces(registry)
+    client = InProcessClient(registry)
+    yield client
+    await registry.close()
+    await store.close()
+
+
+async def wait_for(fn, timeout: float = 5.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await fn()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+async def _start(client) -> tuple[Scheduler, asyncio.Task]:
+    sched = Scheduler(client)
+    task = asyncio.create_task(sched.run())
+    return sched, task
+
+
+async def _stop(sched, task):
+    await sched.stop()
+    await asyncio.wait_for(task, 5)
+
+
+def test_num_feasible_nodes_to_find():
+    assert num_feasible_nodes_to_find(0, 50) == 50
+    assert num_feasible_nodes_to_find(0, 1000) == 420  # 50 - 1000/125 = 42 %
+    assert num_feasible_nodes_to_find(0, 5000) == 500  # 10 %
+    assert num_feasible_nodes_to_find(0, 100_000) == 5000  # floor of 5 %
+    assert num_feasible_nodes_to_find(1, 1000) == 100  # never below 100
+    assert num_feasible_nodes_to_find(30, 1000) == 300
+
+
+def test_fit_error_message_matches_upstream_format():
+    d = Diagnosis(node_to_status={
+        "a": Status.unschedulable("Insufficient cpu"),
+        "b": Status.unschedulable("Insufficient cpu"),
+        "c": Status.unresolvable("node(s) had untolerated taint {k: v}"),
+    }, post_filter_msg="preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+    assert str(FitError({}, 3, d)) == (
+        "0/3 nodes are available: 2 Insufficient cpu, 1 node(s) had untolerated taint {k: v}. "
+        "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+
+
+async def test_pods_are_bound_and_spread_by_resources(cluster):
+    for n in ("n1", "n2"):
+        await cluster.create(NODES, node(n, cpu="1"))
+    sched, task = await _start(cluster)
+    try:
+        for i in range(4):
+            await cluster.create(PODS, pod(f"p{i}", cpu="400m"), "default")
+
+        async def all_bound():
+            items = (await cluster.list(PODS, "default"))["items"]
+            return all(p["spec"].get("nodeName") for p in items) and items
+
+        items = await wait_for(all_bound)
+        per_node = {}
+        for p in items:
+            per_node.setdefault(p["spec"]["nodeName"], []).append(p["metadata"]["name"])
+            cond = next(c for c in p["status"]["conditions"] if c["type"] == "PodScheduled")
+            assert cond["status"] == "True"
+        # 1 CPU per node, 400m per pod: exactly two fit on each node.
+        assert sorted(len(v) for v in per_node.values()) == [2, 2]
+
+        async def scheduled_events():
+            evs = (await cluster.list(EVENTS, "default"))["items"]
+            return [e for e in evs if e["reason"] == "Scheduled"]
+
+        evs = await wait_for(lambda: _at_least(scheduled_events, 4))
+        assert evs[0]["message"].startswith("Successfully assigned default/p")
+    finally:
+        await _stop(sched, task)
+
+
+async def _at_least(fn, n):
+    got = await fn()
+    return got if len(got) >= n else None
+
+
+async def test_unschedulable_pod_gets_condition_and_event_then_schedules(cluster):
+    await cluster.create(NODES, node("small", cpu="500m"))
+    await cluster.create(NODES, node("tainted", cpu="8", taints=[{"key": "dedicated", "value": "gpu",
+                                                                   "effect": "NoSchedule"}]))
+    sched, task = await _start(cluster)
+    try:
+        await cluster.create(PODS, pod("big", cpu="2"), "default")
+
+        async def failed():
+            p = await cluster.get(PODS, "big", "default")
+            conds = [c for c in p["status"].get("conditions", []) if c["type"] == "PodScheduled"]
+            return conds[0] if conds and conds[0]["status"] == "False" else None
+
+        cond = await wait_for(failed)
+        assert cond["reason"] == "Unschedulable"
+        assert cond["message"].startswith("0/2 nodes are available: 1 Insufficient cpu, "
+                                          "1 node(s) had untolerated taint {dedicated: gpu}.")
+        evs = (await cluster.list(EVENTS, "default"))["items"]
+        assert any(e["reason"] == "FailedScheduling" and e["type"] == "Warning" for e in evs)
+        # A node update that adds room requeues the pod (NodeResourcesFit's event).
+        await cluster.create(NODES, node("roomy", cpu="4"))
+
+        async def bound():
+            p = await cluster.get(PODS, "big", "default")
+            return p["spec"].get("nodeName")
+
+        assert await wait_for(bound, timeout=15) == "roomy"
+    finally:
+        await _stop(sched, task)
+
+
+async def test_other_scheduler_names_are_ignored(cluster):
+    await cluster.create(NODES, node("n1"))
+    sched, task = await _start(cluster)
+    try:
+        await cluster.create(PODS, pod("mine"), "default")
+        await cluster.create(PODS, pod("theirs", schedulerName="other"), "default")
+
+        async def mine_bound():
+            return (await cluster.get(PODS, "mine", "default"))["spec"].get("nodeName")
+
+        await wait_for(mine_bound)
+        await asyncio.sleep(0.2)
+        assert not (await cluster.get(PODS, "theirs", "default"))["spec"].get("nodeName")
+    finally:
+        await _stop(sched, task)
