@@ -21,7 +21,7 @@ import logging
 import random
 import time
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import resource
@@ -235,9 +235,11 @@ class LeaderElector:
     # ------------------------------------------------------------------ loops
 
     async def _attempt(self, timeout: float) -> bool:
+        # asyncio.timeout, unlike wait_for on 3.11, never swallows a cancellation
         try:
-            return await asyncio.wait_for(self.try_acquire_or_renew(), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):
+                return await self.try_acquire_or_renew()
+        except TimeoutError:
             return False
 
     async def _acquire(self) -> None:

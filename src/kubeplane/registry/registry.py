@@ -693,7 +693,9 @@ class Registry:
                     raise errors.conflict(res.plural, name, res.group, detail=(
                         f"Precondition failed: ResourceVersion in precondition: {want_rv}, "
                         f"ResourceVersion in object meta: {kv.mod_revision}"))
-            new = self._graceful(res, current, grace_period_seconds)
+            new = self._graceful(res, current, grace_period_seconds, propagation_policy)
+            if new is current:
+                return current, False  # already terminating: nothing changes
             if new is not None:
                 if dry_run:
                     return new, False
@@ -718,10 +720,17 @@ class Registry:
             return _status_success(res, name, md.get("uid")), True
         raise errors.conflict(res.plural, name, res.group, detail="too many concurrent updates")
 
-    def _graceful(self, res: ResourceInfo, current: Obj, grace: int | None) -> Obj | None:
+    def _graceful(self, res: ResourceInfo, current: Obj, grace: int | None,
+                  propagation: str | None = None) -> Obj | None:
         """The object to store instead of deleting it, or None to delete now."""
         md = current.get("metadata") or {}
         finalizers = list(md.get("finalizers") or [])
+        # The garbage collector finishes these: it deletes dependents first
+        # (Foreground) or strips their owner references (Orphan).
+        gc_finalizer = {"Foreground": "foregroundDeletion", "Orphan": "orphan"}.get(propagation or "")
+        if gc_finalizer and not md.get("deletionTimestamp"):
+            finalizers = [f for f in finalizers if f not in ("foregroundDeletion", "orphan")] + [gc_finalizer]
+            current = {**current, "metadata": {**md, "finalizers": finalizers}}
         is_ns = res.key == ("", "namespaces")
         pod_grace: int | None = None
         if res.key == ("", "pods"):

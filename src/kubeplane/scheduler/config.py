@@ -605,12 +605,12 @@ def _check_queue_sort(profiles: list[SchedulerProfile]) -> None:
         return
     first = profiles[0]
     qs = first.enabled["queueSort"]
-    args = first.plugin_args(qs[0])
+    args = first.plugin_args(qs[0]) or {}
     for i, p in enumerate(profiles[1:], start=1):
         if p.enabled["queueSort"] != qs:
             raise ConfigError(f"profiles[{i}].plugins.queueSort: Invalid value: {p.enabled['queueSort']}: "
                               f"queueSort must be the same for all profiles (profiles[0] uses {qs})")
-        if p.plugin_args(qs[0]) != args:
+        if (p.plugin_args(qs[0]) or {}) != args:
             raise ConfigError(f'profiles[{i}].pluginConfig: Invalid value: args of queueSort plugin "{qs[0]}" '
                               "must be the same for all profiles")
 

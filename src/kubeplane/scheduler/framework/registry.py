@@ -27,6 +27,10 @@ from kubeplane.scheduler.plugins.node_unschedulable import NodeUnschedulable
 from kubeplane.scheduler.plugins.priority_sort import PrioritySort
 from kubeplane.scheduler.plugins.scheduling_gates import SchedulingGates
 from kubeplane.scheduler.plugins.taint_toleration import TaintToleration
+from kubeplane.scheduler.plugins.podtopologyspread import PodTopologySpread
+from kubeplane.scheduler.plugins.interpodaffinity import InterPodAffinity
+from kubeplane.scheduler.plugins.defaultpreemption import DefaultPreemption
+from kubeplane.scheduler.plugins.dynamicresources import DynamicResources
 
 Registry = dict[str, type[Plugin]]
 
@@ -39,6 +43,10 @@ _PLUGINS: list[type[Plugin]] = [
     NodeAffinity,
     NodePorts,
     NodeResourcesFit,
+    PodTopologySpread,
+    InterPodAffinity,
+    DynamicResources,
+    DefaultPreemption,
     NodeResourcesBalancedAllocation,
     ImageLocality,
     DefaultBinder,

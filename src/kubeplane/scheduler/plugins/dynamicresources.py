@@ -16,7 +16,8 @@ parameters only:
   (status subresource), assumes the result in the claim assume cache and
   only then drops the in-flight entry.
 
-Every rejection is UnschedulableAndUnresolvable (preemption cannot help).
+Every rejection is UnschedulableAndUnresolvable (preemption cannot help);
+PostFilter answers plain Unschedulable.
 
 The shared :class:`~kubeplane.scheduler.dra_manager.DRAManager` is taken from
 ``handle.dra_manager``; when absent it is built from
@@ -62,7 +63,7 @@ MSG_STILL_UNSCHEDULABLE = "still not schedulable"
 
 __all__ = [
     "ClaimError", "DynamicResources", "FINALIZER", "NAME", "POD_CLAIM_NAME_ANNOTATION", "RESERVED_FOR_MAX_SIZE",
-    "is_reserved_for_pod", "pod_claim_names",
+    "is_reserved_for_pod", "pod_claim_names", "shared_dra_manager",
 ]
 
 
@@ -119,6 +120,22 @@ def _unresolvable(msg: str) -> Status:
     return Status.unresolvable(msg)
 
 
+def shared_dra_manager(handle: Handle) -> DRAManager | None:
+    """The DRA manager of ``handle``: ``handle.dra_manager``, else the one kept on
+    ``handle.informer_factory`` (created on first use), so all profiles sharing
+    a factory share one manager (one in-flight map, one tracker)."""
+    mgr = getattr(handle, "dra_manager", None)
+    factory = handle.informer_factory
+    if mgr is None and factory is not None:
+        mgr = getattr(factory, "dra_manager", None)
+        if mgr is None:
+            mgr = DRAManager.from_informer_factory(factory)
+            setattr(factory, "dra_manager", mgr)
+    if mgr is not None:
+        handle.dra_manager = mgr  # type: ignore[attr-defined]
+    return mgr
+
+
 # --------------------------------------------------------------------------- cycle state
 
 
@@ -155,11 +172,7 @@ class DynamicResources(Plugin):
 
     def __init__(self, args: dict | None, handle: Handle) -> None:
         super().__init__(args, handle)
-        mgr = getattr(handle, "dra_manager", None)
-        if mgr is None and handle.informer_factory is not None:
-            mgr = DRAManager.from_informer_factory(handle.informer_factory)
-            handle.dra_manager = mgr  # type: ignore[attr-defined]
-        self.manager: DRAManager | None = mgr
+        self.manager: DRAManager | None = shared_dra_manager(handle)
         self._background: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------------ claims of a pod
@@ -340,10 +353,12 @@ class DynamicResources(Plugin):
     def post_filter(
         self, state: CycleState, pod_info: PodInfo, filtered_statuses: dict[str, Status]
     ) -> tuple[str | None, Status]:
-        """Deallocate one unavailable claim that only this pod uses (status write in the background)."""
+        """Deallocate one unavailable claim that only this pod uses (status write in the background).
+
+        Returns plain Unschedulable so later PostFilter plugins (preemption) still run."""
         s: _State | None = state.get(STATE_KEY)
         if s is None or not s.unavailable or self.handle.client is None:
-            return None, _unresolvable("no new claims to deallocate")
+            return None, Status.unschedulable("no new claims to deallocate")
         indices = sorted(s.unavailable)
         self.handle.rng.shuffle(indices)
         for i in indices:
@@ -357,7 +372,7 @@ class DynamicResources(Plugin):
                 st.pop(key, None)
             self._spawn(self._write_status(new, "deallocating"))
             return None, Status.unschedulable(MSG_DEALLOCATED)
-        return None, _unresolvable(MSG_STILL_UNSCHEDULABLE)
+        return None, Status.unschedulable(MSG_STILL_UNSCHEDULABLE)
 
     # ------------------------------------------------------------------ reserve
 

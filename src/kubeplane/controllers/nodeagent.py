@@ -1,0 +1,318 @@
+"""Simulated nodes: what a kubelet does, minus the containers.
+
+For each simulated node the agent registers a Node (capacity, allocatable,
+labels, addresses, Ready condition, node info), renews its Lease in
+``kube-node-lease``, and for pods bound to it plays the kubelet: reports them
+Running and Ready (pod IP, container statuses, conditions), finishes graceful
+deletion, and completes pods annotated ``kubeplane.io/exit-after`` (seconds)
+with phase Succeeded, so Jobs and ``kubectl wait`` behave as on a real cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubeplane.api.errors import StatusError
+from kubeplane.api.meta import format_time, parse_time, utcnow
+from kubeplane.api.resources import resource
+from kubeplane.client.informer import SharedInformerFactory
+from kubeplane.client.interface import Client, Obj
+from kubeplane.controllers.base import Controller
+
+log = logging.getLogger(__name__)
+
+NODES = resource("nodes")
+PODS = resource("pods")
+LEASES = resource("leases")
+
+EXIT_AFTER_ANNOTATION = "kubeplane.io/exit-after"
+KUBELET_VERSION = "v1.32.0-kubeplane"
+
+
+def _micro_time(t=None) -> str:
+    t = t or utcnow()
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class NodeSpec:
+    """Shape of the simulated nodes."""
+
+    cpu: str = "4"
+    memory: str = "32Gi"
+    pods: int = 110
+    ephemeral_storage: str = "100Gi"
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[dict] = field(default_factory=list)
+    zones: int = 0  # >0: spread nodes over zone-0..zone-(n-1) (topology.kubernetes.io/zone)
+    extra_capacity: dict[str, str] = field(default_factory=dict)
+
+
+def node_object(name: str, index: int, spec: NodeSpec) -> Obj:
+    capacity = {"cpu": spec.cpu, "memory": spec.memory, "pods": str(spec.pods),
+                "ephemeral-storage": spec.ephemeral_storage, **spec.extra_capacity}
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kubeplane-simulated",
+        **spec.labels,
+    }
+    if spec.zones > 0:
+        zone = f"zone-{index % spec.zones}"
+        labels["topology.kubernetes.io/zone"] = zone
+        labels["topology.kubernetes.io/region"] = "region-0"
+    now = format_time(utcnow())
+    internal_ip = str(ipaddress.ip_address("10.0.0.0") + 1 + index)
+    body: Obj = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": {"podCIDR": f"10.244.{index % 256}.0/24", "podCIDRs": [f"10.244.{index % 256}.0/24"]},
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "conditions": _conditions(now),
+            "addresses": [{"type": "InternalIP", "address": internal_ip}, {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "machineID": f"kubeplane-{index}", "systemUUID": f"kubeplane-{index}", "bootID": f"boot-{index}",
+                "kernelVersion": "6.1.0-kubeplane", "osImage": "kubeplane simulated node",
+                "containerRuntimeVersion": "kubeplane://0.1.0", "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": KUBELET_VERSION, "operatingSystem": "linux", "architecture": "amd64",
+            },
+            "images": [],
+        },
+    }
+    if spec.taints:
+        body["spec"]["taints"] = [dict(t) for t in spec.taints]
+    return body
+
+
+def _conditions(now: str) -> list[dict]:
+    def cond(t: str, status: str, reason: str, message: str) -> dict:
+        return {"type": t, "status": status, "lastHeartbeatTime": now, "lastTransitionTime": now,
+                "reason": reason, "message": message}
+
+    return [
+        cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+    ]
+
+
+class NodeAgent(Controller):
+    """Runs ``count`` simulated nodes named ``<prefix>-<i>``."""
+
+    def __init__(
+        self,
+        client: Client,
+        names: list[str],
+        spec: NodeSpec | None = None,
+        factory: SharedInformerFactory | None = None,
+        *,
+        heartbeat_interval: float = 10.0,
+        start_delay: float = 0.0,
+        termination_delay: float = 0.05,
+    ) -> None:
+        super().__init__("kubelet", client, factory, workers=4)
+        self.names = list(names)
+        self._index = {n: i for i, n in enumerate(self.names)}
+        self.spec = spec or NodeSpec()
+        self.heartbeat_interval = heartbeat_interval
+        self.start_delay = start_delay
+        self.termination_delay = termination_delay
+        self._pods = self.factory.informer_for(PODS)
+        self._pods.add_event_handler(self._enqueue, lambda old, new: self._enqueue(new), self._enqueue)
+        self._queue = self.add_queue("pods", self._sync_pod)
+        self._ip_counter: dict[str, int] = {}
+        self._timers: set[asyncio.Task] = set()
+        self._heartbeat: asyncio.Task | None = None
+
+    def _enqueue(self, pod: Any) -> None:
+        pod = getattr(pod, "obj", pod)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node in self._index:
+            md = pod.get("metadata") or {}
+            self._queue.add(f"{md.get('namespace')}/{md.get('name')}")
+
+    async def register(self) -> None:
+        """Create or refresh the Node objects."""
+        for i, name in enumerate(self.names):
+            body = node_object(name, i, self.spec)
+            try:
+                await self.client.create(NODES, body)
+            except StatusError as err:
+                if err.code != 409:
+                    raise
+                await self._refresh_status(name, body)
+
+    async def _refresh_status(self, name: str, body: Obj) -> None:
+        patch = {"status": {"conditions": _conditions(format_time(utcnow())),
+                            "capacity": body["status"]["capacity"],
+                            "allocatable": body["status"]["allocatable"],
+                            "nodeInfo": body["status"]["nodeInfo"]}}
+        await self.client.patch(NODES, name, patch, patch_type="strategic", subresource="status")
+
+    async def start(self, sync_timeout: float | None = 30.0) -> None:
+        await self.register()
+        await super().start(sync_timeout)
+        self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeats())
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+        for t in list(self._timers):
+            t.cancel()
+        await asyncio.gather(*self._timers, return_exceptions=True)
+        await super().stop(timeout)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            for name in self.names:
+                try:
+                    await self._renew_lease(name)
+                except StatusError as err:
+                    log.debug("lease renewal for %s failed: %s", name, err)
+            await asyncio.sleep(self.heartbeat_interval)
+
+    async def _renew_lease(self, name: str) -> None:
+        now = _micro_time()
+        try:
+            await self.client.patch(LEASES, name, {"spec": {"renewTime": now}}, "kube-node-lease")
+        except StatusError as err:
+            if err.code != 404:
+                raise
+            await self.client.create(LEASES, {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": "kube-node-lease"},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now},
+            }, "kube-node-lease")
+
+    # -- pods ------------------------------------------------------------------
+
+    def _pod_ip(self, node: str) -> str:
+        n = self._ip_counter.get(node, 1) + 1
+        if n > 254:
+            n = 2
+        self._ip_counter[node] = n
+        return f"10.244.{self._index[node] % 256}.{n}"
+
+    async def _sync_pod(self, key: str) -> None:
+        pod = self._pods.indexer.get_by_key(key)
+        if pod is None:
+            return
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if node not in self._index:
+            return
+        md = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        if md.get("deletionTimestamp"):
+            self._later(self.termination_delay, self._finish_deletion(pod))
+            return
+        phase = status.get("phase")
+        if phase == "Pending" and not status.get("startTime"):
+            if self.start_delay:
+                self._later(self.start_delay, self._start_pod(pod, node))
+            else:
+                await self._start_pod(pod, node)
+            return
+        exit_after = (md.get("annotations") or {}).get(EXIT_AFTER_ANNOTATION)
+        if phase == "Running" and exit_after is not None:
+            try:
+                seconds = max(0.0, float(exit_after))
+            except ValueError:
+                return
+            started = status.get("startTime")
+            elapsed = (utcnow() - parse_time(started)).total_seconds() if started else 0.0
+            self._later(max(0.0, seconds - elapsed), self._complete_pod(pod))
+
+    def _later(self, delay: float, coro) -> None:
+        async def run() -> None:
+            await asyncio.sleep(delay)
+            await coro
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._timers.add(task)
+        task.add_done_callback(self._timers.discard)
+
+    async def _start_pod(self, pod: Obj, node: str) -> None:
+        md = pod["metadata"]
+        spec = pod.get("spec") or {}
+        now = format_time(utcnow())
+        host_ip = str(ipaddress.ip_address("10.0.0.0") + 1 + self._index[node])
+        pod_ip = host_ip if spec.get("hostNetwork") else self._pod_ip(node)
+
+        def running(c: Obj) -> Obj:
+            return {"name": c.get("name"), "image": c.get("image"), "imageID": f"sim://{c.get('image')}",
+                    "containerID": f"kubeplane://{md.get('uid', '')[:8]}-{c.get('name')}", "ready": True,
+                    "started": True, "restartCount": 0, "state": {"running": {"startedAt": now}}}
+
+        inits = []
+        for c in spec.get("initContainers") or []:
+            if c.get("restartPolicy") == "Always":  # sidecar
+                inits.append(running(c))
+            else:
+                inits.append({"name": c.get("name"), "image": c.get("image"), "imageID": f"sim://{c.get('image')}",
+                              "ready": True, "started": False, "restartCount": 0,
+                              "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                                       "startedAt": now, "finishedAt": now}}})
+        cond = [
+            {"type": "PodReadyToStartContainers", "status": "True", "lastProbeTime": None, "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": now},
+            {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastProbeTime": None, "lastTransitionTime": now},
+        ]
+        status: Obj = {
+            "phase": "Running", "hostIP": host_ip, "hostIPs": [{"ip": host_ip}], "podIP": pod_ip,
+            "podIPs": [{"ip": pod_ip}], "startTime": now, "conditions": cond,
+            "containerStatuses": [running(c) for c in spec.get("containers") or []],
+        }
+        if inits:
+            status["initContainerStatuses"] = inits
+        try:
+            await self.client.patch(PODS, md["name"], {"status": status}, md.get("namespace"),
+                                    patch_type="strategic", subresource="status", field_manager="kubelet")
+        except StatusError as err:
+            if err.code != 404:
+                raise
+
+    async def _complete_pod(self, pod: Obj) -> None:
+        md = pod["metadata"]
+        now = format_time(utcnow())
+        statuses = []
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            statuses.append({"name": c.get("name"), "image": c.get("image"), "imageID": f"sim://{c.get('image')}",
+                             "ready": False, "started": False, "restartCount": 0,
+                             "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                                      "startedAt": (pod.get("status") or {}).get("startTime", now),
+                                                      "finishedAt": now}}})
+        cond = [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastProbeTime": None,
+                 "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": "False", "reason": "PodCompleted", "lastProbeTime": None,
+                 "lastTransitionTime": now}]
+        try:
+            await self.client.patch(PODS, md["name"], {"status": {"phase": "Succeeded", "conditions": cond,
+                                                                  "containerStatuses": statuses}},
+                                    md.get("namespace"), patch_type="strategic", subresource="status",
+                                    field_manager="kubelet")
+        except StatusError as err:
+            if err.code != 404:
+                raise
+
+    async def _finish_deletion(self, pod: Obj) -> None:
+        md = pod["metadata"]
+        try:
+            await self.client.delete(PODS, md["name"], md.get("namespace"), grace_period_seconds=0,
+                                     preconditions={"uid": md.get("uid", "")})
+        except StatusError as err:
+            if err.code not in (404, 409):
+                raise

@@ -1,0 +1,424 @@
+"""InterPodAffinity: required pod (anti-)affinity (filter) and preferred terms (score).
+
+Filter enforces the incoming pod's required affinity and anti-affinity
+terms and the required anti-affinity terms of pods already running
+(symmetry). Score sums, per topology value, the weights of matching
+preferred terms of the incoming pod and of existing pods, plus
+``hardPodAffinityWeight`` for existing pods' required affinity terms that
+match the incoming pod.
+
+Args (``InterPodAffinityArgs``): ``hardPodAffinityWeight`` (default 1,
+0..100) and ``ignorePreferredTermsOfExistingPods`` (default false).
+
+Namespace labels (for ``namespaceSelector``): taken from
+``args["namespaceLabels"]`` or ``handle.namespace_labels``, a callable
+``(namespace name) -> labels dict | None``; failing both, from
+``handle.list_objects("namespaces", None)``. Without any of them a
+non-empty namespaceSelector selects no namespace (an empty one, ``{}``,
+still selects all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from kubeplane.api.selectors import LabelSelector
+from kubeplane.scheduler.framework.nodeinfo import AffinityTerm, NodeInfo, PodInfo
+from kubeplane.scheduler.framework.plugin import Plugin
+from kubeplane.scheduler.framework.types import (
+    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EventResource, MAX_NODE_SCORE, Obj,
+    PreFilterResult, QueueingHint, Status,
+)
+
+NAME = "InterPodAffinity"
+ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH = "node(s) didn't satisfy existing pods anti-affinity rules"
+ERR_REASON_AFFINITY_RULES_NOT_MATCH = "node(s) didn't match pod affinity rules"
+ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH = "node(s) didn't match pod anti-affinity rules"
+DEFAULT_HARD_POD_AFFINITY_WEIGHT = 1
+
+_PRE_FILTER_KEY = "PreFilter" + NAME
+_PRE_SCORE_KEY = "PreScore" + NAME
+
+NamespaceLabels = Callable[[str], "Mapping[str, str] | None"]
+TopologyPair = tuple[str, str]
+
+
+class _ResolvedTerm:
+    """An incoming pod's term with its namespaceSelector resolved against namespace labels.
+
+    Upstream merges the namespaces selected by a non-empty selector into the
+    term's namespace set; here selection is evaluated lazily per namespace
+    with the same result.
+    """
+
+    __slots__ = ("term", "topology_key", "weight", "_ns_labels", "_cache")
+
+    def __init__(self, term: AffinityTerm, ns_labels: NamespaceLabels | None, weight: int = 0) -> None:
+        self.term = term
+        self.topology_key = term.topology_key
+        self.weight = weight
+        self._ns_labels = ns_labels
+        self._cache: dict[str, bool] = {}
+
+    def _ns_selected(self, ns: str) -> bool:
+        t = self.term
+        if ns in t.namespaces:
+            return True
+        sel: LabelSelector | None = t.namespace_selector
+        if sel is None or sel.matches_nothing:
+            return False
+        if sel.empty:
+            return True
+        hit = self._cache.get(ns)
+        if hit is None:
+            labels = self._ns_labels(ns) if self._ns_labels is not None else None
+            hit = labels is not None and sel.matches(labels)
+            self._cache[ns] = hit
+        return hit
+
+    def matches(self, pod: Obj) -> bool:
+        meta = pod.get("metadata") or {}
+        if not self._ns_selected(meta.get("namespace") or "default"):
+            return False
+        return self.term.selector.matches(meta.get("labels") or {})
+
+
+def _matches_all(terms: list[_ResolvedTerm], pod: Obj) -> bool:
+    """``podMatchesAllAffinityTerms``: false for no terms."""
+    if not terms:
+        return False
+    return all(t.matches(pod) for t in terms)
+
+
+def _node_labels(node: Obj | None) -> dict[str, str]:
+    return ((node or {}).get("metadata") or {}).get("labels") or {}
+
+
+def _bump(counts: dict[TopologyPair, int], pair: TopologyPair, delta: int) -> None:
+    n = counts.get(pair, 0) + delta
+    if n == 0:
+        counts.pop(pair, None)
+    else:
+        counts[pair] = n
+
+
+@dataclass
+class PreFilterState:
+    """Topology pair counts computed once per cycle (cloned for preemption)."""
+
+    pod_info: PodInfo
+    affinity_terms: list[_ResolvedTerm]
+    anti_affinity_terms: list[_ResolvedTerm]
+    namespace_labels: dict[str, str]
+    existing_anti_affinity_counts: dict[TopologyPair, int] = field(default_factory=dict)
+    affinity_counts: dict[TopologyPair, int] = field(default_factory=dict)
+    anti_affinity_counts: dict[TopologyPair, int] = field(default_factory=dict)
+
+    def clone(self) -> "PreFilterState":
+        return PreFilterState(
+            self.pod_info, self.affinity_terms, self.anti_affinity_terms, self.namespace_labels,
+            dict(self.existing_anti_affinity_counts), dict(self.affinity_counts), dict(self.anti_affinity_counts),
+        )
+
+    def update_with_pod(self, pi: PodInfo, node: Obj | None, delta: int) -> None:
+        """Account a pod added to (``delta`` 1) or removed from (-1) ``node``."""
+        if node is None:
+            return
+        labels = _node_labels(node)
+        for term in pi.required_anti_affinity_terms:
+            if term.matches(self.pod_info.pod, self.namespace_labels) and term.topology_key in labels:
+                _bump(self.existing_anti_affinity_counts, (term.topology_key, labels[term.topology_key]), delta)
+        if _matches_all(self.affinity_terms, pi.pod):
+            for t in self.affinity_terms:
+                if t.topology_key in labels:
+                    _bump(self.affinity_counts, (t.topology_key, labels[t.topology_key]), delta)
+        for t in self.anti_affinity_terms:
+            if t.matches(pi.pod) and t.topology_key in labels:
+                _bump(self.anti_affinity_counts, (t.topology_key, labels[t.topology_key]), delta)
+
+
+@dataclass
+class PreScoreState:
+    topology_score: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def clone(self) -> "PreScoreState":
+        return self
+
+
+class InterPodAffinity(Plugin):
+    name = NAME
+
+    def __init__(self, args: dict | None, handle: Any) -> None:
+        super().__init__(args, handle)
+        w = self.args.get("hardPodAffinityWeight", DEFAULT_HARD_POD_AFFINITY_WEIGHT)
+        w = DEFAULT_HARD_POD_AFFINITY_WEIGHT if w is None else int(w)
+        if w < 0 or w > 100:
+            raise ValueError(f"hardPodAffinityWeight: Invalid value: {w}: not in valid range [0-100]")
+        self.hard_pod_affinity_weight = w
+        self.ignore_preferred_terms_of_existing_pods = bool(self.args.get("ignorePreferredTermsOfExistingPods"))
+
+    # ------------------------------------------------------------------ helpers
+
+    def namespace_labels_fn(self) -> NamespaceLabels | None:
+        """The configured namespace -> labels lookup, if any."""
+        fn = self.args.get("namespaceLabels") or getattr(self.handle, "namespace_labels", None)
+        if fn is not None:
+            return fn
+        lister = getattr(self.handle, "list_objects", None)
+        if lister is None:
+            return None
+
+        def from_list(ns: str) -> Mapping[str, str] | None:
+            for obj in lister("namespaces", None) or ():
+                meta = obj.get("metadata") or {}
+                if meta.get("name") == ns:
+                    return meta.get("labels") or {}
+            return None
+        return from_list
+
+    def _snapshot_lists(self, nodes: list[NodeInfo]) -> tuple[list[NodeInfo], list[NodeInfo], list[NodeInfo]]:
+        snap = self.handle.snapshot
+        if snap is not None:
+            return snap.node_info_list, snap.have_pods_with_affinity_list, snap.have_pods_with_required_anti_affinity_list
+        return (nodes, [n for n in nodes if n.pods_with_affinity],
+                [n for n in nodes if n.pods_with_required_anti_affinity])
+
+    def _resolve(self, terms: Iterable[AffinityTerm], fn: NamespaceLabels | None) -> list[_ResolvedTerm]:
+        return [_ResolvedTerm(t, fn) for t in terms]
+
+    # ------------------------------------------------------------------ filtering
+
+    def pre_filter(
+        self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]
+    ) -> tuple[PreFilterResult | None, Status | None]:
+        all_nodes, _, with_anti = self._snapshot_lists(nodes)
+        fn = self.namespace_labels_fn()
+        ns_labels = dict((fn(pod_info.namespace) if fn is not None else None) or {})
+        s = PreFilterState(
+            pod_info,
+            self._resolve(pod_info.required_affinity_terms, fn),
+            self._resolve(pod_info.required_anti_affinity_terms, fn),
+            ns_labels,
+        )
+        pod = pod_info.pod
+        for ni in with_anti:
+            labels = _node_labels(ni.node)
+            for existing in ni.pods_with_required_anti_affinity:
+                for term in existing.required_anti_affinity_terms:
+                    if term.topology_key in labels and term.matches(pod, ns_labels):
+                        _bump(s.existing_anti_affinity_counts, (term.topology_key, labels[term.topology_key]), 1)
+        if s.affinity_terms or s.anti_affinity_terms:
+            for ni in all_nodes:
+                if ni.node is None:
+                    continue
+                labels = _node_labels(ni.node)
+                for existing in ni.pods:
+                    if _matches_all(s.affinity_terms, existing.pod):
+                        for t in s.affinity_terms:
+                            if t.topology_key in labels:
+                                _bump(s.affinity_counts, (t.topology_key, labels[t.topology_key]), 1)
+                    for t in s.anti_affinity_terms:
+                        if t.topology_key in labels and t.matches(existing.pod):
+                            _bump(s.anti_affinity_counts, (t.topology_key, labels[t.topology_key]), 1)
+        if not s.existing_anti_affinity_counts and not s.affinity_terms and not s.anti_affinity_terms:
+            return None, Status.skip()
+        state.write(_PRE_FILTER_KEY, s)
+        return None, None
+
+    def add_pod(self, state: CycleState, pod_info: PodInfo, pod_info_to_add: PodInfo,
+                node_info: NodeInfo) -> Status | None:
+        s: PreFilterState | None = state.get(_PRE_FILTER_KEY)
+        if s is None:
+            return Status.as_status(RuntimeError(f"reading {_PRE_FILTER_KEY!r} from cycleState: not found"))
+        s.update_with_pod(pod_info_to_add, node_info.node, 1)
+        return None
+
+    def remove_pod(self, state: CycleState, pod_info: PodInfo, pod_info_to_remove: PodInfo,
+                   node_info: NodeInfo) -> Status | None:
+        s: PreFilterState | None = state.get(_PRE_FILTER_KEY)
+        if s is None:
+            return Status.as_status(RuntimeError(f"reading {_PRE_FILTER_KEY!r} from cycleState: not found"))
+        s.update_with_pod(pod_info_to_remove, node_info.node, -1)
+        return None
+
+    @staticmethod
+    def _satisfy_existing_anti_affinity(s: PreFilterState, labels: Mapping[str, str]) -> bool:
+        if s.existing_anti_affinity_counts:
+            for k, v in labels.items():
+                if s.existing_anti_affinity_counts.get((k, v), 0) > 0:
+                    return False
+        return True
+
+    @staticmethod
+    def _satisfy_anti_affinity(s: PreFilterState, labels: Mapping[str, str]) -> bool:
+        if s.anti_affinity_counts:
+            for t in s.anti_affinity_terms:
+                v = labels.get(t.topology_key)
+                if v is not None and s.anti_affinity_counts.get((t.topology_key, v), 0) > 0:
+                    return False
+        return True
+
+    @staticmethod
+    def _satisfy_affinity(s: PreFilterState, labels: Mapping[str, str]) -> bool:
+        pods_exist = True
+        for t in s.affinity_terms:
+            v = labels.get(t.topology_key)
+            if v is None:
+                # Every topology key must be present on the node.
+                return False
+            if s.affinity_counts.get((t.topology_key, v), 0) <= 0:
+                pods_exist = False
+        if not pods_exist:
+            # The first pod of a group with affinity to itself: allowed when no
+            # pod anywhere matches and the pod matches its own terms.
+            return not s.affinity_counts and _matches_all(s.affinity_terms, s.pod_info.pod)
+        return True
+
+    def filter(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> Status | None:
+        if node_info.node is None:
+            return Status.as_status(RuntimeError("node not found"))
+        s: PreFilterState | None = state.get(_PRE_FILTER_KEY)
+        if s is None:
+            return Status.as_status(RuntimeError(f"reading {_PRE_FILTER_KEY!r} from cycleState: not found"))
+        labels = _node_labels(node_info.node)
+        if not self._satisfy_affinity(s, labels):
+            return Status.unresolvable(ERR_REASON_AFFINITY_RULES_NOT_MATCH)
+        if not self._satisfy_anti_affinity(s, labels):
+            return Status.unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH)
+        if not self._satisfy_existing_anti_affinity(s, labels):
+            return Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+        return None
+
+    # ------------------------------------------------------------------ scoring
+
+    def pre_score(self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]) -> Status | None:
+        if not nodes:
+            return None
+        has_constraints = bool(pod_info.preferred_affinity_terms or pod_info.preferred_anti_affinity_terms)
+        if self.ignore_preferred_terms_of_existing_pods and not has_constraints:
+            return Status.skip()
+        all_nodes, with_affinity, _ = self._snapshot_lists(nodes)
+        to_visit = all_nodes if has_constraints else with_affinity
+        fn = self.namespace_labels_fn()
+        ns_labels = dict((fn(pod_info.namespace) if fn is not None else None) or {})
+        pref = [_ResolvedTerm(w.term, fn, w.weight) for w in pod_info.preferred_affinity_terms]
+        pref_anti = [_ResolvedTerm(w.term, fn, w.weight) for w in pod_info.preferred_anti_affinity_terms]
+        scores: dict[str, dict[str, int]] = {}
+        pod = pod_info.pod
+
+        def add(key: str, labels: Mapping[str, str], amount: int) -> None:
+            v = labels.get(key)
+            if v is None:
+                return
+            m = scores.setdefault(key, {})
+            m[v] = m.get(v, 0) + amount
+
+        for ni in to_visit:
+            labels = _node_labels(ni.node)
+            if not labels:
+                continue
+            for existing in (ni.pods if has_constraints else ni.pods_with_affinity):
+                for t in pref:
+                    if t.matches(existing.pod):
+                        add(t.topology_key, labels, t.weight)
+                for t in pref_anti:
+                    if t.matches(existing.pod):
+                        add(t.topology_key, labels, -t.weight)
+                if self.hard_pod_affinity_weight > 0:
+                    for term in existing.required_affinity_terms:
+                        if term.matches(pod, ns_labels):
+                            add(term.topology_key, labels, self.hard_pod_affinity_weight)
+                if not self.ignore_preferred_terms_of_existing_pods:
+                    for w in existing.preferred_affinity_terms:
+                        if w.term.matches(pod, ns_labels):
+                            add(w.term.topology_key, labels, w.weight)
+                    for w in existing.preferred_anti_affinity_terms:
+                        if w.term.matches(pod, ns_labels):
+                            add(w.term.topology_key, labels, -w.weight)
+        if not scores:
+            return Status.skip()
+        state.write(_PRE_SCORE_KEY, PreScoreState(scores))
+        return None
+
+    def score(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
+        s: PreScoreState | None = state.get(_PRE_SCORE_KEY)
+        if s is None:
+            return 0, Status.as_status(RuntimeError(f"reading {_PRE_SCORE_KEY!r} from cycleState: not found"))
+        labels = _node_labels(node_info.node)
+        total = 0
+        for key, values in s.topology_score.items():
+            v = labels.get(key)
+            if v is not None:
+                total += values.get(v, 0)
+        return total, None
+
+    def normalize_score(self, state: CycleState, pod_info: PodInfo, scores: list[list[Any]]) -> Status | None:
+        s: PreScoreState | None = state.get(_PRE_SCORE_KEY)
+        if s is None or not s.topology_score or not scores:
+            return None
+        lo = min(e[1] for e in scores)
+        hi = max(e[1] for e in scores)
+        diff = hi - lo
+        for e in scores:
+            e[1] = int(MAX_NODE_SCORE * ((e[1] - lo) / diff)) if diff > 0 else 0
+        return None
+
+    # ------------------------------------------------------------------ queueing hints
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.POD, ActionType.ADD | ActionType.UPDATE_POD_LABEL | ActionType.DELETE),
+                self.is_schedulable_after_pod_change),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+                self.is_schedulable_after_node_change),
+        ]
+
+    def is_schedulable_after_pod_change(self, pod: Obj, old: Any, new: Any) -> QueueingHint:
+        for o in (old, new):
+            if o is not None and not (o.get("spec") or {}).get("nodeName"):
+                return QueueingHint.SKIP
+        pi = PodInfo(pod)
+        fn = self.namespace_labels_fn()
+        terms = self._resolve(pi.required_affinity_terms, fn)
+        anti = self._resolve(pi.required_anti_affinity_terms, fn)
+        if old is not None and new is not None:
+            if not _matches_all(terms, old) and _matches_all(terms, new):
+                return QueueingHint.QUEUE
+            if _matches_all(anti, old) and not _matches_all(anti, new):
+                return QueueingHint.QUEUE
+            return QueueingHint.SKIP
+        if new is not None:
+            return QueueingHint.QUEUE if _matches_all(terms, new) else QueueingHint.SKIP
+        if old is None:
+            return QueueingHint.SKIP
+        if _matches_all(anti, old):
+            return QueueingHint.QUEUE
+        # A deleted pod whose own required anti-affinity rejected this pod.
+        ns_labels = dict((fn(pi.namespace) if fn is not None else None) or {})
+        for term in PodInfo(old).required_anti_affinity_terms:
+            if term.matches(pod, ns_labels):
+                return QueueingHint.QUEUE
+        return QueueingHint.SKIP
+
+    def is_schedulable_after_node_change(self, pod: Obj, old: Any, new: Any) -> QueueingHint:
+        pi = PodInfo(pod)
+        new_labels = _node_labels(new)
+        old_labels = _node_labels(old) if old is not None else None
+        for t in pi.required_affinity_terms:
+            key = t.topology_key
+            if old_labels is None:
+                if key in new_labels:
+                    return QueueingHint.QUEUE
+                continue
+            if key in new_labels and (key not in old_labels or old_labels[key] != new_labels[key]):
+                return QueueingHint.QUEUE
+        for t in pi.required_anti_affinity_terms:
+            key = t.topology_key
+            if old_labels is None:
+                return QueueingHint.QUEUE
+            if key in old_labels and (key not in new_labels or old_labels[key] != new_labels[key]):
+                return QueueingHint.QUEUE
+        return QueueingHint.SKIP

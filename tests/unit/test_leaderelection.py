@@ -1,0 +1,231 @@
+"""Lease-based leader election: two candidates on one in-process registry."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+import pytest
+
+from kubeplane.api.resources import CATALOGUE
+from kubeplane.apiserver.app import ensure_default_namespaces
+from kubeplane.client.inprocess import InProcessClient
+from kubeplane.leaderelection import LEASES, LeaderElector, format_micro_time, parse_micro_time
+from kubeplane.registry.registry import Registry
+from kubeplane.storage.memory import MemoryStore
+
+NS, NAME = "kube-system", "kube-scheduler"
+FAST = {"lease_duration": 1.0, "renew_deadline": 0.5, "retry_period": 0.1}
+
+
+@pytest.fixture
+async def client():
+    store = MemoryStore(history=50)
+    registry = Registry(store, CATALOGUE)
+    await ensure_default_namespaces(registry)
+    c = InProcessClient(registry)
+    yield c
+    await c.close()
+    await registry.close()
+    await store.close()
+
+
+class Candidate:
+    """An elector plus a log of its callbacks."""
+
+    def __init__(self, client: Any, identity: str, *, release: bool = True, **kw: Any) -> None:
+        self.events: list[str] = []
+        self.leaders: list[str] = []
+        self.started = asyncio.Event()
+        self.stopped = asyncio.Event()
+        opts = {**FAST, **kw}
+        self.elector = LeaderElector(
+            client, NS, NAME, identity,
+            on_started_leading=self._started, on_stopped_leading=self._stopped,
+            on_new_leader=self.leaders.append, rng=random.Random(1), release_on_cancel=release, **opts,
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    def _started(self) -> None:
+        self.events.append("started")
+        self.started.set()
+
+    def _stopped(self) -> None:
+        self.events.append("stopped")
+        self.stopped.set()
+
+    def start(self) -> "Candidate":
+        self.task = asyncio.create_task(self.elector.run())
+        return self
+
+    async def stop(self) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def _lease(client: Any) -> dict:
+    return (await client.get(LEASES, NAME, NS))["spec"]
+
+
+def test_micro_time_format() -> None:
+    assert format_micro_time(0.25) == "1970-01-01T00:00:00.250000Z"
+    assert parse_micro_time("2006-01-02T15:04:05.000000Z") == parse_micro_time("2006-01-02T15:04:05Z")
+    assert parse_micro_time(format_micro_time(1_700_000_000.5)) == 1_700_000_000.5
+
+
+def test_rejects_bad_timings(client: Any) -> None:
+    with pytest.raises(ValueError, match="leaseDuration must be greater than renewDeadline"):
+        LeaderElector(client, NS, NAME, "a", lease_duration=5, renew_deadline=5, retry_period=1,
+                      on_started_leading=lambda: None, on_stopped_leading=lambda: None)
+    with pytest.raises(ValueError, match="retryPeriod"):
+        LeaderElector(client, NS, NAME, "a", lease_duration=15, renew_deadline=2, retry_period=2,
+                      on_started_leading=lambda: None, on_stopped_leading=lambda: None)
+
+
+async def test_only_one_leads_and_renews(client: Any) -> None:
+    a, b = Candidate(client, "a").start(), Candidate(client, "b").start()
+    await asyncio.wait_for(asyncio.wait([asyncio.create_task(a.started.wait()),
+                                         asyncio.create_task(b.started.wait())],
+                                        return_when=asyncio.FIRST_COMPLETED), 2)
+    leader, other = (a, b) if a.started.is_set() else (b, a)
+    first = await _lease(client)
+    await asyncio.sleep(0.5)
+    spec = await _lease(client)
+    assert not other.started.is_set()
+    assert spec["holderIdentity"] == leader.elector.identity
+    assert spec["leaseDurationSeconds"] == 1 and spec["leaseTransitions"] == 0
+    assert spec["acquireTime"] == first["acquireTime"]
+    assert parse_micro_time(spec["renewTime"]) > parse_micro_time(first["renewTime"])
+    assert leader.elector.is_leader() and not other.elector.is_leader()
+    assert other.elector.get_leader() == leader.elector.identity
+    assert other.leaders == [leader.elector.identity]
+    await a.stop()
+    await b.stop()
+
+
+async def test_takeover_after_leader_dies(client: Any) -> None:
+    a = Candidate(client, "a", release=False).start()
+    await asyncio.wait_for(a.started.wait(), 1)
+    b = Candidate(client, "b").start()
+    await asyncio.sleep(0.3)
+    assert not b.started.is_set()
+    killed_at = time.monotonic()
+    await a.stop()  # no release: the lease still names "a" until it expires
+    assert (await _lease(client))["holderIdentity"] == "a"
+    await asyncio.wait_for(b.started.wait(), 2.5)
+    waited = time.monotonic() - killed_at
+    assert waited >= 0.7  # the 1 s lease had to expire first
+    spec = await _lease(client)
+    assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+    assert b.leaders == ["a", "b"]
+    await b.stop()
+
+
+async def test_graceful_release_hands_over_quickly(client: Any) -> None:
+    a = Candidate(client, "a", lease_duration=15.0, renew_deadline=0.5, retry_period=0.1).start()
+    await asyncio.wait_for(a.started.wait(), 1)
+    b = Candidate(client, "b", lease_duration=15.0, renew_deadline=0.5, retry_period=0.1).start()
+    await asyncio.sleep(0.2)
+    released_at = time.monotonic()
+    await a.stop()
+    assert a.events == ["started", "stopped"]
+    spec = await _lease(client)
+    assert spec["holderIdentity"] in ("", "b")
+    await asyncio.wait_for(b.started.wait(), 1)  # far less than the 15 s lease
+    assert time.monotonic() - released_at < 1
+    spec = await _lease(client)
+    assert spec["holderIdentity"] == "b" and spec["leaseDurationSeconds"] == 15
+    assert spec["leaseTransitions"] == 1
+    await b.stop()
+    assert (await _lease(client))["holderIdentity"] == ""
+
+
+async def test_held_lease_not_taken_until_observed_expired(client: Any) -> None:
+    now = [1000.0]
+    other = LeaderElector(client, NS, NAME, "x", **FAST, clock=lambda: now[0],
+                          on_started_leading=lambda: None, on_stopped_leading=lambda: None)
+    assert await other.try_acquire_or_renew()
+    me = LeaderElector(client, NS, NAME, "me", **FAST, clock=lambda: now[0],
+                       on_started_leading=lambda: None, on_stopped_leading=lambda: None)
+    assert not await me.try_acquire_or_renew()
+    now[0] += 0.9
+    assert not await me.try_acquire_or_renew()
+    now[0] += 0.2  # 1.1 s since "me" first saw the record unchanged
+    assert await me.try_acquire_or_renew()
+    spec = await _lease(client)
+    assert spec["holderIdentity"] == "me" and spec["leaseTransitions"] == 1
+    assert spec["renewTime"] == format_micro_time(1001.1)
+    # the old holder sees a fresh record and must wait a full lease again
+    assert not await other.try_acquire_or_renew()
+    assert not other.is_leader() and other.get_leader() == "me"
+
+
+class _RacingClient:
+    """Delegates to a client, but lets a rival write the lease just before each update."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.races = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def update(self, res: Any, obj: dict, **kw: Any) -> dict:
+        current = await self.inner.get(LEASES, NAME, NS)
+        current["spec"]["holderIdentity"] = "rival"
+        await self.inner.update(LEASES, current)
+        self.races += 1
+        return await self.inner.update(res, obj, **kw)
+
+
+async def test_conflict_means_someone_else_won(client: Any) -> None:
+    now = [0.0]
+    released = {"holderIdentity": "", "leaseDurationSeconds": 1, "leaseTransitions": 3}
+    await client.create(LEASES, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                 "metadata": {"name": NAME, "namespace": NS}, "spec": released}, NS)
+    racing = _RacingClient(client)
+    el = LeaderElector(racing, NS, NAME, "me", **FAST, clock=lambda: now[0],
+                       on_started_leading=lambda: None, on_stopped_leading=lambda: None)
+    assert not await el.try_acquire_or_renew()
+    assert racing.races == 1 and not el.is_leader()
+    assert (await _lease(client))["holderIdentity"] == "rival"
+    # next attempt observes the rival's record and backs off while it is fresh
+    assert not await el.try_acquire_or_renew()
+    assert racing.races == 1 and el.get_leader() == "rival"
+
+
+async def test_loses_leadership_when_renewal_fails(client: Any) -> None:
+    a = Candidate(client, "a").start()
+    await asyncio.wait_for(a.started.wait(), 1)
+    lease = await client.get(LEASES, NAME, NS)
+    lease["spec"]["holderIdentity"] = "intruder"
+    lease["spec"]["leaseDurationSeconds"] = 30
+    await client.update(LEASES, lease)
+    await asyncio.wait_for(a.stopped.wait(), 2)
+    assert a.events == ["started", "stopped"]
+    assert a.task is not None and a.task.done()
+    # release did not touch a lease held by someone else
+    assert (await _lease(client))["holderIdentity"] == "intruder"
+
+
+async def test_async_leading_task_cancelled_on_stop(client: Any) -> None:
+    running = asyncio.Event()
+    cancelled: list[bool] = []
+
+    async def lead() -> None:
+        running.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    el = LeaderElector(client, NS, NAME, "a", **FAST, on_started_leading=lead, on_stopped_leading=lambda: None)
+    task = asyncio.create_task(el.run())
+    await asyncio.wait_for(running.wait(), 1)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert cancelled == [True]
