@@ -33,7 +33,6 @@ import orjson
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy, format_time, parse_time, utcnow
 from kubeplane.api.resources import resource
-from kubeplane.api.selectors import label_selector_from_dict
 from kubeplane.client.informer import SharedInformerFactory, unwrap_deleted
 from kubeplane.client.interface import Client, Obj
 from kubeplane.controllers.base import Controller

@@ -159,14 +159,17 @@ def _reset() -> None:
 def test_default_profile_order_and_weights() -> None:
     f = Framework(in_tree_registry())
     lp = f.list_plugins()
+    # Upstream's default order (plugins kubeplane does not have yet are absent).
     assert lp["filter"] == ["NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts",
-                            "NodeResourcesFit"]
-    assert lp["score"] == ["TaintToleration", "NodeAffinity", "NodeResourcesFit",
-                           "NodeResourcesBalancedAllocation", "ImageLocality"]
+                            "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity", "DynamicResources"]
+    assert lp["score"] == ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "PodTopologySpread",
+                           "InterPodAffinity", "NodeResourcesBalancedAllocation", "ImageLocality"]
     assert f.score_weights == {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1,
+                               "PodTopologySpread": 2, "InterPodAffinity": 2,
                                "NodeResourcesBalancedAllocation": 1, "ImageLocality": 1}
     assert lp["queueSort"] == ["PrioritySort"] and lp["bind"] == ["DefaultBinder"]
-    assert lp["preEnqueue"] == ["SchedulingGates"]
+    assert lp["postFilter"] == ["DynamicResources", "DefaultPreemption"]
+    assert lp["preEnqueue"] == ["SchedulingGates", "DynamicResources"]
 
 
 def test_custom_weight_and_disable_in_multipoint() -> None:
