@@ -25,27 +25,21 @@ class ControllerOptions:
 
 def build_controllers(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
     """Every controller kubeplane ships, sharing one informer factory."""
+    from kubeplane.controllers.deployment import DeploymentController
+    from kubeplane.controllers.garbagecollector import GarbageCollector
     from kubeplane.controllers.pv.binder import PersistentVolumeController
     from kubeplane.controllers.pv.provisioner import LocalProvisioner
+    from kubeplane.controllers.replicaset import ReplicaSetController
+    from kubeplane.controllers.resourceclaim import ResourceClaimController
 
-    controllers: list[Any] = [
+    return [
         PersistentVolumeController(client, factory),
         LocalProvisioner(client, factory, provisioner_name=opts.provisioner_name),
+        ResourceClaimController(client, factory),
+        ReplicaSetController(client, factory),
+        DeploymentController(client, factory),
+        GarbageCollector(client, factory),
     ]
-    for module, cls in (
-        ("kubeplane.controllers.resourceclaim", "ResourceClaimController"),
-        ("kubeplane.controllers.replicaset", "ReplicaSetController"),
-        ("kubeplane.controllers.deployment", "DeploymentController"),
-        ("kubeplane.controllers.garbagecollector", "GarbageCollector"),
-    ):
-        try:
-            mod = __import__(module, fromlist=[cls])
-        except ImportError:
-            continue
-        factory_cls = getattr(mod, cls, None)
-        if factory_cls is not None:
-            controllers.append(factory_cls(client, factory))
-    return controllers
 
 
 @dataclass

@@ -172,16 +172,177 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
     _run(go)
 
 
+def _load_scheduler_config(path: str | None):
+    from kubeplane.scheduler.config import ConfigError, load_config
+    from kubeplane.scheduler.framework.registry import in_tree_registry
+
+    try:
+        return load_config(path, in_tree_registry())
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def _scheduler_kwargs(path: str | None) -> dict:
     if path is None:
         return {}
-    from kubeplane.scheduler.config import ConfigError, load_config
+    cfg = _load_scheduler_config(path)
+    return {
+        "profiles": cfg.framework_profiles(),
+        "percentage_of_nodes_to_score": cfg.percentage_of_nodes_to_score,
+        "pod_initial_backoff": cfg.pod_initial_backoff_seconds,
+        "pod_max_backoff": cfg.pod_max_backoff_seconds,
+    }
+
+
+def _http_client(kubeconfig: str | None, context: str | None):
+    from kubeplane.client.http import HttpClient
+    from kubeplane.client.kubeconfig import KubeconfigError
 
     try:
-        cfg = load_config(path)
-    except ConfigError as exc:
-        raise click.ClickException(f"invalid scheduler configuration {path}: {exc}") from None
-    return cfg.scheduler_kwargs()
+        return HttpClient.from_kubeconfig(kubeconfig, context)
+    except (KubeconfigError, OSError) as exc:
+        raise click.ClickException(f"cannot load kubeconfig: {exc}") from None
+
+
+_client_options = [
+    click.option("--kubeconfig", "kubeconfig", default=None,
+                 help="Kubeconfig of the API server (default: $KUBECONFIG or ~/.kube/config)."),
+    click.option("--context", default=None, help="Kubeconfig context to use."),
+    click.option("-v", "--verbose", is_flag=True, help="Debug logging."),
+]
+
+
+def client_options(f):
+    for opt in reversed(_client_options):
+        f = opt(f)
+    return f
+
+
+@main.command()
+@client_options
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) file.")
+@click.option("--leader-elect/--no-leader-elect", default=None,
+              help="Coordinate replicas through a Lease (default: the config's leaderElection.leaderElect).")
+@click.option("--metrics-listen", default="127.0.0.1:10259", show_default=True,
+              help="HOST:PORT for /metrics and /healthz; empty to disable.")
+def scheduler(kubeconfig: str | None, context: str | None, verbose: bool, config_path: str | None,
+              leader_elect: bool | None, metrics_listen: str) -> None:
+    """Run the scheduler against any Kubernetes API server."""
+    import os
+    import socket
+    import uuid
+
+    _setup_logging(verbose)
+    cfg = _load_scheduler_config(config_path)
+    elect = cfg.leader_election.leader_elect if leader_elect is None else leader_elect
+
+    async def go(stop: asyncio.Event) -> None:
+        from aiohttp import web
+
+        from kubeplane.apiserver.app import parse_listen
+        from kubeplane.leaderelection import LeaderElector
+        from kubeplane.scheduler.metrics import SchedulerMetrics, metrics_app
+        from kubeplane.scheduler.scheduler import Scheduler
+
+        client = _http_client(kubeconfig, context)
+        metrics = SchedulerMetrics()
+        runner = None
+        if metrics_listen:
+            host, port = parse_listen(metrics_listen)
+            runner = web.AppRunner(metrics_app(metrics), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, host, port).start()
+        identity = f"{socket.gethostname()}_{uuid.uuid4()}"
+        sched = Scheduler.from_config(client, cfg, metrics=metrics, identity=identity)
+        names = ", ".join(cfg.scheduler_names())
+        try:
+            if not elect:
+                click.echo(f"kubeplane scheduler running (profiles: {names})", err=True)
+                run = asyncio.create_task(sched.run())
+                await asyncio.wait({run, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
+            else:
+                le = cfg.leader_election
+                lost = asyncio.Event()
+
+                async def lead() -> None:
+                    click.echo(f"became leader {identity}; scheduling (profiles: {names})", err=True)
+                    await sched.run()
+
+                def stopped() -> None:
+                    click.echo("leader election lost", err=True)
+                    lost.set()
+
+                elector = LeaderElector(client, le.resource_namespace, le.resource_name, identity,
+                                        lease_duration=le.lease_duration, renew_deadline=le.renew_deadline,
+                                        retry_period=le.retry_period, on_started_leading=lead,
+                                        on_stopped_leading=stopped)
+                task = asyncio.create_task(elector.run())
+                await asyncio.wait({task, asyncio.create_task(stop.wait()), asyncio.create_task(lost.wait())},
+                                   return_when=asyncio.FIRST_COMPLETED)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                if lost.is_set():
+                    os._exit(1)  # as upstream: a replica that lost the lease exits and restarts clean
+        finally:
+            await sched.stop()
+            if runner is not None:
+                await runner.cleanup()
+            await client.close()
+
+    _run(go)
+
+
+@main.command()
+@client_options
+@click.option("--provisioner-name", default="kubeplane.io/local", show_default=True,
+              help="Provisioner name served by the simulated storage provisioner.")
+def controllers(kubeconfig: str | None, context: str | None, verbose: bool, provisioner_name: str) -> None:
+    """Run the controllers against any Kubernetes API server."""
+    from kubeplane.client.informer import SharedInformerFactory
+    from kubeplane.cluster import Components, ControllerOptions, build_controllers
+
+    _setup_logging(verbose)
+
+    async def go(stop: asyncio.Event) -> None:
+        client = _http_client(kubeconfig, context)
+        comps = Components()
+        try:
+            factory = SharedInformerFactory(client)
+            for ctrl in build_controllers(client, factory, ControllerOptions(provisioner_name=provisioner_name)):
+                await comps.start(ctrl)
+            click.echo(f"kubeplane controllers running ({len(comps.items)})", err=True)
+            await stop.wait()
+        finally:
+            await comps.stop()
+            await client.close()
+
+    _run(go)
+
+
+@main.command()
+@client_options
+@_node_options
+def nodes(kubeconfig: str | None, context: str | None, verbose: bool, node_count: int, node_cpu: str,
+          node_memory: str, node_pods: int, zones: int, node_prefix: str) -> None:
+    """Run simulated nodes against any Kubernetes API server."""
+    from kubeplane.client.informer import SharedInformerFactory
+
+    _setup_logging(verbose)
+
+    async def go(stop: asyncio.Event) -> None:
+        client = _http_client(kubeconfig, context)
+        agent = _node_agent(client, SharedInformerFactory(client), node_count, node_cpu, node_memory, node_pods,
+                            zones, node_prefix)
+        try:
+            await agent.start()
+            click.echo(f"{node_count} simulated node(s) running", err=True)
+            await stop.wait()
+        finally:
+            await agent.stop()
+            await client.close()
+
+    _run(go)
 
 
 @main.group()

@@ -1049,6 +1049,11 @@ _PATCH_TYPES = {
 
 
 def _default_validator() -> Callable[[ResourceInfo, Obj, Obj | None], list[errors.Cause]]:
+    # DRA objects carry CEL selectors that must compile at create time.
+    from kubeplane.dra.register import install
+
+    install()
+
     def validate(res: ResourceInfo, obj: Obj, old: Obj | None) -> list[errors.Cause]:
         from kubeplane.api.validation import validate_object
 

@@ -215,10 +215,15 @@ class Scheduler:
         self.snapshot = Snapshot()
         self.nominator = Nominator()
         registry = registry if registry is not None else in_tree_registry()
+        self._started = False
+        # Workload kinds PodTopologySpread derives default selectors from.
+        for plural in ("services", "replicasets"):
+            self.informer_factory.informer_for(resource(plural))
         self.frameworks: dict[str, Framework] = {}
         for prof in profiles or [{"schedulerName": "default-scheduler"}]:
             handle = Handle(client=client, snapshot=self.snapshot, informer_factory=self.informer_factory,
                             event_recorder=self.recorder, nominator=self.nominator, clock=clock, rng=self.rng)
+            self._install_listers(handle)
             fw = Framework(registry, prof, handle)
             if fw.profile_name in self.frameworks:
                 raise ValueError(f"duplicate profile {fw.profile_name!r}")
@@ -240,6 +245,52 @@ class Scheduler:
         self._pods_informer = self.informer_factory.informer_for(PODS)
         self._nodes_informer = self.informer_factory.informer_for(NODES)
         self._wire_informers()
+
+    @classmethod
+    def from_config(cls, client: Client, config: Any, **kwargs: Any) -> "Scheduler":
+        """Build from a :class:`kubeplane.scheduler.config.SchedulerConfig`."""
+        return cls(
+            client,
+            profiles=config.framework_profiles(),
+            percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
+            pod_initial_backoff=config.pod_initial_backoff_seconds,
+            pod_max_backoff=config.pod_max_backoff_seconds,
+            **kwargs,
+        )
+
+    def _install_listers(self, handle: Handle) -> None:
+        """Read-only views plugins use: namespaces (InterPodAffinity namespace
+        selectors), PodDisruptionBudgets (preemption) and workload objects
+        (PodTopologySpread's default selectors)."""
+        namespaces = self.informer_factory.informer_for(resource("namespaces"))
+        pdbs = self.informer_factory.informer_for(resource("poddisruptionbudgets"))
+        by_plural = {"namespaces": namespaces, "poddisruptionbudgets": pdbs}
+
+        def namespace_labels(ns: str) -> dict | None:
+            obj = namespaces.indexer.get_by_key(ns)
+            return None if obj is None else ((obj.get("metadata") or {}).get("labels") or {})
+
+        def pdb_lister() -> list[dict]:
+            return pdbs.indexer.list()
+
+        def list_objects(plural: str, namespace: str | None = None) -> list[dict]:
+            inf = by_plural.get(plural)
+            if inf is None:
+                try:
+                    res = resource(plural)
+                except KeyError:
+                    return []
+                inf = by_plural[plural] = self.informer_factory.informer_for(res)
+                if inf.started is False and self._started:
+                    inf.start()
+            items = inf.indexer.list()
+            if namespace:
+                items = [o for o in items if (o.get("metadata") or {}).get("namespace") == namespace]
+            return items
+
+        handle.namespace_labels = namespace_labels
+        handle.pdb_lister = pdb_lister
+        handle.list_objects = list_objects
 
     # -- event handlers ----------------------------------------------------
 
@@ -342,6 +393,7 @@ class Scheduler:
 
     async def start(self) -> None:
         """Start informers and wait until their caches are synced."""
+        self._started = True
         self.informer_factory.start()
         await self.informer_factory.wait_for_cache_sync(60)
         # Our handlers have seen the initial lists (client-go's handler HasSynced).
