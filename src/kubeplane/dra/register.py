@@ -36,11 +36,11 @@ def validate_resource(res: "ResourceInfo", obj: dict[str, Any], old: dict[str, A
     if not causes:
         return causes
     _, check, update_check = VALIDATORS.get(res.qualified, (None, None, None))
-    seen: set[tuple[str, str, str]] = set()
+    seen: set[tuple[str, str]] = set()
     for fn, args in ((check, (obj,)), (update_check if old is not None else None, (obj, old))):
         if fn is not None:
-            seen.update((c.reason, c.field, c.message) for c in fn(*args))
-    return [c for c in causes if (c.reason, c.field, c.message) not in seen]
+            seen.update((c.reason, c.field) for c in fn(*args))
+    return [c for c in causes if (c.reason, c.field) not in seen]
 
 
 def installed() -> bool:

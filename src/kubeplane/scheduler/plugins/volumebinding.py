@@ -1,0 +1,361 @@
+"""VolumeBinding: bind a pod's PersistentVolumeClaims as part of scheduling.
+
+Upstream ``pkg/scheduler/framework/plugins/volumebinding``; the work is done
+by :class:`~kubeplane.scheduler.volumebinder.VolumeBinder`:
+
+* PreFilter: pods without claims Skip; missing, lost, deleting or foreign
+  ephemeral claims and unbound Immediate claims are UnschedulableAndUnresolvable.
+  Local-like bound PVs narrow the candidate nodes.
+* Filter: bound PVs' node affinity, a static PV per delayed claim, or dynamic
+  provisioning on the node (UnschedulableAndUnresolvable with upstream's reasons).
+* PreScore/Score: storage-utilisation scoring, only when ``shape`` is configured.
+* Reserve: PV claimRefs and PVC selected-node annotations are only *assumed*
+  in the passive caches; Unreserve restores them.
+* PreBind: one update per object, then wait for the PV controller (or the
+  ``bindTimeoutSeconds`` timeout). Any failure, including a 409 Conflict, is an
+  Error: the pod is retried after backoff.
+
+The binder comes from ``handle.volume_binder`` when the driver provides one;
+otherwise it is built from ``handle.informer_factory`` (sharing
+``handle.pv_assume_cache``/``handle.pvc_assume_cache`` when present).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable, Mapping
+
+from kubeplane.api.quantity import parse_quantity
+from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
+from kubeplane.scheduler.framework.plugin import Handle, Plugin
+from kubeplane.scheduler.framework.types import (
+    MAX_NODE_SCORE,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    EventResource,
+    Obj,
+    PreFilterResult,
+    QueueingHint,
+    Status,
+)
+from kubeplane.scheduler.passivecache import NotFoundError
+from kubeplane.scheduler.volumebinder import (
+    DEFAULT_BIND_TIMEOUT,
+    PodVolumeClaims,
+    PodVolumes,
+    VolumeBinder,
+    VolumeBindingError,
+    pod_claim_names,
+)
+
+NAME = "VolumeBinding"
+STATE_KEY = NAME
+MSG_UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+ANN_MIGRATED_PLUGINS = "storage.alpha.kubernetes.io/migrated-plugins"
+MAX_UTILIZATION = 100
+
+#: upstream default shape for StorageCapacityScoring: prefer nodes with more free space
+DEFAULT_SHAPE: list[dict[str, int]] = [{"utilization": 0, "score": 10}, {"utilization": 100, "score": 0}]
+
+__all__ = ["DEFAULT_SHAPE", "NAME", "VolumeBinding", "build_broken_linear_function"]
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def build_broken_linear_function(points: list[tuple[int, int]]) -> Callable[[int], int]:
+    """Piecewise-linear function through ``points`` (sorted by x), flat outside them."""
+
+    def fn(p: int) -> int:
+        for i, (x, y) in enumerate(points):
+            if p <= x:
+                if i == 0:
+                    return points[0][1]
+                x0, y0 = points[i - 1]
+                return y0 + _trunc_div((y - y0) * (p - x0), x - x0)
+        return points[-1][1]
+
+    return fn
+
+
+@dataclass
+class _State:
+    claims: PodVolumeClaims | None = None
+    pod_volumes_by_node: dict[str, PodVolumes] = field(default_factory=dict)
+    has_static_bindings: bool = False
+    all_bound: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def clone(self) -> "_State":
+        return self  # shared by all phases of one cycle, as upstream
+
+
+class VolumeBinding(Plugin):
+    """See the module docstring."""
+
+    name = NAME
+
+    def __init__(self, args: dict | None, handle: Handle) -> None:
+        super().__init__(args, handle)
+        self.bind_timeout = float(self.args.get("bindTimeoutSeconds", DEFAULT_BIND_TIMEOUT))
+        self.scorer: Callable[[dict[str, tuple[Fraction, Fraction]]], int] | None = None
+        if "shape" in self.args:
+            self.scorer = self._build_scorer(self.args.get("shape") or DEFAULT_SHAPE)
+        self.binder: VolumeBinder | None = getattr(handle, "volume_binder", None)
+        if self.binder is None and handle.informer_factory is not None:
+            self.binder = VolumeBinder.from_informer_factory(
+                handle.informer_factory, client=handle.client,
+                pv_cache=getattr(handle, "pv_assume_cache", None),
+                pvc_cache=getattr(handle, "pvc_assume_cache", None),
+                bind_timeout=self.bind_timeout)
+
+    @staticmethod
+    def _build_scorer(shape: list[Mapping[str, Any]]) -> Callable[[dict[str, tuple[Fraction, Fraction]]], int]:
+        points = sorted((int(p.get("utilization", 0)), int(p.get("score", 0)) * (MAX_NODE_SCORE // 10))
+                        for p in shape)
+        fn = build_broken_linear_function(points)
+
+        def scorer(classes: dict[str, tuple[Fraction, Fraction]]) -> int:
+            if not classes:
+                return 0
+            total = 0
+            for requested, capacity in classes.values():
+                if capacity == 0 or requested > capacity:
+                    util = MAX_UTILIZATION
+                else:
+                    util = int(requested * MAX_UTILIZATION // capacity)
+                total += fn(util)
+            return round(total / len(classes))
+
+        return scorer
+
+    # ------------------------------------------------------------------ events
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.STORAGE_CLASS, ActionType.ADD | ActionType.UPDATE),
+                                 self.is_schedulable_after_storage_class_change),
+            ClusterEventWithHint(ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM,
+                                              ActionType.ADD | ActionType.UPDATE),
+                                 self.is_schedulable_after_pvc_change),
+            ClusterEventWithHint(ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.ADD | ActionType.UPDATE)),
+            ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)),
+            ClusterEventWithHint(ClusterEvent(EventResource.CSI_NODE, ActionType.ADD | ActionType.UPDATE),
+                                 self.is_schedulable_after_csi_node_change),
+            ClusterEventWithHint(ClusterEvent(EventResource.CSI_DRIVER, ActionType.UPDATE),
+                                 self.is_schedulable_after_csi_driver_change),
+            ClusterEventWithHint(ClusterEvent(EventResource.CSI_STORAGE_CAPACITY, ActionType.ADD | ActionType.UPDATE),
+                                 self.is_schedulable_after_capacity_change),
+        ]
+
+    @staticmethod
+    def is_schedulable_after_storage_class_change(pod: Obj, old: Any, new: Any) -> QueueingHint:
+        if old is None or (old.get("allowedTopologies") or None) != ((new or {}).get("allowedTopologies") or None):
+            return QueueingHint.QUEUE
+        return QueueingHint.SKIP
+
+    @staticmethod
+    def is_schedulable_after_pvc_change(pod: Obj, old: Any, new: Any) -> QueueingHint:
+        if new is None:
+            return QueueingHint.SKIP
+        ns = _meta(pod).get("namespace") or "default"
+        if (_meta(new).get("namespace") or "default") != ns:
+            return QueueingHint.SKIP
+        names = {n for n, _ in pod_claim_names(pod)}
+        return QueueingHint.QUEUE if _meta(new).get("name") in names else QueueingHint.SKIP
+
+    @staticmethod
+    def is_schedulable_after_csi_node_change(pod: Obj, old: Any, new: Any) -> QueueingHint:
+        if old is None:
+            return QueueingHint.QUEUE
+        before = (_meta(old).get("annotations") or {}).get(ANN_MIGRATED_PLUGINS)
+        after = (_meta(new or {}).get("annotations") or {}).get(ANN_MIGRATED_PLUGINS)
+        return QueueingHint.QUEUE if before != after else QueueingHint.SKIP
+
+    @staticmethod
+    def is_schedulable_after_csi_driver_change(pod: Obj, old: Any, new: Any) -> QueueingHint:
+        if old is None or new is None:
+            return QueueingHint.SKIP
+        driver = _meta(new).get("name")
+        for vol in (pod.get("spec") or {}).get("volumes") or ():
+            if (vol.get("csi") or {}).get("driver") != driver or vol.get("csi") is None:
+                continue
+            if (old.get("spec") or {}).get("storageCapacity") and not (new.get("spec") or {}).get("storageCapacity"):
+                return QueueingHint.QUEUE
+        return QueueingHint.SKIP
+
+    @staticmethod
+    def _volume_limit(cap: Mapping[str, Any]) -> Fraction | None:
+        raw = cap.get("maximumVolumeSize")
+        if raw is None:
+            raw = cap.get("capacity")
+        return parse_quantity(raw) if raw is not None else None
+
+    @classmethod
+    def is_schedulable_after_capacity_change(cls, pod: Obj, old: Any, new: Any) -> QueueingHint:
+        if old is None:
+            return QueueingHint.QUEUE
+        old_limit = cls._volume_limit(old)
+        new_limit = cls._volume_limit(new or {})
+        if new_limit is not None and (old_limit is None or new_limit > old_limit):
+            return QueueingHint.QUEUE
+        return QueueingHint.SKIP
+
+    # ------------------------------------------------------------------ PreFilter
+
+    def _check_claims_exist(self, pod: Obj) -> Status | None:
+        """The lister checks of upstream ``podHasPVCs`` (informer view, no assumptions)."""
+        assert self.binder is not None
+        md = _meta(pod)
+        ns = md.get("namespace") or "default"
+        for name, ephemeral in pod_claim_names(pod):
+            try:
+                pvc = self.binder.pvc_cache.get_api_obj(f"{ns}/{name}")
+            except NotFoundError:
+                if ephemeral:
+                    return Status.unresolvable(
+                        f'waiting for ephemeral volume controller to create the persistentvolumeclaim "{name}"')
+                return Status.unresolvable(f'persistentvolumeclaim "{name}" not found')
+            if (pvc.get("status") or {}).get("phase") == "Lost":
+                volume = (pvc.get("spec") or {}).get("volumeName") or ""
+                return Status.unresolvable(
+                    f'persistentvolumeclaim "{name}" bound to non-existent persistentvolume "{volume}"')
+            if _meta(pvc).get("deletionTimestamp"):
+                return Status.unresolvable(f'persistentvolumeclaim "{name}" is being deleted')
+            if ephemeral and not any(ref.get("controller") and ref.get("uid") == md.get("uid")
+                                     for ref in _meta(pvc).get("ownerReferences") or ()):
+                return Status.unresolvable(
+                    f'PVC {ns}/{name} was not created for pod {ns}/{md.get("name") or ""} (pod is not owner)')
+        return None
+
+    def pre_filter(
+        self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]
+    ) -> tuple[PreFilterResult | None, Status | None]:
+        pod = pod_info.pod
+        if not pod_claim_names(pod):
+            state.write(STATE_KEY, _State())
+            return None, Status.skip()
+        if self.binder is None:
+            return None, Status.as_status(RuntimeError("VolumeBinding has no informers to read volumes from"))
+        st = self._check_claims_exist(pod)
+        if st is not None:
+            return None, st
+        try:
+            claims = self.binder.get_pod_volume_claims(pod)
+        except VolumeBindingError as err:
+            return None, Status.as_status(err)
+        if claims.unbound_claims_immediate:
+            return None, Status.unresolvable(MSG_UNBOUND_IMMEDIATE)
+        result = None
+        eligible = self.binder.get_eligible_nodes(claims.bound_claims)
+        if eligible is not None:
+            result = PreFilterResult(eligible)
+        state.write(STATE_KEY, _State(claims=claims))
+        return result, None
+
+    # ------------------------------------------------------------------ Filter
+
+    def filter(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> Status | None:
+        s: _State | None = state.get(STATE_KEY)
+        if s is None:
+            return Status.as_status(KeyError(f"{STATE_KEY!r} not found in cycle state"))
+        if s.claims is None or self.binder is None or node_info.node is None:
+            return None
+        try:
+            pod_volumes, reasons = self.binder.find_pod_volumes(pod_info.pod, s.claims, node_info.node)
+        except VolumeBindingError as err:
+            return Status.as_status(err)
+        if reasons:
+            return Status.unresolvable(*reasons)
+        with s.lock:
+            s.pod_volumes_by_node[node_info.name] = pod_volumes
+            s.has_static_bindings = s.has_static_bindings or bool(pod_volumes.static_bindings)
+        return None
+
+    # ------------------------------------------------------------------ scoring
+
+    def pre_score(self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]) -> Status | None:
+        if self.scorer is None:
+            return Status.skip()
+        s: _State | None = state.get(STATE_KEY)
+        if s is None:
+            return Status.as_status(KeyError(f"{STATE_KEY!r} not found in cycle state"))
+        has_dynamic = any(p.node_capacity is not None
+                          for pv in s.pod_volumes_by_node.values() for p in pv.dynamic_provisions)
+        return None if s.has_static_bindings or has_dynamic else Status.skip()
+
+    def score(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
+        if self.scorer is None:
+            return 0, None
+        s: _State | None = state.get(STATE_KEY)
+        if s is None:
+            return 0, Status.as_status(KeyError(f"{STATE_KEY!r} not found in cycle state"))
+        pod_volumes = s.pod_volumes_by_node.get(node_info.name)
+        if pod_volumes is None:
+            return 0, None
+        classes: dict[str, tuple[Fraction, Fraction]] = {}
+        for b in pod_volumes.static_bindings:
+            req, cap = classes.get(b.storage_class, (Fraction(0), Fraction(0)))
+            classes[b.storage_class] = (req + b.requested, cap + b.capacity)
+        if not pod_volumes.static_bindings:
+            for p in pod_volumes.dynamic_provisions:
+                if p.node_capacity is None:
+                    continue
+                cls = p.node_capacity.get("storageClassName") or ""
+                req, _ = classes.get(cls, (Fraction(0), Fraction(0)))
+                raw = p.node_capacity.get("capacity")
+                cap = parse_quantity(raw) if raw is not None else Fraction(0)
+                request = ((p.pvc.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+                classes[cls] = (req + (parse_quantity(request) if request is not None else 0), cap)
+        return self.scorer(classes), None
+
+    # ------------------------------------------------------------------ Reserve / Unreserve
+
+    def reserve(self, state: CycleState, pod_info: PodInfo, node_name: str) -> Status | None:
+        s: _State | None = state.get(STATE_KEY)
+        if s is None:
+            return Status.as_status(KeyError(f"{STATE_KEY!r} not found in cycle state"))
+        pod_volumes = s.pod_volumes_by_node.get(node_name)
+        if pod_volumes is None or self.binder is None:
+            s.all_bound = True
+            return None
+        try:
+            s.all_bound = self.binder.assume_pod_volumes(pod_info.pod, node_name, pod_volumes)
+        except Exception as err:  # noqa: BLE001 - cache errors become an Error status
+            return Status.as_status(err)
+        return None
+
+    def unreserve(self, state: CycleState, pod_info: PodInfo, node_name: str) -> None:
+        s: _State | None = state.get(STATE_KEY)
+        if s is None or self.binder is None:
+            return
+        pod_volumes = s.pod_volumes_by_node.get(node_name)
+        if pod_volumes is not None:
+            self.binder.revert_assumed_pod_volumes(pod_volumes)
+
+    # ------------------------------------------------------------------ PreBind
+
+    async def pre_bind(self, state: CycleState, pod_info: PodInfo, node_name: str) -> Status | None:
+        s: _State | None = state.get(STATE_KEY)
+        if s is None:
+            return Status.as_status(KeyError(f"{STATE_KEY!r} not found in cycle state"))
+        if s.all_bound:
+            return None
+        pod_volumes = s.pod_volumes_by_node.get(node_name)
+        if pod_volumes is None or self.binder is None:
+            return Status.as_status(RuntimeError(f'no pod volumes found for node "{node_name}"'))
+        try:
+            await self.binder.bind_pod_volumes(pod_info.pod, node_name, pod_volumes)
+        except Exception as err:  # noqa: BLE001 - Conflict, timeout, reset claimRef: retry the pod
+            return Status.as_status(err)
+        return None

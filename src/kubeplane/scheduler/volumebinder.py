@@ -1,0 +1,629 @@
+"""The scheduler's volume binder (upstream ``SchedulerVolumeBinder``).
+
+Used by the VolumeBinding plugin in every phase of a pod's cycle:
+
+* :meth:`VolumeBinder.get_pod_volume_claims` (PreFilter) classifies the pod's
+  claims: bound, unbound with delayed binding (WaitForFirstConsumer) and
+  unbound immediate; it snapshots the PVs of every delayed claim's class.
+* :meth:`VolumeBinder.find_pod_volumes` (Filter) checks one node: bound PVs'
+  node affinity, a static PV per delayed claim, or dynamic provisioning
+  (provisioner, allowedTopologies, published storage capacity).
+* :meth:`VolumeBinder.assume_pod_volumes` (Reserve) records PV claimRefs and
+  PVC selected-node annotations in the passive assume caches only.
+* :meth:`VolumeBinder.bind_pod_volumes` (PreBind) makes the one API update per
+  object and waits until the PV controller finished the binding.
+
+PVs and PVCs are read through passive assume caches that sit on the informers'
+indexers, so a pod requeued by a PV/PVC event sees that event's object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Iterable, Mapping, Protocol
+
+from kubeplane.api.errors import StatusError
+from kubeplane.api.quantity import parse_quantity
+from kubeplane.api.resources import ResourceInfo, resource
+from kubeplane.api.selectors import label_selector_from_dict
+from kubeplane.controllers.pv.matching import (
+    ANN_BIND_COMPLETED,
+    ANN_BOUND_BY_CONTROLLER,
+    ANN_SELECTED_NODE,
+    NOT_SUPPORTED_PROVISIONER,
+    annotations_of,
+    check_node_affinity,
+    claim_class,
+    claim_request,
+    find_matching_volume,
+    is_volume_bound_to_claim,
+    pinned_hostnames,
+    topology_matches,
+    volume_capacity,
+    volume_class,
+)
+from kubeplane.scheduler.passivecache import NotFoundError, new_pv_assume_cache, new_pvc_assume_cache
+
+Obj = dict[str, Any]
+
+PVS = resource("persistentvolumes")
+PVCS = resource("persistentvolumeclaims")
+STORAGE_CLASSES = resource("storageclasses")
+CSI_NODES = resource("csinodes")
+CSI_STORAGE_CAPACITIES = resource("csistoragecapacities")
+NODES = resource("nodes")
+PODS = resource("pods")
+
+WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+
+# Filter reasons (upstream ConflictReason values).
+REASON_NODE_CONFLICT = "node(s) had volume node affinity conflict"
+REASON_BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
+REASON_NOT_ENOUGH_SPACE = "node(s) did not have enough free storage"
+REASON_PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+
+#: PreBind re-checks bindings at least this often even without informer events.
+DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_BIND_TIMEOUT = 600.0
+
+
+class Lister(Protocol):
+    """Read access to an informer's store (an :class:`~kubeplane.client.informer.Indexer`)."""
+
+    def get_by_key(self, key: str) -> Obj | None: ...
+
+    def list(self) -> list[Obj]: ...
+
+
+class VolumeBindingError(Exception):
+    """A binder step failed; the plugin turns it into an Error status."""
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str(_meta(obj).get("resourceVersion") or "")
+
+
+def _ns_name(obj: Mapping[str, Any]) -> str:
+    md = _meta(obj)
+    return f"{md.get('namespace') or ''}/{md.get('name') or ''}"
+
+
+def is_pvc_fully_bound(pvc: Mapping[str, Any]) -> bool:
+    """``spec.volumeName`` set and the PV controller's bind-completed annotation present."""
+    return bool((pvc.get("spec") or {}).get("volumeName")) and ANN_BIND_COMPLETED in annotations_of(pvc)
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    """``(claim name, is ephemeral)`` for every PVC-backed volume of the pod."""
+    out: list[tuple[str, bool]] = []
+    pod_name = _meta(pod).get("name") or ""
+    for vol in (pod.get("spec") or {}).get("volumes") or ():
+        pvc = vol.get("persistentVolumeClaim")
+        if pvc is not None:
+            out.append((pvc.get("claimName") or "", False))
+        elif vol.get("ephemeral") is not None:
+            out.append((f"{pod_name}-{vol.get('name') or ''}", True))
+    return out
+
+
+def claim_reference(claim: Mapping[str, Any]) -> Obj:
+    md = _meta(claim)
+    return {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": md.get("namespace") or "",
+            "name": md.get("name") or "", "uid": md.get("uid") or "", "resourceVersion": md.get("resourceVersion") or ""}
+
+
+def bind_volume_to_claim(pv: Mapping[str, Any], claim: Mapping[str, Any]) -> tuple[Obj, bool]:
+    """A copy of ``pv`` whose claimRef names ``claim``; ``dirty`` when it differs from ``pv``.
+
+    ``bound-by-controller`` is added unless the user had pre-bound the PV to this claim."""
+    new = copy.deepcopy(dict(pv))
+    dirty = False
+    set_by_controller = not is_volume_bound_to_claim(pv, claim)
+    ref = (pv.get("spec") or {}).get("claimRef")
+    md = _meta(claim)
+    if (not ref or ref.get("name") != md.get("name") or (ref.get("namespace") or "") != (md.get("namespace") or "")
+            or (ref.get("uid") or "") != (md.get("uid") or "")):
+        new.setdefault("spec", {})["claimRef"] = claim_reference(claim)
+        dirty = True
+    if set_by_controller and ANN_BOUND_BY_CONTROLLER not in annotations_of(new):
+        new.setdefault("metadata", {}).setdefault("annotations", {})[ANN_BOUND_BY_CONTROLLER] = "yes"
+        dirty = True
+    return new, dirty
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class StaticBinding:
+    """A delayed claim matched to an existing PV on one node."""
+
+    pvc: Obj
+    pv: Obj
+    #: resourceVersion of the PV the binding was computed from (before any write)
+    base_rv: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.base_rv:
+            self.base_rv = _rv(self.pv)
+
+    @property
+    def storage_class(self) -> str:
+        return volume_class(self.pv)
+
+    @property
+    def requested(self) -> Fraction:
+        return claim_request(self.pvc)
+
+    @property
+    def capacity(self) -> Fraction:
+        return volume_capacity(self.pv)
+
+
+@dataclass
+class DynamicProvision:
+    """A delayed claim to be provisioned on one node; ``node_capacity`` is the
+    CSIStorageCapacity object that admitted it (when capacity is tracked)."""
+
+    pvc: Obj
+    node_capacity: Obj | None = None
+    base_rv: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.base_rv:
+            self.base_rv = _rv(self.pvc)
+
+
+@dataclass
+class PodVolumes:
+    static_bindings: list[StaticBinding] = field(default_factory=list)
+    dynamic_provisions: list[DynamicProvision] = field(default_factory=list)
+
+
+@dataclass
+class PodVolumeClaims:
+    bound_claims: list[Obj] = field(default_factory=list)
+    unbound_claims_delay_binding: list[Obj] = field(default_factory=list)
+    unbound_claims_immediate: list[Obj] = field(default_factory=list)
+    #: storage class -> PVs of that class (assumed versions included), for delayed claims
+    unbound_volumes_delay_binding: dict[str, list[Obj]] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- binder
+
+
+class VolumeBinder:
+    """Finds, assumes and binds a pod's volumes; see the module docstring.
+
+    ``pv_cache``/``pvc_cache`` are passive assume caches (anything with
+    ``get``, ``get_api_obj``, ``assume``, ``restore`` and, for PVs,
+    ``list_pvs(class)``). The listers are informer stores. ``csi_driver_lister``
+    is optional: without a CSIDriver resource, storage capacity is checked for
+    a class as soon as any CSIStorageCapacity names that class.
+    """
+
+    def __init__(
+        self,
+        *,
+        pv_cache: Any,
+        pvc_cache: Any,
+        class_lister: Lister,
+        node_lister: Lister,
+        pod_lister: Lister,
+        csi_node_lister: Lister | None = None,
+        capacity_lister: Lister | None = None,
+        csi_driver_lister: Lister | None = None,
+        client: Any = None,
+        bind_timeout: float = DEFAULT_BIND_TIMEOUT,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> None:
+        self.pv_cache = pv_cache
+        self.pvc_cache = pvc_cache
+        self.class_lister = class_lister
+        self.node_lister = node_lister
+        self.pod_lister = pod_lister
+        self.csi_node_lister = csi_node_lister
+        self.capacity_lister = capacity_lister
+        self.csi_driver_lister = csi_driver_lister
+        self.client = client
+        self.bind_timeout = bind_timeout
+        self.poll_interval = poll_interval
+        self._waiters: set[asyncio.Event] = set()
+
+    @classmethod
+    def from_informer_factory(
+        cls,
+        factory: Any,
+        *,
+        client: Any = None,
+        pv_cache: Any = None,
+        pvc_cache: Any = None,
+        bind_timeout: float = DEFAULT_BIND_TIMEOUT,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        csi_driver_resource: ResourceInfo | None = None,
+    ) -> "VolumeBinder":
+        """A binder over ``factory``'s informers (caches built unless given)."""
+        pv_inf = factory.informer_for(PVS)
+        pvc_inf = factory.informer_for(PVCS)
+        binder = cls(
+            pv_cache=pv_cache if pv_cache is not None else new_pv_assume_cache(pv_inf),
+            pvc_cache=pvc_cache if pvc_cache is not None else new_pvc_assume_cache(pvc_inf),
+            class_lister=factory.informer_for(STORAGE_CLASSES).indexer,
+            node_lister=factory.informer_for(NODES).indexer,
+            pod_lister=factory.informer_for(PODS).indexer,
+            csi_node_lister=factory.informer_for(CSI_NODES).indexer,
+            capacity_lister=factory.informer_for(CSI_STORAGE_CAPACITIES).indexer,
+            csi_driver_lister=(factory.informer_for(csi_driver_resource).indexer
+                               if csi_driver_resource is not None else None),
+            client=client,
+            bind_timeout=bind_timeout,
+            poll_interval=poll_interval,
+        )
+        wake = binder.notify
+        for inf in (pv_inf, pvc_inf):
+            inf.add_event_handler(lambda obj: wake(), lambda old, new: wake(), lambda obj: wake())
+        return binder
+
+    # ------------------------------------------------------------------ PreFilter
+
+    def _storage_class(self, name: str) -> Obj | None:
+        return self.class_lister.get_by_key(name) if name else None
+
+    def is_delay_binding_mode(self, claim: Mapping[str, Any]) -> bool:
+        """WaitForFirstConsumer class; an empty or unknown class is not delayed."""
+        name = claim_class(claim)
+        if not name:
+            return False
+        sc = self._storage_class(name)
+        if sc is None:
+            return False
+        mode = sc.get("volumeBindingMode")
+        if mode is None:
+            raise VolumeBindingError(f'VolumeBindingMode not set for StorageClass "{name}"')
+        return mode == WAIT_FOR_FIRST_CONSUMER
+
+    def get_pod_volume_claims(self, pod: Mapping[str, Any]) -> PodVolumeClaims:
+        """Classify the pod's claims (read through the PVC assume cache)."""
+        ns = _meta(pod).get("namespace") or "default"
+        out = PodVolumeClaims()
+        for name, _ in pod_claim_names(pod):
+            try:
+                pvc = self.pvc_cache.get(f"{ns}/{name}")
+            except NotFoundError as err:
+                raise VolumeBindingError(f'error getting PVC "{ns}/{name}": {err}') from err
+            if is_pvc_fully_bound(pvc):
+                out.bound_claims.append(pvc)
+                continue
+            delayed = self.is_delay_binding_mode(pvc)
+            if delayed and not (pvc.get("spec") or {}).get("volumeName"):
+                out.unbound_claims_delay_binding.append(pvc)
+            else:
+                out.unbound_claims_immediate.append(pvc)
+        for pvc in out.unbound_claims_delay_binding:
+            cls = claim_class(pvc)
+            if cls not in out.unbound_volumes_delay_binding:
+                out.unbound_volumes_delay_binding[cls] = list(self.pv_cache.list_pvs(cls))
+        return out
+
+    def get_eligible_nodes(self, bound_claims: Iterable[Mapping[str, Any]]) -> set[str] | None:
+        """Hostnames allowed by local-like bound PVs (intersection), or None for no restriction."""
+        eligible: set[str] | None = None
+        for pvc in bound_claims:
+            name = (pvc.get("spec") or {}).get("volumeName") or ""
+            try:
+                pv = self.pv_cache.get(name)
+            except NotFoundError:
+                return None
+            hosts = pinned_hostnames(pv)
+            if hosts is None:
+                continue
+            eligible = set(hosts) if eligible is None else eligible & hosts
+        return eligible
+
+    # ------------------------------------------------------------------ Filter
+
+    def find_pod_volumes(
+        self, pod: Mapping[str, Any], claims: PodVolumeClaims, node: Mapping[str, Any]
+    ) -> tuple[PodVolumes, list[str]]:
+        """Can the pod's volumes be used on ``node``? Returns the plan and the rejection reasons."""
+        pod_volumes = PodVolumes()
+        bound_ok = unbound_ok = enough_space = pvs_found = True
+        if claims.bound_claims:
+            bound_ok, pvs_found = self._check_bound_claims(claims.bound_claims, node)
+        if claims.unbound_claims_delay_binding:
+            to_find: list[Obj] = []
+            to_provision: list[Obj] = []
+            node_name = _meta(node).get("name") or ""
+            for pvc in claims.unbound_claims_delay_binding:
+                selected = annotations_of(pvc).get(ANN_SELECTED_NODE)
+                if selected is not None:
+                    if selected != node_name:
+                        unbound_ok = False  # fast path: provisioning was started for another node
+                        break
+                    to_provision.append(pvc)
+                else:
+                    to_find.append(pvc)
+            else:
+                if to_find:
+                    unbound_ok, pod_volumes.static_bindings, unmatched = self._find_matching_volumes(
+                        to_find, claims.unbound_volumes_delay_binding, node)
+                    to_provision.extend(unmatched)
+                if to_provision:
+                    unbound_ok, enough_space, pod_volumes.dynamic_provisions = self._check_volume_provisions(
+                        to_provision, node)
+        reasons: list[str] = []
+        if not bound_ok:
+            reasons.append(REASON_NODE_CONFLICT)
+        if not unbound_ok:
+            reasons.append(REASON_BIND_CONFLICT)
+        if not enough_space:
+            reasons.append(REASON_NOT_ENOUGH_SPACE)
+        if not pvs_found:
+            reasons.append(REASON_PV_NOT_EXIST)
+        return pod_volumes, reasons
+
+    def _check_bound_claims(self, claims: Iterable[Mapping[str, Any]], node: Mapping[str, Any]) -> tuple[bool, bool]:
+        """(node affinity ok, every PV found)."""
+        for pvc in claims:
+            name = (pvc.get("spec") or {}).get("volumeName") or ""
+            try:
+                pv = self.pv_cache.get(name)
+            except NotFoundError:
+                return True, False
+            if not check_node_affinity(pv, node):
+                return False, True
+        return True, True
+
+    def _find_matching_volumes(
+        self, claims: list[Obj], pvs_by_class: Mapping[str, list[Obj]], node: Mapping[str, Any]
+    ) -> tuple[bool, list[StaticBinding], list[Obj]]:
+        """Smallest claims first; each chosen PV is excluded for the next claims."""
+        chosen: dict[str, Obj] = {}
+        bindings: list[StaticBinding] = []
+        unmatched: list[Obj] = []
+        found_all = True
+        for pvc in sorted(claims, key=claim_request):
+            pvs = pvs_by_class.get(claim_class(pvc), [])
+            pv = find_matching_volume(pvc, pvs, node, chosen, True)
+            if pv is None:
+                found_all = False
+                unmatched.append(pvc)
+                continue
+            chosen[_meta(pv).get("name") or ""] = pv
+            bindings.append(StaticBinding(pvc, pv))
+        return found_all, bindings, unmatched
+
+    def _check_volume_provisions(
+        self, claims: list[Obj], node: Mapping[str, Any]
+    ) -> tuple[bool, bool, list[DynamicProvision]]:
+        """(provisioning possible, enough space, provisions)."""
+        provisions: list[DynamicProvision] = []
+        labels = _meta(node).get("labels") or {}
+        for pvc in claims:
+            cls = claim_class(pvc)
+            if not cls:
+                raise VolumeBindingError(f'no class for claim "{_ns_name(pvc)}"')
+            sc = self._storage_class(cls)
+            if sc is None:
+                raise VolumeBindingError(f'failed to find storage class "{cls}"')
+            provisioner = sc.get("provisioner") or ""
+            if not provisioner or provisioner == NOT_SUPPORTED_PROVISIONER:
+                return False, True, []
+            if not topology_matches(sc.get("allowedTopologies"), labels):
+                return False, True, []
+            ok, capacity = self.has_enough_capacity(provisioner, pvc, sc, node)
+            if not ok:
+                return True, False, []
+            provisions.append(DynamicProvision(pvc, capacity))
+        return True, True, provisions
+
+    def _capacity_tracked(self, provisioner: str, sc: Mapping[str, Any]) -> bool:
+        if self.csi_driver_lister is not None:
+            driver = self.csi_driver_lister.get_by_key(provisioner)
+            return driver is not None and bool((driver.get("spec") or {}).get("storageCapacity"))
+        if self.capacity_lister is None:
+            return False
+        name = _meta(sc).get("name")
+        return any(c.get("storageClassName") == name for c in self.capacity_lister.list())
+
+    def has_enough_capacity(
+        self, provisioner: str, pvc: Mapping[str, Any], sc: Mapping[str, Any], node: Mapping[str, Any]
+    ) -> tuple[bool, Obj | None]:
+        """Whether a published CSIStorageCapacity admits the claim on ``node`` (and which one)."""
+        request = ((pvc.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+        if request is None:
+            return True, None
+        if not self._capacity_tracked(provisioner, sc):
+            return True, None
+        size = parse_quantity(request)
+        name = _meta(sc).get("name")
+        labels = _meta(node).get("labels") or {}
+        assert self.capacity_lister is not None
+        for cap in self.capacity_lister.list():
+            if cap.get("storageClassName") != name:
+                continue
+            raw = cap.get("maximumVolumeSize")
+            if raw is None:
+                raw = cap.get("capacity")
+            if raw is None or parse_quantity(raw) < size:
+                continue
+            topology = cap.get("nodeTopology")
+            if topology is None:
+                continue
+            try:
+                selector = label_selector_from_dict(topology)
+            except StatusError:
+                continue
+            if selector.matches(labels):
+                return True, cap
+        return False, None
+
+    # ------------------------------------------------------------------ Reserve / Unreserve
+
+    def are_pod_volumes_bound(self, pod: Mapping[str, Any]) -> bool:
+        ns = _meta(pod).get("namespace") or "default"
+        for name, _ in pod_claim_names(pod):
+            try:
+                if not is_pvc_fully_bound(self.pvc_cache.get(f"{ns}/{name}")):
+                    return False
+            except NotFoundError:
+                return False
+        return True
+
+    def assume_pod_volumes(self, pod: Mapping[str, Any], node_name: str, pod_volumes: PodVolumes) -> bool:
+        """Record the planned changes in the assume caches; True when all volumes are already bound.
+
+        On failure everything assumed so far is restored and the error raised."""
+        if self.are_pod_volumes_bound(pod):
+            return True
+        bindings: list[StaticBinding] = []
+        provisions: list[DynamicProvision] = []
+        try:
+            for b in pod_volumes.static_bindings:
+                new_pv, dirty = bind_volume_to_claim(b.pv, b.pvc)
+                if dirty:
+                    self.pv_cache.assume(new_pv)
+                bindings.append(StaticBinding(b.pvc, new_pv, b.base_rv))
+            for p in pod_volumes.dynamic_provisions:
+                new_pvc = copy.deepcopy(p.pvc)
+                new_pvc.setdefault("metadata", {}).setdefault("annotations", {})[ANN_SELECTED_NODE] = node_name
+                self.pvc_cache.assume(new_pvc)
+                provisions.append(DynamicProvision(new_pvc, p.node_capacity, p.base_rv))
+        except Exception:
+            self.revert_assumed_pod_volumes(PodVolumes(bindings, provisions))
+            raise
+        pod_volumes.static_bindings = bindings
+        pod_volumes.dynamic_provisions = provisions
+        return False
+
+    def revert_assumed_pod_volumes(self, pod_volumes: PodVolumes) -> None:
+        """Drop this pod's assumptions (no-op for objects already replaced by server copies)."""
+        for b in pod_volumes.static_bindings:
+            self.pv_cache.restore(b.pv)
+        for p in pod_volumes.dynamic_provisions:
+            self.pvc_cache.restore(p.pvc)
+
+    # ------------------------------------------------------------------ PreBind
+
+    async def bind_pod_volumes(self, pod: Mapping[str, Any], node_name: str, pod_volumes: PodVolumes) -> None:
+        """Write the assumed objects, then wait for the PV controller (raises on failure/timeout)."""
+        await self.bind_api_update(pod_volumes)
+        await self.wait_for_bindings(pod, node_name, pod_volumes)
+
+    async def bind_api_update(self, pod_volumes: PodVolumes) -> None:
+        """One PUT per PV, then one per PVC. Objects not written are restored on failure;
+        written ones are never rolled back."""
+        if self.client is None:
+            raise VolumeBindingError("no API client to bind volumes")
+        bindings, provisions = pod_volumes.static_bindings, pod_volumes.dynamic_provisions
+        done_b = done_p = 0
+        try:
+            for b in bindings:
+                b.pv = await self.client.update(PVS, b.pv)
+                done_b += 1
+            for p in provisions:
+                p.pvc = await self.client.update(PVCS, p.pvc)
+                done_p += 1
+        except BaseException:
+            for b in bindings[done_b:]:
+                self.pv_cache.restore(b.pv)
+            for p in provisions[done_p:]:
+                self.pvc_cache.restore(p.pvc)
+            raise
+
+    def notify(self) -> None:
+        """Wake waiting PreBinds (called from PV/PVC informer handlers)."""
+        for ev in self._waiters:
+            ev.set()
+
+    async def wait_for_bindings(self, pod: Mapping[str, Any], node_name: str, pod_volumes: PodVolumes) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.bind_timeout
+        while True:
+            ev = asyncio.Event()
+            self._waiters.add(ev)
+            try:
+                try:
+                    done = self.check_bindings(pod, node_name, pod_volumes)
+                except VolumeBindingError as err:
+                    raise VolumeBindingError(f"binding volumes: {err}") from err
+                if done:
+                    return
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise VolumeBindingError(
+                        f"binding volumes: timed out waiting for the condition after {self.bind_timeout:g}s")
+                try:
+                    await asyncio.wait_for(ev.wait(), min(self.poll_interval, remaining))
+                except asyncio.TimeoutError:
+                    pass
+            finally:
+                self._waiters.discard(ev)
+
+    def check_bindings(self, pod: Mapping[str, Any], node_name: str, pod_volumes: PodVolumes) -> bool:
+        """True once every written object is fully bound; raises when binding cannot succeed."""
+        node = self.node_lister.get_by_key(node_name)
+        if node is None:
+            raise VolumeBindingError(f'failed to get node "{node_name}"')
+        md = _meta(pod)
+        if self.pod_lister.get_by_key(f"{md.get('namespace') or 'default'}/{md.get('name') or ''}") is None:
+            raise VolumeBindingError("pod does not exist any more")
+        for b in pod_volumes.static_bindings:
+            pv_name = _meta(b.pv).get("name") or ""
+            try:
+                pv = self.pv_cache.get_api_obj(pv_name)
+            except NotFoundError as err:
+                raise VolumeBindingError(f'failed to check binding: PV "{pv_name}" not found') from err
+            if _rv(pv) == b.base_rv != _rv(b.pv):
+                return False  # the informer has not seen our write yet
+            if not check_node_affinity(pv, node):
+                raise VolumeBindingError(f'pv "{pv_name}" node affinity doesn\'t match node "{node_name}"')
+            ref = (pv.get("spec") or {}).get("claimRef")
+            if not ref or not ref.get("uid"):
+                raise VolumeBindingError(f'ClaimRef got reset for pv "{pv_name}"')
+            key = _ns_name(b.pvc)
+            try:
+                pvc = self.pvc_cache.get_api_obj(key)
+            except NotFoundError as err:
+                raise VolumeBindingError(f'failed to check binding: PVC "{key}" not found') from err
+            if not is_pvc_fully_bound(pvc):
+                return False
+        for p in pod_volumes.dynamic_provisions:
+            key = _ns_name(p.pvc)
+            try:
+                pvc = self.pvc_cache.get_api_obj(key)
+            except NotFoundError as err:
+                raise VolumeBindingError(f'failed to check provisioning: PVC "{key}" not found') from err
+            if _rv(pvc) == p.base_rv != _rv(p.pvc):
+                return False
+            anns = _meta(pvc).get("annotations")
+            if not anns:
+                raise VolumeBindingError(f'selectedNode annotation reset for PVC "{key}"')
+            if anns.get(ANN_SELECTED_NODE) != node_name:
+                raise VolumeBindingError(f'provisioning failed for PVC "{key}"')
+            volume_name = (pvc.get("spec") or {}).get("volumeName")
+            if volume_name:
+                try:
+                    pv = self.pv_cache.get_api_obj(volume_name)
+                except NotFoundError:
+                    return False
+                if not check_node_affinity(pv, node):
+                    raise VolumeBindingError(
+                        f'pv "{volume_name}" node affinity doesn\'t match node "{node_name}"')
+            if not is_pvc_fully_bound(pvc):
+                return False
+        return True
+
+
+__all__ = [
+    "DynamicProvision", "Lister", "PodVolumeClaims", "PodVolumes", "REASON_BIND_CONFLICT", "REASON_NODE_CONFLICT",
+    "REASON_NOT_ENOUGH_SPACE", "REASON_PV_NOT_EXIST", "StaticBinding", "VolumeBinder", "VolumeBindingError",
+    "bind_volume_to_claim", "claim_reference", "is_pvc_fully_bound", "pod_claim_names",
+]
