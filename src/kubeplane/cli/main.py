@@ -101,17 +101,20 @@ def _node_options(f):
         click.option("--zones", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Spread simulated nodes over this many zones (topology.kubernetes.io/zone)."),
         click.option("--node-prefix", default="node", show_default=True, help="Simulated node names: PREFIX-<i>."),
+        click.option("--gpus-per-node", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Simulated DRA devices per node: publishes DeviceClass gpu.kubeplane.io and one "
+                          "ResourceSlice per node."),
     ]
     for opt in reversed(opts):
         f = opt(f)
     return f
 
 
-def _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, zones, node_prefix):
+def _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus=0):
     from kubeplane.controllers.nodeagent import NodeAgent, NodeSpec
 
     names = [f"{node_prefix}-{i}" for i in range(node_count)]
-    spec = NodeSpec(cpu=node_cpu, memory=node_memory, pods=node_pods, zones=zones)
+    spec = NodeSpec(cpu=node_cpu, memory=node_memory, pods=node_pods, zones=zones, gpus=gpus)
     return NodeAgent(client, names, spec, factory)
 
 
@@ -122,7 +125,7 @@ def _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, z
               help="KubeSchedulerConfiguration file for the built-in scheduler.")
 def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
        verbose: bool, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
-       node_prefix: str, scheduler_config: str | None) -> None:
+       node_prefix: str, gpus_per_node: int, scheduler_config: str | None) -> None:
     """Run a whole cluster in one process: API server, scheduler, controllers, simulated nodes."""
     import os
 
@@ -151,7 +154,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
         try:
             client = InProcessClient(server.registry, field_manager="kubeplane")
             factory = SharedInformerFactory(client)
-            agent = _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, zones, node_prefix)
+            agent = _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, zones, node_prefix,
+                                gpus_per_node)
             for ctrl in build_controllers(client, factory, ControllerOptions()):
                 await comps.start(ctrl)
             await comps.start(agent)
@@ -324,7 +328,7 @@ def controllers(kubeconfig: str | None, context: str | None, verbose: bool, prov
 @client_options
 @_node_options
 def nodes(kubeconfig: str | None, context: str | None, verbose: bool, node_count: int, node_cpu: str,
-          node_memory: str, node_pods: int, zones: int, node_prefix: str) -> None:
+          node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int) -> None:
     """Run simulated nodes against any Kubernetes API server."""
     from kubeplane.client.informer import SharedInformerFactory
 
@@ -333,7 +337,7 @@ def nodes(kubeconfig: str | None, context: str | None, verbose: bool, node_count
     async def go(stop: asyncio.Event) -> None:
         client = _http_client(kubeconfig, context)
         agent = _node_agent(client, SharedInformerFactory(client), node_count, node_cpu, node_memory, node_pods,
-                            zones, node_prefix)
+                            zones, node_prefix, gpus_per_node)
         try:
             await agent.start()
             click.echo(f"{node_count} simulated node(s) running", err=True)

@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 NODES = resource("nodes")
 PODS = resource("pods")
 LEASES = resource("leases")
+DEVICE_CLASSES = resource("deviceclasses")
+RESOURCE_SLICES = resource("resourceslices")
+
+GPU_DRIVER = "gpu.kubeplane.io"
 
 EXIT_AFTER_ANNOTATION = "kubeplane.io/exit-after"
 KUBELET_VERSION = "v1.32.0-kubeplane"
@@ -50,6 +54,9 @@ class NodeSpec:
     taints: list[dict] = field(default_factory=list)
     zones: int = 0  # >0: spread nodes over zone-0..zone-(n-1) (topology.kubernetes.io/zone)
     extra_capacity: dict[str, str] = field(default_factory=dict)
+    gpus: int = 0  # simulated DRA devices per node, published as a ResourceSlice
+    gpu_model: str = "KP-A100"
+    gpu_memory: str = "40Gi"
 
 
 def node_object(name: str, index: int, spec: NodeSpec) -> Obj:
@@ -92,6 +99,32 @@ def node_object(name: str, index: int, spec: NodeSpec) -> Obj:
     if spec.taints:
         body["spec"]["taints"] = [dict(t) for t in spec.taints]
     return body
+
+
+def gpu_device_class() -> Obj:
+    """The DeviceClass selecting every simulated GPU."""
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": GPU_DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{GPU_DRIVER}"'}}]},
+    }
+
+
+def gpu_slice(node: str, spec: "NodeSpec") -> Obj:
+    """One ResourceSlice per node: a pool named after the node with ``spec.gpus`` devices."""
+    devices = [{
+        "name": f"gpu-{i}",
+        "attributes": {"model": {"string": spec.gpu_model}, "index": {"int": i},
+                       "driverVersion": {"version": "1.0.0"}},
+        "capacity": {"memory": {"value": spec.gpu_memory}},
+    } for i in range(spec.gpus)]
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{GPU_DRIVER}"},
+        "spec": {"driver": GPU_DRIVER, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices},
+    }
 
 
 def _conditions(now: str) -> list[dict]:
@@ -152,6 +185,26 @@ class NodeAgent(Controller):
                 if err.code != 409:
                     raise
                 await self._refresh_status(name, body)
+        if self.spec.gpus:
+            await self._publish_devices()
+
+    async def _publish_devices(self) -> None:
+        """What a DRA driver's kubelet plugin does: a DeviceClass and one slice per node."""
+        await self._create_or_replace(DEVICE_CLASSES, gpu_device_class())
+        for name in self.names:
+            await self._create_or_replace(RESOURCE_SLICES, gpu_slice(name, self.spec))
+
+    async def _create_or_replace(self, res, body: Obj) -> None:
+        try:
+            await self.client.create(res, body)
+        except StatusError as err:
+            if err.code != 409:
+                raise
+            current = await self.client.get(res, body["metadata"]["name"])
+            if current.get("spec") != body["spec"]:
+                body = {**body, "metadata": {**body["metadata"],
+                                             "resourceVersion": current["metadata"]["resourceVersion"]}}
+                await self.client.update(res, body)
 
     async def _refresh_status(self, name: str, body: Obj) -> None:
         patch = {"status": {"conditions": _conditions(format_time(utcnow())),

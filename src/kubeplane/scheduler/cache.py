@@ -119,6 +119,10 @@ class Snapshot:
         self.have_pods_with_required_anti_affinity_list: list[NodeInfo] = []
         self.used_pvc_set: set[str] = set()
         self.generation = 0
+        # Column arrays for the vectorised Filter/Score (built lazily by
+        # ``fastpath.arrays_for``) and names of NodeInfos changed since.
+        self.fast_arrays: Any = None
+        self.fast_changed: set[str] = set()
         for ni in node_infos or ():
             self.node_info_map[ni.name] = ni
         if node_infos:
@@ -409,6 +413,8 @@ class Cache:
                 update_pvcs = True
                 continue
             clone = ni.clone()
+            if snapshot.fast_arrays is not None:
+                snapshot.fast_changed.add(name)
             if bool(existing.pods_with_affinity) != bool(clone.pods_with_affinity) or bool(
                 existing.pods_with_required_anti_affinity
             ) != bool(clone.pods_with_required_anti_affinity):

@@ -13,12 +13,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy, format_time, utcnow
 from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.client.informer import DeletedFinalStateUnknown, SharedInformerFactory
 from kubeplane.client.interface import Client
 from kubeplane.scheduler.cache import Cache, Snapshot
+from kubeplane.scheduler.framework.fastpath import arrays_for, select_host_index
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.registry import in_tree_registry
@@ -219,10 +222,18 @@ class Scheduler:
         # Workload kinds PodTopologySpread derives default selectors from.
         for plural in ("services", "replicasets"):
             self.informer_factory.informer_for(resource(plural))
+        # One pair of passive assume caches for every profile, so a volume one
+        # profile assumed is taken for all of them (as one upstream scheduler).
+        from kubeplane.scheduler.passivecache import new_pv_assume_cache, new_pvc_assume_cache
+
+        pv_cache = new_pv_assume_cache(self.informer_factory.informer_for(resource("persistentvolumes")))
+        pvc_cache = new_pvc_assume_cache(self.informer_factory.informer_for(resource("persistentvolumeclaims")))
         self.frameworks: dict[str, Framework] = {}
         for prof in profiles or [{"schedulerName": "default-scheduler"}]:
             handle = Handle(client=client, snapshot=self.snapshot, informer_factory=self.informer_factory,
                             event_recorder=self.recorder, nominator=self.nominator, clock=clock, rng=self.rng)
+            handle.pv_assume_cache = pv_cache
+            handle.pvc_assume_cache = pvc_cache
             self._install_listers(handle)
             fw = Framework(registry, prof, handle)
             if fw.profile_name in self.frameworks:
@@ -239,6 +250,8 @@ class Scheduler:
         self.queue = SchedulingQueue(queue_profiles, clock=clock, initial_backoff=pod_initial_backoff,
                                      max_backoff=pod_max_backoff, pod_getter=self._informer_pod)
         self.next_start_node_index = 0
+        #: use the vectorised Filter/Score (``framework.fastpath``) where it applies
+        self.use_fast_path = True
         self._binding_tasks: set[asyncio.Task] = set()
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
@@ -512,7 +525,7 @@ class Scheduler:
         all_nodes = self.snapshot.node_info_list
         if not all_nodes:
             raise FitError(pod_info.pod, 0, Diagnosis(pre_filter_msg="no nodes available to schedule pods"))
-        feasible, diagnosis = self._find_nodes_that_fit(fw, state, pod_info, all_nodes)
+        feasible, diagnosis, rows = self._find_feasible(fw, state, pod_info, all_nodes)
         if not feasible:
             raise FitError(pod_info.pod, len(all_nodes), diagnosis)
         if len(feasible) == 1:
@@ -520,15 +533,30 @@ class Scheduler:
         s = fw.run_pre_score_plugins(state, pod_info, feasible)
         if s is not None and not s.is_success():
             raise _CycleError(s)
-        scores, s = fw.run_score_plugins(state, pod_info, feasible)
-        if s is not None and not s.is_success():
-            raise _CycleError(s)
-        host = self._select_host(scores)
+        if rows is not None:
+            totals, s = fw.fast_path().score(state, pod_info, arrays_for(self.snapshot), rows, feasible)
+            if s is not None and not s.is_success():
+                raise _CycleError(s)
+            host = feasible[select_host_index(totals, self.rng)].name
+        else:
+            scores, s = fw.run_score_plugins(state, pod_info, feasible)
+            if s is not None and not s.is_success():
+                raise _CycleError(s)
+            host = self._select_host(scores)
         return ScheduleResult(host, len(feasible) + len(diagnosis.node_to_status), len(feasible))
 
     def _find_nodes_that_fit(
         self, fw: Framework, state: CycleState, pod_info: PodInfo, all_nodes: list[NodeInfo]
     ) -> tuple[list[NodeInfo], Diagnosis]:
+        """PreFilter, the nominated-node shortcut, then Filter from the rotating start index."""
+        feasible, diagnosis, _ = self._find_feasible(fw, state, pod_info, all_nodes)
+        return feasible, diagnosis
+
+    def _find_feasible(
+        self, fw: Framework, state: CycleState, pod_info: PodInfo, all_nodes: list[NodeInfo]
+    ) -> tuple[list[NodeInfo], Diagnosis, Any]:
+        """Like ``_find_nodes_that_fit``; also the snapshot rows of the feasible
+        nodes when the vectorised path ran (None otherwise)."""
         diagnosis = Diagnosis()
         result, s, plugins = fw.run_pre_filter_plugins(state, pod_info, all_nodes)
         if s is not None and not s.is_success():
@@ -540,7 +568,7 @@ class Scheduler:
             (diagnosis.pending_plugins if s.code == Code.PENDING else diagnosis.unschedulable_plugins).update(
                 plugins or ({s.plugin} if s.plugin else set()))
             diagnosis.pre_filter_msg = s.message()
-            return [], diagnosis
+            return [], diagnosis, None
         # A nominated node from an earlier preemption is tried first.
         nominated = (pod_info.pod.get("status") or {}).get("nominatedNodeName")
         if nominated:
@@ -551,8 +579,9 @@ class Scheduler:
             if ni is not None and (result is None or result.all_nodes() or nominated in (result.node_names or ())):
                 st = fw.run_filter_plugins_with_nominated_pods(state, pod_info, ni)
                 if st is None or st.is_success():
-                    return [ni], diagnosis
+                    return [ni], diagnosis, None
         nodes = all_nodes
+        allowed: set[str] | None = None
         if result is not None and not result.all_nodes():
             allowed = result.node_names or set()
             nodes = [ni for ni in all_nodes if ni.name in allowed]
@@ -562,19 +591,22 @@ class Scheduler:
                         "node(s) didn't satisfy plugin(s) [" + ", ".join(sorted(plugins)) + "]" if plugins
                         else "node(s) didn't satisfy plugin(s)")
         if not fw.has_filter_plugins():
-            return nodes, diagnosis
+            return nodes, diagnosis, None
         num_to_find = num_feasible_nodes_to_find(
             fw.percentage_of_nodes_to_score if fw.percentage_of_nodes_to_score is not None
             else self.percentage_of_nodes_to_score, len(nodes))
         if not fw.has_score_plugins():
             num_to_find = 1
-        feasible: list[NodeInfo] = []
         n = len(nodes)
         if n == 0:
-            return feasible, diagnosis
+            return [], diagnosis, None
+        if self.use_fast_path and all_nodes is self.snapshot.node_info_list:
+            found = self._find_feasible_fast(fw, state, pod_info, all_nodes, allowed, num_to_find, diagnosis)
+            if found is not None:
+                return found[0], diagnosis, found[1]
+        feasible: list[NodeInfo] = []
         start = self.next_start_node_index % n
         processed = 0
-        failed = 0
         for i in range(n):
             ni = nodes[(start + i) % n]
             processed += 1
@@ -586,26 +618,54 @@ class Scheduler:
                 continue
             if not st.is_rejected():
                 raise _CycleError(st)
-            failed += 1
             diagnosis.node_to_status[ni.name] = st
             if st.plugin:
                 (diagnosis.pending_plugins if st.code == Code.PENDING else diagnosis.unschedulable_plugins).add(
                     st.plugin)
         self.next_start_node_index = (self.next_start_node_index + processed) % len(all_nodes)
-        return feasible, diagnosis
+        return feasible, diagnosis, None
+
+    def _find_feasible_fast(
+        self, fw: Framework, state: CycleState, pod_info: PodInfo, all_nodes: list[NodeInfo],
+        allowed: set[str] | None, num_to_find: int, diagnosis: Diagnosis,
+    ) -> tuple[list[NodeInfo], Any] | None:
+        """The Filter loop over the snapshot's column arrays; None when it does not apply."""
+        nominator = fw.handle.nominator
+        nominated_rows: set[int] = set()
+        arr = arrays_for(self.snapshot)
+        if nominator is not None:
+            listing = getattr(nominator, "nominated_nodes", None)
+            if listing is None:
+                return None
+            if len(nominator):
+                for name in listing():
+                    row = arr.index.get(name)
+                    if row is not None:
+                        nominated_rows.add(row)
+        cand = None
+        if allowed is not None:
+            cand = np.array(sorted(arr.index[nm] for nm in allowed if nm in arr.index), dtype=np.intp)
+        m = len(cand) if cand is not None else len(all_nodes)
+        start = self.next_start_node_index % m
+        rows, processed, failed, err = fw.fast_path().find_feasible(
+            state, pod_info, arr, cand, start, num_to_find, nominated_rows)
+        for row, st in failed:
+            diagnosis.node_to_status[all_nodes[row].name] = st
+            if st.plugin:
+                (diagnosis.pending_plugins if st.code == Code.PENDING else diagnosis.unschedulable_plugins).add(
+                    st.plugin)
+        if err is not None:
+            raise _CycleError(err)
+        self.next_start_node_index = (self.next_start_node_index + processed) % len(all_nodes)
+        return [all_nodes[i] for i in rows.tolist()], rows
 
     def _select_host(self, scores: list[NodePluginScores]) -> str:
-        """Uniformly random among the highest total scores (reservoir sampling)."""
-        best = scores[0]
-        count = 1
-        for nps in scores[1:]:
-            if nps.total_score > best.total_score:
-                best, count = nps, 1
-            elif nps.total_score == best.total_score:
-                count += 1
-                if self.rng.randrange(count) == 0:
-                    best = nps
-        return best.name
+        """Uniformly random among the highest total scores (one draw among the ties, in order)."""
+        best = max(nps.total_score for nps in scores)
+        ties = [nps for nps in scores if nps.total_score == best]
+        if len(ties) == 1:
+            return ties[0].name
+        return ties[self.rng.randrange(len(ties))].name
 
     # -- binding cycle ---------------------------------------------------------
 

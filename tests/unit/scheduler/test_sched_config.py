@@ -63,10 +63,14 @@ def _nonempty(enabled: dict[str, list[str]]) -> dict[str, list[str]]:
     return {k: v for k, v in enabled.items() if v}
 
 
-def _err(text: str) -> str:
+def _err(text: str, registry=None) -> str:
     with pytest.raises(ConfigError) as ei:
-        parse_config(text, REG)
+        parse_config(text, REG if registry is None else registry)
     return str(ei.value)
+
+
+#: a registry lacking one upstream plugin, to exercise the "not implemented" wording
+WITHOUT_VOLUMEBINDING = {k: v for k, v in REG.items() if k != "VolumeBinding"}
 
 
 def test_defaults_without_file() -> None:
@@ -165,7 +169,7 @@ def test_unknown_plugin_names_location() -> None:
     msg = _err(HEAD + "profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: Foo\n")
     assert msg == 'unknown plugin "Foo" in profile "default-scheduler" at plugins.filter.enabled[0]'
     msg = _err(HEAD + "profiles:\n- schedulerName: a\n  plugins:\n    multiPoint:\n      enabled:\n"
-               "      - name: NodeName\n      - name: VolumeBinding\n- schedulerName: b\n")
+               "      - name: NodeName\n      - name: VolumeBinding\n- schedulerName: b\n", WITHOUT_VOLUMEBINDING)
     assert msg == 'unknown plugin "VolumeBinding" (not implemented) in profile "a" at plugins.multiPoint.enabled[1]'
     msg = _err(HEAD + "profiles:\n- pluginConfig:\n  - name: Bar\n    args: {}\n")
     assert msg == 'unknown plugin "Bar" in profile "default-scheduler" at pluginConfig[0]'

@@ -161,12 +161,16 @@ def test_default_profile_order_and_weights() -> None:
     lp = f.list_plugins()
     # Upstream's default order (plugins kubeplane does not have yet are absent).
     assert lp["filter"] == ["NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts",
-                            "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity", "DynamicResources"]
-    assert lp["score"] == ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "PodTopologySpread",
-                           "InterPodAffinity", "NodeResourcesBalancedAllocation", "ImageLocality"]
+                            "NodeResourcesFit", "VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding",
+                            "VolumeZone", "PodTopologySpread", "InterPodAffinity", "DynamicResources"]
+    assert lp["score"] == ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "VolumeBinding",
+                           "PodTopologySpread", "InterPodAffinity", "NodeResourcesBalancedAllocation",
+                           "ImageLocality"]
     assert f.score_weights == {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1,
-                               "PodTopologySpread": 2, "InterPodAffinity": 2,
+                               "VolumeBinding": 1, "PodTopologySpread": 2, "InterPodAffinity": 2,
                                "NodeResourcesBalancedAllocation": 1, "ImageLocality": 1}
+    assert lp["reserve"] == ["VolumeBinding", "DynamicResources"]
+    assert lp["preBind"] == ["VolumeBinding", "DynamicResources"]
     assert lp["queueSort"] == ["PrioritySort"] and lp["bind"] == ["DefaultBinder"]
     assert lp["postFilter"] == ["DynamicResources", "DefaultPreemption"]
     assert lp["preEnqueue"] == ["SchedulingGates", "DynamicResources"]

@@ -31,6 +31,10 @@ from kubeplane.scheduler.plugins.podtopologyspread import PodTopologySpread
 from kubeplane.scheduler.plugins.interpodaffinity import InterPodAffinity
 from kubeplane.scheduler.plugins.defaultpreemption import DefaultPreemption
 from kubeplane.scheduler.plugins.dynamicresources import DynamicResources
+from kubeplane.scheduler.plugins.volumerestrictions import VolumeRestrictions
+from kubeplane.scheduler.plugins.nodevolumelimits import NodeVolumeLimits
+from kubeplane.scheduler.plugins.volumebinding import VolumeBinding
+from kubeplane.scheduler.plugins.volumezone import VolumeZone
 
 Registry = dict[str, type[Plugin]]
 
@@ -43,6 +47,10 @@ _PLUGINS: list[type[Plugin]] = [
     NodeAffinity,
     NodePorts,
     NodeResourcesFit,
+    VolumeRestrictions,
+    NodeVolumeLimits,
+    VolumeBinding,
+    VolumeZone,
     PodTopologySpread,
     InterPodAffinity,
     DynamicResources,

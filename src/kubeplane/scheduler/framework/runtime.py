@@ -248,6 +248,15 @@ class Framework:
             raise FrameworkError("at least one bind plugin is needed")
         self.queue_sort_plugin = self.points["queueSort"][0]
         self.waiting_pods: dict[str, WaitingPod] = {}
+        self._fast_path: Any = None
+
+    def fast_path(self) -> Any:
+        """The vectorised Filter/Score helper of this profile (see ``fastpath``)."""
+        if self._fast_path is None:
+            from kubeplane.scheduler.framework.fastpath import FastPath
+
+            self._fast_path = FastPath(self)
+        return self._fast_path
 
     # ------------------------------------------------------------------ construction
 

@@ -53,11 +53,15 @@ class NodeResourcesBalancedAllocation(Plugin):
         state.write(_PRE_SCORE_KEY, reqs)
         return None
 
-    def score(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
+    def pre_score_requests(self, state: CycleState, pod_info: PodInfo) -> list[int]:
+        """The pod's request per scored resource (PreScore state, or computed)."""
         reqs = state.get(_PRE_SCORE_KEY)
         if reqs is None:
             reqs = self.scorer.pod_request_list(pod_info)
-        return self.scorer.score(node_info, reqs), None
+        return reqs
+
+    def score(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
+        return self.scorer.score(node_info, self.pre_score_requests(state, pod_info)), None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

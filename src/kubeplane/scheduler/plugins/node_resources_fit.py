@@ -226,11 +226,17 @@ class NodeResourcesFit(Plugin):
             pairs.append((name, value))
         return requests, tuple(pairs)
 
-    def filter(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> Status | None:
+    def checked_requests(
+        self, state: CycleState, pod_info: PodInfo
+    ) -> tuple[Mapping[str, int], tuple[tuple[str, int], ...]]:
+        """The PreFilter state: requests and the (name, value) pairs Filter checks."""
         checked = state.get(_PRE_FILTER_KEY)
         if checked is None:
             checked = self._checked(pod_info.requests)
-        requests, pairs = checked
+        return checked
+
+    def filter(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> Status | None:
+        requests, pairs = self.checked_requests(state, pod_info)
         alloc, used = node_info.allocatable, node_info.requested
         ok = len(node_info.pods) < alloc.get("pods", 0)
         if ok:
@@ -247,11 +253,15 @@ class NodeResourcesFit(Plugin):
         state.write("PreScore" + self.name, self.scorer.pod_request_list(pod_info))
         return None
 
-    def score(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
+    def pre_score_requests(self, state: CycleState, pod_info: PodInfo) -> list[int]:
+        """The pod's request per scored resource (PreScore state, or computed)."""
         reqs = state.get("PreScore" + self.name)
         if reqs is None:
             reqs = self.scorer.pod_request_list(pod_info)
-        return self.scorer.score(node_info, reqs), None
+        return reqs
+
+    def score(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
+        return self.scorer.score(node_info, self.pre_score_requests(state, pod_info)), None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

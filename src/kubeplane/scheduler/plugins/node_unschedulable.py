@@ -13,7 +13,9 @@ from kubeplane.scheduler.plugins.taint_toleration import tolerations_tolerate_ta
 
 TAINT_NODE_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 ERR_REASON_UNSCHEDULABLE = "node(s) were unschedulable"
-_UNSCHEDULABLE_TAINT = {"key": TAINT_NODE_UNSCHEDULABLE, "effect": "NoSchedule"}
+#: the taint a pod must tolerate to land on an unschedulable node
+UNSCHEDULABLE_TAINT = {"key": TAINT_NODE_UNSCHEDULABLE, "effect": "NoSchedule"}
+_UNSCHEDULABLE_TAINT = UNSCHEDULABLE_TAINT
 
 
 def _unschedulable(node: Obj | None) -> bool:

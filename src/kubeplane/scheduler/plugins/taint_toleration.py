@@ -69,10 +69,15 @@ class TaintToleration(Plugin):
         state.write(_PRE_SCORE_KEY, tols)
         return None
 
-    def score(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
+    def pre_score_tolerations(self, state: CycleState, pod_info: PodInfo) -> list[Obj]:
+        """Tolerations that count for scoring (PreScore state, or computed)."""
         tols = state.get(_PRE_SCORE_KEY)
         if tols is None:
             tols = [t for t in pod_info.tolerations if (t.get("effect") or "") in ("", "PreferNoSchedule")]
+        return tols
+
+    def score(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
+        tols = self.pre_score_tolerations(state, pod_info)
         count = 0
         for taint in _taints(node_info.node):
             if taint.get("effect") == "PreferNoSchedule" and not tolerations_tolerate_taint(tols, taint):

@@ -1,0 +1,534 @@
+"""``kubeplane bench WORKLOAD``: scheduler throughput, latency and memory.
+
+Embedded mode, as upstream's scheduler_perf runs it: the registry, the
+in-process client, the scheduler (and the controllers a workload needs) share
+one process and one event loop. Nodes are plain Node objects; bound pods stay
+Pending (no node agent).
+
+Measured phase only (the measured ``createPods`` op):
+
+* throughput as upstream's throughputCollector: every second, the number of
+  measured pods bound since the previous sample divided by the time elapsed;
+  ``throughput_avg`` is scheduled / duration, where duration runs from the
+  first measured pod's creation to the last measured pod's binding;
+* per-pod latency from just before the create call to the moment the pod
+  informer delivers the update that carries ``spec.nodeName``;
+* ``peak_rss_mb``: ``ru_maxrss`` of the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import resource as _resource
+import sys
+import tempfile
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kubeplane.api.resources import CATALOGUE, resource
+from kubeplane.bench.workloads import (
+    ALIASES,
+    DYNAMIC_CLASS,
+    STATIC_CLASS,
+    WORKLOADS,
+    ChurnPVs,
+    CreateAny,
+    CreateNamespaces,
+    CreateNodes,
+    CreatePods,
+    SteadyState,
+    Workload,
+    get_workload,
+    node_default,
+    pod_with_claim,
+    pv_static,
+    pvc_wffc,
+    resource_slice,
+)
+from kubeplane.client.informer import SharedInformerFactory
+from kubeplane.client.interface import Client
+
+__all__ = ["WORKLOADS", "ALIASES", "Workload", "run_workload", "main", "percentile"]
+
+PODS = resource("pods")
+NODES = resource("nodes")
+NAMESPACES = resource("namespaces")
+PVS = resource("persistentvolumes")
+PVCS = resource("persistentvolumeclaims")
+SLICES = resource("resourceslices")
+
+Progress = Callable[[int, int], None]
+
+#: give up when no measured pod was bound for this long
+DEFAULT_STALL_S = 60.0
+#: sampling interval of the throughput collector (upstream: 1 s)
+SAMPLE_INTERVAL_S = 1.0
+#: creations between two yields to the event loop (so scheduling overlaps)
+CREATE_BATCH = 20
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated ``q``-th percentile (0..100) of ``values``; 0 when empty."""
+    if not values:
+        return 0.0
+    s = sorted(values)
+    if len(s) == 1:
+        return float(s[0])
+    pos = (len(s) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
+
+
+def _key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+@dataclass
+class PodTracker:
+    """Creation and binding times of pods, fed by the shared pod informer."""
+
+    created: dict[str, float] = field(default_factory=dict)
+    bound: dict[str, float] = field(default_factory=dict)
+    phase_of: dict[str, str] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=lambda: {"init": 0, "measure": 0})
+    unschedulable_seen: set[str] = field(default_factory=set)
+    on_measured_bound: Callable[[str], None] | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def expect(self, key: str, phase: str) -> None:
+        self.phase_of[key] = phase
+        self.created[key] = time.perf_counter()
+
+    def _key_of(self, pod: dict) -> str:
+        md = pod.get("metadata") or {}
+        return _key(md.get("namespace") or "default", md.get("name") or "")
+
+    def _bound(self, pod: dict) -> None:
+        key = self._key_of(pod)
+        if key in self.bound:
+            return
+        self.bound[key] = time.perf_counter()
+        phase = self.phase_of.get(key)
+        if phase is not None:
+            self.counts[phase] += 1
+            self.changed.set()
+            if phase == "measure" and self.on_measured_bound is not None:
+                self.on_measured_bound(key)
+
+    def on_add(self, pod: dict) -> None:
+        if (pod.get("spec") or {}).get("nodeName"):
+            self._bound(pod)
+
+    def on_update(self, old: dict, new: dict) -> None:
+        if (new.get("spec") or {}).get("nodeName"):
+            if not (old.get("spec") or {}).get("nodeName"):
+                self._bound(new)
+            return
+        for c in (new.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                key = self._key_of(new)
+                if key not in self.unschedulable_seen:
+                    self.unschedulable_seen.add(key)
+                    self.changed.set()
+
+    def on_delete(self, obj: Any) -> None:
+        return None
+
+    def latencies_ms(self, phase: str) -> list[float]:
+        return [(self.bound[k] - self.created[k]) * 1000.0
+                for k, p in self.phase_of.items() if p == phase and k in self.bound and k in self.created]
+
+
+class ThroughputCollector:
+    """Pods/s sampled each second over the measured phase (upstream's collector)."""
+
+    def __init__(self, tracker: PodTracker, interval: float = SAMPLE_INTERVAL_S) -> None:
+        self.tracker = tracker
+        self.interval = interval
+        self.samples: list[float] = []
+        self._task: asyncio.Task | None = None
+        self._last_t = 0.0
+        self._last_n = 0
+
+    def start(self) -> None:
+        self._last_t = time.perf_counter()
+        self._last_n = self.tracker.counts["measure"]
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(max(0.0, self._last_t + self.interval - time.perf_counter()))
+            now = time.perf_counter()
+            n = self.tracker.counts["measure"]
+            self.samples.append((n - self._last_n) / (now - self._last_t))
+            self._last_t, self._last_n = now, n
+
+    async def stop(self) -> None:
+        """Stop; a run shorter than one interval yields one partial sample."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if not self.samples:
+            elapsed = time.perf_counter() - self._last_t
+            n = self.tracker.counts["measure"] - self._last_n
+            if elapsed > 0 and n:
+                self.samples.append(n / elapsed)
+
+
+class _Runner:
+    def __init__(self, w: Workload, nodes: int, pods: int, client: Client, tracker: PodTracker,
+                 progress: Progress | None, stall_s: float) -> None:
+        self.w = w
+        self.nodes = nodes
+        self.pods = pods
+        self.init_pods = w.init_count(nodes)
+        self.client = client
+        self.tracker = tracker
+        self.progress = progress
+        self.stall_s = stall_s
+        self.node_names: list[str] = []
+        self.measure_start = 0.0
+        self.timed_out = False
+        self.pv_created: dict[str, float] = {}
+        self.collector = ThroughputCollector(tracker)
+        self._seq = 0
+
+    # -- setup ops (before the scheduler runs) ------------------------------
+
+    async def setup(self) -> None:
+        for op in self.w.ops:
+            if isinstance(op, CreateNodes):
+                await self._create_nodes(op)
+            elif isinstance(op, CreateNamespaces):
+                for i in range(op.count):
+                    await self.client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                                          "metadata": {"name": f"{op.prefix}-{i}"}})
+            elif isinstance(op, CreateAny):
+                obj = op.make()
+                res = resource(_plural_of(obj))
+                if op.namespaces:
+                    for ns in op.namespaces:
+                        await self.client.create(res, op.make(), ns)
+                else:
+                    await self.client.create(res, obj)
+
+    async def _create_nodes(self, op: CreateNodes) -> None:
+        for i in range(self.nodes):
+            name = f"scheduler-perf-{i:05d}"
+            labels = {op.label_key: op.label_values[i % len(op.label_values)]} if op.label_key else None
+            await self.client.create(NODES, node_default(name, labels))
+            if op.resource_slices:
+                await self.client.create(SLICES, resource_slice(name))
+            self.node_names.append(name)
+            if i % 200 == 199:
+                await asyncio.sleep(0)
+
+    # -- pod ops (with the scheduler running) --------------------------------
+
+    async def run_pod_ops(self) -> None:
+        for op in self.w.ops:
+            if isinstance(op, CreatePods):
+                count = self.init_pods if op.phase == "init" else self.pods
+                if op.phase == "measure":
+                    self._begin_measure()
+                await self._create_pods(op, count)
+                if op.phase == "init" and not op.skip_wait:
+                    await self._wait(lambda: self.tracker.counts["init"] >= count, "init")
+                elif op.phase == "measure":
+                    await self._wait(lambda: self.tracker.counts["measure"] >= count, "measure")
+            elif isinstance(op, ChurnPVs):
+                await self._churn_pvs(op)
+            elif isinstance(op, SteadyState):
+                await self._steady_state(op)
+
+    def _begin_measure(self) -> None:
+        self.measure_start = time.perf_counter()
+        self.collector.start()
+
+    def _next_name(self, phase: str) -> str:
+        self._seq += 1
+        return f"{phase}-pod-{self._seq:06d}"
+
+    async def _create_pod(self, op_template: Callable[[str], dict], namespace: str, phase: str,
+                          volumes: str = "none") -> str:
+        name = self._next_name(phase)
+        body = op_template(name)
+        if volumes != "none":
+            claim = f"{name}-pvc"
+            if volumes == "static":
+                await self.client.create(PVS, pv_static(f"pv-{namespace}-{name}", STATIC_CLASS))
+                await self.client.create(PVCS, pvc_wffc(claim, STATIC_CLASS), namespace)
+            else:
+                await self.client.create(PVCS, pvc_wffc(claim, DYNAMIC_CLASS), namespace)
+            body = {**body, "spec": {**body["spec"], **pod_with_claim(name, claim)["spec"],
+                                     "containers": body["spec"]["containers"]}}
+        key = _key(namespace, name)
+        self.tracker.expect(key, phase)
+        await self.client.create(PODS, body, namespace)
+        return key
+
+    async def _create_pods(self, op: CreatePods, count: int) -> None:
+        for i in range(count):
+            await self._create_pod(op.template, op.namespace, op.phase, op.volumes)
+            if i % CREATE_BATCH == CREATE_BATCH - 1:
+                await asyncio.sleep(0)
+
+    async def _wait(self, done: Callable[[], bool], phase: str, stall_s: float | None = None) -> bool:
+        """Wait for ``done``; False (and timed_out) when ``phase`` made no progress for the stall time."""
+        stall = self.stall_s if stall_s is None else stall_s
+        last = self.tracker.counts.get(phase, 0)
+        last_t = time.perf_counter()
+        while not done():
+            self.tracker.changed.clear()
+            try:
+                await asyncio.wait_for(self.tracker.changed.wait(), 0.25)
+            except asyncio.TimeoutError:
+                pass
+            cur = self.tracker.counts.get(phase, 0) + len(self.tracker.unschedulable_seen)
+            if cur != last:
+                last, last_t = cur, time.perf_counter()
+            elif time.perf_counter() - last_t > stall:
+                self.timed_out = True
+                return False
+        return True
+
+    async def _churn_pvs(self, op: ChurnPVs) -> None:
+        """Pods whose claims select one PV each wait unschedulable; then the PVs appear."""
+        keys: list[tuple[str, str]] = []
+        for _ in range(self.pods):
+            name = self._next_name("measure")
+            claim = f"{name}-pvc"
+            await self.client.create(PVCS, pvc_wffc(claim, STATIC_CLASS, selector_label=name), "default")
+            self.tracker.expect(_key("default", name), "measure")
+            await self.client.create(PODS, pod_with_claim(name, claim), "default")
+            keys.append(("default", name))
+        await self._wait(lambda: len(self.tracker.unschedulable_seen) >= len(keys), "unschedulable", 30.0)
+        self._begin_measure()
+        for i, (ns, name) in enumerate(keys):
+            self.pv_created[_key(ns, name)] = time.perf_counter()
+            await self.client.create(PVS, pv_static(f"pv-{name}", STATIC_CLASS, label=name))
+            await asyncio.sleep(op.interval_s)
+        await self._wait(lambda: self.tracker.counts["measure"] >= len(keys), "measure")
+
+    async def _steady_state(self, op: SteadyState) -> None:
+        """Keep ``in_flight`` pods pending; delete each bound pod and create the next."""
+        bound_q: asyncio.Queue[str] = asyncio.Queue()
+        self.tracker.on_measured_bound = bound_q.put_nowait
+        self._begin_measure()
+        created = 0
+        for _ in range(min(op.in_flight, self.pods)):
+            await self._create_pod(op.template, op.namespace, "measure")
+            created += 1
+        while created < self.pods:
+            try:
+                key = await asyncio.wait_for(bound_q.get(), self.stall_s)
+            except asyncio.TimeoutError:
+                self.timed_out = True
+                return
+            ns, name = key.split("/", 1)
+            await self.client.delete(PODS, name, ns, grace_period_seconds=0)
+            await self._create_pod(op.template, op.namespace, "measure")
+            created += 1
+        await self._wait(lambda: self.tracker.counts["measure"] >= self.pods, "measure")
+
+    # -- results ---------------------------------------------------------------
+
+    def result(self, end: float) -> dict[str, Any]:
+        t = self.tracker
+        measured = [k for k, p in t.phase_of.items() if p == "measure"]
+        bound_times = [t.bound[k] for k in measured if k in t.bound]
+        scheduled = len(bound_times)
+        last = max(bound_times) if bound_times else end
+        duration = max(last - self.measure_start, 1e-9) if self.measure_start else 0.0
+        lat = t.latencies_ms("measure")
+        samples = self.collector.samples
+        out: dict[str, Any] = {
+            "workload": self.w.name,
+            "nodes": self.nodes,
+            "init_pods": self.init_pods,
+            "pods": self.pods,
+            "scheduled": scheduled,
+            "init_scheduled": t.counts["init"],
+            "duration_s": round(duration, 4),
+            "throughput_avg": round(scheduled / duration, 2) if duration else 0.0,
+            "throughput_p50": round(percentile(samples, 50), 2),
+            "throughput_p90": round(percentile(samples, 90), 2),
+            "throughput_p99": round(percentile(samples, 99), 2),
+            "throughput_samples": len(samples),
+            "latency_p50_ms": round(percentile(lat, 50), 2),
+            "latency_p90_ms": round(percentile(lat, 90), 2),
+            "latency_p99_ms": round(percentile(lat, 99), 2),
+            "peak_rss_mb": round(_resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+            "timed_out": self.timed_out,
+        }
+        if self.pv_created:
+            pv_lat = [(t.bound[k] - c) * 1000.0 for k, c in self.pv_created.items() if k in t.bound]
+            out["pv_to_binding_p50_ms"] = round(percentile(pv_lat, 50), 2)
+            out["pv_to_binding_p99_ms"] = round(percentile(pv_lat, 99), 2)
+        return out
+
+
+def _plural_of(obj: dict) -> str:
+    info = CATALOGUE.by_api_version_kind(obj["apiVersion"], obj["kind"])
+    if info is None:
+        raise KeyError(f"{obj['apiVersion']} {obj['kind']}")
+    return info.plural
+
+
+def _controllers(names: tuple[str, ...], client: Client, factory: SharedInformerFactory) -> list[Any]:
+    out: list[Any] = []
+    if "pv" in names:
+        from kubeplane.controllers.pv.binder import PersistentVolumeController
+        out.append(PersistentVolumeController(client, factory, resync_period=0))
+    if "provisioner" in names:
+        from kubeplane.controllers.pv.provisioner import LocalProvisioner
+        out.append(LocalProvisioner(client, factory))
+    if "resourceclaim" in names:
+        from kubeplane.controllers.resourceclaim import ResourceClaimController
+        out.append(ResourceClaimController(client, factory))
+    return out
+
+
+async def run_workload(
+    name: str,
+    *,
+    nodes: int | None = None,
+    pods: int | None = None,
+    storage: str = "memory",
+    progress: Progress | None = None,
+    stall_timeout_s: float = DEFAULT_STALL_S,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Run workload ``name`` once and return its measurements.
+
+    ``nodes`` / ``pods`` override the node count and the measured pod count
+    (initial pods, and measured pods when ``pods`` is None, scale with the nodes). ``storage`` is "memory" or "sqlite"
+    (a temporary directory). ``progress(scheduled, total)`` is called about ten
+    times a second during the measured phase.
+    """
+    from kubeplane.apiserver.app import ensure_default_namespaces
+    from kubeplane.client.inprocess import InProcessClient
+    from kubeplane.registry.registry import Registry
+    from kubeplane.scheduler.scheduler import Scheduler
+    from kubeplane.storage import open_store
+
+    w = get_workload(name)
+    n_nodes = w.nodes if nodes is None else nodes
+    n_pods = w.measure_count(n_nodes) if pods is None else pods
+    if n_nodes < 0 or n_pods < 0:
+        raise ValueError("nodes and pods must not be negative")
+    history = 50_000 + 20 * (n_nodes + n_pods + w.init_count(n_nodes))
+
+    async with AsyncExitStack() as stack:
+        data_dir = None
+        if storage == "sqlite":
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="kubeplane-bench-"))
+        store = await open_store(storage, data_dir, history=history, watch_queue=history)
+        stack.push_async_callback(store.close)
+        registry = Registry(store, CATALOGUE)
+        stack.push_async_callback(registry.close)
+        await ensure_default_namespaces(registry)
+        client = InProcessClient(registry)
+        stack.push_async_callback(client.close)
+
+        tracker = PodTracker()
+        runner = _Runner(w, n_nodes, n_pods, client, tracker, progress, stall_timeout_s)
+        t0 = time.perf_counter()
+        await runner.setup()
+
+        factory = SharedInformerFactory(client)
+        stack.push_async_callback(factory.stop)
+        factory.informer_for(PODS).add_event_handler(tracker.on_add, tracker.on_update, tracker.on_delete)
+        sched = Scheduler(client, informer_factory=factory, rng=random.Random(seed))
+        controllers = _controllers(w.controllers, client, factory)
+        for c in controllers:
+            await c.start(sync_timeout=120)
+            stack.push_async_callback(c.stop)
+        sched_task = asyncio.create_task(sched.run())
+
+        async def _stop_sched() -> None:
+            await sched.stop()
+            await asyncio.wait_for(sched_task, 30)
+
+        stack.push_async_callback(_stop_sched)
+        await sched.start()  # idempotent with run(): returns once caches are synced
+        setup_s = time.perf_counter() - t0
+
+        ticker = None
+        if progress is not None:
+            async def _tick() -> None:
+                while True:
+                    progress(tracker.counts["measure"], n_pods)
+                    await asyncio.sleep(0.1)
+            ticker = asyncio.create_task(_tick())
+        try:
+            await runner.run_pod_ops()
+        finally:
+            await runner.collector.stop()
+            if ticker is not None:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+                progress(tracker.counts["measure"], n_pods)
+        out = runner.result(time.perf_counter())
+        out["storage"] = storage
+        out["setup_s"] = round(setup_s, 2)
+        return out
+
+
+# -- command line --------------------------------------------------------------
+
+
+def _parse(argv: list[str]) -> Any:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="scheduler_perf", description="scheduler_perf workloads, embedded mode")
+    p.add_argument("workload", help=f"one of: {', '.join(sorted(WORKLOADS))}")
+    p.add_argument("--nodes", type=int, default=None)
+    p.add_argument("--pods", type=int, default=None, help="measured pods")
+    p.add_argument("--storage", choices=("memory", "sqlite"), default="memory")
+    p.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
+    return p.parse_args(argv)
+
+
+async def run_cli(workload: str, *, nodes: int | None = None, pods: int | None = None, storage: str = "memory",
+                  as_json: bool = False) -> dict[str, Any]:
+    """Run with a rich progress bar on a terminal (none with ``as_json``) and print the result."""
+    use_bar = not as_json and sys.stdout.isatty()
+    if not use_bar:
+        out = await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=None)
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TimeElapsedColumn
+
+        with Bar("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                 TimeElapsedColumn(), transient=True) as bar:
+            task = bar.add_task(f"{workload}: pods scheduled", total=None)
+
+            def cb(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            out = await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=cb)
+    if as_json:
+        print(json.dumps(out))
+    else:
+        width = max(len(k) for k in out)
+        for k, v in out.items():
+            print(f"{k:<{width}}  {v}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``scheduler_perf WORKLOAD [--nodes N] [--pods M] [--storage S] [--json]``; 1 if pods were left unscheduled."""
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    try:
+        get_workload(args.workload)
+    except KeyError as err:
+        print(err.args[0], file=sys.stderr)
+        return 2
+    out = asyncio.run(run_cli(args.workload, nodes=args.nodes, pods=args.pods, storage=args.storage,
+                              as_json=args.json))
+    return 1 if out["timed_out"] else 0

@@ -1,0 +1,662 @@
+"""VolumeBinding plugin and VolumeBinder: every phase, the hints, and the requeue race."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+from typing import Any
+
+import pytest
+
+from kubeplane.api.errors import conflict
+from kubeplane.client.informer import Indexer
+from kubeplane.controllers.pv.matching import (
+    ANN_BIND_COMPLETED,
+    ANN_BOUND_BY_CONTROLLER,
+    ANN_SELECTED_NODE,
+    hostname_affinity,
+)
+from kubeplane.scheduler.assumecache import AssumeCache
+from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
+from kubeplane.scheduler.framework.plugin import Handle
+from kubeplane.scheduler.framework.types import Code, CycleState, QueueingHint
+from kubeplane.scheduler.passivecache import PV_STORAGE_CLASS_INDEX, pv_storage_class_index
+from kubeplane.scheduler.plugins.volumebinding import (
+    MSG_UNBOUND_IMMEDIATE,
+    VolumeBinding,
+    build_broken_linear_function,
+)
+from kubeplane.scheduler.volumebinder import (
+    REASON_BIND_CONFLICT,
+    REASON_NODE_CONFLICT,
+    REASON_NOT_ENOUGH_SPACE,
+    REASON_PV_NOT_EXIST,
+)
+
+
+# --------------------------------------------------------------------------- fakes
+
+
+class FakeInformer:
+    """Indexer plus handlers; a change updates the indexer first, then (optionally) the handlers."""
+
+    def __init__(self) -> None:
+        self.indexer = Indexer()
+        self.handlers: list[tuple[Any, Any, Any]] = []
+
+    def add_event_handler(self, on_add=None, on_update=None, on_delete=None):
+        self.handlers.append((on_add, on_update, on_delete))
+        return len(self.handlers) - 1
+
+    def put(self, obj: dict, notify: bool = True) -> dict:
+        old = self.indexer.add(obj)
+        if notify:
+            for i in range(len(self.handlers)):
+                self.deliver(i, old, obj)
+        return obj
+
+    def deliver(self, i: int, old: dict | None, new: dict) -> None:
+        on_add, on_update, _ = self.handlers[i]
+        if old is None:
+            if on_add:
+                on_add(new)
+        elif on_update:
+            on_update(old, new)
+
+    def remove(self, obj: dict) -> None:
+        self.indexer.delete(obj)
+        for _, _, on_delete in self.handlers:
+            if on_delete:
+                on_delete(obj)
+
+
+class FakeFactory:
+    def __init__(self) -> None:
+        self.informers: dict[str, FakeInformer] = {}
+
+    def informer_for(self, res, *args: Any, **kw: Any) -> FakeInformer:
+        return self.informers.setdefault(res.plural, FakeInformer())
+
+
+class FakeClient:
+    """Records PUTs and returns the object with a new resourceVersion (optionally a 409)."""
+
+    def __init__(self) -> None:
+        self.updates: list[tuple[str, dict]] = []
+        self.conflict_on: set[str] = set()
+        self._rv = 1000
+
+    async def update(self, res, obj: dict, **kw: Any) -> dict:
+        name = obj["metadata"]["name"]
+        if name in self.conflict_on:
+            raise conflict(res.plural, name, "the object has been modified")
+        self.updates.append((res.plural, copy.deepcopy(obj)))
+        self._rv += 1
+        out = copy.deepcopy(obj)
+        out["metadata"]["resourceVersion"] = str(self._rv)
+        return out
+
+
+class Env:
+    def __init__(self, args: dict | None = None) -> None:
+        self.factory = FakeFactory()
+        self.client = FakeClient()
+        self.handle = Handle(client=self.client, informer_factory=self.factory)
+        self.plugin = VolumeBinding(args, self.handle)
+        self._rv = 0
+        for n in ("n1", "n2"):
+            self.put("nodes", node(n))
+
+    def inf(self, plural: str) -> FakeInformer:
+        return self.factory.informers[plural]
+
+    def put(self, plural: str, obj: dict, notify: bool = True) -> dict:
+        self._rv += 1
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        return self.factory.informer_for(_Res(plural)).put(obj, notify)
+
+    def get(self, plural: str, key: str) -> dict:
+        obj = self.inf(plural).indexer.get_by_key(key)
+        assert obj is not None
+        return obj
+
+    def node_info(self, name: str) -> NodeInfo:
+        return NodeInfo(self.get("nodes", name))
+
+    def cycle(self, p: dict) -> tuple[CycleState, PodInfo, Any]:
+        state = CycleState()
+        pi = PodInfo(p)
+        result, st = self.plugin.pre_filter(state, pi, [])
+        return state, pi, (result, st)
+
+    def feasible(self, p: dict) -> dict[str, Any]:
+        """PreFilter + Filter on both nodes: node -> Status|None (or the PreFilter status)."""
+        state, pi, (_, st) = self.cycle(p)
+        if st is not None:
+            return {"prefilter": st}
+        return {n: self.plugin.filter(state, pi, self.node_info(n)) for n in ("n1", "n2")}
+
+
+class _Res:
+    def __init__(self, plural: str) -> None:
+        self.plural = plural
+
+
+def node(name: str, **labels: str) -> dict:
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}}
+
+
+def sc(name: str, mode: str | None = "WaitForFirstConsumer", provisioner: str = "kubernetes.io/no-provisioner",
+       **extra: Any) -> dict:
+    obj: dict = {"metadata": {"name": name}, "provisioner": provisioner, **extra}
+    if mode is not None:
+        obj["volumeBindingMode"] = mode
+    return obj
+
+
+def pvc(name: str, cls: str = "local", size: str = "1Gi", volume: str = "", bound: bool = False,
+        ns: str = "default", **ann: str) -> dict:
+    anns = dict(ann)
+    if bound:
+        anns[ANN_BIND_COMPLETED] = "yes"
+    spec: dict = {"storageClassName": cls, "accessModes": ["ReadWriteOnce"],
+                  "resources": {"requests": {"storage": size}}}
+    if volume:
+        spec["volumeName"] = volume
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "annotations": anns},
+            "spec": spec, "status": {"phase": "Bound" if bound else "Pending"}}
+
+
+def pv(name: str, cls: str = "local", size: str = "1Gi", on: str | None = None, claim: dict | None = None,
+       phase: str = "Available") -> dict:
+    spec: dict = {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"], "storageClassName": cls}
+    if on:
+        spec["nodeAffinity"] = hostname_affinity(on)
+    if claim is not None:
+        spec["claimRef"] = {"namespace": claim["metadata"]["namespace"], "name": claim["metadata"]["name"],
+                            "uid": claim["metadata"]["uid"]}
+    return {"metadata": {"name": name}, "spec": spec, "status": {"phase": phase}}
+
+
+def pod(name: str, *claims: str, ephemeral: str | None = None) -> dict:
+    vols: list[dict] = [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
+    if ephemeral:
+        vols.append({"name": ephemeral, "ephemeral": {"volumeClaimTemplate": {"spec": {}}}})
+    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+            "spec": {"containers": [{"name": "c"}], "volumes": vols}}
+
+
+def reasons(st) -> list[str]:
+    assert st is not None and st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE, st
+    return st.reasons
+
+
+# --------------------------------------------------------------------------- PreFilter
+
+
+def test_prefilter_skips_pods_without_claims() -> None:
+    env = Env()
+    state, _, (_, st) = env.cycle({"metadata": {"name": "p", "namespace": "default"},
+                                   "spec": {"volumes": [{"name": "e", "emptyDir": {}}]}})
+    assert st is not None and st.code == Code.SKIP
+    assert env.plugin.filter(state, PodInfo(pod("p")), env.node_info("n1")) is None
+
+
+def test_prefilter_rejects_missing_lost_deleting_and_foreign_claims() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local"))
+    assert reasons(env.cycle(pod("p", "nope"))[2][1]) == ['persistentvolumeclaim "nope" not found']
+    assert reasons(env.cycle(pod("p", ephemeral="scratch"))[2][1]) == [
+        'waiting for ephemeral volume controller to create the persistentvolumeclaim "p-scratch"']
+    lost = pvc("lost", volume="gone")
+    lost["status"]["phase"] = "Lost"
+    env.put("persistentvolumeclaims", lost)
+    assert reasons(env.cycle(pod("p", "lost"))[2][1]) == [
+        'persistentvolumeclaim "lost" bound to non-existent persistentvolume "gone"']
+    dying = pvc("dying")
+    dying["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    env.put("persistentvolumeclaims", dying)
+    assert reasons(env.cycle(pod("p", "dying"))[2][1]) == ['persistentvolumeclaim "dying" is being deleted']
+    env.put("persistentvolumeclaims", pvc("p-scratch"))  # exists but not owned by the pod
+    assert "was not created for pod" in reasons(env.cycle(pod("p", ephemeral="scratch"))[2][1])[0]
+
+
+def test_prefilter_unbound_immediate_claim_is_unresolvable() -> None:
+    env = Env()
+    env.put("storageclasses", sc("fast", mode="Immediate"))
+    env.put("persistentvolumeclaims", pvc("c", cls="fast"))
+    assert reasons(env.cycle(pod("p", "c"))[2][1]) == [MSG_UNBOUND_IMMEDIATE]
+    # A claim without class is not delayed either.
+    env.put("persistentvolumeclaims", pvc("nocls", cls=""))
+    assert reasons(env.cycle(pod("p", "nocls"))[2][1]) == [MSG_UNBOUND_IMMEDIATE]
+
+
+def test_prefilter_class_without_binding_mode_is_an_error() -> None:
+    env = Env()
+    env.put("storageclasses", sc("weird", mode=None))
+    env.put("persistentvolumeclaims", pvc("c", cls="weird"))
+    st = env.cycle(pod("p", "c"))[2][1]
+    assert st is not None and st.code == Code.ERROR
+    assert 'VolumeBindingMode not set for StorageClass "weird"' in st.message()
+
+
+def test_prefilter_narrows_nodes_for_bound_local_volumes() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local"))
+    c = pvc("c", volume="pv1", bound=True)
+    env.put("persistentvolumeclaims", c)
+    env.put("persistentvolumes", pv("pv1", on="n2", claim=c, phase="Bound"))
+    _, _, (result, st) = env.cycle(pod("p", "c"))
+    assert st is None and result is not None and result.node_names == {"n2"}
+
+
+# --------------------------------------------------------------------------- Filter
+
+
+def test_filter_bound_volume_node_affinity_and_missing_pv() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local"))
+    c = pvc("c", volume="pv1", bound=True)
+    env.put("persistentvolumeclaims", c)
+    env.put("persistentvolumes", pv("pv1", on="n1", claim=c, phase="Bound"))
+    res = env.feasible(pod("p", "c"))
+    assert res["n1"] is None and reasons(res["n2"]) == [REASON_NODE_CONFLICT]
+    env.put("persistentvolumeclaims", pvc("d", volume="ghost", bound=True))
+    res = env.feasible(pod("p", "d"))
+    assert reasons(res["n1"]) == [REASON_PV_NOT_EXIST]
+
+
+def test_filter_static_matches_per_node_smallest_first() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("c", size="2Gi"))
+    env.put("persistentvolumes", pv("small-n1", size="1Gi", on="n1"))
+    res = env.feasible(pod("p", "c"))
+    assert reasons(res["n1"]) == [REASON_BIND_CONFLICT] and reasons(res["n2"]) == [REASON_BIND_CONFLICT]
+    env.put("persistentvolumes", pv("big-n2", size="10Gi", on="n2"))
+    env.put("persistentvolumes", pv("mid-n2", size="3Gi", on="n2"))
+    state, pi, (_, st) = env.cycle(pod("p", "c"))
+    assert st is None
+    assert reasons(env.plugin.filter(state, pi, env.node_info("n1"))) == [REASON_BIND_CONFLICT]
+    assert env.plugin.filter(state, pi, env.node_info("n2")) is None
+    chosen = state.read("VolumeBinding").pod_volumes_by_node["n2"].static_bindings
+    assert [b.pv["metadata"]["name"] for b in chosen] == ["mid-n2"]
+
+
+def test_filter_two_claims_do_not_share_one_volume() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("a"))
+    env.put("persistentvolumeclaims", pvc("b"))
+    env.put("persistentvolumes", pv("only", on="n1"))
+    assert reasons(env.feasible(pod("p", "a", "b"))["n1"]) == [REASON_BIND_CONFLICT]
+    env.put("persistentvolumes", pv("second", on="n1"))
+    assert env.feasible(pod("p", "a", "b"))["n1"] is None
+
+
+def test_filter_dynamic_provisioning_rules() -> None:
+    env = Env()
+    env.put("nodes", node("n1", zone="a"))
+    env.put("nodes", node("n2", zone="b"))
+    # No provisioner: only static volumes could help.
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("c"))
+    assert reasons(env.feasible(pod("p", "c"))["n1"]) == [REASON_BIND_CONFLICT]
+    # A provisioner restricted to zone a.
+    env.put("storageclasses", sc("local", provisioner="kubeplane.io/local",
+                                 allowedTopologies=[{"matchLabelExpressions": [{"key": "zone", "values": ["a"]}]}]))
+    res = env.feasible(pod("p", "c"))
+    assert res["n1"] is None and reasons(res["n2"]) == [REASON_BIND_CONFLICT]
+
+
+def test_filter_published_capacity() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local", provisioner="kubeplane.io/local"))
+    env.put("persistentvolumeclaims", pvc("c", size="2Gi"))
+    assert env.feasible(pod("p", "c")) == {"n1": None, "n2": None}  # nothing published: not tracked
+    cap = {"metadata": {"name": "cap-n1", "namespace": "kube-system"}, "storageClassName": "local",
+           "nodeTopology": {"matchLabels": {"kubernetes.io/hostname": "n1"}}, "capacity": "5Gi"}
+    env.put("csistoragecapacities", cap)
+    res = env.feasible(pod("p", "c"))
+    assert res["n1"] is None and reasons(res["n2"]) == [REASON_NOT_ENOUGH_SPACE]
+    small = dict(cap, maximumVolumeSize="1Gi")  # the per-volume limit wins over the total
+    env.put("csistoragecapacities", small)
+    assert reasons(env.feasible(pod("p", "c"))["n1"]) == [REASON_NOT_ENOUGH_SPACE]
+
+
+def test_filter_selected_node_pins_the_claim() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local", provisioner="kubeplane.io/local"))
+    env.put("persistentvolumeclaims", pvc("c", **{ANN_SELECTED_NODE: "n2"}))
+    env.put("persistentvolumes", pv("free-n1", on="n1"))
+    res = env.feasible(pod("p", "c"))
+    assert reasons(res["n1"]) == [REASON_BIND_CONFLICT] and res["n2"] is None
+
+
+# --------------------------------------------------------------------------- Reserve / Unreserve
+
+
+def _reserve(env: Env, p: dict, node_name: str) -> CycleState:
+    state, pi, (_, st) = env.cycle(p)
+    assert st is None
+    assert env.plugin.filter(state, pi, env.node_info(node_name)) is None
+    assert env.plugin.reserve(state, pi, node_name) is None
+    return state
+
+
+def test_reserve_assumes_without_api_writes_and_assumed_pv_is_taken() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("a"))
+    env.put("persistentvolumeclaims", pvc("b"))
+    env.put("persistentvolumes", pv("pv1", on="n1"))
+    state_a = _reserve(env, pod("pa", "a"), "n1")
+    binder = env.plugin.binder
+    assert binder is not None
+    assumed = binder.pv_cache.get("pv1")
+    assert assumed["spec"]["claimRef"]["name"] == "a" and assumed["spec"]["claimRef"]["uid"] == "uid-a"
+    assert assumed["metadata"]["annotations"][ANN_BOUND_BY_CONTROLLER] == "yes"
+    assert "claimRef" not in env.get("persistentvolumes", "pv1")["spec"]  # informer untouched
+    assert env.client.updates == []
+    # Pod b sees pv1 as taken through the passive cache.
+    assert reasons(env.feasible(pod("pb", "b"))["n1"]) == [REASON_BIND_CONFLICT]
+    env.plugin.unreserve(state_a, PodInfo(pod("pa", "a")), "n1")
+    assert "claimRef" not in binder.pv_cache.get("pv1")["spec"]
+    assert env.feasible(pod("pb", "b"))["n1"] is None
+
+
+def test_reserve_find_again_returns_same_binding() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("a"))
+    env.put("persistentvolumes", pv("pv1", on="n1"))
+    _reserve(env, pod("pa", "a"), "n1")
+    # The same pod's claim finds its assumed (pre-bound) PV again.
+    state, pi, _ = env.cycle(pod("pa", "a"))
+    assert env.plugin.filter(state, pi, env.node_info("n1")) is None
+    b = state.read("VolumeBinding").pod_volumes_by_node["n1"].static_bindings[0]
+    assert b.pv["metadata"]["name"] == "pv1"
+
+
+def test_reserve_all_bound_and_provision_annotation() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local", provisioner="kubeplane.io/local"))
+    c = pvc("c", volume="pv1", bound=True)
+    env.put("persistentvolumeclaims", c)
+    env.put("persistentvolumes", pv("pv1", claim=c, phase="Bound"))
+    state = _reserve(env, pod("p", "c"), "n1")
+    assert state.read("VolumeBinding").all_bound is True
+    env.put("persistentvolumeclaims", pvc("d"))
+    state = _reserve(env, pod("q", "d"), "n2")
+    assert state.read("VolumeBinding").all_bound is False
+    binder = env.plugin.binder
+    assert binder is not None
+    assert binder.pvc_cache.get("default/d")["metadata"]["annotations"][ANN_SELECTED_NODE] == "n2"
+    assert ANN_SELECTED_NODE not in env.get("persistentvolumeclaims", "default/d")["metadata"]["annotations"]
+
+
+def test_reserve_out_of_sync_restores_everything() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local", provisioner="kubeplane.io/local"))
+    env.put("persistentvolumeclaims", pvc("a"))
+    env.put("persistentvolumeclaims", pvc("b", size="5Gi"))
+    env.put("persistentvolumes", pv("pv1", on="n1"))
+    state, pi, _ = env.cycle(pod("p", "a", "b"))
+    assert env.plugin.filter(state, pi, env.node_info("n1")) is None
+    # The informer moves on for claim b between Filter and Reserve.
+    env.put("persistentvolumeclaims", pvc("b", size="5Gi", note="x"))
+    st = env.plugin.reserve(state, pi, "n1")
+    assert st is not None and st.code == Code.ERROR and "out of sync" in st.message()
+    binder = env.plugin.binder
+    assert binder is not None
+    assert "claimRef" not in binder.pv_cache.get("pv1")["spec"]  # pv1's assumption was rolled back
+    assert len(binder.pv_cache) == 0 and len(binder.pvc_cache) == 0
+
+
+# --------------------------------------------------------------------------- PreBind
+
+
+async def test_prebind_static_waits_for_pv_controller() -> None:
+    env = Env()
+    env.put("pods", pod("pa", "a"))
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("a"))
+    env.put("persistentvolumes", pv("pv1", on="n1"))
+    state = _reserve(env, pod("pa", "a"), "n1")
+    task = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod("pa", "a")), "n1"))
+    await asyncio.sleep(0.01)
+    assert not task.done()
+    assert [(r, o["metadata"]["name"]) for r, o in env.client.updates] == [("persistentvolumes", "pv1")]
+    written = env.client.updates[0][1]
+    assert written["spec"]["claimRef"]["uid"] == "uid-a"
+    # The PV controller: PV bound, then the claim fully bound.
+    done_pv = copy.deepcopy(written)
+    done_pv["status"]["phase"] = "Bound"
+    env.put("persistentvolumes", done_pv)
+    await asyncio.sleep(0.01)
+    assert not task.done()
+    env.put("persistentvolumeclaims", pvc("a", volume="pv1", bound=True))
+    assert await asyncio.wait_for(task, 1) is None
+    assert len(env.plugin.binder.pv_cache) == 0  # assumption expired by the informer update
+
+
+async def test_prebind_provisioning_and_rescheduling_request() -> None:
+    env = Env()
+    env.put("pods", pod("p", "c"))
+    env.put("storageclasses", sc("local", provisioner="kubeplane.io/local"))
+    env.put("persistentvolumeclaims", pvc("c"))
+    state = _reserve(env, pod("p", "c"), "n1")
+    task = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod("p", "c")), "n1"))
+    await asyncio.sleep(0.01)
+    assert env.client.updates[0][0] == "persistentvolumeclaims"
+    assert env.client.updates[0][1]["metadata"]["annotations"][ANN_SELECTED_NODE] == "n1"
+    # The provisioner gives up on n1 and asks for another node.
+    env.put("persistentvolumeclaims", pvc("c", **{ANN_SELECTED_NODE: "n2"}))
+    st = await asyncio.wait_for(task, 1)
+    assert st is not None and st.code == Code.ERROR
+    assert st.message() == 'binding volumes: provisioning failed for PVC "default/c"'
+
+
+async def test_prebind_provisioned_claim_bound() -> None:
+    env = Env()
+    env.put("pods", pod("p", "c"))
+    env.put("storageclasses", sc("local", provisioner="kubeplane.io/local"))
+    env.put("persistentvolumeclaims", pvc("c"))
+    state = _reserve(env, pod("p", "c"), "n1")
+    task = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod("p", "c")), "n1"))
+    await asyncio.sleep(0.01)
+    env.put("persistentvolumes", pv("pvc-1", on="n1", claim=env.get("persistentvolumeclaims", "default/c"),
+                                    phase="Bound"))
+    env.put("persistentvolumeclaims", pvc("c", volume="pvc-1", bound=True, **{ANN_SELECTED_NODE: "n1"}))
+    assert await asyncio.wait_for(task, 1) is None
+
+
+async def test_prebind_conflict_fails_cleanly() -> None:
+    env = Env()
+    env.put("pods", pod("p", "a", "b"))
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("a"))
+    env.put("persistentvolumeclaims", pvc("b", size="2Gi"))
+    env.put("persistentvolumes", pv("pv1", on="n1"))
+    env.put("persistentvolumes", pv("pv2", size="2Gi", on="n1"))
+    env.client.conflict_on.add("pv2")
+    state = _reserve(env, pod("p", "a", "b"), "n1")
+    st = await env.plugin.pre_bind(state, PodInfo(pod("p", "a", "b")), "n1")
+    assert st is not None and st.code == Code.ERROR and "the object has been modified" in st.message()
+    binder = env.plugin.binder
+    assert binder is not None
+    # pv1 was written (the server copy has a new RV, its old assumption stays until
+    # the informer catches up); pv2 was never written, so its assumption is gone.
+    assert [o["metadata"]["name"] for _, o in env.client.updates] == ["pv1"]
+    assert "claimRef" not in binder.pv_cache.get("pv2")["spec"]
+    env.plugin.unreserve(state, PodInfo(pod("p", "a", "b")), "n1")  # idempotent, harmless
+    assert "claimRef" not in binder.pv_cache.get("pv2")["spec"]
+
+
+async def test_prebind_times_out_and_claimref_reset_fails() -> None:
+    env = Env({"bindTimeoutSeconds": 0.05})
+    env.put("pods", pod("p", "a"))
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("a"))
+    env.put("persistentvolumes", pv("pv1", on="n1"))
+    state = _reserve(env, pod("p", "a"), "n1")
+    st = await env.plugin.pre_bind(state, PodInfo(pod("p", "a")), "n1")
+    assert st is not None and st.code == Code.ERROR and "timed out" in st.message()
+    # The informer shows the PV unbound again (PV controller reset claimRef).
+    env2 = Env()
+    env2.put("pods", pod("p", "a"))
+    env2.put("storageclasses", sc("local"))
+    env2.put("persistentvolumeclaims", pvc("a"))
+    env2.put("persistentvolumes", pv("pv1", on="n1"))
+    state = _reserve(env2, pod("p", "a"), "n1")
+    task = asyncio.create_task(env2.plugin.pre_bind(state, PodInfo(pod("p", "a")), "n1"))
+    await asyncio.sleep(0.01)
+    env2.put("persistentvolumes", pv("pv1", on="n1"))
+    st = await asyncio.wait_for(task, 1)
+    assert st is not None and 'ClaimRef got reset for pv "pv1"' in st.message()
+
+
+async def test_prebind_fails_when_pod_is_gone() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("a"))
+    env.put("persistentvolumes", pv("pv1", on="n1"))
+    state = _reserve(env, pod("p", "a"), "n1")
+    st = await env.plugin.pre_bind(state, PodInfo(pod("p", "a")), "n1")
+    assert st is not None and "pod does not exist any more" in st.message()
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def test_broken_linear_function() -> None:
+    fn = build_broken_linear_function([(0, 100), (100, 0)])
+    assert [fn(x) for x in (-5, 0, 10, 55, 100, 120)] == [100, 100, 90, 45, 0, 0]
+    up = build_broken_linear_function([(20, 0), (60, 80)])
+    assert [up(0), up(40), up(70)] == [0, 40, 80]
+
+
+def test_score_only_when_shape_configured() -> None:
+    for args, expected in ((None, None), ({"shape": []}, {"n1": 90, "n2": 50})):
+        env = Env(args)
+        env.put("storageclasses", sc("local"))
+        env.put("persistentvolumeclaims", pvc("c", size="1Gi"))
+        env.put("persistentvolumes", pv("big", size="10Gi", on="n1"))
+        env.put("persistentvolumes", pv("tight", size="2Gi", on="n2"))
+        state, pi, _ = env.cycle(pod("p", "c"))
+        nis = [env.node_info("n1"), env.node_info("n2")]
+        for ni in nis:
+            assert env.plugin.filter(state, pi, ni) is None
+        st = env.plugin.pre_score(state, pi, nis)
+        if expected is None:
+            assert st is not None and st.code == Code.SKIP
+            continue
+        assert st is None
+        assert {ni.name: env.plugin.score(state, pi, ni)[0] for ni in nis} == expected
+
+
+# --------------------------------------------------------------------------- hints
+
+
+def test_queueing_hints() -> None:
+    pl = Env().plugin
+    p = pod("p", "c")
+    topo = [{"matchLabelExpressions": [{"key": "zone", "values": ["a"]}]}]
+    assert pl.is_schedulable_after_storage_class_change(p, None, sc("x")) == QueueingHint.QUEUE
+    assert pl.is_schedulable_after_storage_class_change(p, sc("x"), sc("x", reclaimPolicy="Retain")) == QueueingHint.SKIP
+    assert pl.is_schedulable_after_storage_class_change(p, sc("x"), sc("x", allowedTopologies=topo)) == QueueingHint.QUEUE
+    assert pl.is_schedulable_after_pvc_change(p, None, pvc("c")) == QueueingHint.QUEUE
+    assert pl.is_schedulable_after_pvc_change(p, None, pvc("other")) == QueueingHint.SKIP
+    assert pl.is_schedulable_after_pvc_change(p, None, pvc("c", ns="elsewhere")) == QueueingHint.SKIP
+    eph = pod("q", ephemeral="data")
+    assert pl.is_schedulable_after_pvc_change(eph, None, pvc("q-data")) == QueueingHint.QUEUE
+    cap = {"metadata": {"name": "k"}, "capacity": "1Gi"}
+    assert pl.is_schedulable_after_capacity_change(p, None, cap) == QueueingHint.QUEUE
+    assert pl.is_schedulable_after_capacity_change(p, cap, dict(cap, capacity="2Gi")) == QueueingHint.QUEUE
+    assert pl.is_schedulable_after_capacity_change(p, cap, dict(cap, capacity="512Mi")) == QueueingHint.SKIP
+    assert pl.is_schedulable_after_capacity_change(
+        p, cap, dict(cap, capacity="2Gi", maximumVolumeSize="1Gi")) == QueueingHint.SKIP
+    n1 = {"metadata": {"name": "n1", "annotations": {}}}
+    n1m = {"metadata": {"name": "n1", "annotations": {"storage.alpha.kubernetes.io/migrated-plugins": "x"}}}
+    assert pl.is_schedulable_after_csi_node_change(p, None, n1) == QueueingHint.QUEUE
+    assert pl.is_schedulable_after_csi_node_change(p, n1, n1) == QueueingHint.SKIP
+    assert pl.is_schedulable_after_csi_node_change(p, n1, n1m) == QueueingHint.QUEUE
+    regs = {e.event.resource.value: e for e in pl.events_to_register()}
+    assert regs["PersistentVolume"].hint is None  # every PV add/update may help
+    names = set(regs)
+    assert names == {"storage.k8s.io/StorageClass", "PersistentVolumeClaim", "PersistentVolume", "Node",
+                     "storage.k8s.io/CSINode", "storage.k8s.io/CSIDriver", "storage.k8s.io/CSIStorageCapacity"}
+
+
+# --------------------------------------------------------------------------- the requeue race
+
+
+class EventDispatchingPVCache:
+    """The old design in the PV cache's place: its own copy, fed by its own informer handler."""
+
+    def __init__(self, informer: FakeInformer) -> None:
+        self.inner = AssumeCache(informer, description="v1.PersistentVolume",  # type: ignore[arg-type]
+                                 indexers={PV_STORAGE_CLASS_INDEX: pv_storage_class_index})
+
+    def get(self, key: str) -> dict:
+        return self.inner.get(key)
+
+    def get_api_obj(self, key: str) -> dict:
+        return self.inner.get_api_obj(key)
+
+    def list_pvs(self, cls: str) -> list[dict]:
+        return self.inner.list(PV_STORAGE_CLASS_INDEX, cls)
+
+    def assume(self, obj: dict) -> None:
+        self.inner.assume(obj)
+
+    def restore(self, obj: dict) -> None:
+        self.inner.restore(obj["metadata"]["name"])
+
+
+def _race(seed: int, old_design: bool) -> tuple[bool, bool]:
+    """A pod rejected for lack of a PV is requeued by the PV's add event and
+    scheduled at once. Returns (queue handler ran before the cache's, attempt succeeded)."""
+    env = Env()
+    pv_inf = env.inf("persistentvolumes")
+    binder = env.plugin.binder
+    assert binder is not None
+    cache_idx = 0  # the passive cache registered the PV informer's first handler
+    if old_design:
+        binder.pv_cache = EventDispatchingPVCache(pv_inf)
+        cache_idx = len(pv_inf.handlers) - 1
+    cache_handlers = list(range(len(pv_inf.handlers)))
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("c"))
+    p = pod("p", "c")
+    assert reasons(env.feasible(p)["n1"]) == [REASON_BIND_CONFLICT]  # rejected: no PV yet
+    outcome: list[bool] = []
+
+    def queue_on_add(obj: dict) -> None:
+        # The scheduling queue moves the pod to activeQ and it is popped right away.
+        outcome.append(env.feasible(p)["n1"] is None)
+
+    queue_idx = pv_inf.add_event_handler(on_add=queue_on_add)
+    order = cache_handlers + [queue_idx]
+    random.Random(seed).shuffle(order)
+    new_pv = env.put("persistentvolumes", pv("pv1", on="n1"), notify=False)  # indexer first, as informers do
+    for i in order:
+        pv_inf.deliver(i, None, new_pv)
+    queue_first = order.index(queue_idx) < order.index(cache_idx)
+    return queue_first, outcome[0]
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_requeued_pod_sees_the_pv_of_its_event_whatever_the_handler_order(seed: int) -> None:
+    queue_first, ok = _race(seed, old_design=False)
+    assert ok, f"passive cache read a stale PV (queue handler first: {queue_first})"
+
+
+def test_event_dispatching_cache_shows_the_stale_read() -> None:
+    results = [_race(seed, old_design=True) for seed in range(16)]
+    assert any(q for q, _ in results) and any(not q for q, _ in results)  # both orders exercised
+    for queue_first, ok in results:
+        # Exactly when the queue's handler runs before the cache's, the pod is rejected again.
+        assert ok is not queue_first
