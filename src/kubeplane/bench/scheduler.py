@@ -197,6 +197,17 @@ class _Runner:
         self.pv_created: dict[str, float] = {}
         self.collector = ThroughputCollector(tracker)
         self._seq = 0
+        self.factory: SharedInformerFactory | None = None
+
+    async def _informer_catch_up(self, res: Any, timeout: float = 30.0) -> None:
+        """Wait until the shared informer of ``res`` holds every stored object."""
+        if self.factory is None:
+            return
+        want = len((await self.client.list(res))["items"])
+        inf = self.factory.informer_for(res)
+        deadline = time.perf_counter() + timeout
+        while len(inf.indexer) < want and time.perf_counter() < deadline:
+            await asyncio.sleep(0.01)
 
     # -- setup ops (before the scheduler runs) ------------------------------
 
@@ -261,7 +272,6 @@ class _Runner:
         if volumes != "none":
             claim = f"{name}-pvc"
             if volumes == "static":
-                await self.client.create(PVS, pv_static(f"pv-{namespace}-{name}", STATIC_CLASS))
                 await self.client.create(PVCS, pvc_wffc(claim, STATIC_CLASS), namespace)
             else:
                 await self.client.create(PVCS, pvc_wffc(claim, DYNAMIC_CLASS), namespace)
@@ -273,6 +283,15 @@ class _Runner:
         return key
 
     async def _create_pods(self, op: CreatePods, count: int) -> None:
+        if op.volumes == "static":
+            # All PVs first, seen by the scheduler's informer before the pods
+            # arrive: a pod must not race its own volume.
+            first = self._seq + 1
+            for i in range(count):
+                await self.client.create(PVS, pv_static(f"pv-{op.namespace}-{op.phase}-{first + i}", STATIC_CLASS))
+                if i % CREATE_BATCH == CREATE_BATCH - 1:
+                    await asyncio.sleep(0)
+            await self._informer_catch_up(PVS)
         for i in range(count):
             await self._create_pod(op.template, op.namespace, op.phase, op.volumes)
             if i % CREATE_BATCH == CREATE_BATCH - 1:
@@ -299,15 +318,18 @@ class _Runner:
 
     async def _churn_pvs(self, op: ChurnPVs) -> None:
         """Pods whose claims select one PV each wait unschedulable; then the PVs appear."""
-        keys: list[tuple[str, str]] = []
-        for _ in range(self.pods):
-            name = self._next_name("measure")
-            claim = f"{name}-pvc"
-            await self.client.create(PVCS, pvc_wffc(claim, STATIC_CLASS, selector_label=name), "default")
+        names = [self._next_name("measure") for _ in range(self.pods)]
+        # Claims before pods, so claim events do not retry (and back off) the pods.
+        for name in names:
+            await self.client.create(PVCS, pvc_wffc(f"{name}-pvc", STATIC_CLASS, selector_label=name), "default")
+        await self._informer_catch_up(PVCS)
+        for name in names:
             self.tracker.expect(_key("default", name), "measure")
-            await self.client.create(PODS, pod_with_claim(name, claim), "default")
-            keys.append(("default", name))
+            await self.client.create(PODS, pod_with_claim(name, f"{name}-pvc"), "default")
+        keys = [("default", n) for n in names]
         await self._wait(lambda: len(self.tracker.unschedulable_seen) >= len(keys), "unschedulable", 30.0)
+        # Past the pods' initial backoff: the PV event alone must bring each pod back.
+        await asyncio.sleep(op.settle_s)
         self._begin_measure()
         for i, (ns, name) in enumerate(keys):
             self.pv_created[_key(ns, name)] = time.perf_counter()
@@ -441,7 +463,7 @@ async def run_workload(
         t0 = time.perf_counter()
         await runner.setup()
 
-        factory = SharedInformerFactory(client)
+        factory = runner.factory = SharedInformerFactory(client)
         stack.push_async_callback(factory.stop)
         factory.informer_for(PODS).add_event_handler(tracker.on_add, tracker.on_update, tracker.on_delete)
         sched = Scheduler(client, informer_factory=factory, rng=random.Random(seed))

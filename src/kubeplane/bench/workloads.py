@@ -220,9 +220,11 @@ class CreatePods:
 @dataclass
 class ChurnPVs:
     """Measured pods with one selector-pinned claim each wait unschedulable;
-    then their PVs appear one by one (``interval_s`` apart)."""
+    then, once past their initial 1 s backoff (``settle_s``), their PVs
+    appear one by one (``interval_s`` apart)."""
 
-    interval_s: float = 0.005
+    interval_s: float = 0.002
+    settle_s: float = 1.5
 
 
 @dataclass

@@ -88,17 +88,24 @@ class FitError(Exception):
         self.diagnosis = diagnosis
 
     def __str__(self) -> str:
-        """``0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had .... preemption: ...``"""
-        counts: dict[str, int] = {}
-        for status in self.diagnosis.node_to_status.values():
-            for reason in status.reasons:
-                counts[reason] = counts.get(reason, 0) + 1
-        histogram = ", ".join(f"{n} {r}" for r, n in sorted(counts.items(), key=lambda kv: kv[0]))
-        msg = NO_NODE_AVAILABLE_MSG.format(self.num_all_nodes)
-        if self.diagnosis.pre_filter_msg and not histogram:
-            msg += f": {self.diagnosis.pre_filter_msg}."
+        """``0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had .... preemption: ...``
+
+        As upstream: a PreFilter rejection's message replaces the per-node
+        histogram (which would repeat it for every node); histogram entries
+        are ``"<count> <reason>"`` strings sorted as strings; the PostFilter
+        message follows as is.
+        """
+        msg = NO_NODE_AVAILABLE_MSG.format(self.num_all_nodes) + ":"
+        if self.diagnosis.pre_filter_msg:
+            msg += f" {self.diagnosis.pre_filter_msg}."
         else:
-            msg += f": {histogram}."
+            counts: dict[str, int] = {}
+            for status in self.diagnosis.node_to_status.values():
+                for reason in status.reasons:
+                    counts[reason] = counts.get(reason, 0) + 1
+            histogram = sorted(f"{n} {r}" for r, n in counts.items())
+            if histogram:
+                msg += " " + ", ".join(histogram) + "."
         if self.diagnosis.post_filter_msg:
             msg += " " + self.diagnosis.post_filter_msg
         return msg
@@ -216,7 +223,8 @@ class Scheduler:
         self.recorder = EventRecorder(client, instance=identity or "kubeplane-scheduler")
         self.cache = Cache(clock=clock)
         self.snapshot = Snapshot()
-        self.nominator = Nominator()
+        # One nominator, shared by the queue and every profile's plugins.
+        self.nominator = Nominator(self._pod_by_name)
         registry = registry if registry is not None else in_tree_registry()
         self._started = False
         # Workload kinds PodTopologySpread derives default selectors from.
@@ -248,7 +256,8 @@ class Scheduler:
             for name, fw in self.frameworks.items()
         }
         self.queue = SchedulingQueue(queue_profiles, clock=clock, initial_backoff=pod_initial_backoff,
-                                     max_backoff=pod_max_backoff, pod_getter=self._informer_pod)
+                                     max_backoff=pod_max_backoff, pod_getter=self._pod_by_name)
+        self.queue.nominator = self.nominator
         self.next_start_node_index = 0
         #: use the vectorised Filter/Score (``framework.fastpath``) where it applies
         self.use_fast_path = True
@@ -313,6 +322,9 @@ class Scheduler:
     @staticmethod
     def _assigned(pod: dict) -> bool:
         return bool((pod.get("spec") or {}).get("nodeName"))
+
+    def _pod_by_name(self, namespace: str, name: str) -> dict | None:
+        return self._pods_informer.indexer.get_by_key(f"{namespace}/{name}")
 
     def _informer_pod(self, pod: dict) -> dict | None:
         md = pod.get("metadata") or {}
@@ -524,7 +536,8 @@ class Scheduler:
         fw.handle.snapshot = self.snapshot
         all_nodes = self.snapshot.node_info_list
         if not all_nodes:
-            raise FitError(pod_info.pod, 0, Diagnosis(pre_filter_msg="no nodes available to schedule pods"))
+            # Upstream returns ErrNoNodesAvailable: an error, not a FitError.
+            raise _CycleError(Status(Code.ERROR, ["no nodes available to schedule pods"]))
         feasible, diagnosis, rows = self._find_feasible(fw, state, pod_info, all_nodes)
         if not feasible:
             raise FitError(pod_info.pod, len(all_nodes), diagnosis)

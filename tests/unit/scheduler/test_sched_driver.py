@@ -83,9 +83,15 @@ def test_fit_error_message_matches_upstream_format():
         "b": Status.unschedulable("Insufficient cpu"),
         "c": Status.unresolvable("node(s) had untolerated taint {k: v}"),
     }, post_filter_msg="preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+    # "<count> <reason>" strings are sorted as strings, as upstream does.
     assert str(FitError({}, 3, d)) == (
-        "0/3 nodes are available: 2 Insufficient cpu, 1 node(s) had untolerated taint {k: v}. "
+        "0/3 nodes are available: 1 node(s) had untolerated taint {k: v}, 2 Insufficient cpu. "
         "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+    # A PreFilter rejection is reported once, not per node.
+    pre = Diagnosis(node_to_status={"a": Status.unresolvable("x")}, pre_filter_msg="pod has unbound immediate "
+                    "PersistentVolumeClaims")
+    assert str(FitError({}, 1, pre)) == (
+        "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims.")
 
 
 async def test_pods_are_bound_and_spread_by_resources(cluster):

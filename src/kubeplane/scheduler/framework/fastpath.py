@@ -24,7 +24,7 @@ Results are exactly those of the generic path:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -66,11 +66,13 @@ class NodeArrays:
     ``cols`` holds allocatable, requested and non-zero requested cpu/memory/
     ephemeral-storage, allowed and current pod counts. Taint lists are
     interned into groups (``taint_gid``; group 0 = no taints) so per-pod
-    toleration checks run once per distinct taint list.
+    toleration checks run once per distinct taint list. ``num_*`` count the
+    rows with each flag so common all-clear cases cost nothing per pod.
     """
 
     __slots__ = ("node_infos", "index", "cols", "taint_gid", "unsched", "has_ports", "has_images", "big",
-                 "taint_groups", "group_taints")
+                 "taint_groups", "group_taints", "num_tainted", "num_unsched", "num_ports", "num_images",
+                 "num_big")
 
     def __init__(self, node_infos: list[NodeInfo]) -> None:
         n = len(node_infos)
@@ -84,6 +86,7 @@ class NodeArrays:
         self.big = np.zeros(n, dtype=bool)
         self.taint_groups: dict[tuple[tuple[str, str, str], ...], int] = {(): 0}
         self.group_taints: list[list[Obj]] = [[]]
+        self.num_tainted = self.num_unsched = self.num_ports = self.num_images = self.num_big = 0
         for i, ni in enumerate(node_infos):
             self.set_row(i, ni)
 
@@ -98,7 +101,6 @@ class NodeArrays:
             if not -SAFE_LIMIT < v < SAFE_LIMIT:
                 big = True
                 break
-        self.big[i] = big
         self.cols[:, i] = (0,) * _NUM_COLS if big else vals
         node = ni.node or {}
         spec = node.get("spec") or {}
@@ -110,10 +112,19 @@ class NodeArrays:
             if gid < 0:
                 gid = self.taint_groups[key] = len(self.group_taints)
                 self.group_taints.append(list(taints))
+        old_gid = int(self.taint_gid[i])
+        self.num_tainted += (gid != 0) - (old_gid != 0)
         self.taint_gid[i] = gid
-        self.unsched[i] = bool(spec.get("unschedulable"))
-        self.has_ports[i] = len(ni.used_ports) > 0
-        self.has_images[i] = bool(ni.image_states)
+        for flags, value, counter in (
+            (self.unsched, bool(spec.get("unschedulable")), "num_unsched"),
+            (self.has_ports, len(ni.used_ports) > 0, "num_ports"),
+            (self.has_images, bool(ni.image_states), "num_images"),
+            (self.big, big, "num_big"),
+        ):
+            old = bool(flags[i])
+            if old != value:
+                flags[i] = value
+                setattr(self, counter, getattr(self, counter) + (1 if value else -1))
 
 
 def arrays_for(snapshot: Any) -> NodeArrays:
@@ -143,6 +154,10 @@ def arrays_for(snapshot: Any) -> NodeArrays:
     return arr
 
 
+#: a mask builder: rows (slice or index array) -> True (all pass), a bool array, or None (no vector form)
+_MaskFn = Callable[[Any], Any]
+
+
 class FastPath:
     """Vectorised Filter/Score for one framework (profile)."""
 
@@ -151,45 +166,58 @@ class FastPath:
 
     # ------------------------------------------------------------------ filter
 
-    def _filter_mask(self, pl: Any, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> np.ndarray | None:
-        """Rows where ``pl.filter`` certainly succeeds (None: no vectorised form)."""
+    def _mask_fn(self, pl: Any, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> _MaskFn | None:
+        """A builder of the rows where ``pl.filter`` certainly succeeds (None: no vectorised form)."""
         cls = type(pl)
-        n = len(arr.node_infos)
         if cls is NodeResourcesFit:
             _, pairs = pl.checked_requests(state, pod_info)
             cols = arr.cols
-            ok = cols[N_PODS] < cols[A_PODS]
+            checks: list[tuple[int, int, int]] = []
             for name, value in pairs:
-                if not -SAFE_LIMIT < value < SAFE_LIMIT:
-                    return np.zeros(n, dtype=bool)
                 col = _COL_OF_ALLOC.get(name)
-                if col is not None:
-                    free = cols[col] - cols[_COL_OF_REQ[name]]
-                else:
-                    free = np.fromiter((ni.allocatable.get(name, 0) - ni.requested.get(name, 0)
-                                        for ni in arr.node_infos), dtype=object, count=n)
-                ok &= (free >= value).astype(bool)
-            ok &= ~arr.big
-            return ok
+                if col is None or not -SAFE_LIMIT < value < SAFE_LIMIT:
+                    return None
+                checks.append((col, _COL_OF_REQ[name], value))
+            no_big = arr.num_big == 0
+            big = arr.big
+
+            def fit(sel: Any) -> Any:
+                ok = cols[N_PODS, sel] < cols[A_PODS, sel]
+                for a, r, value in checks:
+                    ok &= cols[a, sel] - cols[r, sel] >= value
+                if not no_big:
+                    ok &= ~big[sel]
+                return ok
+            return fit
         if cls is TaintToleration:
+            if arr.num_tainted == 0:
+                return _all_pass
             tols = pod_info.tolerations
             gpass = np.fromiter((find_untolerated_taint(taints, tols) is None for taints in arr.group_taints),
                                 dtype=bool, count=len(arr.group_taints))
-            return gpass[arr.taint_gid]
+            if gpass.all():
+                return _all_pass
+            gid = arr.taint_gid
+            return lambda sel: gpass[gid[sel]]
         if cls is NodeUnschedulable:
-            if tolerations_tolerate_taint(pod_info.tolerations, UNSCHEDULABLE_TAINT):
-                return np.ones(n, dtype=bool)
-            return ~arr.unsched
+            if arr.num_unsched == 0 or tolerations_tolerate_taint(pod_info.tolerations, UNSCHEDULABLE_TAINT):
+                return _all_pass
+            unsched = arr.unsched
+            return lambda sel: ~unsched[sel]
         if cls is NodeName:
             if not pod_info.node_name:
-                return np.ones(n, dtype=bool)
+                return _all_pass
+            n = len(arr.node_infos)
             mask = np.zeros(n, dtype=bool)
             i = arr.index.get(pod_info.node_name)
             if i is not None:
                 mask[i] = True
-            return mask
+            return lambda sel: mask[sel]
         if cls is NodePorts:
-            return ~arr.has_ports
+            if arr.num_ports == 0:
+                return _all_pass
+            ports = arr.has_ports
+            return lambda sel: ~ports[sel]
         return None
 
     def find_feasible(
@@ -201,150 +229,174 @@ class FastPath:
         ``cand`` restricts the candidates (rows, in snapshot order; None =
         all); evaluation starts at position ``start`` of the candidates and
         wraps around, stopping once ``num_to_find`` feasible nodes are found.
+        Candidates are examined in windows so a cycle costs about
+        ``num_to_find`` rows of array work, not the whole cluster.
         """
         fw = self.fw
         skip = state.skip_filter_plugins
         plugins = [pl for pl in fw.filter_plugins if not (skip and pl.name in skip)]
+        fns: list[_MaskFn | None] = [self._mask_fn(pl, state, pod_info, arr) for pl in plugins]
+        every_row = any(f is None for f in fns)
+        active = [f for f in fns if f is not None and f is not _all_pass]
         n = len(arr.node_infos)
-        masks: list[np.ndarray | None] = []
-        all_ok = np.ones(n, dtype=bool)
-        every_row = False
-        for pl in plugins:
-            m = self._filter_mask(pl, state, pod_info, arr)
-            masks.append(m)
-            if m is None:
-                every_row = True
-            else:
-                all_ok &= m
-        if cand is None:
-            cand = np.arange(n)
-        m_cand = len(cand)
-        rot = np.concatenate((cand[start:], cand[:start])) if start else cand
-        if every_row:
-            definite = np.zeros(m_cand, dtype=bool)
-        else:
-            definite = all_ok[rot]
-            if nominated_rows:
-                for r in nominated_rows:
-                    definite[rot == r] = False
-        cum_def = np.cumsum(definite)
-        py_positions = np.flatnonzero(~definite).tolist()
-        feasible_py: list[int] = []
-        failed: list[tuple[int, Status]] = []
+        m = n if cand is None else len(cand)
         infos = arr.node_infos
-        for p in py_positions:
-            before = (int(cum_def[p - 1]) if p else 0) + len(feasible_py)
-            if before >= num_to_find:
-                break
-            row = int(rot[p])
-            ni = infos[row]
-            if row in nominated_rows:
-                st = fw.run_filter_plugins_with_nominated_pods(state, pod_info, ni)
+        found_parts: list[np.ndarray] = []
+        found = 0
+        processed = 0
+        failed: list[tuple[int, Status]] = []
+        window = max(num_to_find, 1)
+        pos = 0
+        while pos < m and found < num_to_find:
+            # One window of candidate positions, never crossing the wrap-around point.
+            first = (start + pos) % m
+            end = min(first + window, m, first + (m - pos))
+            width = end - first
+            sel: Any = slice(first, end) if cand is None else cand[first:end]
+            rows = np.arange(first, end) if cand is None else sel
+            window *= 2
+            need = num_to_find - found
+            definite: Any = True
+            if every_row:
+                definite = np.zeros(width, dtype=bool)
             else:
-                st = self._filter_row(plugins, masks, row, state, pod_info, ni)
-            if st is None or st.code == Code.SUCCESS:
-                feasible_py.append(p)
+                for f in active:
+                    mk = f(sel)
+                    definite = mk if definite is True else definite & mk
+                if nominated_rows:
+                    if definite is True:
+                        definite = np.ones(width, dtype=bool)
+                    for r in nominated_rows:
+                        definite[rows == r] = False
+            if definite is True or definite.all():
+                if width >= need:
+                    found_parts.append(rows[:need])
+                    processed += need
+                    found += need
+                    break
+                found_parts.append(rows)
+                processed += width
+                found += width
+                pos += width
                 continue
-            if not st.is_rejected():
-                return rot[:0], 0, failed, st
-            failed.append((row, st))
-        if feasible_py:
-            definite[feasible_py] = True
             cum = np.cumsum(definite)
+            py_positions = np.flatnonzero(~definite).tolist()
+            extra: list[int] = []
+            for p in py_positions:
+                if (int(cum[p - 1]) if p else 0) + len(extra) >= need:
+                    break
+                row = int(rows[p])
+                ni = infos[row]
+                if row in nominated_rows:
+                    st = fw.run_filter_plugins_with_nominated_pods(state, pod_info, ni)
+                else:
+                    st = _filter_row(plugins, fns, row, state, pod_info, ni)
+                if st is None or st.code == Code.SUCCESS:
+                    extra.append(p)
+                    continue
+                if not st.is_rejected():
+                    return rows[:0], 0, failed, st
+                failed.append((row, st))
+            if extra:
+                definite[extra] = True
+                cum = np.cumsum(definite)
+            total = int(cum[-1])
+            if total >= need:
+                stop = int(np.searchsorted(cum, need)) + 1
+                found_parts.append(rows[:stop][definite[:stop]])
+                processed += stop
+                found += need
+                break
+            found_parts.append(rows[definite])
+            found += total
+            processed += width
+            pos += width
+        if not found_parts:
+            feasible = np.zeros(0, dtype=np.intp)
+        elif len(found_parts) == 1:
+            feasible = np.asarray(found_parts[0], dtype=np.intp)
         else:
-            cum = cum_def
-        total = int(cum[-1]) if m_cand else 0
-        processed = int(np.searchsorted(cum, num_to_find)) + 1 if total >= num_to_find else m_cand
-        feasible = rot[:processed][definite[:processed]]
+            feasible = np.concatenate(found_parts).astype(np.intp, copy=False)
         return feasible, processed, failed, None
-
-    @staticmethod
-    def _filter_row(plugins: list[Any], masks: list[np.ndarray | None], row: int, state: CycleState,
-                    pod_info: PodInfo, ni: NodeInfo) -> Status | None:
-        """The framework's per-node Filter, skipping plugins whose mask passes the row."""
-        from kubeplane.scheduler.framework.runtime import _as_error
-
-        for pl, m in zip(plugins, masks):
-            if m is not None and m[row]:
-                continue
-            s = pl.filter(state, pod_info, ni)
-            if s is None or s.code == Code.SUCCESS:
-                continue
-            if not s.is_rejected():
-                return _as_error(s, f"running {pl.name!r} filter plugin", pl.name)
-            s.plugin = pl.name
-            return s
-        return None
 
     # ------------------------------------------------------------------ score
 
     def _score_vector(self, pl: Any, state: CycleState, pod_info: PodInfo, arr: NodeArrays,
-                      rows: np.ndarray, nodes: list[NodeInfo]) -> np.ndarray | None:
-        """Final (normalized) scores of ``pl`` for ``rows``; None when not vectorised."""
+                      rows: np.ndarray, nodes: list[NodeInfo], sub: list[Any]) -> Any:
+        """Final (normalized) scores of ``pl`` for ``rows`` (an int when all equal); None when not vectorised.
+
+        ``sub`` caches ``arr.cols[:, rows]`` between plugins.
+        """
         cls = type(pl)
+        k = len(rows)
         if cls is TaintToleration:
+            if arr.num_tainted == 0:
+                return MAX_NODE_SCORE
             tols = pl.pre_score_tolerations(state, pod_info)
             gcount = np.fromiter(
                 (sum(1 for t in taints if t.get("effect") == "PreferNoSchedule"
                      and not tolerations_tolerate_taint(tols, t)) for taints in arr.group_taints),
                 dtype=np.int64, count=len(arr.group_taints))
             counts = gcount[arr.taint_gid[rows]]
-            max_count = int(counts.max()) if len(counts) else 0
+            max_count = int(counts.max())
             if max_count == 0:
-                return np.full(len(rows), MAX_NODE_SCORE, dtype=np.int64)
+                return MAX_NODE_SCORE
             return MAX_NODE_SCORE - (MAX_NODE_SCORE * counts) // max_count
         if cls is NodeResourcesFit or cls is NodeResourcesBalancedAllocation:
-            scorer = pl.scorer
-            names = scorer.names
+            names = pl.scorer.names
             if len(set(names)) != len(names) or any(nm not in _COL_OF_NZ for nm in names):
                 return None
-            if arr.big[rows].any():
+            if arr.num_big and arr.big[rows].any():
                 return None
             reqs = pl.pre_score_requests(state, pod_info)
             if any(not -SAFE_LIMIT < v < SAFE_LIMIT for v in reqs):
                 return None
-            cols = arr.cols
-            if cls is NodeResourcesFit:
-                if pl.strategy not in (LEAST_ALLOCATED, MOST_ALLOCATED):
-                    return None
-                weights = [r["weight"] for r in pl.resources]
-                node_score = np.zeros(len(rows), dtype=np.int64)
-                weight_sum = np.zeros(len(rows), dtype=np.int64)
-                for nm, pr, w in zip(names, reqs, weights):
-                    a = cols[_COL_OF_ALLOC[nm]][rows]
-                    r = cols[_COL_OF_NZ[nm]][rows] + pr
-                    nonzero = a != 0
-                    safe_a = np.where(nonzero, a, 1)
-                    if pl.strategy == LEAST_ALLOCATED:
-                        s = np.where(nonzero & (r <= a), (a - r) * MAX_NODE_SCORE // safe_a, 0)
-                    else:
-                        s = np.where(nonzero, np.minimum(r, a) * MAX_NODE_SCORE // safe_a, 0)
-                    node_score += s * w * nonzero
-                    weight_sum += w * nonzero
-                return np.where(weight_sum > 0, node_score // np.maximum(weight_sum, 1), 0)
-            if len(names) > 2:
+            if cls is NodeResourcesFit and pl.strategy not in (LEAST_ALLOCATED, MOST_ALLOCATED):
                 return None
-            fracs: list[np.ndarray] = []
-            present: list[np.ndarray] = []
-            for nm, pr in zip(names, reqs):
-                a = cols[_COL_OF_ALLOC[nm]][rows]
-                r = cols[_COL_OF_REQ[nm]][rows] + pr
-                nonzero = a != 0
-                fracs.append(np.minimum(r / np.where(nonzero, a, 1), 1.0))
-                present.append(nonzero)
+            if cls is NodeResourcesBalancedAllocation and len(names) > 2:
+                return None
+            if not names:
+                return 0 if cls is NodeResourcesFit else MAX_NODE_SCORE
+            if not sub:
+                sub.append(arr.cols[:, rows])
+            cols = sub[0]
+            alloc = cols[[_COL_OF_ALLOC[nm] for nm in names]]
+            used_cols = _COL_OF_NZ if cls is NodeResourcesFit else _COL_OF_REQ
+            req = cols[[used_cols[nm] for nm in names]] + np.array(reqs, dtype=np.int64)[:, None]
+            present = alloc != 0
+            all_present = bool(present.all())
+            safe_alloc = alloc if all_present else np.where(present, alloc, 1)
+            if cls is NodeResourcesFit:
+                weights = np.array([r["weight"] for r in pl.resources], dtype=np.int64)[:, None]
+                if pl.strategy == LEAST_ALLOCATED:
+                    per = (alloc - req) * MAX_NODE_SCORE // safe_alloc
+                    fits = req <= alloc
+                    if not fits.all():
+                        per = np.where(fits, per, 0)
+                else:
+                    per = np.minimum(req, alloc) * MAX_NODE_SCORE // safe_alloc
+                if all_present:
+                    return (per * weights).sum(axis=0) // int(weights.sum())
+                node_score = (per * weights * present).sum(axis=0)
+                weight_sum = (weights * present).sum(axis=0)
+                return np.where(weight_sum > 0, node_score // np.maximum(weight_sum, 1), 0)
+            fracs = np.minimum(req / safe_alloc, 1.0)
             if len(names) == 2:
-                std = np.where(present[0] & present[1], np.abs((fracs[0] - fracs[1]) / 2), 0.0)
-            else:
-                std = np.zeros(len(rows))
-            return ((1 - std) * MAX_NODE_SCORE).astype(np.int64)
+                std = np.abs((fracs[0] - fracs[1]) / 2)
+                if not all_present:
+                    std = np.where(present[0] & present[1], std, 0.0)
+                return ((1 - std) * MAX_NODE_SCORE).astype(np.int64)
+            return MAX_NODE_SCORE
         if cls is ImageLocality:
-            out = np.full(len(rows), calculate_priority(0, len(pod_info.images)), dtype=np.int64)
-            with_images = np.flatnonzero(arr.has_images[rows])
-            for k in with_images.tolist():
-                sc, s = pl.score(state, pod_info, nodes[k])
+            base = calculate_priority(0, len(pod_info.images))
+            if arr.num_images == 0:
+                return base
+            out = np.full(k, base, dtype=np.int64)
+            for j in np.flatnonzero(arr.has_images[rows]).tolist():
+                sc, s = pl.score(state, pod_info, nodes[j])
                 if s is not None and not s.is_success():
                     return None
-                out[k] = sc
+                out[j] = sc
             return out
         return None
 
@@ -356,10 +408,11 @@ class FastPath:
         fw = self.fw
         total = np.zeros(len(rows), dtype=np.int64)
         skip = state.skip_score_plugins
+        sub: list[Any] = []
         for pl in fw.score_plugins:
             if pl.name in skip:
                 continue
-            vec = self._score_vector(pl, state, pod_info, arr, rows, nodes)
+            vec = self._score_vector(pl, state, pod_info, arr, rows, nodes, sub)
             if vec is None:
                 pairs: list[list[Any]] = []
                 for ni in nodes:
@@ -375,6 +428,9 @@ class FastPath:
                     if sc > MAX_NODE_SCORE or sc < MIN_NODE_SCORE:
                         return total, _invalid_score(pl.name, sc)
                 vec = np.fromiter((sc for _, sc in pairs), dtype=np.int64, count=len(pairs))
+            elif isinstance(vec, int):
+                if vec > MAX_NODE_SCORE or vec < MIN_NODE_SCORE:
+                    return total, _invalid_score(pl.name, vec)
             elif len(vec):
                 lo, hi = int(vec.min()), int(vec.max())
                 if hi > MAX_NODE_SCORE or lo < MIN_NODE_SCORE:
@@ -382,6 +438,33 @@ class FastPath:
                     return total, _invalid_score(pl.name, bad)
             total += vec * fw.score_weights.get(pl.name, 1)
         return total, None
+
+
+def _all_pass(sel: Any) -> bool:
+    """Mask builder for a plugin that passes every row this cycle."""
+    return True
+
+
+def _filter_row(plugins: list[Any], fns: list[_MaskFn | None], row: int, state: CycleState,
+                pod_info: PodInfo, ni: NodeInfo) -> Status | None:
+    """The framework's per-node Filter, skipping plugins known to pass the row."""
+    from kubeplane.scheduler.framework.runtime import _as_error
+
+    for pl, f in zip(plugins, fns):
+        if f is _all_pass:
+            continue
+        if f is not None:
+            mk = f(slice(row, row + 1))
+            if mk is True or bool(mk[0]):
+                continue
+        s = pl.filter(state, pod_info, ni)
+        if s is None or s.code == Code.SUCCESS:
+            continue
+        if not s.is_rejected():
+            return _as_error(s, f"running {pl.name!r} filter plugin", pl.name)
+        s.plugin = pl.name
+        return s
+    return None
 
 
 def _invalid_score(plugin: str, sc: int) -> Status:

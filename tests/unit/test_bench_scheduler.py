@@ -1,0 +1,95 @@
+"""Smoke tests of the scheduler_perf harness at a tiny size (proves the ops and
+the measurements work; says nothing about speed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubeplane.bench.scheduler import WORKLOADS, percentile, run_workload
+from kubeplane.bench.workloads import get_workload
+from kubeplane.scheduler.framework.registry import in_tree_registry
+
+KEYS = {"workload", "nodes", "pods", "scheduled", "duration_s", "throughput_avg", "throughput_p50",
+        "throughput_p90", "throughput_p99", "latency_p50_ms", "latency_p99_ms", "peak_rss_mb"}
+
+# (workload, nodes, measured pods): sizes where every measured pod fits.
+SCHEDULABLE = [
+    ("SchedulingBasic", 10, 20),
+    ("SchedulingPodAntiAffinity", 10, 8),
+    ("SchedulingPodAffinity", 10, 20),
+    ("SchedulingNodeAffinity", 10, 20),
+    ("TopologySpreading", 10, 20),
+    ("Unschedulable", 10, 20),
+    ("SchedulingInTreePVs", 10, 10),
+    ("SchedulingCSIPVs", 10, 10),
+    ("SchedulingWithResourceClaimTemplate", 4, 10),
+    ("SteadyStateClusterResourceClaimTemplate/half", 4, 12),
+]
+
+
+def _needs(name: str) -> None:
+    plugin = get_workload(name).requires_plugin
+    if plugin and plugin not in in_tree_registry():
+        pytest.skip(f"{plugin} plugin is not registered yet")
+
+
+def test_percentile_interpolates() -> None:
+    assert percentile([], 50) == 0.0
+    assert percentile([5.0], 99) == 5.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([10.0, 0.0], 100) == 10.0
+
+
+def test_workload_names_and_shapes_follow_upstream() -> None:
+    for name in ("SchedulingBasic", "SchedulingPodAntiAffinity", "SchedulingPodAffinity", "SchedulingNodeAffinity",
+                 "TopologySpreading", "PreemptionBasic", "Unschedulable", "SchedulingInTreePVs", "SchedulingCSIPVs",
+                 "SchedulingWithResourceClaimTemplate"):
+        assert name in WORKLOADS
+    basic = WORKLOADS["SchedulingBasic"]
+    assert (basic.nodes, basic.init_pods, basic.measure_pods) == (5000, 1000, 10000)
+    assert WORKLOADS["PreemptionBasic"].init_count(500) == 2000
+    assert get_workload("SteadyStateClusterResourceClaimTemplate").name.endswith("/empty")
+    with pytest.raises(KeyError):
+        get_workload("NoSuchWorkload")
+
+
+@pytest.mark.parametrize("name,nodes,pods", SCHEDULABLE, ids=[s[0] for s in SCHEDULABLE])
+async def test_measured_pods_are_all_scheduled(name: str, nodes: int, pods: int) -> None:
+    _needs(name)
+    seen: list[tuple[int, int]] = []
+    out = await run_workload(name, nodes=nodes, pods=pods, progress=lambda d, t: seen.append((d, t)),
+                             stall_timeout_s=5)
+    assert KEYS <= out.keys()
+    assert out["workload"] == get_workload(name).name
+    assert (out["nodes"], out["pods"]) == (nodes, pods)
+    assert out["scheduled"] == pods and not out["timed_out"]
+    assert out["duration_s"] > 0 and out["throughput_avg"] == pytest.approx(pods / out["duration_s"], rel=0.02)
+    assert 0 < out["latency_p50_ms"] <= out["latency_p99_ms"]
+    assert out["throughput_p50"] > 0 and out["peak_rss_mb"] > 10
+    assert seen[-1] == (pods, pods)
+    if name == "Unschedulable":
+        # The 9-CPU init pods fit no 4-CPU node: none may be bound.
+        assert out["init_pods"] == 200 and out["init_scheduled"] == 0
+    else:
+        assert out["init_scheduled"] == out["init_pods"]
+
+
+async def test_preemption_binds_high_priority_pods() -> None:
+    out = await run_workload("PreemptionBasic", nodes=3, pods=3, stall_timeout_s=15)
+    assert out["init_pods"] == 12 and out["init_scheduled"] == 12  # 4 x 900m per 4-CPU node
+    assert out["scheduled"] == 3
+
+
+async def test_measured_pods_that_cannot_fit_are_reported_unscheduled() -> None:
+    # One green anti-affinity pod per node: 3 nodes, 1 init pod, 4 measured -> only 2 fit.
+    out = await run_workload("SchedulingPodAntiAffinity", nodes=3, pods=4, stall_timeout_s=0.5)
+    assert out["scheduled"] == 2 and out["timed_out"]
+
+
+async def test_pv_churn_reports_pv_to_binding() -> None:
+    _needs("SchedulingPVsChurn")
+    out = await run_workload("SchedulingPVsChurn", nodes=5, pods=1, stall_timeout_s=15)
+    assert out["scheduled"] == 1
+    assert 0 < out["pv_to_binding_p50_ms"] <= out["pv_to_binding_p99_ms"]
+    # Each pod waited for its PV, so creation-to-binding exceeds PV-to-binding.
+    assert out["latency_p50_ms"] > out["pv_to_binding_p50_ms"]
