@@ -349,38 +349,53 @@ def nodes(kubeconfig: str | None, context: str | None, verbose: bool, node_count
     _run(go)
 
 
-@main.group()
-def bench() -> None:
-    """Benchmarks (run on demand)."""
-
-
-@bench.command("api")
+@main.command()
+@click.argument("workload")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the results.")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes (scheduler workloads).")
+@click.option("--pods", type=click.IntRange(min=1), default=None, help="Measured pods (scheduler workloads).")
+@click.option("--storage", type=click.Choice(["memory", "sqlite"]), default="memory", show_default=True,
+              help="Storage of the embedded API (scheduler workloads).")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Repetitions per measurement; medians are reported.")
-def bench_api(as_json: bool, runs: int) -> None:
-    """API machinery: creates/s, list latency, watch latency, memory."""
+              help="Repetitions per measurement of the api workload; medians are reported.")
+def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, storage: str, runs: int) -> None:
+    """Benchmarks, run on demand. WORKLOAD is `api` (API machinery) or a scheduler_perf
+    workload: SchedulingBasic, SchedulingPodAntiAffinity, SchedulingPodAffinity,
+    SchedulingNodeAffinity, TopologySpreading, PreemptionBasic, Unschedulable,
+    SchedulingInTreePVs, SchedulingCSIPVs, SchedulingPVsChurn,
+    SchedulingWithResourceClaimTemplate, SteadyStateClusterResourceClaimTemplate[/half|/full]."""
     import json as _json
 
-    from kubeplane.bench.api import run
+    if workload == "api":
+        from kubeplane.bench.api import run
 
-    def progress(msg: str) -> None:
-        if not as_json:
-            click.echo(msg, err=True)
+        def progress(msg: str) -> None:
+            if not as_json:
+                click.echo(msg, err=True)
 
-    result = run(runs=runs, progress=progress)
-    if as_json:
-        click.echo(_json.dumps(result))
+        result = run(runs=runs, progress=progress)
+        if as_json:
+            click.echo(_json.dumps(result))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="kubeplane bench api (medians)")
+        table.add_column("measurement")
+        table.add_column("value", justify="right")
+        for k, v in result.items():
+            table.add_row(k, str(v))
+        Console().print(table)
         return
-    from rich.console import Console
-    from rich.table import Table
+    from kubeplane.bench.scheduler import get_workload, run_cli
 
-    table = Table(title="kubeplane bench api (medians)")
-    table.add_column("measurement")
-    table.add_column("value", justify="right")
-    for k, v in result.items():
-        table.add_row(k, str(v))
-    Console().print(table)
+    try:
+        get_workload(workload)
+    except KeyError as err:
+        raise click.BadParameter(str(err.args[0]), param_hint="WORKLOAD") from None
+    out = asyncio.run(run_cli(workload, nodes=nodes, pods=pods, storage=storage, as_json=as_json))
+    if out.get("timed_out"):
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover
