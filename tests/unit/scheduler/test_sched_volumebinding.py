@@ -584,7 +584,7 @@ def test_queueing_hints() -> None:
     assert pl.is_schedulable_after_csi_node_change(p, n1, n1) == QueueingHint.SKIP
     assert pl.is_schedulable_after_csi_node_change(p, n1, n1m) == QueueingHint.QUEUE
     regs = {e.event.resource.value: e for e in pl.events_to_register()}
-    assert regs["PersistentVolume"].hint is None  # every PV add/update may help
+    assert regs["PersistentVolume"].hint is not None  # PVs that could serve one of the pod's claims
     names = set(regs)
     assert names == {"storage.k8s.io/StorageClass", "PersistentVolumeClaim", "PersistentVolume", "Node",
                      "storage.k8s.io/CSINode", "storage.k8s.io/CSIDriver", "storage.k8s.io/CSIStorageCapacity"}
@@ -660,3 +660,39 @@ def test_event_dispatching_cache_shows_the_stale_read() -> None:
     for queue_first, ok in results:
         # Exactly when the queue's handler runs before the cache's, the pod is rejected again.
         assert ok is not queue_first
+
+
+def test_pv_hint_queues_only_pvs_that_can_serve_a_claim():
+    from kubeplane.scheduler.framework.types import QueueingHint
+    from kubeplane.scheduler.plugins.volumebinding import pv_change_hint
+
+    claim = {"metadata": {"name": "c", "namespace": "ns"},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local",
+                      "resources": {"requests": {"storage": "1Gi"}}, "volumeMode": "Filesystem",
+                      "selector": {"matchLabels": {"for": "p"}}}}
+    claims = {("ns", "c"): claim}
+
+    def lookup(ns, name):
+        return claims.get((ns, name))
+
+    def pv(phase="Available", labels=None, size="2Gi", cls="local", ref=None):
+        spec = {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"], "storageClassName": cls,
+                "volumeMode": "Filesystem"}
+        if ref:
+            spec["claimRef"] = ref
+        return {"metadata": {"name": "pv", "labels": labels or {"for": "p"}}, "spec": spec,
+                "status": {"phase": phase}}
+
+    pod = {"metadata": {"name": "p", "namespace": "ns"},
+           "spec": {"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]}}
+    assert pv_change_hint(pod, pv(), lookup) == QueueingHint.QUEUE
+    assert pv_change_hint(pod, pv(phase="Pending"), lookup) == QueueingHint.SKIP  # not matchable yet
+    assert pv_change_hint(pod, pv(labels={"for": "other"}), lookup) == QueueingHint.SKIP  # selector
+    assert pv_change_hint(pod, pv(size="512Mi"), lookup) == QueueingHint.SKIP  # too small
+    assert pv_change_hint(pod, pv(cls="fast"), lookup) == QueueingHint.SKIP  # other class
+    assert pv_change_hint(pod, pv(phase="Pending", ref={"name": "c", "namespace": "ns"}), lookup) == \
+        QueueingHint.QUEUE  # pre-bound to this pod's claim
+    assert pv_change_hint({"metadata": {"name": "q", "namespace": "ns"}, "spec": {}}, pv(), lookup) == \
+        QueueingHint.SKIP  # no claims at all
+    claims.clear()
+    assert pv_change_hint(pod, pv(), lookup) == QueueingHint.QUEUE  # unknown claim: let the cycle decide

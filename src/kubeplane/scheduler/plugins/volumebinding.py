@@ -100,6 +100,55 @@ class _State:
         return self  # shared by all phases of one cycle, as upstream
 
 
+def _pod_claim_names(pod: Obj) -> set[str]:
+    names = set()
+    pod_name = _meta(pod).get("name", "")
+    for vol in (pod.get("spec") or {}).get("volumes") or []:
+        if not isinstance(vol, dict):
+            continue
+        if isinstance(vol.get("persistentVolumeClaim"), dict):
+            names.add(vol["persistentVolumeClaim"].get("claimName"))
+        elif vol.get("ephemeral") is not None:
+            names.add(f"{pod_name}-{vol.get('name')}")
+    return names
+
+
+def pv_change_hint(pod: Obj, pv: Any, lookup: Callable[[str, str], Obj | None]) -> QueueingHint:
+    """Queueing hint for a PV add/update (see VolumeBinding.is_schedulable_after_pv_change)."""
+    from kubeplane.api.selectors import label_selector_from_dict
+    from kubeplane.controllers.pv.matching import check_volume_satisfies_claim
+
+    claims = _pod_claim_names(pod)
+    if not claims:
+        return QueueingHint.SKIP
+    if not isinstance(pv, dict):
+        return QueueingHint.QUEUE
+    if _meta(pv).get("deletionTimestamp"):
+        return QueueingHint.SKIP
+    ns = _meta(pod).get("namespace")
+    ref = (pv.get("spec") or {}).get("claimRef") or {}
+    if ref.get("name") in claims and ref.get("namespace") == ns:
+        return QueueingHint.QUEUE
+    if ((pv.get("status") or {}).get("phase")) != "Available" or ref:
+        return QueueingHint.SKIP
+    for name in claims:
+        claim = lookup(ns, name)
+        if claim is None:
+            return QueueingHint.QUEUE  # unknown claim: let the cycle decide
+        spec = claim.get("spec") or {}
+        if spec.get("volumeName"):
+            if spec["volumeName"] == _meta(pv).get("name"):
+                return QueueingHint.QUEUE
+            continue
+        if check_volume_satisfies_claim(pv, claim) is not None:
+            continue
+        sel = spec.get("selector")
+        if sel is not None and not label_selector_from_dict(sel).matches(_meta(pv).get("labels") or {}):
+            continue
+        return QueueingHint.QUEUE
+    return QueueingHint.SKIP
+
+
 class VolumeBinding(Plugin):
     """See the module docstring."""
 
@@ -148,7 +197,8 @@ class VolumeBinding(Plugin):
             ClusterEventWithHint(ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM,
                                               ActionType.ADD | ActionType.UPDATE),
                                  self.is_schedulable_after_pvc_change),
-            ClusterEventWithHint(ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.ADD | ActionType.UPDATE)),
+            ClusterEventWithHint(ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.ADD | ActionType.UPDATE),
+                                 self.is_schedulable_after_pv_change),
             ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)),
             ClusterEventWithHint(ClusterEvent(EventResource.CSI_NODE, ActionType.ADD | ActionType.UPDATE),
                                  self.is_schedulable_after_csi_node_change),
@@ -157,6 +207,22 @@ class VolumeBinding(Plugin):
             ClusterEventWithHint(ClusterEvent(EventResource.CSI_STORAGE_CAPACITY, ActionType.ADD | ActionType.UPDATE),
                                  self.is_schedulable_after_capacity_change),
         ]
+
+    def is_schedulable_after_pv_change(self, pod: Obj, old: Any, new: Any) -> QueueingHint:
+        """Upstream queues any PV event for a pod with claims. We queue only
+        when the PV could serve one of the pod's claims now: matching
+        considers Available PVs (and PVs pre-bound to the claim) of the
+        claim's class, size, modes and selector. A just-created PV (not yet
+        Available) or one meant for other claims cannot help; retrying on it
+        would only fail and double the pod's backoff, delaying the attempt
+        that the PV's own transition to Available (an event of its own) makes
+        possible."""
+        return pv_change_hint(pod, new, self._claim_lookup)
+
+    def _claim_lookup(self, namespace: str, name: str) -> Obj | None:
+        if self.binder is None:
+            return None
+        return self.binder.pvc_cache.get(f"{namespace}/{name}")
 
     @staticmethod
     def is_schedulable_after_storage_class_change(pod: Obj, old: Any, new: Any) -> QueueingHint:
