@@ -56,3 +56,36 @@ def test_unschedulable_pod_explains_why(cluster):
     events = kubectl("get", "events", "--field-selector", "involvedObject.name=huge", "-o", "json").out
     assert any(e["reason"] == "FailedScheduling" for e in json.loads(events)["items"])
     kubectl("delete", "pod", "huge")
+
+
+def test_kubectl_apply_pods_wide_and_describe(cluster):
+    _, kubectl = cluster
+    manifest = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: fits, labels: {app: demo}}
+spec:
+  containers: [{name: c, image: nginx, resources: {requests: {cpu: 100m}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: toobig, labels: {app: demo}}
+spec:
+  containers: [{name: c, image: nginx, resources: {requests: {cpu: "32"}}}]
+"""
+    kubectl("apply", "-f", "-", stdin=manifest)
+    kubectl("wait", "--for=condition=Ready", "pod/fits", "--timeout=30s")
+    rows = {l.split()[0]: l.split() for l in kubectl("get", "pods", "-l", "app=demo", "-o", "wide").out.splitlines()[1:]}
+    assert rows["fits"][6].startswith("node-")  # NODE column
+    assert rows["toobig"][2] == "Pending" and rows["toobig"][6] == "<none>"
+    described = ""
+    for _ in range(50):
+        described = kubectl("describe", "pod", "toobig").out
+        if "FailedScheduling" in described:
+            break
+        time.sleep(0.1)
+    assert "FailedScheduling" in described and "default-scheduler" in described
+    assert "0/3 nodes are available: 3 Insufficient cpu." in described
+    described = kubectl("describe", "pod", "fits").out
+    assert "Scheduled" in described and "Successfully assigned default/fits to node-" in described
+    kubectl("delete", "pod", "fits", "toobig", "--wait=false")
