@@ -29,7 +29,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.api.selectors import label_selector_from_dict
-from kubeplane.controllers.pv.matching import (
+from kubeplane.volume.matching import (
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,

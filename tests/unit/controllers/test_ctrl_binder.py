@@ -12,7 +12,7 @@ from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.controllers.pv.binder import PersistentVolumeController
-from kubeplane.controllers.pv.matching import (
+from kubeplane.volume.matching import (
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubeplane.controllers.pv.matching import (
+from kubeplane.volume.matching import (
     check_node_affinity,
     check_volume_satisfies_claim,
     find_best_match_for_claim,

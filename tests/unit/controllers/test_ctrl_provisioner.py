@@ -13,7 +13,7 @@ from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.controllers.pv import DEFAULT_PROVISIONER, LocalProvisioner, PersistentVolumeController
-from kubeplane.controllers.pv.matching import ANN_PROVISIONED_BY, ANN_SELECTED_NODE, pinned_hostnames
+from kubeplane.volume.matching import ANN_PROVISIONED_BY, ANN_SELECTED_NODE, pinned_hostnames
 from kubeplane.controllers.pv.provisioner import capacity_object_name
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore

@@ -11,7 +11,7 @@ import pytest
 
 from kubeplane.api.errors import conflict
 from kubeplane.client.informer import Indexer
-from kubeplane.controllers.pv.matching import (
+from kubeplane.volume.matching import (
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,

@@ -1,7 +1,7 @@
 """PersistentVolume controller (binder), local provisioner and PV/PVC matching."""
 
 from kubeplane.controllers.pv.binder import PersistentVolumeController
-from kubeplane.controllers.pv.matching import check_node_affinity, find_best_match_for_claim, find_matching_volume
+from kubeplane.volume.matching import check_node_affinity, find_best_match_for_claim, find_matching_volume
 from kubeplane.controllers.pv.provisioner import DEFAULT_PROVISIONER, LocalProvisioner
 
 __all__ = [

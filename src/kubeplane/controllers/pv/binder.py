@@ -28,7 +28,7 @@ from kubeplane.api.resources import resource
 from kubeplane.client.informer import SharedInformerFactory, unwrap_deleted
 from kubeplane.client.interface import Client, Obj
 from kubeplane.controllers.base import Controller
-from kubeplane.controllers.pv.matching import (
+from kubeplane.volume.matching import (
     ANN_BETA_STORAGE_PROVISIONER,
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,

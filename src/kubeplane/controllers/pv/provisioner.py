@@ -34,7 +34,7 @@ from kubeplane.client.informer import SharedInformerFactory, unwrap_deleted
 from kubeplane.client.interface import Client, Obj
 from kubeplane.controllers.base import Controller
 from kubeplane.controllers.pv.binder import PVCS, PVS, STORAGE_CLASSES, WAIT_FOR_FIRST_CONSUMER, claim_key
-from kubeplane.controllers.pv.matching import (
+from kubeplane.volume.matching import (
     ANN_BETA_STORAGE_PROVISIONER,
     ANN_PROVISIONED_BY,
     ANN_SELECTED_NODE,

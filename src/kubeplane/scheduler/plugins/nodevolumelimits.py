@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from kubeplane.api.resources import resource
-from kubeplane.controllers.pv.matching import claim_class
+from kubeplane.volume.matching import claim_class
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
 from kubeplane.scheduler.framework.types import (

@@ -116,7 +116,7 @@ def _pod_claim_names(pod: Obj) -> set[str]:
 def pv_change_hint(pod: Obj, pv: Any, lookup: Callable[[str, str], Obj | None]) -> QueueingHint:
     """Queueing hint for a PV add/update (see VolumeBinding.is_schedulable_after_pv_change)."""
     from kubeplane.api.selectors import label_selector_from_dict
-    from kubeplane.controllers.pv.matching import check_volume_satisfies_claim
+    from kubeplane.volume.matching import check_volume_satisfies_claim
 
     claims = _pod_claim_names(pod)
     if not claims:

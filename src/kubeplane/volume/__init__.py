@@ -1,0 +1,1 @@
+"""Persistent-volume semantics shared by the scheduler and the PV controller."""
