@@ -14,7 +14,7 @@ from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.controllers.pv import DEFAULT_PROVISIONER, LocalProvisioner, PersistentVolumeController
-from kubeplane.controllers.pv.matching import ANN_SELECTED_NODE, hostname_affinity, pinned_hostnames
+from kubeplane.volume.matching import ANN_SELECTED_NODE, hostname_affinity, pinned_hostnames
 from kubeplane.registry.registry import Registry
 from kubeplane.scheduler.scheduler import Scheduler
 from kubeplane.storage.memory import MemoryStore
