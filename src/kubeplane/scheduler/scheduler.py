@@ -439,11 +439,17 @@ class Scheduler:
             for t in self._tasks:
                 t.cancel()
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 1.0) -> None:
+        """Stop scheduling. Binding cycles get ``grace`` seconds to finish, then
+        are cancelled (upstream cancels their context): a PreBind waiting for
+        a controller must not hold shutdown for its whole bind timeout."""
         self._stopped.set()
         self.queue.close()
         if self._binding_tasks:
-            await asyncio.gather(*self._binding_tasks, return_exceptions=True)
+            _, pending = await asyncio.wait(set(self._binding_tasks), timeout=grace)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

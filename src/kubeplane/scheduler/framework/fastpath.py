@@ -56,6 +56,18 @@ _COL_OF_REQ = {CPU: R_CPU, MEMORY: R_MEM, EPHEMERAL_STORAGE: R_EPH}
 _COL_OF_NZ = {CPU: NZ_CPU, MEMORY: NZ_MEM}
 
 
+#: per-pod-shape memos kept per NodeArrays (oldest dropped first)
+MAX_MEMOS = 32
+
+
+class _Memo:
+    __slots__ = ("values", "valid")
+
+    def __init__(self, values: np.ndarray, valid: np.ndarray) -> None:
+        self.values = values
+        self.valid = valid
+
+
 def _taint_key(taints: list[Obj]) -> tuple[tuple[str, str, str], ...]:
     return tuple((t.get("key") or "", t.get("value") or "", t.get("effect") or "") for t in taints)
 
@@ -72,7 +84,7 @@ class NodeArrays:
 
     __slots__ = ("node_infos", "index", "cols", "taint_gid", "unsched", "has_ports", "has_images", "big",
                  "taint_groups", "group_taints", "num_tainted", "num_unsched", "num_ports", "num_images",
-                 "num_big")
+                 "num_big", "memos")
 
     def __init__(self, node_infos: list[NodeInfo]) -> None:
         n = len(node_infos)
@@ -87,8 +99,31 @@ class NodeArrays:
         self.taint_groups: dict[tuple[tuple[str, str, str], ...], int] = {(): 0}
         self.group_taints: list[list[Obj]] = [[]]
         self.num_tainted = self.num_unsched = self.num_ports = self.num_images = self.num_big = 0
+        self.memos: dict[Any, _Memo] = {}
         for i, ni in enumerate(node_infos):
             self.set_row(i, ni)
+
+    def memoized(self, key: Any, dtype: Any, compute: Callable[[np.ndarray], np.ndarray], sel: Any) -> np.ndarray:
+        """``compute(rows)`` for the rows ``sel``, reusing values of unchanged rows.
+
+        Per-row results of a pure function of (row values, ``key``) are kept
+        across cycles; ``set_row`` invalidates the row in every memo, so only
+        rows changed since (or never computed) are recomputed. The result may
+        be a view: callers must not modify it.
+        """
+        m = self.memos.get(key)
+        if m is None:
+            if len(self.memos) >= MAX_MEMOS:
+                del self.memos[next(iter(self.memos))]
+            n = len(self.node_infos)
+            m = self.memos[key] = _Memo(np.zeros(n, dtype=dtype), np.zeros(n, dtype=bool))
+        valid = m.valid[sel]
+        if not valid.all():
+            rows = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel)
+            todo = rows[~valid]
+            m.values[todo] = compute(todo)
+            m.valid[todo] = True
+        return m.values[sel]
 
     def set_row(self, i: int, ni: NodeInfo) -> None:
         """Recompute row ``i`` from ``ni``."""
@@ -96,6 +131,8 @@ class NodeArrays:
         vals = (alloc.get(CPU, 0), alloc.get(MEMORY, 0), alloc.get(EPHEMERAL_STORAGE, 0), alloc.get(PODS, 0),
                 req.get(CPU, 0), req.get(MEMORY, 0), req.get(EPHEMERAL_STORAGE, 0), len(ni.pods),
                 nz.get(CPU, 0), nz.get(MEMORY, 0))
+        for m in self.memos.values():
+            m.valid[i] = False
         big = False
         for v in vals:
             if not -SAFE_LIMIT < v < SAFE_LIMIT:
@@ -178,17 +215,16 @@ class FastPath:
                 if col is None or not -SAFE_LIMIT < value < SAFE_LIMIT:
                     return None
                 checks.append((col, _COL_OF_REQ[name], value))
-            no_big = arr.num_big == 0
             big = arr.big
+            key = ("fit", tuple(checks))
 
-            def fit(sel: Any) -> Any:
+            def compute(sel: Any) -> Any:
                 ok = cols[N_PODS, sel] < cols[A_PODS, sel]
                 for a, r, value in checks:
                     ok &= cols[a, sel] - cols[r, sel] >= value
-                if not no_big:
-                    ok &= ~big[sel]
+                ok &= ~big[sel]
                 return ok
-            return fit
+            return lambda sel: arr.memoized(key, bool, compute, sel)
         if cls is TaintToleration:
             if arr.num_tainted == 0:
                 return _all_pass
@@ -264,8 +300,7 @@ class FastPath:
                     mk = f(sel)
                     definite = mk if definite is True else definite & mk
                 if nominated_rows:
-                    if definite is True:
-                        definite = np.ones(width, dtype=bool)
+                    definite = np.ones(width, dtype=bool) if definite is True else definite.copy()
                     for r in nominated_rows:
                         definite[rows == r] = False
             if definite is True or definite.all():
@@ -298,6 +333,7 @@ class FastPath:
                     return rows[:0], 0, failed, st
                 failed.append((row, st))
             if extra:
+                definite = definite.copy()
                 definite[extra] = True
                 cum = np.cumsum(definite)
             total = int(cum[-1])
@@ -325,7 +361,7 @@ class FastPath:
                       rows: np.ndarray, nodes: list[NodeInfo], sub: list[Any]) -> Any:
         """Final (normalized) scores of ``pl`` for ``rows`` (an int when all equal); None when not vectorised.
 
-        ``sub`` caches ``arr.cols[:, rows]`` between plugins.
+        ``sub[0]`` selects ``rows`` in the arrays (a slice when they are contiguous).
         """
         cls = type(pl)
         k = len(rows)
@@ -357,36 +393,10 @@ class FastPath:
                 return None
             if not names:
                 return 0 if cls is NodeResourcesFit else MAX_NODE_SCORE
-            if not sub:
-                sub.append(arr.cols[:, rows])
-            cols = sub[0]
-            alloc = cols[[_COL_OF_ALLOC[nm] for nm in names]]
-            used_cols = _COL_OF_NZ if cls is NodeResourcesFit else _COL_OF_REQ
-            req = cols[[used_cols[nm] for nm in names]] + np.array(reqs, dtype=np.int64)[:, None]
-            present = alloc != 0
-            all_present = bool(present.all())
-            safe_alloc = alloc if all_present else np.where(present, alloc, 1)
-            if cls is NodeResourcesFit:
-                weights = np.array([r["weight"] for r in pl.resources], dtype=np.int64)[:, None]
-                if pl.strategy == LEAST_ALLOCATED:
-                    per = (alloc - req) * MAX_NODE_SCORE // safe_alloc
-                    fits = req <= alloc
-                    if not fits.all():
-                        per = np.where(fits, per, 0)
-                else:
-                    per = np.minimum(req, alloc) * MAX_NODE_SCORE // safe_alloc
-                if all_present:
-                    return (per * weights).sum(axis=0) // int(weights.sum())
-                node_score = (per * weights * present).sum(axis=0)
-                weight_sum = (weights * present).sum(axis=0)
-                return np.where(weight_sum > 0, node_score // np.maximum(weight_sum, 1), 0)
-            fracs = np.minimum(req / safe_alloc, 1.0)
-            if len(names) == 2:
-                std = np.abs((fracs[0] - fracs[1]) / 2)
-                if not all_present:
-                    std = np.where(present[0] & present[1], std, 0.0)
-                return ((1 - std) * MAX_NODE_SCORE).astype(np.int64)
-            return MAX_NODE_SCORE
+            if cls is NodeResourcesBalancedAllocation and len(names) == 1:
+                return MAX_NODE_SCORE
+            key = ("score", id(pl), tuple(names), tuple(reqs))
+            return arr.memoized(key, np.int64, lambda sel: _resource_scores(pl, names, reqs, arr.cols, sel), sub[0])
         if cls is ImageLocality:
             base = calculate_priority(0, len(pod_info.images))
             if arr.num_images == 0:
@@ -408,7 +418,7 @@ class FastPath:
         fw = self.fw
         total = np.zeros(len(rows), dtype=np.int64)
         skip = state.skip_score_plugins
-        sub: list[Any] = []
+        sub: list[Any] = [_selector(rows)]
         for pl in fw.score_plugins:
             if pl.name in skip:
                 continue
@@ -438,6 +448,74 @@ class FastPath:
                     return total, _invalid_score(pl.name, bad)
             total += vec * fw.score_weights.get(pl.name, 1)
         return total, None
+
+
+def _resource_scores(pl: Any, names: list[str], reqs: list[int], cols: np.ndarray, sel: Any) -> np.ndarray:
+    """NodeResourcesFit (Least/MostAllocated) or BalancedAllocation scores of the rows ``sel``."""
+    cls = type(pl)
+    alloc = _gather(cols, [_COL_OF_ALLOC[nm] for nm in names], sel)
+    used_cols = _COL_OF_NZ if cls is NodeResourcesFit else _COL_OF_REQ
+    req = _gather(cols, [used_cols[nm] for nm in names], sel) + np.array(reqs, dtype=np.int64)[:, None]
+    all_present = int(alloc.min()) > 0
+    if all_present:
+        present = None
+        safe_alloc = alloc
+    else:
+        present = alloc != 0
+        safe_alloc = np.where(present, alloc, 1)
+    if cls is NodeResourcesFit:
+        weights = [int(r["weight"]) for r in pl.resources]
+        if pl.strategy == LEAST_ALLOCATED:
+            per = alloc - req
+            fits = bool((per >= 0).all())
+            per *= MAX_NODE_SCORE
+            per //= safe_alloc
+            if not fits:
+                per = np.where(req <= alloc, per, 0)
+        else:
+            per = np.minimum(req, alloc)
+            per *= MAX_NODE_SCORE
+            per //= safe_alloc
+        if all_present:
+            if len(set(weights)) == 1:
+                node_score = per.sum(axis=0) if len(names) > 1 else per[0]
+                return node_score // len(names) if len(names) > 1 else node_score
+            wcol = np.array(weights, dtype=np.int64)[:, None]
+            return (per * wcol).sum(axis=0) // sum(weights)
+        wcol = np.array(weights, dtype=np.int64)[:, None]
+        node_score = (per * wcol * present).sum(axis=0)
+        weight_sum = (wcol * present).sum(axis=0)
+        return np.where(weight_sum > 0, node_score // np.maximum(weight_sum, 1), 0)
+    fracs = req / safe_alloc
+    np.minimum(fracs, 1.0, out=fracs)
+    if len(names) == 2:
+        std = fracs[0] - fracs[1]
+        std /= 2
+        np.abs(std, out=std)
+        if present is not None:
+            std = np.where(present[0] & present[1], std, 0.0)
+        std = 1 - std
+        std *= MAX_NODE_SCORE
+        return std.astype(np.int64)
+    return np.full(len(alloc[0]), MAX_NODE_SCORE, dtype=np.int64)
+
+
+def _selector(rows: np.ndarray) -> Any:
+    """A slice for a contiguous ascending run of rows (a view, no copy), else the rows."""
+    k = len(rows)
+    if k and int(rows[-1]) - int(rows[0]) == k - 1:
+        first = int(rows[0])
+        return slice(first, first + k)
+    return rows
+
+
+def _gather(cols: np.ndarray, which: list[int], sel: Any) -> np.ndarray:
+    """A new ``len(which) x rows`` array of the columns ``which`` for the rows ``sel``."""
+    if isinstance(sel, slice):
+        if len(which) > 1 and all(y - x == 1 for x, y in zip(which, which[1:])):
+            return cols[which[0]:which[-1] + 1, sel].copy()
+        return cols[which, sel]
+    return cols[np.ix_(which, sel)]
 
 
 def _all_pass(sel: Any) -> bool:
