@@ -12,8 +12,11 @@ import random
 from typing import Callable, Mapping
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import choose_encoder
+
+# Upstream exposes no ``*_created`` series; neither do we.
+disable_created_metrics()
 
 from kubeplane.scheduler.framework.types import Code, Status
 

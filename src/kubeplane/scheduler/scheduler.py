@@ -21,7 +21,7 @@ from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.client.informer import DeletedFinalStateUnknown, SharedInformerFactory
 from kubeplane.client.interface import Client
 from kubeplane.scheduler.cache import Cache, Snapshot
-from kubeplane.scheduler.framework.fastpath import arrays_for, select_host_index
+from kubeplane.scheduler.framework.fastpath import arrays_for, nodes_for_rows, select_host_index
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.registry import in_tree_registry
@@ -262,6 +262,7 @@ class Scheduler:
         #: use the vectorised Filter/Score (``framework.fastpath``) where it applies
         self.use_fast_path = True
         self._binding_tasks: set[asyncio.Task] = set()
+        self._incoming_exported: dict[tuple[str, str], int] = {}
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
         self._pods_informer = self.informer_factory.informer_for(PODS)
@@ -434,10 +435,20 @@ class Scheduler:
                 if not await self.schedule_one():
                     break
                 if self.metrics is not None:
-                    self.metrics.set_pending(self.queue.counts())
+                    self._export_queue_metrics()
         finally:
             for t in self._tasks:
                 t.cancel()
+
+    def _export_queue_metrics(self) -> None:
+        """scheduler_pending_pods and scheduler_queue_incoming_pods_total from the queue's counts."""
+        self.metrics.set_pending(self.queue.counts())
+        seen = self._incoming_exported
+        for (queue, event), n in self.queue.incoming_pods.items():
+            delta = n - seen.get((queue, event), 0)
+            if delta > 0:
+                self.metrics.queue_incoming_pods.labels(queue, event).inc(delta)
+                seen[(queue, event)] = n
 
     async def stop(self, grace: float = 1.0) -> None:
         """Stop scheduling. Binding cycles get ``grace`` seconds to finish, then
@@ -676,7 +687,7 @@ class Scheduler:
         if err is not None:
             raise _CycleError(err)
         self.next_start_node_index = (self.next_start_node_index + processed) % len(all_nodes)
-        return [all_nodes[i] for i in rows.tolist()], rows
+        return nodes_for_rows(all_nodes, rows), rows
 
     def _select_host(self, scores: list[NodePluginScores]) -> str:
         """Uniformly random among the highest total scores (one draw among the ties, in order)."""

@@ -176,3 +176,27 @@ async def test_other_scheduler_names_are_ignored(cluster):
         assert not (await cluster.get(PODS, "theirs", "default"))["spec"].get("nodeName")
     finally:
         await _stop(sched, task)
+
+
+async def test_metrics_count_attempts_and_queue_traffic(cluster):
+    from kubeplane.scheduler.metrics import SchedulerMetrics
+
+    await cluster.create(NODES, node("n1", cpu="1"))
+    metrics = SchedulerMetrics()
+    sched = Scheduler(cluster, metrics=metrics)
+    task = asyncio.create_task(sched.run())
+    try:
+        await cluster.create(PODS, pod("ok"), "default")
+        await cluster.create(PODS, pod("too-big", cpu="8"), "default")
+
+        async def both_attempted():
+            text = metrics.exposition("text/plain")[0].decode()
+            return ('scheduler_schedule_attempts_total{profile="default-scheduler",result="scheduled"} 1.0' in text
+                    and 'result="unschedulable"' in text and text)
+
+        text = await wait_for(both_attempted)
+        assert 'scheduler_queue_incoming_pods_total{event="UnscheduledPodAdd",queue="active"} 2.0' in text
+        assert 'scheduler_queue_incoming_pods_total{event="ScheduleAttemptFailure",queue="unschedulable"} 1.0' in text
+        assert 'scheduler_pending_pods{queue="unschedulable"} 1.0' in text
+    finally:
+        await _stop(sched, task)

@@ -58,6 +58,12 @@ _COL_OF_NZ = {CPU: NZ_CPU, MEMORY: NZ_MEM}
 
 #: per-pod-shape memos kept per NodeArrays (oldest dropped first)
 MAX_MEMOS = 32
+#: at most this many stale memo rows are recomputed one by one in Python
+SMALL_RECOMPUTE = 16
+
+
+class _OutOfRange(Exception):
+    """A vectorised score left [MIN_NODE_SCORE, MAX_NODE_SCORE]; the generic path reports it."""
 
 
 class _Memo:
@@ -103,13 +109,15 @@ class NodeArrays:
         for i, ni in enumerate(node_infos):
             self.set_row(i, ni)
 
-    def memoized(self, key: Any, dtype: Any, compute: Callable[[np.ndarray], np.ndarray], sel: Any) -> np.ndarray:
+    def memoized(self, key: Any, dtype: Any, compute: Callable[[np.ndarray], np.ndarray],
+                 compute_one: Callable[[int], Any], sel: Any) -> np.ndarray:
         """``compute(rows)`` for the rows ``sel``, reusing values of unchanged rows.
 
         Per-row results of a pure function of (row values, ``key``) are kept
         across cycles; ``set_row`` invalidates the row in every memo, so only
-        rows changed since (or never computed) are recomputed. The result may
-        be a view: callers must not modify it.
+        rows changed since (or never computed) are recomputed: a handful one
+        by one with ``compute_one(row)``, more at once with ``compute``. The
+        result may be a view: callers must not modify it.
         """
         m = self.memos.get(key)
         if m is None:
@@ -121,7 +129,12 @@ class NodeArrays:
         if not valid.all():
             rows = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel)
             todo = rows[~valid]
-            m.values[todo] = compute(todo)
+            if len(todo) <= SMALL_RECOMPUTE:
+                values = m.values
+                for row in todo.tolist():
+                    values[row] = compute_one(row)
+            else:
+                m.values[todo] = compute(todo)
             m.valid[todo] = True
         return m.values[sel]
 
@@ -150,18 +163,24 @@ class NodeArrays:
                 gid = self.taint_groups[key] = len(self.group_taints)
                 self.group_taints.append(list(taints))
         old_gid = int(self.taint_gid[i])
-        self.num_tainted += (gid != 0) - (old_gid != 0)
-        self.taint_gid[i] = gid
-        for flags, value, counter in (
-            (self.unsched, bool(spec.get("unschedulable")), "num_unsched"),
-            (self.has_ports, len(ni.used_ports) > 0, "num_ports"),
-            (self.has_images, bool(ni.image_states), "num_images"),
-            (self.big, big, "num_big"),
-        ):
-            old = bool(flags[i])
-            if old != value:
-                flags[i] = value
-                setattr(self, counter, getattr(self, counter) + (1 if value else -1))
+        if gid != old_gid:
+            self.num_tainted += (gid != 0) - (old_gid != 0)
+            self.taint_gid[i] = gid
+        flag = bool(spec.get("unschedulable"))
+        if flag != self.unsched[i]:
+            self.unsched[i] = flag
+            self.num_unsched += 1 if flag else -1
+        flag = len(ni.used_ports) > 0
+        if flag != self.has_ports[i]:
+            self.has_ports[i] = flag
+            self.num_ports += 1 if flag else -1
+        flag = bool(ni.image_states)
+        if flag != self.has_images[i]:
+            self.has_images[i] = flag
+            self.num_images += 1 if flag else -1
+        if big != self.big[i]:
+            self.big[i] = big
+            self.num_big += 1 if big else -1
 
 
 def arrays_for(snapshot: Any) -> NodeArrays:
@@ -217,6 +236,15 @@ class FastPath:
                 checks.append((col, _COL_OF_REQ[name], value))
             big = arr.big
             key = ("fit", tuple(checks))
+            infos = arr.node_infos
+            full_pairs = tuple(pairs)
+
+            def compute_one(row: int) -> bool:
+                ni = infos[row]
+                alloc, used = ni.allocatable, ni.requested
+                if big[row] or not len(ni.pods) < alloc.get(PODS, 0):
+                    return False
+                return all(value <= alloc.get(name, 0) - used.get(name, 0) for name, value in full_pairs)
 
             def compute(sel: Any) -> Any:
                 ok = cols[N_PODS, sel] < cols[A_PODS, sel]
@@ -224,7 +252,7 @@ class FastPath:
                     ok &= cols[a, sel] - cols[r, sel] >= value
                 ok &= ~big[sel]
                 return ok
-            return lambda sel: arr.memoized(key, bool, compute, sel)
+            return lambda sel: arr.memoized(key, bool, compute, compute_one, sel)
         if cls is TaintToleration:
             if arr.num_tainted == 0:
                 return _all_pass
@@ -396,7 +424,25 @@ class FastPath:
             if cls is NodeResourcesBalancedAllocation and len(names) == 1:
                 return MAX_NODE_SCORE
             key = ("score", id(pl), tuple(names), tuple(reqs))
-            return arr.memoized(key, np.int64, lambda sel: _resource_scores(pl, names, reqs, arr.cols, sel), sub[0])
+            infos = arr.node_infos
+
+            def compute(sel: Any) -> np.ndarray:
+                out = _resource_scores(pl, names, reqs, arr.cols, sel)
+                if len(out) and (int(out.min()) < MIN_NODE_SCORE or int(out.max()) > MAX_NODE_SCORE):
+                    raise _OutOfRange
+                return out
+
+            def compute_one(row: int) -> int:
+                sc = pl.scorer.score(infos[row], reqs)
+                if sc < MIN_NODE_SCORE or sc > MAX_NODE_SCORE:
+                    raise _OutOfRange
+                return sc
+
+            try:
+                return arr.memoized(key, np.int64, compute, compute_one, sub[0])
+            except _OutOfRange:
+                # Let the plugin itself produce the (error) result.
+                return None
         if cls is ImageLocality:
             base = calculate_priority(0, len(pod_info.images))
             if arr.num_images == 0:
@@ -404,7 +450,7 @@ class FastPath:
             out = np.full(k, base, dtype=np.int64)
             for j in np.flatnonzero(arr.has_images[rows]).tolist():
                 sc, s = pl.score(state, pod_info, nodes[j])
-                if s is not None and not s.is_success():
+                if (s is not None and not s.is_success()) or not MIN_NODE_SCORE <= sc <= MAX_NODE_SCORE:
                     return None
                 out[j] = sc
             return out
@@ -419,6 +465,7 @@ class FastPath:
         total = np.zeros(len(rows), dtype=np.int64)
         skip = state.skip_score_plugins
         sub: list[Any] = [_selector(rows)]
+        constant = 0
         for pl in fw.score_plugins:
             if pl.name in skip:
                 continue
@@ -441,12 +488,16 @@ class FastPath:
             elif isinstance(vec, int):
                 if vec > MAX_NODE_SCORE or vec < MIN_NODE_SCORE:
                     return total, _invalid_score(pl.name, vec)
-            elif len(vec):
-                lo, hi = int(vec.min()), int(vec.max())
-                if hi > MAX_NODE_SCORE or lo < MIN_NODE_SCORE:
-                    bad = next(int(v) for v in vec.tolist() if v > MAX_NODE_SCORE or v < MIN_NODE_SCORE)
-                    return total, _invalid_score(pl.name, bad)
-            total += vec * fw.score_weights.get(pl.name, 1)
+                constant += vec * fw.score_weights.get(pl.name, 1)
+                continue
+            # Vectorised scores are within range by construction (checked when computed).
+            weight = fw.score_weights.get(pl.name, 1)
+            if weight == 1:
+                total += vec
+            else:
+                total += vec * weight
+        if constant:
+            total += constant
         return total, None
 
 
@@ -498,6 +549,19 @@ def _resource_scores(pl: Any, names: list[str], reqs: list[int], cols: np.ndarra
         std *= MAX_NODE_SCORE
         return std.astype(np.int64)
     return np.full(len(alloc[0]), MAX_NODE_SCORE, dtype=np.int64)
+
+
+def nodes_for_rows(infos: list[NodeInfo], rows: np.ndarray) -> list[NodeInfo]:
+    """``[infos[r] for r in rows]``, by list slices when the rows are runs (the usual case)."""
+    k = len(rows)
+    if k == 0:
+        return []
+    first, last = int(rows[0]), int(rows[-1])
+    if last - first == k - 1:
+        return infos[first:last + 1]
+    if last < first and (len(infos) - first) + last + 1 == k:
+        return infos[first:] + infos[:last + 1]
+    return [infos[r] for r in rows.tolist()]
 
 
 def _selector(rows: np.ndarray) -> Any:
@@ -560,4 +624,4 @@ def select_host_index(totals: np.ndarray, rng: Any) -> int:
     return int(ties[rng.randrange(len(ties))])
 
 
-__all__ = ["FastPath", "NodeArrays", "SAFE_LIMIT", "arrays_for", "select_host_index"]
+__all__ = ["FastPath", "NodeArrays", "SAFE_LIMIT", "arrays_for", "nodes_for_rows", "select_host_index"]

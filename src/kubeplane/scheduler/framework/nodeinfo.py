@@ -339,14 +339,20 @@ def pod_key(pod: Obj) -> str:
 
 
 class PodInfo:
-    """Everything the scheduler derives from one pod object."""
+    """Everything the scheduler derives from one pod object.
+
+    Fields used by every NodeInfo update (requests, ports, claims, whether
+    the pod has affinity) are computed at once; the rest (tolerations, node
+    affinity, parsed pod affinity terms, images, resource claims) on first
+    access, since most pods in a NodeInfo are never asked for them.
+    """
 
     __slots__ = (
         "pod", "uid", "name", "namespace", "key", "node_name", "priority", "requests",
-        "non_zero_cpu", "non_zero_memory", "tolerations", "required_node_affinity",
-        "preferred_node_terms", "required_affinity_terms", "required_anti_affinity_terms",
-        "preferred_affinity_terms", "preferred_anti_affinity_terms", "has_affinity", "host_ports",
-        "pvc_names", "resource_claims", "images",
+        "non_zero_cpu", "non_zero_memory", "has_affinity", "host_ports", "pvc_names",
+        "_tolerations", "_required_node_affinity", "_preferred_node_terms", "_required_affinity_terms",
+        "_required_anti_affinity_terms", "_preferred_affinity_terms", "_preferred_anti_affinity_terms",
+        "_resource_claims", "_images",
     )
 
     def __init__(self, pod: Obj) -> None:
@@ -359,35 +365,9 @@ class PodInfo:
         self.key = self.uid
         self.node_name: str = spec.get("nodeName") or ""
         self.priority: int = int(spec.get("priority") or 0)
-        self.requests: dict[str, int] = pod_requests(pod)
-        nz = pod_requests(pod, _NON_ZERO_DEFAULTS)
-        self.non_zero_cpu: int = nz.get(CPU, 0)
-        self.non_zero_memory: int = nz.get(MEMORY, 0)
-        self.tolerations: list[Obj] = list(spec.get("tolerations") or ())
-        self.required_node_affinity = RequiredNodeAffinity(pod)
+        self.requests, self.non_zero_cpu, self.non_zero_memory = _requests_and_non_zero(pod, spec)
         affinity = spec.get("affinity") or {}
-        node_aff = affinity.get("nodeAffinity") or {}
-        self.preferred_node_terms: list[tuple[int, NodeSelectorTerm]] = [
-            (int(p.get("weight") or 0), NodeSelectorTerm(p.get("preference") or {}))
-            for p in node_aff.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
-        ]
-        pa = affinity.get("podAffinity") or {}
-        paa = affinity.get("podAntiAffinity") or {}
         self.has_affinity = bool(affinity.get("podAffinity") is not None or affinity.get("podAntiAffinity") is not None)
-        self.required_affinity_terms = [
-            AffinityTerm(pod, t) for t in pa.get("requiredDuringSchedulingIgnoredDuringExecution") or ()
-        ]
-        self.required_anti_affinity_terms = [
-            AffinityTerm(pod, t) for t in paa.get("requiredDuringSchedulingIgnoredDuringExecution") or ()
-        ]
-        self.preferred_affinity_terms = [
-            WeightedAffinityTerm(AffinityTerm(pod, w.get("podAffinityTerm") or {}), int(w.get("weight") or 0))
-            for w in pa.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
-        ]
-        self.preferred_anti_affinity_terms = [
-            WeightedAffinityTerm(AffinityTerm(pod, w.get("podAffinityTerm") or {}), int(w.get("weight") or 0))
-            for w in paa.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
-        ]
         self.host_ports: list[tuple[str, str, int]] = host_ports(pod)
         pvcs: list[str] = []
         for v in spec.get("volumes") or ():
@@ -397,9 +377,88 @@ class PodInfo:
             elif v.get("ephemeral") is not None:
                 pvcs.append(f"{self.name}-{v.get('name')}")
         self.pvc_names: list[str] = pvcs
-        self.resource_claims: list[Obj] = list(spec.get("resourceClaims") or ())
-        self.images: list[str] = [c.get("image") or "" for c in
-                                  itertools.chain(spec.get("initContainers") or (), spec.get("containers") or ())]
+        self._tolerations: list[Obj] | None = None
+        self._required_node_affinity: RequiredNodeAffinity | None = None
+        self._preferred_node_terms: list[tuple[int, NodeSelectorTerm]] | None = None
+        self._required_affinity_terms: list[AffinityTerm] | None = None
+        self._required_anti_affinity_terms: list[AffinityTerm] | None = None
+        self._preferred_affinity_terms: list[WeightedAffinityTerm] | None = None
+        self._preferred_anti_affinity_terms: list[WeightedAffinityTerm] | None = None
+        self._resource_claims: list[Obj] | None = None
+        self._images: list[str] | None = None
+
+    def _spec(self) -> Obj:
+        return self.pod.get("spec") or {}
+
+    def _affinity(self, kind: str) -> Obj:
+        return ((self._spec().get("affinity") or {}).get(kind)) or {}
+
+    @property
+    def tolerations(self) -> list[Obj]:
+        if self._tolerations is None:
+            self._tolerations = list(self._spec().get("tolerations") or ())
+        return self._tolerations
+
+    @property
+    def required_node_affinity(self) -> RequiredNodeAffinity:
+        if self._required_node_affinity is None:
+            self._required_node_affinity = RequiredNodeAffinity(self.pod)
+        return self._required_node_affinity
+
+    @property
+    def preferred_node_terms(self) -> list[tuple[int, NodeSelectorTerm]]:
+        if self._preferred_node_terms is None:
+            self._preferred_node_terms = [
+                (int(p.get("weight") or 0), NodeSelectorTerm(p.get("preference") or {}))
+                for p in self._affinity("nodeAffinity").get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+            ]
+        return self._preferred_node_terms
+
+    @property
+    def required_affinity_terms(self) -> list[AffinityTerm]:
+        if self._required_affinity_terms is None:
+            self._required_affinity_terms = [
+                AffinityTerm(self.pod, t)
+                for t in self._affinity("podAffinity").get("requiredDuringSchedulingIgnoredDuringExecution") or ()
+            ]
+        return self._required_affinity_terms
+
+    @property
+    def required_anti_affinity_terms(self) -> list[AffinityTerm]:
+        if self._required_anti_affinity_terms is None:
+            self._required_anti_affinity_terms = [
+                AffinityTerm(self.pod, t)
+                for t in self._affinity("podAntiAffinity").get("requiredDuringSchedulingIgnoredDuringExecution") or ()
+            ]
+        return self._required_anti_affinity_terms
+
+    @property
+    def preferred_affinity_terms(self) -> list[WeightedAffinityTerm]:
+        if self._preferred_affinity_terms is None:
+            self._preferred_affinity_terms = _weighted_terms(
+                self.pod, self._affinity("podAffinity").get("preferredDuringSchedulingIgnoredDuringExecution"))
+        return self._preferred_affinity_terms
+
+    @property
+    def preferred_anti_affinity_terms(self) -> list[WeightedAffinityTerm]:
+        if self._preferred_anti_affinity_terms is None:
+            self._preferred_anti_affinity_terms = _weighted_terms(
+                self.pod, self._affinity("podAntiAffinity").get("preferredDuringSchedulingIgnoredDuringExecution"))
+        return self._preferred_anti_affinity_terms
+
+    @property
+    def resource_claims(self) -> list[Obj]:
+        if self._resource_claims is None:
+            self._resource_claims = list(self._spec().get("resourceClaims") or ())
+        return self._resource_claims
+
+    @property
+    def images(self) -> list[str]:
+        if self._images is None:
+            spec = self._spec()
+            self._images = [c.get("image") or "" for c in
+                            itertools.chain(spec.get("initContainers") or (), spec.get("containers") or ())]
+        return self._images
 
     def update(self, pod: Obj) -> "PodInfo":
         """A PodInfo for a newer version of the pod (recomputed)."""
@@ -407,6 +466,52 @@ class PodInfo:
 
     def __repr__(self) -> str:
         return f"PodInfo({self.namespace}/{self.name})"
+
+
+def _weighted_terms(pod: Obj, raw: Any) -> list[WeightedAffinityTerm]:
+    return [WeightedAffinityTerm(AffinityTerm(pod, w.get("podAffinityTerm") or {}), int(w.get("weight") or 0))
+            for w in raw or ()]
+
+
+@lru_cache(maxsize=4096)
+def _container_request_items(items: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, int], ...]:
+    return tuple((k, v) for k, v in resource_list(dict(items)).items() if k != PODS)
+
+
+def _requests_and_non_zero(pod: Obj, spec: Obj) -> tuple[dict[str, int], int, int]:
+    """``pod_requests(pod)`` and the non-zero cpu/memory of ``pod_requests(pod, defaults)``.
+
+    One pass over the containers in the common case (no init containers,
+    pod-level requests or overhead); otherwise the general functions.
+    """
+    if spec.get("initContainers") or spec.get("overhead") or (spec.get("resources") or {}).get("requests"):
+        nz = pod_requests(pod, _NON_ZERO_DEFAULTS)
+        return pod_requests(pod), nz.get(CPU, 0), nz.get(MEMORY, 0)
+    reqs: dict[str, int] = {}
+    nz_cpu = nz_mem = 0
+    for c in spec.get("containers") or ():
+        raw = (c.get("resources") or {}).get("requests")
+        if raw:
+            try:
+                items = _container_request_items(tuple(raw.items()))
+            except TypeError:  # unhashable quantity values
+                items = tuple((k, v) for k, v in resource_list(raw).items() if k != PODS)
+        else:
+            items = ()
+        have_cpu = have_mem = False
+        for k, v in items:
+            reqs[k] = reqs.get(k, 0) + v
+            if k == CPU:
+                nz_cpu += v
+                have_cpu = True
+            elif k == MEMORY:
+                nz_mem += v
+                have_mem = True
+        if not have_cpu:
+            nz_cpu += DEFAULT_MILLI_CPU_REQUEST
+        if not have_mem:
+            nz_mem += DEFAULT_MEMORY_REQUEST
+    return reqs, nz_cpu, nz_mem
 
 
 def host_ports(pod: Obj) -> list[tuple[str, str, int]]:

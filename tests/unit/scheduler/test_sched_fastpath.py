@@ -1,0 +1,289 @@
+"""The vectorised Filter/Score path gives exactly the generic path's results.
+
+Randomised clusters (seeded): nodes with varied allocatable (including zero
+and extended resources), taints of every effect, unschedulable nodes,
+images, used host ports and existing pods; pods with varied requests,
+tolerations, node selectors, host ports, images and pinned node names.
+Two schedulers over identical caches, one with the fast path and one
+without, must agree on every cycle: chosen host, feasible count, evaluated
+count, rotating start index, and each rejected node's status.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from kubeplane.scheduler.cache import Snapshot
+from kubeplane.scheduler.framework.fastpath import FastPath, NodeArrays, arrays_for, select_host_index
+from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
+from kubeplane.scheduler.framework.plugin import Handle
+from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.framework.runtime import Framework
+from kubeplane.scheduler.framework.types import CycleState
+from kubeplane.scheduler.scheduler import FitError, Scheduler, num_feasible_nodes_to_find
+
+TAINT_KEYS = ["dedicated", "gpu", "spot"]
+EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
+IMAGES = ["nginx:1.27", "redis:7", "busybox"]
+
+
+def make_node(rng: random.Random, name: str) -> dict:
+    alloc = {"cpu": rng.choice(["0", "1", "2", "4", "8"]) if rng.random() < 0.1 else rng.choice(["2", "4", "8"]),
+             "memory": rng.choice(["4Gi", "8Gi", "32Gi"]) if rng.random() > 0.05 else "0",
+             "pods": str(rng.choice([2, 5, 110]))}
+    if rng.random() < 0.3:
+        alloc["ephemeral-storage"] = rng.choice(["10Gi", "100Gi"])
+    if rng.random() < 0.2:
+        alloc["example.com/gpu"] = str(rng.choice([0, 1, 4]))
+    labels = {"kubernetes.io/hostname": name, "zone": rng.choice(["a", "b", "c"])}
+    if rng.random() < 0.3:
+        labels["disk"] = rng.choice(["ssd", "hdd"])
+    spec: dict = {}
+    if rng.random() < 0.3:
+        spec["taints"] = [{"key": rng.choice(TAINT_KEYS), "value": rng.choice(["", "x"]), "effect": rng.choice(EFFECTS)}
+                          for _ in range(rng.randint(1, 2))]
+    if rng.random() < 0.1:
+        spec["unschedulable"] = True
+    status: dict = {"allocatable": alloc, "capacity": dict(alloc)}
+    if rng.random() < 0.3:
+        status["images"] = [{"names": [img], "sizeBytes": rng.choice([50, 300, 900]) * 1024 * 1024}
+                            for img in rng.sample(IMAGES, rng.randint(1, 2))]
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": spec,
+            "status": status}
+
+
+def make_pod(rng: random.Random, name: str, node_names: list[str], node_name: str = "") -> dict:
+    requests: dict = {}
+    if rng.random() < 0.9:
+        requests["cpu"] = rng.choice(["100m", "500m", "1", "3"])
+    if rng.random() < 0.8:
+        requests["memory"] = rng.choice(["128Mi", "500Mi", "2Gi", "6Gi"])
+    if rng.random() < 0.1:
+        requests["ephemeral-storage"] = rng.choice(["1Gi", "50Gi"])
+    if rng.random() < 0.05:
+        requests["example.com/gpu"] = "1"
+    container: dict = {"name": "c", "image": rng.choice(IMAGES), "resources": {"requests": requests}}
+    if rng.random() < 0.1:
+        container["ports"] = [{"containerPort": 80, "hostPort": rng.choice([80, 8080])}]
+    spec: dict = {"containers": [container], "schedulerName": "default-scheduler"}
+    if rng.random() < 0.3:
+        spec["tolerations"] = [
+            rng.choice([{"key": rng.choice(TAINT_KEYS), "operator": "Exists"},
+                        {"key": rng.choice(TAINT_KEYS), "value": "x", "effect": rng.choice(EFFECTS)},
+                        {"operator": "Exists", "effect": "PreferNoSchedule"},
+                        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}])]
+    if rng.random() < 0.1:
+        spec["nodeSelector"] = {"disk": "ssd"}
+    if rng.random() < 0.05:
+        spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 5, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}}
+    if rng.random() < 0.03 and node_names:
+        spec["nodeName"] = rng.choice(node_names)
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}, "spec": spec}
+
+
+def _twin_schedulers(seed: int, pct: int | None) -> tuple[Scheduler, Scheduler]:
+    fast = Scheduler(None, rng=random.Random(seed), percentage_of_nodes_to_score=pct)
+    slow = Scheduler(None, rng=random.Random(seed), percentage_of_nodes_to_score=pct)
+    slow.use_fast_path = False
+    return fast, slow
+
+
+def _status_view(diag) -> dict:
+    return {n: (s.code, tuple(s.reasons), s.plugin) for n, s in diag.node_to_status.items()}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fast_path_matches_generic_scheduling(seed: int) -> None:
+    rng = random.Random(seed)
+    num_nodes = rng.choice([5, 40, 150, 300])
+    nodes = [make_node(rng, f"n{i}") for i in range(num_nodes)]
+    names = [n["metadata"]["name"] for n in nodes]
+    fast, slow = _twin_schedulers(seed, rng.choice([None, 0, 10, 50]))
+    existing = [make_pod(rng, f"e{i}", names, node_name=rng.choice(names)) for i in range(num_nodes // 2)]
+    for s in (fast, slow):
+        for n in nodes:
+            s.cache.add_node(n)
+        for p in existing:
+            s.cache.add_pod(p)
+    if rng.random() < 0.5:
+        victim = make_pod(rng, "nominated", names)
+        victim["spec"]["priority"] = 1000
+        for s in (fast, slow):
+            s.nominator.add_nominated_pod(victim, rng.choice(names))
+    fw_fast, fw_slow = fast.frameworks["default-scheduler"], slow.frameworks["default-scheduler"]
+    outcomes = {"scheduled": 0, "unschedulable": 0}
+    for i in range(60):
+        pod = make_pod(rng, f"p{i}", names)
+        results = []
+        for s, fw in ((fast, fw_fast), (slow, fw_slow)):
+            try:
+                r = s.schedule_pod(fw, CycleState(), PodInfo(pod))
+                results.append(("ok", r.suggested_host, r.evaluated_nodes, r.feasible_nodes, s.next_start_node_index))
+            except FitError as e:
+                results.append(("fit", str(e), _status_view(e.diagnosis), sorted(e.diagnosis.unschedulable_plugins),
+                                s.next_start_node_index))
+        assert results[0] == results[1], f"cycle {i}"
+        if results[0][0] == "ok":
+            outcomes["scheduled"] += 1
+            host = results[0][1]
+            for s in (fast, slow):
+                assumed = dict(pod, spec=dict(pod["spec"], nodeName=host))
+                s.cache.assume_pod(assumed)
+        else:
+            outcomes["unschedulable"] += 1
+        if i % 20 == 19:
+            # Node churn: an update (taints/labels) and a removal.
+            victim_node = rng.choice(nodes)
+            new = make_node(rng, victim_node["metadata"]["name"])
+            for s in (fast, slow):
+                s.cache.update_node(victim_node, new)
+            nodes[nodes.index(victim_node)] = new
+    assert outcomes["scheduled"] > 0
+
+
+def test_fast_path_stops_after_enough_feasible_nodes_and_rotates() -> None:
+    fast, slow = _twin_schedulers(3, None)
+    rng = random.Random(3)
+    nodes = [make_node(random.Random(i), f"n{i:04d}") for i in range(600)]
+    for s in (fast, slow):
+        for n in nodes:
+            n = dict(n, spec={})
+            s.cache.add_node(n)
+    starts = []
+    for i in range(5):
+        pod = make_pod(rng, f"p{i}", [])
+        pod["spec"].pop("nodeName", None)
+        pod["spec"].pop("nodeSelector", None)
+        rs = [s.schedule_pod(s.frameworks["default-scheduler"], CycleState(), PodInfo(pod)) for s in (fast, slow)]
+        assert (rs[0].suggested_host, rs[0].evaluated_nodes, rs[0].feasible_nodes) == \
+            (rs[1].suggested_host, rs[1].evaluated_nodes, rs[1].feasible_nodes)
+        assert fast.next_start_node_index == slow.next_start_node_index
+        starts.append(fast.next_start_node_index)
+    # 600 nodes -> 46 % -> at most 276 feasible nodes per cycle; the start index moves on.
+    assert rs[0].feasible_nodes <= num_feasible_nodes_to_find(None, 600) == 276
+    assert starts[0] != 0 and len(set(starts)) > 1
+
+
+def _framework_with_snapshot(snap: Snapshot) -> Framework:
+    return Framework(in_tree_registry(), {}, Handle(snapshot=snap))
+
+
+def test_vectorised_scores_equal_plugin_scores_on_random_nodes() -> None:
+    rng = random.Random(7)
+    nodes = [make_node(rng, f"n{i}") for i in range(200)]
+    names = [n["metadata"]["name"] for n in nodes]
+    infos = [NodeInfo(n) for n in nodes]
+    for ni in infos:
+        for j in range(rng.randint(0, 3)):
+            ni.add_pod(make_pod(rng, f"{ni.name}-e{j}", names, node_name=ni.name))
+    snap = Snapshot(infos)
+    fw = _framework_with_snapshot(snap)
+    fp = FastPath(fw)
+    arr = arrays_for(snap)
+    for i in range(40):
+        pi = PodInfo(make_pod(rng, f"p{i}", []))
+        state = CycleState()
+        fw.run_pre_filter_plugins(state, pi, snap.node_info_list)
+        fw.run_pre_score_plugins(state, pi, snap.node_info_list)
+        rows = np.array(sorted(rng.sample(range(len(infos)), 120)), dtype=np.intp)
+        sub_nodes = [snap.node_info_list[r] for r in rows.tolist()]
+        totals, s = fp.score(state, pi, arr, rows, sub_nodes)
+        expected, s2 = fw.run_score_plugins(state, pi, sub_nodes)
+        assert s is None and s2 is None
+        assert totals.tolist() == [nps.total_score for nps in expected]
+
+
+def test_balanced_allocation_float_rounding_matches_python() -> None:
+    # Fractions chosen so (1 - std) * 100 lands next to an integer.
+    node = {"metadata": {"name": "n"}, "spec": {},
+            "status": {"allocatable": {"cpu": "3", "memory": "3", "pods": "10"}}}
+    ni = NodeInfo(node)
+    snap = Snapshot([ni])
+    fw = _framework_with_snapshot(snap)
+    pod = {"metadata": {"name": "p", "uid": "p"},
+           "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2"}}}]}}
+    pi = PodInfo(pod)
+    state = CycleState()
+    fw.run_pre_score_plugins(state, pi, [ni])
+    fp = FastPath(fw)
+    got, _ = fp.score(state, pi, arrays_for(snap), np.array([0]), [ni])
+    want, _ = fw.run_score_plugins(state, pi, [ni])
+    assert got.tolist() == [want[0].total_score]
+
+
+def test_memoized_rows_are_recomputed_after_a_change() -> None:
+    infos = [NodeInfo({"metadata": {"name": f"n{i}"}, "spec": {},
+                       "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "3"}}}) for i in range(40)]
+    arr = NodeArrays(infos)
+    batches: list[list[int]] = []
+    singles: list[int] = []
+
+    def compute(rows: np.ndarray) -> np.ndarray:
+        batches.append(rows.tolist())
+        return arr.cols[4, rows] + 1
+
+    def compute_one(row: int) -> int:
+        singles.append(row)
+        return int(arr.cols[4, row]) + 1
+
+    def get(sel):
+        return arr.memoized("k", np.int64, compute, compute_one, sel).tolist()
+
+    assert get(slice(0, 40)) == [1] * 40
+    assert get(slice(0, 40)) == [1] * 40
+    assert batches == [list(range(40))] and singles == []
+    infos[2].add_pod({"metadata": {"name": "x", "uid": "x"},
+                      "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}]}})
+    arr.set_row(2, infos[2])
+    assert get(np.array([5, 2, 7])) == [1, 501, 1]
+    assert singles == [2] and len(batches) == 1
+
+
+def test_select_host_is_uniform_among_ties_and_prefers_the_maximum() -> None:
+    rng = random.Random(0)
+    totals = np.array([5, 9, 3, 9, 9, 1])
+    picks = [select_host_index(totals, rng) for _ in range(3000)]
+    assert set(picks) == {1, 3, 4}
+    for idx in (1, 3, 4):
+        assert 850 < picks.count(idx) < 1150
+    assert select_host_index(np.array([1, 7, 2]), rng) == 1
+
+
+def _random_container(rng: random.Random, name: str) -> dict:
+    requests = {}
+    for res, choices in (("cpu", ["0", "100m", "1", 2]), ("memory", ["0", "64Mi", "1Gi"]),
+                         ("ephemeral-storage", ["1Gi"]), ("example.com/foo", ["1", "3"]), ("pods", ["1"])):
+        if rng.random() < 0.5:
+            requests[res] = rng.choice(choices)
+    c: dict = {"name": name, "image": "img"}
+    if requests or rng.random() < 0.5:
+        c["resources"] = {"requests": requests}
+    return c
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pod_info_requests_match_pod_requests(seed: int) -> None:
+    from kubeplane.scheduler.framework.nodeinfo import _NON_ZERO_DEFAULTS, pod_requests
+
+    rng = random.Random(seed)
+    for i in range(200):
+        spec: dict = {"containers": [_random_container(rng, f"c{j}") for j in range(rng.randint(0, 3))]}
+        if rng.random() < 0.2:
+            spec["initContainers"] = [dict(_random_container(rng, "i0"), restartPolicy=rng.choice(["Always", None]))]
+        if rng.random() < 0.1:
+            spec["overhead"] = {"cpu": "50m"}
+        if rng.random() < 0.1:
+            spec["resources"] = {"requests": {"cpu": "2"}}
+        pod = {"metadata": {"name": f"p{i}", "uid": f"p{i}"}, "spec": spec}
+        pi = PodInfo(pod)
+        nz = pod_requests(pod, _NON_ZERO_DEFAULTS)
+        assert pi.requests == pod_requests(pod)
+        assert list(pi.requests) == list(pod_requests(pod))
+        assert (pi.non_zero_cpu, pi.non_zero_memory) == (nz.get("cpu", 0), nz.get("memory", 0))
