@@ -80,6 +80,11 @@ def make_pod(rng: random.Random, name: str, node_names: list[str], node_name: st
     if rng.random() < 0.05:
         spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 5, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}}
+    if rng.random() < 0.05 and node_names:
+        pinned = rng.sample(node_names, min(len(node_names), rng.randint(1, 30)))
+        spec.setdefault("affinity", {})["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
+                                  for n in pinned]}}
     if rng.random() < 0.03 and node_names:
         spec["nodeName"] = rng.choice(node_names)
     if node_name:
@@ -287,3 +292,28 @@ def test_pod_info_requests_match_pod_requests(seed: int) -> None:
         assert pi.requests == pod_requests(pod)
         assert list(pi.requests) == list(pod_requests(pod))
         assert (pi.non_zero_cpu, pi.non_zero_memory) == (nz.get("cpu", 0), nz.get("memory", 0))
+
+
+def test_huge_quantities_fall_back_to_the_plugins() -> None:
+    fast, slow = _twin_schedulers(11, None)
+    rng = random.Random(11)
+    for s in (fast, slow):
+        for i in range(30):
+            memory = "64Pi" if i % 3 == 0 else "8Gi"
+            s.cache.add_node({"metadata": {"name": f"n{i}", "labels": {}}, "spec": {},
+                              "status": {"allocatable": {"cpu": "4", "memory": memory, "pods": "10"}}})
+    for i in range(40):
+        pod = make_pod(rng, f"p{i}", [])
+        pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100m", "memory": rng.choice(["1Gi", "9Pi"])}}
+        results = []
+        for s in (fast, slow):
+            try:
+                r = s.schedule_pod(s.frameworks["default-scheduler"], CycleState(), PodInfo(pod))
+                results.append((r.suggested_host, r.feasible_nodes, s.next_start_node_index))
+            except FitError as e:
+                results.append((str(e), s.next_start_node_index))
+        assert results[0] == results[1]
+        if len(results[0]) == 3:
+            for s in (fast, slow):
+                s.cache.assume_pod(dict(pod, spec=dict(pod["spec"], nodeName=results[0][0])))
+    assert arrays_for(fast.snapshot).num_big == 10

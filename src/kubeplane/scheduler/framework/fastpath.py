@@ -2,11 +2,15 @@
 
 The generic framework runs every plugin once per node, which in Python costs
 tens of microseconds per node. For the plugins whose verdict only depends on
-a few per-node numbers or on a small set of distinct taint lists
-(NodeUnschedulable, NodeName, TaintToleration, NodePorts, NodeResourcesFit;
-scores of TaintToleration, NodeResourcesFit LeastAllocated/MostAllocated,
-NodeResourcesBalancedAllocation and ImageLocality) this module evaluates all
-nodes at once over numpy column arrays kept in step with the snapshot.
+a few per-node numbers, a small set of distinct taint lists or the node's
+labels (Filter of NodeUnschedulable, NodeName, TaintToleration, NodeAffinity,
+NodePorts, NodeResourcesFit; Score of TaintToleration, NodeResourcesFit
+LeastAllocated/MostAllocated, NodeResourcesBalancedAllocation and
+ImageLocality) this module evaluates many nodes at once over numpy column
+arrays kept in step with the snapshot. Per-node results that only depend on
+the node and on the pod's shape (requests, node selector) are memoized
+across cycles and recomputed for the nodes that changed, so identical pods
+(the common case in bulk workloads) cost a few array operations per cycle.
 
 Results are exactly those of the generic path:
 
@@ -27,11 +31,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+import orjson
 
 from kubeplane.scheduler.framework.nodeinfo import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import implements
 from kubeplane.scheduler.framework.types import Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Obj, Status
 from kubeplane.scheduler.plugins.image_locality import ImageLocality, calculate_priority
+from kubeplane.scheduler.plugins.node_affinity import NodeAffinity
 from kubeplane.scheduler.plugins.node_name import NodeName
 from kubeplane.scheduler.plugins.node_ports import NodePorts
 from kubeplane.scheduler.plugins.node_resources_balanced import NodeResourcesBalancedAllocation
@@ -44,9 +50,10 @@ from kubeplane.scheduler.plugins.taint_toleration import (
 if TYPE_CHECKING:
     from kubeplane.scheduler.framework.runtime import Framework
 
-#: Integer values at or above this magnitude are not handled by the arrays
-#: (products with 100 must stay in int64 and conversions to float exact).
-SAFE_LIMIT = 1 << 53
+#: Integer values at or above this magnitude are not handled by the arrays:
+#: sums of two stay below 2**53 (exact as float64) and products with 100 fit
+#: in int64.
+SAFE_LIMIT = 1 << 52
 
 # Column indices of NodeArrays.cols.
 A_CPU, A_MEM, A_EPH, A_PODS, R_CPU, R_MEM, R_EPH, N_PODS, NZ_CPU, NZ_MEM = range(10)
@@ -67,11 +74,15 @@ class _OutOfRange(Exception):
 
 
 class _Memo:
-    __slots__ = ("values", "valid")
+    """Per-row values of one memoized function, which rows hold one, and how to compute a row."""
 
-    def __init__(self, values: np.ndarray, valid: np.ndarray) -> None:
+    __slots__ = ("values", "valid", "num_valid", "compute_one")
+
+    def __init__(self, values: np.ndarray, valid: np.ndarray, compute_one: Callable[[int], Any]) -> None:
         self.values = values
         self.valid = valid
+        self.num_valid = 0
+        self.compute_one = compute_one
 
 
 def _taint_key(taints: list[Obj]) -> tuple[tuple[str, str, str], ...]:
@@ -114,28 +125,31 @@ class NodeArrays:
         """``compute(rows)`` for the rows ``sel``, reusing values of unchanged rows.
 
         Per-row results of a pure function of (row values, ``key``) are kept
-        across cycles; ``set_row`` invalidates the row in every memo, so only
-        rows changed since (or never computed) are recomputed: a handful one
-        by one with ``compute_one(row)``, more at once with ``compute``. The
-        result may be a view: callers must not modify it.
+        across cycles; ``set_row`` recomputes the row in every memo with the
+        memo's ``compute_one`` (the function is the same for the same key),
+        rows never computed are filled on demand: a handful one by one with
+        ``compute_one(row)``, more at once with ``compute``. The result may be
+        a view: callers must not modify it.
         """
         m = self.memos.get(key)
         if m is None:
             if len(self.memos) >= MAX_MEMOS:
                 del self.memos[next(iter(self.memos))]
             n = len(self.node_infos)
-            m = self.memos[key] = _Memo(np.zeros(n, dtype=dtype), np.zeros(n, dtype=bool))
-        valid = m.valid[sel]
-        if not valid.all():
-            rows = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel)
-            todo = rows[~valid]
-            if len(todo) <= SMALL_RECOMPUTE:
-                values = m.values
-                for row in todo.tolist():
-                    values[row] = compute_one(row)
-            else:
-                m.values[todo] = compute(todo)
-            m.valid[todo] = True
+            m = self.memos[key] = _Memo(np.zeros(n, dtype=dtype), np.zeros(n, dtype=bool), compute_one)
+        if m.num_valid < len(m.valid):
+            valid = m.valid[sel]
+            if not valid.all():
+                rows = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel)
+                todo = rows[~valid]
+                if len(todo) <= SMALL_RECOMPUTE:
+                    values = m.values
+                    for row in todo.tolist():
+                        values[row] = compute_one(row)
+                else:
+                    m.values[todo] = compute(todo)
+                m.valid[todo] = True
+                m.num_valid += len(todo)
         return m.values[sel]
 
     def set_row(self, i: int, ni: NodeInfo) -> None:
@@ -144,8 +158,6 @@ class NodeArrays:
         vals = (alloc.get(CPU, 0), alloc.get(MEMORY, 0), alloc.get(EPHEMERAL_STORAGE, 0), alloc.get(PODS, 0),
                 req.get(CPU, 0), req.get(MEMORY, 0), req.get(EPHEMERAL_STORAGE, 0), len(ni.pods),
                 nz.get(CPU, 0), nz.get(MEMORY, 0))
-        for m in self.memos.values():
-            m.valid[i] = False
         big = False
         for v in vals:
             if not -SAFE_LIMIT < v < SAFE_LIMIT:
@@ -167,20 +179,27 @@ class NodeArrays:
             self.num_tainted += (gid != 0) - (old_gid != 0)
             self.taint_gid[i] = gid
         flag = bool(spec.get("unschedulable"))
-        if flag != self.unsched[i]:
+        if flag != bool(self.unsched[i]):
             self.unsched[i] = flag
             self.num_unsched += 1 if flag else -1
         flag = len(ni.used_ports) > 0
-        if flag != self.has_ports[i]:
+        if flag != bool(self.has_ports[i]):
             self.has_ports[i] = flag
             self.num_ports += 1 if flag else -1
         flag = bool(ni.image_states)
-        if flag != self.has_images[i]:
+        if flag != bool(self.has_images[i]):
             self.has_images[i] = flag
             self.num_images += 1 if flag else -1
-        if big != self.big[i]:
+        if big != bool(self.big[i]):
             self.big[i] = big
             self.num_big += 1 if big else -1
+        for m in self.memos.values():
+            if m.valid[i]:
+                try:
+                    m.values[i] = m.compute_one(i)
+                except _OutOfRange:
+                    m.valid[i] = False
+                    m.num_valid -= 1
 
 
 def arrays_for(snapshot: Any) -> NodeArrays:
@@ -277,6 +296,29 @@ class FastPath:
             if i is not None:
                 mask[i] = True
             return lambda sel: mask[sel]
+        if cls is NodeAffinity:
+            spec = pod_info.pod.get("spec") or {}
+            required_raw = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution")
+            try:
+                sig = orjson.dumps([spec.get("nodeSelector"), required_raw], option=orjson.OPT_SORT_KEYS)
+            except TypeError:
+                return None
+            key = ("affinity", id(pl), sig)
+            added = pl.added_node_selector
+            required = pl.required_for(state, pod_info)
+            infos = arr.node_infos
+
+            def matches(row: int) -> bool:
+                node = infos[row].node
+                if node is None:
+                    return False
+                return (added is None or added.matches(node)) and required.matches(node)
+
+            def compute_many(sel: Any) -> np.ndarray:
+                rows = sel.tolist()
+                return np.fromiter((matches(r) for r in rows), dtype=bool, count=len(rows))
+            return lambda sel: arr.memoized(key, bool, compute_many, matches, sel)
         if cls is NodePorts:
             if arr.num_ports == 0:
                 return _all_pass

@@ -70,13 +70,17 @@ class NodeAffinity(Plugin):
             return None, Status.unresolvable(ERR_REASON_CONFLICT)
         return PreFilterResult(node_names), None
 
+    def required_for(self, state: CycleState, pod_info: PodInfo) -> RequiredNodeAffinity:
+        """The pod's required node affinity (PreFilter state, or computed)."""
+        return state.get(_PRE_FILTER_KEY) or pod_info.required_node_affinity
+
     def filter(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> Status | None:
         node = node_info.node
         if node is None:
             return Status.as_status(RuntimeError("node not found"))
         if self.added_node_selector is not None and not self.added_node_selector.matches(node):
             return Status.unresolvable(ERR_REASON_ENFORCED)
-        required: RequiredNodeAffinity = state.get(_PRE_FILTER_KEY) or pod_info.required_node_affinity
+        required: RequiredNodeAffinity = self.required_for(state, pod_info)
         if not required.matches(node):
             return Status.unresolvable(ERR_REASON_POD)
         return None
