@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from kubeplane.scheduler.framework.nodeinfo import NodeSelector
+from kubeplane.api.nodeselector import NodeSelector
 
 Obj = dict[str, Any]
 
