@@ -244,6 +244,7 @@ class Scheduler:
             handle.pvc_assume_cache = pvc_cache
             self._install_listers(handle)
             fw = Framework(registry, prof, handle)
+            fw.metrics = metrics
             if fw.profile_name in self.frameworks:
                 raise ValueError(f"duplicate profile {fw.profile_name!r}")
             self.frameworks[fw.profile_name] = fw

@@ -200,3 +200,31 @@ async def test_metrics_count_attempts_and_queue_traffic(cluster):
         assert 'scheduler_pending_pods{queue="unschedulable"} 1.0' in text
     finally:
         await _stop(sched, task)
+
+
+async def test_plugin_durations_recorded_in_sampled_cycles(cluster):
+    import random as _random
+
+    from kubeplane.scheduler.metrics import SchedulerMetrics
+
+    class AlwaysSample(_random.Random):
+        def random(self) -> float:  # every cycle is in the 10 % sample
+            return 0.0
+
+    await cluster.create(NODES, node("n1"))
+    metrics = SchedulerMetrics()
+    sched = Scheduler(cluster, metrics=metrics, rng=AlwaysSample(1))
+    task = asyncio.create_task(sched.run())
+    try:
+        await cluster.create(PODS, pod("p"), "default")
+
+        async def recorded():
+            text = metrics.exposition("text/plain")[0].decode()
+            key = ('scheduler_plugin_execution_duration_seconds_count{extension_point="Bind",'
+                   'plugin="DefaultBinder",status="Success"} 1.0')
+            return key in text and text
+
+        text = await wait_for(recorded)
+        assert 'extension_point="PreFilter",plugin="NodeResourcesFit"' in text
+    finally:
+        await _stop(sched, task)

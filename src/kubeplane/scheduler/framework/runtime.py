@@ -10,6 +10,8 @@ Unreserve, Permit waiting with capped timeouts, Bind until non-Skip).
 
 from __future__ import annotations
 
+from time import perf_counter
+
 import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
@@ -248,6 +250,9 @@ class Framework:
             raise FrameworkError("at least one bind plugin is needed")
         self.queue_sort_plugin = self.points["queueSort"][0]
         self.waiting_pods: dict[str, WaitingPod] = {}
+        #: SchedulerMetrics (or None); plugin timings are recorded in cycles whose
+        #: CycleState.record_metrics is set (upstream samples 10 % of them)
+        self.metrics: Any = None
         self._fast_path: Any = None
 
     def fast_path(self) -> Any:
@@ -292,6 +297,11 @@ class Framework:
                 self.score_weights[name] = int(p.get("weight") or 1)
         ordered = overrides + multi + [n for n in explicit if n not in overrides]
         return ordered
+
+    def _observe(self, plugin: str, point: str, status: Status | None, t0: float) -> None:
+        """scheduler_plugin_execution_duration_seconds, in sampled cycles only."""
+        if self.metrics is not None:
+            self.metrics.observe_plugin(plugin, point, status, perf_counter() - t0)
 
     def list_plugins(self) -> dict[str, list[str]]:
         """Enabled plugin names per extension point (non-empty points only)."""
@@ -348,7 +358,10 @@ class Framework:
         with_nodes: list[str] = []
         skip: set[str] = set()
         for pl in self.pre_filter_plugins:
+            t0 = perf_counter() if state.record_metrics else 0.0
             r, s = pl.pre_filter(state, pod_info, nodes)
+            if t0:
+                self._observe(pl.name, "PreFilter", s, t0)
             if s is not None and s.is_skip():
                 skip.add(pl.name)
                 continue
@@ -396,7 +409,10 @@ class Framework:
         for pl in self.filter_plugins:
             if skip and pl.name in skip:
                 continue
+            t0 = perf_counter() if state.record_metrics else 0.0
             s = pl.filter(state, pod_info, node_info)
+            if t0:
+                self._observe(pl.name, "Filter", s, t0)
             if s is None or s.code == Code.SUCCESS:
                 continue
             if not s.is_rejected():
@@ -479,7 +495,10 @@ class Framework:
     def run_pre_score_plugins(self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]) -> Status | None:
         skip: set[str] = set()
         for pl in self.pre_score_plugins:
+            t0 = perf_counter() if state.record_metrics else 0.0
             s = pl.pre_score(state, pod_info, nodes)
+            if t0:
+                self._observe(pl.name, "PreScore", s, t0)
             if s is None or s.is_success():
                 continue
             if s.is_skip():
@@ -499,11 +518,14 @@ class Framework:
             if pl.name in skip:
                 continue
             scores: list[list[Any]] = []
+            t0 = perf_counter() if state.record_metrics else 0.0
             for ni in nodes:
                 sc, s = pl.score(state, pod_info, ni)
                 if s is not None and not s.is_success():
                     return [], _as_error(s, f"running Score plugin {pl.name!r}", pl.name)
                 scores.append([ni.name, sc])
+            if t0:
+                self._observe(pl.name, "Score", None, t0)
             if implements(pl, "normalize_score"):
                 s = pl.normalize_score(state, pod_info, scores)
                 if s is not None and not s.is_success():
@@ -523,7 +545,10 @@ class Framework:
 
     def run_reserve_plugins_reserve(self, state: CycleState, pod_info: PodInfo, node_name: str) -> Status | None:
         for pl in self.reserve_plugins:
+            t0 = perf_counter() if state.record_metrics else 0.0
             s = pl.reserve(state, pod_info, node_name)
+            if t0:
+                self._observe(pl.name, "Reserve", s, t0)
             if s is None or s.is_success():
                 continue
             if s.is_rejected():
@@ -588,7 +613,10 @@ class Framework:
 
     async def run_pre_bind_plugins(self, state: CycleState, pod_info: PodInfo, node_name: str) -> Status | None:
         for pl in self.pre_bind_plugins:
+            t0 = perf_counter() if state.record_metrics else 0.0
             s = await pl.pre_bind(state, pod_info, node_name)
+            if t0:
+                self._observe(pl.name, "PreBind", s, t0)
             if s is None or s.is_success() or s.is_skip():
                 continue
             if s.is_rejected():
@@ -601,7 +629,10 @@ class Framework:
         """Bind plugins in order until one does not Skip. All skipping returns Skip."""
         status: Status | None = Status.skip()
         for pl in self.bind_plugins:
+            t0 = perf_counter() if state.record_metrics else 0.0
             status = await pl.bind(state, pod_info, node_name)
+            if t0:
+                self._observe(pl.name, "Bind", status, t0)
             if status is not None and status.is_skip():
                 continue
             if status is None or status.is_success():
