@@ -33,12 +33,16 @@ from kubeplane.volume.matching import (
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,
+    HOSTNAME_LABEL,
     NOT_SUPPORTED_PROVISIONER,
     annotations_of,
     check_node_affinity,
     claim_class,
     claim_request,
+    ClaimVolumeIndex,
+    VolumeFactsCache,
     find_matching_volume,
+    index_volumes_for_claim,
     is_volume_bound_to_claim,
     pinned_hostnames,
     topology_matches,
@@ -194,6 +198,15 @@ class PodVolumeClaims:
     unbound_claims_immediate: list[Obj] = field(default_factory=list)
     #: storage class -> PVs of that class (assumed versions included), for delayed claims
     unbound_volumes_delay_binding: dict[str, list[Obj]] = field(default_factory=dict)
+    #: per delayed claim (``id`` of the claim object): its candidate PVs, indexed by node
+    volume_indexes: dict[int, ClaimVolumeIndex] = field(default_factory=dict)
+    #: delayed claims without a selected node, smallest request first (the Filter order)
+    claims_to_find: list[Obj] = field(default_factory=list)
+    #: hostnames with volumes pinned to them for some claim; ``None`` when some
+    #: claim's match depends on the node in other ways (then no shared result)
+    pinned_hostnames: set[str] | None = None
+    #: the static matching result shared by all nodes outside ``pinned_hostnames``
+    shared_match: tuple[bool, list[StaticBinding], list[Obj]] | None = None
 
 
 # --------------------------------------------------------------------------- binder
@@ -236,6 +249,7 @@ class VolumeBinder:
         self.bind_timeout = bind_timeout
         self.poll_interval = poll_interval
         self._waiters: set[asyncio.Event] = set()
+        self._volume_facts = VolumeFactsCache()
 
     @classmethod
     def from_informer_factory(
@@ -310,6 +324,21 @@ class VolumeBinder:
             cls = claim_class(pvc)
             if cls not in out.unbound_volumes_delay_binding:
                 out.unbound_volumes_delay_binding[cls] = list(self.pv_cache.list_pvs(cls))
+        to_find = [pvc for pvc in out.unbound_claims_delay_binding if ANN_SELECTED_NODE not in annotations_of(pvc)]
+        out.claims_to_find = sorted(to_find, key=claim_request)
+        for pvc in out.claims_to_find:
+            out.volume_indexes[id(pvc)] = index_volumes_for_claim(
+                pvc, out.unbound_volumes_delay_binding[claim_class(pvc)], self._volume_facts)
+        pinned: set[str] | None = set()
+        for index in out.volume_indexes.values():
+            if index.prebound or index.other:
+                pinned = None
+                break
+            pinned.update(index.by_hostname)
+        out.pinned_hostnames = pinned
+        if out.claims_to_find:
+            listed = sum(len(pvs) for pvs in out.unbound_volumes_delay_binding.values())
+            self._volume_facts.prune(4 * listed + 1024)
         return out
 
     def get_eligible_nodes(self, bound_claims: Iterable[Mapping[str, Any]]) -> set[str] | None:
@@ -333,6 +362,13 @@ class VolumeBinder:
         self, pod: Mapping[str, Any], claims: PodVolumeClaims, node: Mapping[str, Any]
     ) -> tuple[PodVolumes, list[str]]:
         """Can the pod's volumes be used on ``node``? Returns the plan and the rejection reasons."""
+        shared = claims.shared_match
+        if (shared is not None and shared[0] and not claims.bound_claims
+                and len(claims.claims_to_find) == len(claims.unbound_claims_delay_binding)
+                and claims.pinned_hostnames is not None
+                and (_meta(node).get("labels") or {}).get(HOSTNAME_LABEL) not in claims.pinned_hostnames):
+            # every claim has a static match that is the same on all nodes without pinned volumes
+            return PodVolumes(list(shared[1])), []
         pod_volumes = PodVolumes()
         bound_ok = unbound_ok = enough_space = pvs_found = True
         if claims.bound_claims:
@@ -352,8 +388,21 @@ class VolumeBinder:
                     to_find.append(pvc)
             else:
                 if to_find:
-                    unbound_ok, pod_volumes.static_bindings, unmatched = self._find_matching_volumes(
-                        to_find, claims.unbound_volumes_delay_binding, node)
+                    presorted = len(claims.claims_to_find) == len(to_find)
+                    hostname = (_meta(node).get("labels") or {}).get(HOSTNAME_LABEL)
+                    shared = (presorted and claims.pinned_hostnames is not None
+                              and (hostname is None or hostname not in claims.pinned_hostnames))
+                    if shared and claims.shared_match is not None:
+                        unbound_ok, bindings, unmatched = claims.shared_match
+                    else:
+                        unbound_ok, bindings, unmatched = self._find_matching_volumes(
+                            claims.claims_to_find if presorted else to_find, claims.unbound_volumes_delay_binding,
+                            node, claims.volume_indexes, presorted)
+                        if shared:
+                            # the same on every node without pinned volumes: computed once per cycle
+                            claims.shared_match = (unbound_ok, bindings, unmatched)
+                    pod_volumes.static_bindings = list(bindings)
+                    unmatched = list(unmatched)
                     to_provision.extend(unmatched)
                 if to_provision:
                     unbound_ok, enough_space, pod_volumes.dynamic_provisions = self._check_volume_provisions(
@@ -382,16 +431,24 @@ class VolumeBinder:
         return True, True
 
     def _find_matching_volumes(
-        self, claims: list[Obj], pvs_by_class: Mapping[str, list[Obj]], node: Mapping[str, Any]
+        self, claims: list[Obj], pvs_by_class: Mapping[str, list[Obj]], node: Mapping[str, Any],
+        indexes: Mapping[int, ClaimVolumeIndex] | None = None, presorted: bool = False,
     ) -> tuple[bool, list[StaticBinding], list[Obj]]:
-        """Smallest claims first; each chosen PV is excluded for the next claims."""
+        """Smallest claims first; each chosen PV is excluded for the next claims.
+
+        Uses the claims' PreFilter volume indexes when present, so the work per
+        node does not grow with the number of PVs usable elsewhere."""
         chosen: dict[str, Obj] = {}
         bindings: list[StaticBinding] = []
         unmatched: list[Obj] = []
         found_all = True
-        for pvc in sorted(claims, key=claim_request):
-            pvs = pvs_by_class.get(claim_class(pvc), [])
-            pv = find_matching_volume(pvc, pvs, node, chosen, True)
+        ordered = claims if presorted else sorted(claims, key=claim_request)
+        for pvc in ordered:
+            index = indexes.get(id(pvc)) if indexes else None
+            if index is not None and index.claim is pvc:
+                pv = index.find(node, chosen)
+            else:
+                pv = find_matching_volume(pvc, pvs_by_class.get(claim_class(pvc), []), node, chosen, True)
             if pv is None:
                 found_all = False
                 unmatched.append(pvc)

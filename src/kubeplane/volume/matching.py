@@ -8,6 +8,7 @@ checked only when a node is given.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Iterable, Mapping
 
@@ -249,6 +250,12 @@ def find_best_match_for_claim(
     """The PV controller's search: volumes grouped by access modes that cover
     the claim's, fewest modes first; the first group with a match wins."""
     modes = _spec(claim).get("accessModes") or []
+    if delay_binding:
+        # only volumes pre-bound to the claim can match without a node
+        claim_name = _meta(claim).get("name")
+        volumes = [pv for pv in volumes
+                   if ((pv.get("spec") or {}).get("claimRef") or {}).get("name") == claim_name
+                   and is_volume_bound_to_claim(pv, claim)]
     groups: dict[frozenset[str], list[Mapping[str, Any]]] = {}
     for pv in volumes:
         offered = frozenset(_spec(pv).get("accessModes") or [])
@@ -274,3 +281,159 @@ def check_volume_satisfies_claim(pv: Mapping[str, Any], claim: Mapping[str, Any]
     if _meta(pv).get("deletionTimestamp"):
         return "volume is being deleted"
     return None
+
+
+# ------------------------------------------------------- per-claim volume index
+
+#: ``(capacity, position in the listed volumes, name, volume)``; sorts as the
+#: linear search prefers: smallest capacity first, earliest listed on ties.
+_Entry = tuple[Fraction, int, str, Any]
+
+
+@dataclass
+class ClaimVolumeIndex:
+    """The static PVs that may serve one delayed claim, grouped by where they can be used.
+
+    Built once per scheduling cycle (:func:`index_volumes_for_claim`): every
+    node-independent rule of :func:`find_matching_volume` (phase, claimRef,
+    class, volume mode, selector, access modes, size, deletion) is applied
+    up front, so :meth:`find` on a node only checks node affinity of the
+    volumes that can be on that node. :meth:`find` returns exactly what
+    ``find_matching_volume(claim, volumes, node, excluded, True)`` returns.
+    """
+
+    claim: Mapping[str, Any]
+    volumes: list[Any]
+    #: a volume pre-bound to the claim exists: :meth:`find` scans ``volumes``
+    prebound: bool = False
+    #: candidates without node affinity (usable on every node)
+    anywhere: list[_Entry] = field(default_factory=list)
+    #: candidates whose every affinity term pins ``kubernetes.io/hostname``
+    by_hostname: dict[str, list[_Entry]] = field(default_factory=dict)
+    #: candidates with any other node affinity (checked on each node)
+    other: list[_Entry] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        """No volume can serve the claim on any node."""
+        return not (self.prebound or self.anywhere or self.by_hostname or self.other)
+
+    def find(self, node: Mapping[str, Any], excluded: set[str] | Mapping[str, Any] | None = None) -> Any | None:
+        """Smallest candidate usable on ``node`` and not ``excluded`` (by name), or ``None``."""
+        if self.prebound:
+            return find_matching_volume(self.claim, self.volumes, node, excluded, True)
+        excluded = excluded or ()
+        best: _Entry | None = None
+        for entry in self.anywhere:
+            if entry[2] not in excluded:
+                best = entry
+                break
+        hostname = (_meta(node).get("labels") or {}).get(HOSTNAME_LABEL)
+        if hostname is not None:
+            best = _first_usable(self.by_hostname.get(hostname, ()), node, excluded, best)
+        if self.other:
+            best = _first_usable(self.other, node, excluded, best)
+        return best[3] if best is not None else None
+
+
+def _first_usable(
+    entries: Iterable[_Entry], node: Mapping[str, Any], excluded: Any, best: _Entry | None
+) -> _Entry | None:
+    """``best`` or the first of the sorted ``entries`` that beats it and fits ``node``."""
+    for entry in entries:
+        if best is not None and (entry[0], entry[1]) >= (best[0], best[1]):
+            return best
+        if entry[2] not in excluded and check_node_affinity(entry[3], node):
+            return entry
+    return best
+
+
+#: node-independent facts of one volume, see :func:`volume_facts`
+VolumeFacts = tuple[str, bool, bool, str, str, frozenset[str], Fraction, Any]
+
+_UNSET = object()
+
+
+def volume_facts(pv: Mapping[str, Any]) -> VolumeFacts:
+    """``(name, has claimRef, usable: Available and not deleting, volume mode, class,
+    access modes, capacity, hostnames)``; hostnames is :func:`pinned_hostnames`,
+    or ``_UNSET`` for a volume without required node affinity."""
+    spec = _spec(pv)
+    md = _meta(pv)
+    required = (spec.get("nodeAffinity") or {}).get("required")
+    return (md.get("name") or "", bool(spec.get("claimRef")),
+            ((pv.get("status") or {}).get("phase")) == "Available" and not md.get("deletionTimestamp"),
+            volume_mode(pv), volume_class(pv), frozenset(spec.get("accessModes") or ()), volume_capacity(pv),
+            _UNSET if required is None else pinned_hostnames(pv))
+
+
+class VolumeFactsCache:
+    """Memo of :func:`volume_facts` per volume object, valid while the object is
+    the one cached (informer objects are replaced, never mutated, on update).
+    Entries of volumes not seen by :meth:`prune` callers are dropped there."""
+
+    def __init__(self) -> None:
+        self._facts: dict[str, tuple[Any, Any, VolumeFacts]] = {}
+
+    def get(self, pv: Mapping[str, Any]) -> VolumeFacts:
+        md = _meta(pv)
+        name = md.get("name") or ""
+        rv = md.get("resourceVersion")
+        hit = self._facts.get(name)
+        if hit is not None and hit[0] is pv and hit[1] == rv:
+            return hit[2]
+        facts = volume_facts(pv)
+        self._facts[name] = (pv, rv, facts)
+        return facts
+
+    def prune(self, limit: int) -> None:
+        """Forget everything once more than ``limit`` volumes are held (bounded memory)."""
+        if len(self._facts) > limit:
+            self._facts.clear()
+
+    def __len__(self) -> int:
+        return len(self._facts)
+
+
+def index_volumes_for_claim(
+    claim: Mapping[str, Any], volumes: Iterable[Mapping[str, Any]], facts: VolumeFactsCache | None = None
+) -> ClaimVolumeIndex:
+    """Pre-select the volumes that could serve ``claim`` on some node (see :class:`ClaimVolumeIndex`).
+
+    ``facts`` memoises the per-volume work across calls."""
+    vols = list(volumes)
+    out = ClaimVolumeIndex(claim, vols)
+    request = claim_request(claim)
+    cls = claim_class(claim)
+    mode = volume_mode(claim)
+    spec = _spec(claim)
+    selector_dict = spec.get("selector")
+    selector = label_selector_from_dict(selector_dict) if selector_dict is not None else None
+    modes = frozenset(spec.get("accessModes") or ())
+    get_facts = facts.get if facts is not None else volume_facts
+    for pos, pv in enumerate(vols):
+        name, has_ref, usable, pv_mode, pv_class, pv_modes, capacity, hosts = get_facts(pv)
+        if has_ref:
+            if (is_volume_bound_to_claim(pv, claim) and pv_mode == mode
+                    and not _meta(pv).get("deletionTimestamp") and capacity >= request):
+                out.prebound = True
+                return out
+            continue
+        if not usable or pv_mode != mode or pv_class != cls or capacity < request or not modes <= pv_modes:
+            continue
+        if selector is not None and not selector.matches(_meta(pv).get("labels") or {}):
+            continue
+        entry: _Entry = (capacity, pos, name, pv)
+        if hosts is _UNSET:
+            out.anywhere.append(entry)
+        elif hosts is None:
+            out.other.append(entry)
+        else:
+            for host in hosts:
+                out.by_hostname.setdefault(host, []).append(entry)
+    key = lambda e: (e[0], e[1])  # noqa: E731
+    out.anywhere.sort(key=key)
+    out.other.sort(key=key)
+    for entries in out.by_hostname.values():
+        entries.sort(key=key)
+    return out

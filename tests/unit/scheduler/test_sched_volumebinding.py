@@ -696,3 +696,134 @@ def test_pv_hint_queues_only_pvs_that_can_serve_a_claim():
         QueueingHint.SKIP  # no claims at all
     claims.clear()
     assert pv_change_hint(pod, pv(), lookup) == QueueingHint.QUEUE  # unknown claim: let the cycle decide
+
+
+# --------------------------------------------------------------------------- per-claim volume index
+
+
+def _random_volume(rng: random.Random, i: int, claims: list[dict]) -> dict:
+    from kubeplane.volume.matching import ANN_BETA_STORAGE_CLASS
+
+    spec: dict = {"capacity": {"storage": rng.choice(["1Gi", "2Gi", "3Gi", "500Mi"])},
+                  "accessModes": rng.choice([["ReadWriteOnce"], ["ReadOnlyMany"], ["ReadWriteOnce", "ReadOnlyMany"]]),
+                  "storageClassName": rng.choice(["local", "local", "other"])}
+    if rng.random() < 0.1:
+        spec["volumeMode"] = "Block"
+    kind = rng.randrange(5)
+    if kind == 1:
+        spec["nodeAffinity"] = hostname_affinity(rng.choice(["n1", "n2", "n3"]))
+    elif kind == 2:  # pinned to two hosts and a zone
+        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1", "n2"]},
+            {"key": "zone", "operator": "In", "values": [rng.choice(["a", "b"])]}]}]}}
+    elif kind == 3:  # zone only: checked per node
+        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": [rng.choice(["a", "b"])]}]}]}}
+    elif kind == 4:
+        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": []}}
+    md: dict = {"name": f"pv{i}", "resourceVersion": str(i), "labels": {"tier": rng.choice(["gold", "silver"])}}
+    if rng.random() < 0.05:
+        md["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    if rng.random() < 0.05:
+        md["annotations"] = {ANN_BETA_STORAGE_CLASS: "other"}
+    r = rng.random()
+    if r < 0.15:
+        spec["claimRef"] = {"namespace": "default", "name": "someone-else", "uid": "x"}
+    elif r < 0.2:
+        c = rng.choice(claims)
+        spec["claimRef"] = {"namespace": "default", "name": c["metadata"]["name"], "uid": c["metadata"]["uid"]}
+    phase = "Available" if rng.random() < 0.85 else rng.choice(["Bound", "Released", "Pending"])
+    return {"metadata": md, "spec": spec, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_claim_volume_index_matches_linear_search(seed: int) -> None:
+    from kubeplane.volume.matching import VolumeFactsCache, find_matching_volume, index_volumes_for_claim
+
+    rng = random.Random(seed)
+    claims = [pvc(f"c{i}", size=rng.choice(["1Gi", "2Gi", "600Mi"])) for i in range(3)]
+    claims[1]["spec"]["accessModes"] = ["ReadOnlyMany"]
+    claims[2]["spec"]["selector"] = {"matchLabels": {"tier": "gold"}}
+    vols = [_random_volume(rng, i, claims) for i in range(rng.randrange(1, 40))]
+    nodes = [node("n1", zone="a"), node("n2", zone="b"), node("n3", zone="a"),
+             {"metadata": {"name": "bare", "labels": {"zone": "b"}}}]
+    facts = VolumeFactsCache()
+    for claim in claims:
+        index = index_volumes_for_claim(claim, vols, facts)
+        again = index_volumes_for_claim(claim, vols, facts)  # served from the facts cache
+        for n in nodes:
+            for excluded in (set(), {f"pv{rng.randrange(len(vols))}"}, {v["metadata"]["name"] for v in vols[:3]}):
+                want = find_matching_volume(claim, vols, n, excluded, True)
+                assert index.find(n, excluded) is want
+                assert again.find(n, excluded) is want
+
+
+def test_facts_cache_sees_replaced_volume_and_stays_bounded() -> None:
+    from kubeplane.volume.matching import VolumeFactsCache, index_volumes_for_claim
+
+    claim = pvc("c")
+    v1 = pv("v", size="500Mi")
+    v1["metadata"]["resourceVersion"] = "1"
+    facts = VolumeFactsCache()
+    assert index_volumes_for_claim(claim, [v1], facts).find(node("n1")) is None
+    v2 = copy.deepcopy(v1)
+    v2["spec"]["capacity"]["storage"] = "1Gi"
+    v2["metadata"]["resourceVersion"] = "2"
+    assert index_volumes_for_claim(claim, [v2], facts).find(node("n1")) is v2
+    for i in range(10):
+        facts.get(pv(f"x{i}"))
+    assert len(facts) == 11
+    facts.prune(5)
+    assert len(facts) == 0
+
+
+def test_filter_shared_and_pinned_volumes_on_many_nodes() -> None:
+    env = Env()
+    for n in ("n3", "n4"):
+        env.put("nodes", node(n))
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("a"))
+    env.put("persistentvolumeclaims", pvc("b", size="2Gi"))
+    env.put("persistentvolumes", pv("any-3g", size="3Gi"))
+    env.put("persistentvolumes", pv("any-2g", size="2Gi"))
+    env.put("persistentvolumes", pv("n2-1g", size="1Gi", on="n2"))
+    env.put("persistentvolumes", pv("n3-2g", size="2Gi", on="n3"))
+    state, pi, (_, st) = env.cycle(pod("p", "a", "b"))
+    assert st is None
+    for n in ("n1", "n2", "n3", "n4", "n1"):
+        assert env.plugin.filter(state, pi, env.node_info(n)) is None
+    by_node = state.read("VolumeBinding").pod_volumes_by_node
+
+    def chosen(n: str) -> list[str]:
+        return [b.pv["metadata"]["name"] for b in by_node[n].static_bindings]
+
+    # smallest claim first, each volume used once, pinned volumes only on their node
+    assert chosen("n1") == chosen("n4") == ["any-2g", "any-3g"]
+    assert chosen("n2") == ["n2-1g", "any-2g"]
+    assert chosen("n3") == ["any-2g", "n3-2g"]
+    assert by_node["n1"].static_bindings is not by_node["n4"].static_bindings
+    # only two unpinned volumes: a third claim fits on n2/n3 only
+    env.put("persistentvolumeclaims", pvc("c", size="1Gi"))
+    res_state, pi, (_, st) = env.cycle(pod("q", "a", "b", "c"))
+    assert st is None
+    got = {n: env.plugin.filter(res_state, pi, env.node_info(n)) for n in ("n1", "n2", "n3", "n4")}
+    assert reasons(got["n1"]) == [REASON_BIND_CONFLICT] and reasons(got["n4"]) == [REASON_BIND_CONFLICT]
+    assert got["n2"] is None and got["n3"] is None
+
+
+def test_filter_assumed_volume_is_excluded_from_the_shared_match() -> None:
+    env = Env()
+    env.put("storageclasses", sc("local"))
+    env.put("persistentvolumeclaims", pvc("a"))
+    env.put("persistentvolumeclaims", pvc("b"))
+    env.put("persistentvolumes", pv("v1"))
+    env.put("persistentvolumes", pv("v2", size="2Gi"))
+    state = _reserve(env, pod("p1", "a"), "n1")
+    assert state.read("VolumeBinding").pod_volumes_by_node["n1"].static_bindings[0].pv["metadata"]["name"] == "v1"
+    state2, pi, (_, st) = env.cycle(pod("p2", "b"))
+    assert st is None
+    assert env.plugin.filter(state2, pi, env.node_info("n2")) is None
+    assert env.plugin.filter(state2, pi, env.node_info("n1")) is None
+    for n in ("n1", "n2"):
+        names = [b.pv["metadata"]["name"] for b in state2.read("VolumeBinding").pod_volumes_by_node[n].static_bindings]
+        assert names == ["v2"]
