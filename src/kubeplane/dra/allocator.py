@@ -8,7 +8,11 @@ constraints; ``All`` mode; admin access; already-allocated devices excluded.
 An :class:`Allocator` is built once per scheduling attempt and used for every
 node. Selector results are memoized per (device, request alternative) for the
 allocator's lifetime, and optionally across allocators in a
-:class:`DeviceMatchCache`, so a device's CEL verdict is computed once.
+:class:`DeviceMatchCache`, so a device's CEL verdict is computed once. A
+:class:`~kubeplane.dra.pools.PoolIndex` may be shared by allocators built on
+the same slices; per-node device lists are then memoized in it. Allocation
+results are built only for the node finally chosen
+(:meth:`Allocator.explain_deferred`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ __all__ = [
     "AllocationResult",
     "Allocator",
     "DeviceMatchCache",
+    "DeferredAllocation",
     "Features",
     "NodeAllocationError",
     "REASON_CANNOT_ALLOCATE",
@@ -76,6 +81,8 @@ class DeviceMatchCache:
         self.max_entries = max_entries
         self._envs: dict[tuple[Any, ...], DeviceEnv] = {}
         self._results: dict[tuple[Any, ...], tuple[bool, str]] = {}
+        # (all selector expressions of a request, device key) -> verdict
+        self._combined: dict[tuple[Any, ...], tuple[bool, str]] = {}
 
     def env(self, key: tuple[Any, ...], driver: str, device: Mapping[str, Any]) -> DeviceEnv:
         env = self._envs.get(key)
@@ -92,6 +99,15 @@ class DeviceMatchCache:
         if len(self._results) >= self.max_entries:
             self._results.clear()
         self._results[key] = value
+
+    def get_combined(self, key: tuple[Any, ...]) -> tuple[bool, str] | None:
+        """The verdict of a whole selector list for one device, if known."""
+        return self._combined.get(key)
+
+    def put_combined(self, key: tuple[Any, ...], value: tuple[bool, str]) -> None:
+        if len(self._combined) >= self.max_entries:
+            self._combined.clear()
+        self._combined[key] = value
 
 
 # ------------------------------------------------------------------ model
@@ -111,6 +127,7 @@ class _Alt:
     admin: bool
     tolerations: list[Any] | None
     memo_id: int = 0
+    sel_key: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -217,19 +234,36 @@ class Allocator:
         features: Features = Features(),
         *,
         match_cache: DeviceMatchCache | None = None,
+        pool_index: PoolIndex | None = None,
     ) -> None:
+        """``pool_index``, when given, replaces ``slices`` (it must index the
+        slices to allocate from; it is shared and memoizes per-node data)."""
         self.features = features
         self.allocated = allocated_devices
         self.classes = classes
-        self.slices = list(slices)
         self.match_cache = match_cache
-        self._pool_index = PoolIndex(self.slices)
+        self._pool_index = pool_index if pool_index is not None else PoolIndex(slices)
+        self.slices = self._pool_index.slices
         self._memo: dict[tuple[int, int], tuple[bool, str]] = {}
         self._envs: dict[int, DeviceEnv] = {}
-        self._node_devices: dict[int, list[_Device]] = {}
         self._alt_counter = 0
         self.cel_errors: dict[DeviceID, str] = {}
         self.claims = [self._prepare_claim(c) for c in claims_to_allocate]
+        self._simple = self._simple_alt()
+
+    def _simple_alt(self) -> _Alt | None:
+        """The only request when the whole search is one ExactCount request of
+        one claim without constraints or admin access: then the first ``count``
+        free, matching devices in list order are exactly what the search finds."""
+        if len(self.claims) != 1:
+            return None
+        claim = self.claims[0]
+        if len(claim.requests) != 1 or claim.constraints or len(claim.requests[0].alts) != 1:
+            return None
+        alt = claim.requests[0].alts[0]
+        if alt.mode != EXACT_COUNT or alt.admin or alt.count > RESULTS_MAX_SIZE:
+            return None
+        return alt
 
     # ---------------------------------------------------------- preparation
 
@@ -291,17 +325,32 @@ class Allocator:
             raise AllocationError(f"{where}: unsupported count mode {mode}")
         self._alt_counter += 1
         return _Alt(result_name, parent, class_name, dc, selectors, mode, count,
-                    bool(admin) and allow_admin, spec.get("tolerations"), self._alt_counter)
+                    bool(admin) and allow_admin, spec.get("tolerations"), self._alt_counter,
+                    tuple(sel.expression for sel in selectors))
 
     # ------------------------------------------------------------- selection
 
+    def _node_device_list(self, node: Mapping[str, Any], pools: list[Pool]) -> list[_Device]:
+        """The usable devices of ``pools``, memoized per node name in the pool index when possible."""
+        index = self._pool_index
+        if not index.per_node_name:
+            return self._devices_for(pools)
+        key = ("node-devices", (node.get("metadata") or {}).get("name") or "")
+        devs = index.cache.get(key)
+        if devs is None:
+            devs = index.cache[key] = self._devices_for(pools)
+        return devs
+
     def _devices_for(self, pools: list[Pool]) -> list[_Device]:
         out: list[_Device] = []
+        # Slices are kept alive by the pool index, so their ids are stable.
+        slice_cache = self._pool_index.cache
         for pool in pools:
             if pool.is_incomplete or pool.is_invalid:
                 continue
             for s in pool.slices:
-                cached = self._node_devices.get(id(s))
+                ckey = ("slice-devices", id(s), pool.driver, pool.name)
+                cached = slice_cache.get(ckey)
                 if cached is None:
                     cached = []
                     meta = s.get("metadata") or {}
@@ -312,16 +361,24 @@ class Allocator:
                         did = DeviceID(pool.driver, pool.name, d.get("name") or "")
                         shared = (uid, rv, did.device) if uid and rv else None
                         cached.append(_Device(did, d, s, (id(s), did.device), shared))
-                    self._node_devices[id(s)] = cached
+                    slice_cache[ckey] = cached
                 out.extend(cached)
         return out
 
     def _selectable(self, dev: _Device, alt: _Alt) -> bool:
-        memo_key = (id(dev.obj), alt.memo_id)
-        hit = self._memo.get(memo_key)
-        if hit is None:
-            hit = self._evaluate(dev, alt)
-            self._memo[memo_key] = hit
+        mc = self.match_cache
+        if mc is not None and dev.shared_key is not None:
+            ckey = (alt.sel_key, dev.shared_key)
+            hit = mc.get_combined(ckey)
+            if hit is None:
+                hit = self._evaluate(dev, alt)
+                mc.put_combined(ckey, hit)
+        else:
+            memo_key = (id(dev.obj), alt.memo_id)
+            hit = self._memo.get(memo_key)
+            if hit is None:
+                hit = self._evaluate(dev, alt)
+                self._memo[memo_key] = hit
         if not hit[0] and hit[1]:
             self.cel_errors.setdefault(dev.id, hit[1])
         return hit[0]
@@ -363,10 +420,17 @@ class Allocator:
         """One result per claim (input order), or ``None`` when no solution exists.
 
         Raises :class:`AllocationError` (fatal) or :class:`NodeAllocationError`."""
+        deferred = self.allocate_deferred(node)
+        return None if deferred is None else deferred.results()
+
+    def allocate_deferred(self, node: Mapping[str, Any]) -> "DeferredAllocation | None":
+        """Like :meth:`allocate`, but the results are built on demand."""
         if not self.claims:
-            return []
+            return DeferredAllocation(self, None)
         pools = self._pool_index.pools_for_node(node)
-        search = _Search(node, self._devices_for(pools), pools)
+        if self._simple is not None:
+            return self._allocate_simple(node, pools, self._simple)
+        search = _Search(node, self._node_device_list(node, pools), pools)
         search.chosen = [[] for _ in self.claims]
         search.constraints = [[_Constraint(c.requests, c.attribute) for c in cl.constraints] for cl in self.claims]
         for ci, claim in enumerate(self.claims):
@@ -375,7 +439,56 @@ class Allocator:
                     if alt.mode == ALL:
                         search.all_lists[(ci, ri, ai)] = self._all_devices(pools, search, alt)
         if self._solve(search, 0, 0):
-            return [self._result(search, ci) for ci in range(len(self.claims))]
+            return DeferredAllocation(self, search)
+        bad = [p for p in pools if p.is_invalid]
+        if bad:
+            raise NodeAllocationError(
+                "invalid resource pools were encountered: "
+                + ", ".join(f"{p.driver}/{p.name}: {p.invalid_reason}" for p in bad)
+            )
+        return None
+
+    def _matching(self, node: Mapping[str, Any], pools: list[Pool], alt: _Alt) -> tuple[list[_Device], list[tuple[DeviceID, str]]]:
+        """Devices of the node matching ``alt``'s selectors, and CEL runtime
+        errors, memoized in the pool index per node name when possible."""
+        index = self._pool_index
+        key = ("matching", alt.sel_key, (node.get("metadata") or {}).get("name") or "")
+        if index.per_node_name:
+            hit = index.cache.get(key)
+            if hit is not None:
+                return hit
+        ok: list[_Device] = []
+        errors: list[tuple[DeviceID, str]] = []
+        saved = self.cel_errors
+        self.cel_errors = {}
+        try:
+            for dev in self._node_device_list(node, pools):
+                if self._selectable(dev, alt):
+                    ok.append(dev)
+            errors = list(self.cel_errors.items())
+        finally:
+            self.cel_errors = saved
+        out = (ok, errors)
+        if index.per_node_name:
+            index.cache[key] = out
+        return out
+
+    def _allocate_simple(self, node: Mapping[str, Any], pools: list[Pool], alt: _Alt) -> "DeferredAllocation | None":
+        matching, errors = self._matching(node, pools, alt)
+        allocated = self.allocated
+        picked: list[_Device] = []
+        need = alt.count
+        if need > 0:
+            for dev in matching:
+                if dev.id not in allocated:
+                    picked.append(dev)
+                    if len(picked) == need:
+                        break
+        if len(picked) == need:
+            return DeferredAllocation(self, None, (node, pools, alt, picked))
+        for did, msg in errors:
+            if did not in allocated:
+                self.cel_errors.setdefault(did, msg)
         bad = [p for p in pools if p.is_invalid]
         if bad:
             raise NodeAllocationError(
@@ -387,9 +500,14 @@ class Allocator:
     def explain(self, node: Mapping[str, Any]) -> tuple[list[AllocationResult] | None, str]:
         """Like :meth:`allocate`, with the reason of a failure on this node
         (``NodeAllocationError`` becomes a reason; ``AllocationError`` propagates)."""
+        deferred, reason = self.explain_deferred(node)
+        return (None if deferred is None else deferred.results()), reason
+
+    def explain_deferred(self, node: Mapping[str, Any]) -> tuple["DeferredAllocation | None", str]:
+        """Like :meth:`explain`, the results built on demand."""
         self.cel_errors.clear()
         try:
-            results = self.allocate(node)
+            results = self.allocate_deferred(node)
         except NodeAllocationError as err:
             return None, str(err)
         if results is None:
@@ -568,6 +686,36 @@ class Allocator:
                 merged.setdefault(kind, []).append(copy.deepcopy(req))
             out["nodeSelector"] = {"nodeSelectorTerms": [merged]}
         return out
+
+
+class DeferredAllocation:
+    """A successful allocation on one node; :meth:`results` builds (once) one
+    AllocationResult per claim, in the allocator's claim order."""
+
+    __slots__ = ("_allocator", "_search", "_simple", "_results")
+
+    def __init__(self, allocator: Allocator, search: _Search | None,
+                 simple: tuple[Mapping[str, Any], list[Pool], _Alt, list[_Device]] | None = None) -> None:
+        self._allocator = allocator
+        self._search = search
+        self._simple = simple  # (node, pools, alt, devices) of a single-request allocation
+        self._results: list[AllocationResult] | None = None
+
+    def __len__(self) -> int:
+        return len(self._allocator.claims)
+
+    def results(self) -> list[AllocationResult]:
+        if self._results is None:
+            if self._simple is not None:
+                node, pools, alt, picked = self._simple
+                self._search = _Search(node, [], pools)
+                self._search.chosen = [[_Chosen(alt, dev) for dev in picked]]
+                self._search.alt_index = {(0, 0): 0}
+                self._simple = None
+            s = self._search
+            self._results = [] if s is None else [self._allocator._result(s, ci)
+                                                  for ci in range(len(self._allocator.claims))]
+        return self._results
 
 
 def _parent(name: str) -> str:

@@ -8,7 +8,7 @@ generation count; the pool is complete when that generation has
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from kubeplane.api.nodeselector import NodeSelector
 
@@ -17,9 +17,10 @@ Obj = dict[str, Any]
 __all__ = ["DeviceID", "Pool", "PoolIndex", "gather_pools", "slice_matches_node"]
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class DeviceID:
-    """A device, unique in the cluster: (driver, pool, device)."""
+class DeviceID(NamedTuple):
+    """A device, unique in the cluster: (driver, pool, device).
+
+    A named tuple: immutable, ordered, and hashed in C (hot in allocation)."""
 
     driver: str
     pool: str
@@ -101,32 +102,59 @@ def slice_matches_node(s: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
 
 
 class PoolIndex:
-    """All slices grouped by pool, built once and used for many nodes."""
+    """All slices grouped by pool, built once and used for many nodes.
+
+    The index keeps references to its slices, so ``id()`` of a slice is stable
+    for its lifetime. ``cache`` is free for consumers to memoize per-node or
+    per-slice data derived from this exact set of slices."""
 
     def __init__(self, slices: Iterable[Obj], *, partitionable_devices: bool = False) -> None:
+        self.slices: list[Obj] = list(slices)
         self.by_pool: dict[tuple[str, str], list[Obj]] = {}
         # Pools that may target a node: by nodeName, or any node (selectors, allNodes).
         self._by_node: dict[str, dict[tuple[str, str], None]] = {}
         self._any_node: dict[tuple[str, str], None] = {}
-        for s in slices:
+        self._order: dict[tuple[str, str], int] = {}
+        self._by_node_pools: dict[str, list[Pool]] = {}
+        self.cache: dict[Any, Any] = {}
+        for s in self.slices:
             if uses_disabled_features(s, partitionable_devices):
                 continue
             key = _pool_key(s)
-            self.by_pool.setdefault(key, []).append(s)
+            if key not in self.by_pool:
+                self._order[key] = len(self._order)
+                self.by_pool[key] = []
+            self.by_pool[key].append(s)
             node_name = _spec(s).get("nodeName")
             if node_name:
                 self._by_node.setdefault(node_name, {})[key] = None
             else:
                 self._any_node[key] = None
 
+    @property
+    def per_node_name(self) -> bool:
+        """True when a node's pools depend on its name only (no selector or
+        allNodes slice exists), so per-node results may be memoized by name."""
+        return not self._any_node
+
     def pools_for_node(self, node: Mapping[str, Any]) -> list[Pool]:
-        """Pools with at least one slice targeting ``node``, in first-appearance order."""
-        out: list[Pool] = []
+        """Pools with at least one slice targeting ``node``, in first-appearance order.
+
+        Callers must not mutate the returned pools."""
         node_name = (node.get("metadata") or {}).get("name") or ""
+        if not self._any_node:
+            hit = self._by_node_pools.get(node_name)
+            if hit is None:
+                hit = self._by_node_pools[node_name] = self._compute(node, node_name)
+            return hit
+        return self._compute(node, node_name)
+
+    def _compute(self, node: Mapping[str, Any], node_name: str) -> list[Pool]:
+        out: list[Pool] = []
         candidates = set(self._by_node.get(node_name, ())) | set(self._any_node)
-        for (driver, name), all_slices in self.by_pool.items():
-            if (driver, name) not in candidates:
-                continue
+        for key in sorted(candidates, key=self._order.__getitem__):
+            driver, name = key
+            all_slices = self.by_pool[key]
             mine = [s for s in all_slices if slice_matches_node(s, node)]
             if not mine:
                 continue

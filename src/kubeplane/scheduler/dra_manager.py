@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 from kubeplane.api.resources import resource
 from kubeplane.dra.allocator import DeviceMatchCache, claim_device_ids
-from kubeplane.dra.pools import DeviceID
+from kubeplane.dra.pools import DeviceID, PoolIndex
 from kubeplane.scheduler.assumecache import AssumeCache, AssumeCacheError
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,8 @@ class DRAManager:
         self.match_cache = DeviceMatchCache()
         self._lock = threading.Lock()
         self._in_flight: dict[str, Obj] = {}
+        self._pool_index: PoolIndex | None = None
+        self._pool_index_ids: tuple[int, ...] = ()
         claim_cache.add_event_handler(self.allocated)
 
     @classmethod
@@ -171,6 +173,18 @@ class DRAManager:
         if self.slice_source is None:
             return []
         return self.slice_source.indexer.list()
+
+    def pool_index(self) -> PoolIndex:
+        """A :class:`PoolIndex` of the current slices, rebuilt only when the
+        slice objects changed (the index keeps the objects it saw alive, so
+        comparing their ids is exact)."""
+        slices = self.list_slices()
+        ids = tuple(map(id, slices))
+        with self._lock:
+            if self._pool_index is None or ids != self._pool_index_ids:
+                self._pool_index = PoolIndex(slices)
+                self._pool_index_ids = ids
+            return self._pool_index
 
     def get_class(self, name: str) -> Obj | None:
         if self.class_source is None:

@@ -337,3 +337,80 @@ def test_shared_match_cache_across_allocators():
         res = Allocator([claim("c", exact("r", selectors=[expr]))], set(), CLASSES, [s], match_cache=cache).allocate(node())
         assert res is not None
     assert sel.evaluations - before == 1
+
+
+# ---------------------------------------------------------------- fast paths and shared indexes
+
+
+def _general(c):
+    """The same claim with a constraint every device satisfies: forces the backtracking search."""
+    c = {**c, "spec": {"devices": {**c["spec"]["devices"], "constraints": [{"matchAttribute": f"{DA}/kind"}]}}}
+    return c
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_single_request_fast_path_matches_backtracking_search(seed):
+    import random
+
+    rng = random.Random(seed)
+    nodes = [f"n{i}" for i in range(4)]
+    slices = []
+    for i, n in enumerate(nodes):
+        devs = [dev(f"d{j}", {"kind": {"string": "k"}, "model": {"string": rng.choice(["a", "b"])}}) for j in range(6)]
+        slices.append(rslice(f"s{i}", devs, pool=n, node_name=n))
+    allocated = {DeviceID(DA, rng.choice(nodes), f"d{rng.randrange(6)}") for _ in range(10)}
+    count = rng.randint(1, 4)
+    c = claim("c", exact("r", count=count, selectors=[f'device.attributes["{DA}"].model == "a"']))
+    fast = Allocator([c], allocated, CLASSES, slices)
+    slow = Allocator([_general(c)], allocated, CLASSES, slices)
+    assert fast._simple is not None and slow._simple is None
+    for n in nodes:
+        assert fast.allocate(node(n)) == slow.allocate(node(n))
+
+
+def test_fast_path_reports_cel_runtime_errors_and_skips_allocated():
+    devs = [dev("d1"), dev("d2", {"model": {"string": "a100"}}), dev("d3", {"model": {"string": "a100"}})]
+    c = claim("c", exact("r", selectors=[f'device.attributes["{DA}"].model == "a100"']))
+    alloc = Allocator([c], {DeviceID(DA, "pool1", "d2")}, CLASSES, [rslice("s", devs)])
+    assert picks(alloc.allocate(node())) == [[("r", "pool1", "d3")]]
+    alloc2 = Allocator([c], {DeviceID(DA, "pool1", "d2"), DeviceID(DA, "pool1", "d3")}, CLASSES, [rslice("s", devs)])
+    results, reason = alloc2.explain(node())
+    assert results is None
+    assert reason.startswith(REASON_CANNOT_ALLOCATE + "; ") and "pool1/d1" in reason and "model" in reason
+
+
+def test_shared_pool_index_memoizes_per_node_and_results_are_deferred():
+    from kubeplane.dra.pools import PoolIndex
+
+    expr = 'device.attributes["%s"].model == "m"' % DA
+    sel = compile_selector(expr)
+    slices = [rslice(f"s{i}", [dev(f"d{j}", {"model": {"string": "m"}}) for j in range(3)], pool=f"n{i}",
+                     node_name=f"n{i}") for i in range(5)]
+    index = PoolIndex(slices)
+    before = sel.evaluations
+    taken: set[DeviceID] = set()
+    for _ in range(3):
+        alloc = Allocator([claim("c", exact("r", selectors=[expr]))], set(taken), CLASSES, (), pool_index=index)
+        deferred, reason = alloc.explain_deferred(node("n2"))
+        assert reason == "" and deferred is not None and len(deferred) == 1
+        res = deferred.results()
+        assert deferred.results() is res  # built once
+        taken.update(claim_device_ids({"status": {"allocation": res[0]}}))
+    assert sorted(d.device for d in taken) == ["d0", "d1", "d2"]
+    assert sel.evaluations - before == 3  # three devices of n2, once each, across allocators
+    full = Allocator([claim("c", exact("r", selectors=[expr]))], set(taken), CLASSES, (), pool_index=index)
+    assert full.explain_deferred(node("n2")) == (None, REASON_CANNOT_ALLOCATE)
+
+
+def test_pool_index_per_node_memo_disabled_with_selector_slices():
+    from kubeplane.dra.pools import PoolIndex
+
+    sel_slice = rslice("sel", [dev("x")], pool="shared",
+                       selector={"nodeSelectorTerms": [{"matchExpressions": [
+                           {"key": "zone", "operator": "In", "values": ["z1"]}]}]})
+    index = PoolIndex([rslice("s", [dev("d1")], node_name="n1"), sel_slice])
+    assert not index.per_node_name
+    c = claim("c", exact("r", count=2))
+    alloc = Allocator([c], set(), CLASSES, (), pool_index=index)
+    assert alloc.allocate(node("n1", zone="z2")) is None
+    assert sorted(d for _, _, d in picks(alloc.allocate(node("n1", zone="z1")))[0]) == ["d1", "x"]

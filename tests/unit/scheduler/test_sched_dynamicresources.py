@@ -472,3 +472,24 @@ async def test_scheduler_and_controller_end_to_end() -> None:
         await c.close()
         await registry.close()
         await store.close()
+
+
+async def test_pool_index_is_shared_until_slices_change(env: Env) -> None:
+    await env.create(SLICES, slice_for("node-a", 1))
+    first = env.mgr.pool_index()
+    assert env.mgr.pool_index() is first
+    await env.create(SLICES, slice_for("node-b", 2))
+    second = env.mgr.pool_index()
+    assert second is not first
+    assert sorted(p.name for n in ("node-a", "node-b") for p in second.pools_for_node(node(n))) == ["node-a", "node-b"]
+
+
+async def test_filter_sees_devices_freed_and_added_across_cycles(env: Env) -> None:
+    await env.create(SLICES, slice_for("node-a", 1))
+    await env.create(CLAIMS, claim("c1"))
+    await env.create(CLAIMS, claim("c2"))
+    assert await env.schedule(pod("p1", "c1")) == "node-a"
+    chosen, _, _, _, statuses = env.cycle(pod("p2", "c2"))
+    assert chosen is None and "cannot allocate all claims" in str(statuses["node-a"].reasons)
+    await env.create(SLICES, slice_for("node-b", 1))
+    assert await env.schedule(pod("p2", "c2")) == "node-b"

@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from kubeplane.api.errors import StatusError
-from kubeplane.dra.allocator import REASON_CANNOT_ALLOCATE, AllocationError, AllocationResult, Allocator
+from kubeplane.dra.allocator import (
+    REASON_CANNOT_ALLOCATE, AllocationError, AllocationResult, Allocator, DeferredAllocation,
+)
 from kubeplane.scheduler.dra_manager import RESOURCE_CLAIMS, DRAManager
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, NodeSelector, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
@@ -153,8 +155,10 @@ class _State:
     infos: list[_ClaimInfo]
     to_allocate: list[int] = field(default_factory=list)
     allocator: Allocator | None = None
-    node_allocations: dict[str, list[AllocationResult]] = field(default_factory=dict)
+    # Filter's successful allocations; results are built for the chosen node only.
+    node_allocations: dict[str, DeferredAllocation] = field(default_factory=dict)
     unavailable: set[int] = field(default_factory=set)
+    has_selectors: bool = False  # some allocated claim restricts nodes
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def clone(self) -> "_State":
@@ -226,21 +230,25 @@ class DynamicResources(Plugin):
 
     def is_schedulable_after_claim_change(self, pod: Obj, old: Any, new: Any) -> QueueingHint:
         """Queue when the change can help this pod: its claim appeared, changed, or devices were freed."""
+        freed = (old is not None and new is not None and bool(_status(old).get("allocation"))
+                 and not _status(new).get("allocation"))
+        if not freed:
+            # Cheap test first (no cache lookups): is it one of this pod's claims at all?
+            if new is None:
+                return QueueingHint.SKIP
+            try:
+                names = {n for _, n, _ in pod_claim_names(pod) if n is not None}
+            except ClaimError:
+                return QueueingHint.SKIP
+            ns = _meta(pod).get("namespace") or "default"
+            if (_meta(new).get("namespace") or "default") != ns or _meta(new).get("name") not in names:
+                return QueueingHint.SKIP
         try:
             self.pod_claims(pod)
         except ClaimError:
             return QueueingHint.SKIP
-        if old is not None and new is not None and _status(old).get("allocation") and not _status(new).get("allocation"):
+        if freed:
             return QueueingHint.QUEUE  # devices were freed
-        if new is None:
-            return QueueingHint.SKIP
-        ns = _meta(pod).get("namespace") or "default"
-        try:
-            names = {n for _, n, _ in pod_claim_names(pod) if n is not None}
-        except ClaimError:
-            return QueueingHint.SKIP
-        if (_meta(new).get("namespace") or "default") != ns or _meta(new).get("name") not in names:
-            return QueueingHint.SKIP
         if old is None:
             return QueueingHint.QUEUE
         if _status(old) == _status(new):
@@ -282,6 +290,7 @@ class DynamicResources(Plugin):
                     return None, _unresolvable(f'resourceclaim "{name}" in use')
                 if alloc.get("nodeSelector"):
                     s.infos[i].available_on = NodeSelector(alloc["nodeSelector"])
+                    s.has_selectors = True
                 continue
             if self.manager.claim_has_pending_allocation(_meta(claim).get("uid") or ""):
                 return None, _unresolvable(f'resourceclaim "{name}" is in the process of being allocated')
@@ -295,8 +304,9 @@ class DynamicResources(Plugin):
                     [claims[i] for i in s.to_allocate],
                     self.manager.list_all_allocated_devices(),
                     self.manager.classes(),
-                    self.manager.list_slices(),
+                    (),
                     match_cache=self.manager.match_cache,
+                    pool_index=self.manager.pool_index(),
                 )
             except AllocationError as err:
                 return None, Status.as_status(err)
@@ -330,11 +340,12 @@ class DynamicResources(Plugin):
             return None
         node = node_info.node or {}
         unavailable = [i for i, info in enumerate(s.infos)
-                       if info.available_on is not None and not info.available_on.matches(node)]
-        results: list[AllocationResult] | None = None
+                       if info.available_on is not None and not info.available_on.matches(node)] \
+            if s.has_selectors else ()
+        results: DeferredAllocation | None = None
         if s.allocator is not None:
             try:
-                results, reason = s.allocator.explain(node)
+                results, reason = s.allocator.explain_deferred(node)
             except AllocationError as err:
                 return Status.as_status(err)
             if results is None:
@@ -381,7 +392,8 @@ class DynamicResources(Plugin):
         if s is None or not s.to_allocate:
             return None
         assert self.manager is not None
-        results = s.node_allocations.get(node_name)
+        deferred = s.node_allocations.get(node_name)
+        results = deferred.results() if deferred is not None else None
         if results is None or len(results) != len(s.to_allocate):
             return Status.as_status(RuntimeError(f"internal error: no allocation results cached for node {node_name}"))
         signalled: list[str] = []
