@@ -841,6 +841,18 @@ def _validate_topology_spread(constraints: Any, path: str) -> list[Cause]:
     return out
 
 
+def validate_unique_label_name(name: str, path: str, seen: set[str]) -> list[Cause]:
+    """A required, DNS-label ``name`` unique among ``seen`` (which it joins):
+    the check list entries such as claims, requests and devices share."""
+    if not name:
+        return [_required(path)]
+    out = [_invalid(path, name, m) for m in is_dns1123_label(name)]
+    if name in seen:
+        out.append(_duplicate(path, name))
+    seen.add(name)
+    return out
+
+
 def validate_pod_spec(spec: Any, path: str = "spec") -> list[Cause]:
     """Upstream ``ValidatePodSpec`` (the commonly used parts)."""
     spec = _d(spec)
@@ -853,13 +865,7 @@ def validate_pod_spec(spec: Any, path: str = "spec") -> list[Cause]:
         rc = _d(rc)
         p = f"{path}.resourceClaims[{i}]"
         name = _s(rc.get("name"))
-        if not name:
-            out.append(_required(f"{p}.name"))
-        else:
-            out += [_invalid(f"{p}.name", name, m) for m in is_dns1123_label(name)]
-            if name in pod_claims:
-                out.append(_duplicate(f"{p}.name", name))
-            pod_claims.add(name)
+        out += validate_unique_label_name(name, f"{p}.name", pod_claims)
         sources = [k for k in ("resourceClaimName", "resourceClaimTemplateName") if rc.get(k)]
         if not sources:
             out.append(_required(p, "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`"))
@@ -1616,13 +1622,8 @@ def validate_device_claim_spec(spec: Any, path: str = "spec") -> list[Cause]:
         req = _d(req)
         p = f"{dpath}.requests[{i}]"
         name = _s(req.get("name"))
-        if not name:
-            out.append(_required(f"{p}.name"))
-        else:
-            out += [_invalid(f"{p}.name", name, m) for m in is_dns1123_label(name)]
-            if name in names:
-                out.append(_duplicate(f"{p}.name", name))
-            names.add(name)
+        out += validate_unique_label_name(name, f"{p}.name", names)
+        if name:
             refs.add(name)
         first = _l(req.get("firstAvailable"))
         exactly = req.get("exactly")
@@ -1733,13 +1734,7 @@ def _validate_resource_slice(obj: dict[str, Any]) -> list[Cause]:
         dev = _d(dev)
         p = f"spec.devices[{i}]"
         name = _s(dev.get("name"))
-        if not name:
-            out.append(_required(f"{p}.name"))
-        else:
-            out += [_invalid(f"{p}.name", name, m) for m in is_dns1123_label(name)]
-            if name in names:
-                out.append(_duplicate(f"{p}.name", name))
-            names.add(name)
+        out += validate_unique_label_name(name, f"{p}.name", names)
         for cname, value in _d(dev.get("capacity")).items():
             cp = f"{p}.capacity[{cname}].value"
             _, errs = _quantity(_d(value).get("value"), cp)
