@@ -45,7 +45,9 @@ __all__ = [
     "NotFoundError",
     "OutOfSyncError",
     "PassiveAssumeCache",
+    "PV_CLAIM_REF_INDEX",
     "PV_STORAGE_CLASS_INDEX",
+    "PV_UNCLAIMED_CLASS_INDEX",
     "InformerLike",
     "new_pv_assume_cache",
     "new_pvc_assume_cache",
@@ -56,6 +58,10 @@ T = TypeVar("T", bound=dict[str, Any])
 
 #: Index of the PV informer: storageClassName (empty string for none).
 PV_STORAGE_CLASS_INDEX = "storageclass"
+#: Index of the PV informer: storageClassName of PVs without ``spec.claimRef``.
+PV_UNCLAIMED_CLASS_INDEX = "storageclass-unclaimed"
+#: Index of the PV informer: ``namespace/name`` of the claim in ``spec.claimRef``.
+PV_CLAIM_REF_INDEX = "claimref"
 
 
 class InformerLike(Protocol):
@@ -244,17 +250,53 @@ def pv_storage_class_index(pv: dict[str, Any]) -> list[str]:
     return [str((pv.get("spec") or {}).get("storageClassName") or "")]
 
 
+def pv_unclaimed_class_index(pv: dict[str, Any]) -> list[str]:
+    """Index value of a PV without claimRef: its storage class; none when claimed."""
+    spec = pv.get("spec") or {}
+    return [] if spec.get("claimRef") else [str(spec.get("storageClassName") or "")]
+
+
+def pv_claim_ref_index(pv: dict[str, Any]) -> list[str]:
+    """Index value of a claimed PV: ``namespace/name`` of its claimRef."""
+    ref = (pv.get("spec") or {}).get("claimRef")
+    return [f"{ref.get('namespace') or ''}/{ref.get('name') or ''}"] if ref else []
+
+
 class PVAssumeCache(PassiveAssumeCache[dict[str, Any]]):
-    """Passive cache of PersistentVolumes with the storage-class index."""
+    """Passive cache of PersistentVolumes with storage-class and claimRef indexes.
+
+    Indexes are evaluated on the informer's objects; reads substitute assumed
+    versions under the usual rule."""
 
     def list_pvs(self, storage_class: str) -> list[dict[str, Any]]:
         return self.list(PV_STORAGE_CLASS_INDEX, storage_class)
+
+    def list_pvs_for_claims(self, storage_class: str, claim_keys: list[str]) -> list[dict[str, Any]]:
+        """The PVs of ``list_pvs(storage_class)`` (same order) that the informer
+        holds without claimRef or with a claimRef naming one of ``claim_keys``.
+
+        Every other PV of the class is claimed by another claim in the informer
+        (an assumed version, having the same resourceVersion, only adds a claimRef)."""
+        store = self._store
+        keys = set(store.index_keys(PV_UNCLAIMED_CLASS_INDEX, storage_class))
+        for ck in claim_keys:
+            for key in store.index_keys(PV_CLAIM_REF_INDEX, ck):
+                stored = store.get_by_key(key)
+                if stored is not None and pv_storage_class_index(stored)[0] == storage_class:
+                    keys.add(key)
+        out: list[dict[str, Any]] = []
+        for key in sorted(keys):
+            stored = store.get_by_key(key)
+            if stored is not None:
+                out.append(self._pick(key, stored))  # type: ignore[arg-type]
+        return out
 
 
 def new_pv_assume_cache(informer: InformerLike) -> PVAssumeCache:
     return PVAssumeCache(
         informer, description="v1.PersistentVolume", resource="persistentvolumes",
-        indexers={PV_STORAGE_CLASS_INDEX: pv_storage_class_index},
+        indexers={PV_STORAGE_CLASS_INDEX: pv_storage_class_index,
+                  PV_UNCLAIMED_CLASS_INDEX: pv_unclaimed_class_index, PV_CLAIM_REF_INDEX: pv_claim_ref_index},
     )
 
 

@@ -94,6 +94,10 @@ def _rv(obj: Mapping[str, Any]) -> str:
     return str(_meta(obj).get("resourceVersion") or "")
 
 
+def _spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("spec") or {}
+
+
 def _ns_name(obj: Mapping[str, Any]) -> str:
     md = _meta(obj)
     return f"{md.get('namespace') or ''}/{md.get('name') or ''}"
@@ -196,7 +200,8 @@ class PodVolumeClaims:
     bound_claims: list[Obj] = field(default_factory=list)
     unbound_claims_delay_binding: list[Obj] = field(default_factory=list)
     unbound_claims_immediate: list[Obj] = field(default_factory=list)
-    #: storage class -> PVs of that class (assumed versions included), for delayed claims
+    #: storage class -> the PVs of that class that may serve its delayed claims: unclaimed ones and
+    #: ones pre-bound to those claims (assumed versions included)
     unbound_volumes_delay_binding: dict[str, list[Obj]] = field(default_factory=dict)
     #: per delayed claim (``id`` of the claim object): its candidate PVs, indexed by node
     volume_indexes: dict[int, ClaimVolumeIndex] = field(default_factory=dict)
@@ -320,10 +325,14 @@ class VolumeBinder:
                 out.unbound_claims_delay_binding.append(pvc)
             else:
                 out.unbound_claims_immediate.append(pvc)
+        by_class: dict[str, list[str]] = {}
         for pvc in out.unbound_claims_delay_binding:
-            cls = claim_class(pvc)
-            if cls not in out.unbound_volumes_delay_binding:
-                out.unbound_volumes_delay_binding[cls] = list(self.pv_cache.list_pvs(cls))
+            by_class.setdefault(claim_class(pvc), []).append(_ns_name(pvc))
+        narrow = getattr(self.pv_cache, "list_pvs_for_claims", None)
+        for cls, keys in by_class.items():
+            # Only unclaimed PVs and PVs pre-bound to these claims can match them.
+            out.unbound_volumes_delay_binding[cls] = (
+                list(narrow(cls, keys)) if narrow is not None else list(self.pv_cache.list_pvs(cls)))
         to_find = [pvc for pvc in out.unbound_claims_delay_binding if ANN_SELECTED_NODE not in annotations_of(pvc)]
         out.claims_to_find = sorted(to_find, key=claim_request)
         for pvc in out.claims_to_find:
@@ -417,6 +426,50 @@ class VolumeBinder:
         if not pvs_found:
             reasons.append(REASON_PV_NOT_EXIST)
         return pod_volumes, reasons
+
+    def shared_plan(self, claims: PodVolumeClaims) -> PodVolumes | None:
+        """The plan :meth:`find_pod_volumes` returns, without reasons, on every
+        node whose ``kubernetes.io/hostname`` is not in ``claims.pinned_hostnames``;
+        None when the answer may depend on the node in other ways or fails.
+
+        That is the case when bound claims' PVs have no required node affinity,
+        no delayed claim has a selected node, every candidate PV is either
+        usable anywhere or pinned to hostnames, and the claims without a static
+        match can be provisioned on any node (a usable provisioner, no
+        ``allowedTopologies``, no capacity check)."""
+        if claims.pinned_hostnames is None or claims.unbound_claims_immediate:
+            return None
+        if len(claims.claims_to_find) != len(claims.unbound_claims_delay_binding):
+            return None  # a selected node: the answer differs between nodes
+        for pvc in claims.bound_claims:
+            try:
+                pv = self.pv_cache.get((pvc.get("spec") or {}).get("volumeName") or "")
+            except NotFoundError:
+                return None
+            if (_spec_of(pv).get("nodeAffinity") or {}).get("required") is not None:
+                return None
+        bindings: list[StaticBinding] = []
+        provisions: list[DynamicProvision] = []
+        if claims.claims_to_find:
+            if claims.shared_match is None:
+                # A node without a hostname label: only volumes usable anywhere are considered.
+                claims.shared_match = self._find_matching_volumes(
+                    claims.claims_to_find, claims.unbound_volumes_delay_binding, {}, claims.volume_indexes, True)
+            _, found, unmatched = claims.shared_match
+            bindings = list(found)
+            for pvc in unmatched:
+                cls = claim_class(pvc)
+                sc = self._storage_class(cls) if cls else None
+                if sc is None:
+                    return None  # Filter reports the error
+                provisioner = sc.get("provisioner") or ""
+                if not provisioner or provisioner == NOT_SUPPORTED_PROVISIONER or sc.get("allowedTopologies"):
+                    return None
+                request = ((pvc.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+                if request is not None and self._capacity_tracked(provisioner, sc):
+                    return None
+                provisions.append(DynamicProvision(pvc))
+        return PodVolumes(bindings, provisions)
 
     def _check_bound_claims(self, claims: Iterable[Mapping[str, Any]], node: Mapping[str, Any]) -> tuple[bool, bool]:
         """(node affinity ok, every PV found)."""

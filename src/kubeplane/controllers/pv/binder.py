@@ -14,16 +14,22 @@ a 409 Conflict and a requeue with backoff, never in a wrong binding.
 * Volumes: phases Available / Bound / Released / Failed; when a claim goes
   away the volume is Released and reclaimed: Retain keeps it, Delete deletes
   it (dynamically provisioned ones are left to their provisioner).
+
+Like upstream's controller caches, objects returned by the controller's own
+writes are remembered until the informer delivers them (or anything else):
+a sync that reads the informer version the write replaced uses the written
+one instead, so a sync right after a write neither repeats it nor fails
+with a Conflict. resourceVersions are only compared for equality.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from typing import Any
 
 from kubeplane.api.errors import StatusError
+from kubeplane.api.meta import deep_copy
 from kubeplane.api.resources import resource
 from kubeplane.client.informer import SharedInformerFactory, unwrap_deleted
 from kubeplane.client.interface import Client, Obj
@@ -51,6 +57,8 @@ STORAGE_CLASSES = resource("storageclasses")
 
 #: PV informer index: ``namespace/name`` of the claim in ``spec.claimRef``.
 CLAIM_REF_INDEX = "pv-claimref"
+#: PVC informer index: storage class of the claims whose phase is not Bound.
+UNBOUND_CLAIM_CLASS_INDEX = "pvc-unbound-class"
 
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 
@@ -91,6 +99,15 @@ def claim_ref_index(pv: Obj) -> list[str]:
     return [f"{ref.get('namespace', '')}/{ref.get('name', '')}"]
 
 
+def unbound_claim_class_index(claim: Obj) -> list[str]:
+    """Index value of a claim not in phase Bound: its storage class."""
+    return [] if _phase(claim) == "Bound" else [claim_class(claim)]
+
+
+def _rv(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
 def claim_reference(claim: Obj) -> Obj:
     """``spec.claimRef`` pointing at ``claim`` (with uid and resourceVersion)."""
     md = claim.get("metadata") or {}
@@ -126,10 +143,14 @@ class PersistentVolumeController(Controller):
         self.pv_informer = self.factory.informer_for(PVS)
         self.pvc_informer = self.factory.informer_for(PVCS)
         self.class_informer = self.factory.informer_for(STORAGE_CLASSES)
-        try:
-            self.pv_informer.add_indexers({CLAIM_REF_INDEX: claim_ref_index})
-        except ValueError:
-            pass
+        for informer, name, fn in ((self.pv_informer, CLAIM_REF_INDEX, claim_ref_index),
+                                   (self.pvc_informer, UNBOUND_CLAIM_CLASS_INDEX, unbound_claim_class_index)):
+            try:
+                informer.add_indexers({name: fn})
+            except ValueError:
+                pass
+        # (resource, key) -> (informer resourceVersions our writes replaced, last object written)
+        self._written: dict[tuple[str, str], tuple[set[str], Obj]] = {}
         self.claims = self.add_queue("claims", self.sync_claim)
         self.volumes = self.add_queue("volumes", self.sync_volume)
         self.pvc_informer.add_event_handler(self._claim_added, self._claim_updated, self._claim_deleted)
@@ -162,17 +183,58 @@ class PersistentVolumeController(Controller):
             for key in self.pv_informer.indexer.list_keys():
                 self.volumes.add(key)
 
+    # ------------------------------------------------------- own writes
+
+    def _fresh(self, res: str, key: str, obj: Obj | None) -> Obj | None:
+        """``obj`` (the informer's), or what we wrote over it while the informer lags."""
+        if obj is None:
+            return None
+        entry = self._written.get((res, key))
+        if entry is None:
+            return obj
+        if _rv(obj) in entry[0]:
+            return entry[1]
+        del self._written[(res, key)]
+        return obj
+
+    def _claim(self, key: str) -> Obj | None:
+        return self._fresh("pvc", key, self.pvc_informer.indexer.get_by_key(key))
+
+    def _volume(self, name: str) -> Obj | None:
+        return self._fresh("pv", name, self.pv_informer.indexer.get_by_key(name))
+
+    def _forget_stale(self, res: str, key: str, obj: Obj | None) -> None:
+        """Drop the write record once the informer holds something else (bounded memory)."""
+        entry = self._written.get((res, key))
+        if entry is not None and (obj is None or _rv(obj) not in entry[0]):
+            del self._written[(res, key)]
+
+    async def _update(self, res: str, base: Obj, new: Obj, subresource: str | None = None) -> Obj:
+        """Write ``new`` (a modified copy of ``base``) and remember the result."""
+        out = await self.client.update(PVS if res == "pv" else PVCS, new, subresource=subresource)
+        key = _name(out) if res == "pv" else claim_key(out)
+        entry = self._written.get((res, key))
+        base_rv = _rv(base)
+        stale = {base_rv}
+        if entry is not None and _rv(entry[1]) == base_rv:
+            stale |= entry[0]
+        self._written[(res, key)] = (stale, out)
+        return out
+
     # ------------------------------------------------------------- handlers
 
     def _claim_added(self, claim: Obj) -> None:
+        self._forget_stale("pvc", claim_key(claim), claim)
         self.claims.add(claim_key(claim))
 
     def _claim_updated(self, old: Obj, new: Obj) -> None:
+        self._forget_stale("pvc", claim_key(new), new)
         self.claims.add(claim_key(new))
 
     def _claim_deleted(self, claim: Obj) -> None:
         claim = unwrap_deleted(claim)
         key = claim_key(claim)
+        self._written.pop(("pvc", key), None)
         vol = (claim.get("spec") or {}).get("volumeName")
         if vol:
             self.volumes.add(vol)
@@ -180,21 +242,28 @@ class PersistentVolumeController(Controller):
             self.volumes.add(pv_key)
 
     def _volume_added(self, pv: Obj) -> None:
+        self._forget_stale("pv", _name(pv), pv)
         self.volumes.add(_name(pv))
         self._wake_claims_for(pv)
 
     def _volume_updated(self, old: Obj, new: Obj) -> None:
+        self._forget_stale("pv", _name(new), new)
         self.volumes.add(_name(new))
         self._wake_claims_for(new)
 
     def _volume_deleted(self, pv: Obj) -> None:
         pv = unwrap_deleted(pv)
+        self._written.pop(("pv", _name(pv)), None)
         ref = (pv.get("spec") or {}).get("claimRef")
         if ref:
             self.claims.add(f"{ref.get('namespace', '')}/{ref.get('name', '')}")
 
     def _wake_claims_for(self, pv: Obj) -> None:
-        """An unclaimed or pre-bound PV may satisfy waiting claims now."""
+        """An unclaimed or pre-bound PV may satisfy waiting claims now.
+
+        Claims of a WaitForFirstConsumer class only bind to PVs whose claimRef
+        names them (the branch above) or that they name in ``spec.volumeName``;
+        other unbound claims of the PV's class are woken to look for a match."""
         ref = (pv.get("spec") or {}).get("claimRef")
         if ref:
             self.claims.add(f"{ref.get('namespace', '')}/{ref.get('name', '')}")
@@ -202,9 +271,20 @@ class PersistentVolumeController(Controller):
         if _phase(pv) not in ("Available", "Pending", ""):
             return
         cls = volume_class(pv)
-        for claim in self.pvc_informer.indexer.list():
-            if _phase(claim) != "Bound" and claim_class(claim) == cls:
-                self.claims.add(claim_key(claim))
+        indexer = self.pvc_informer.indexer
+        keys = indexer.index_keys(UNBOUND_CLAIM_CLASS_INDEX, cls)
+        if not keys:
+            return
+        sc = self._storage_class(cls)
+        if sc is not None and sc.get("volumeBindingMode") == WAIT_FOR_FIRST_CONSUMER:
+            name = _name(pv)
+            for key in keys:
+                claim = indexer.get_by_key(key)
+                if claim is not None and (claim.get("spec") or {}).get("volumeName") == name:
+                    self.claims.add(key)
+            return
+        for key in keys:
+            self.claims.add(key)
 
     def _class_changed(self, sc: Obj) -> None:
         cls = _name(sc)
@@ -215,7 +295,7 @@ class PersistentVolumeController(Controller):
     # ---------------------------------------------------------------- claims
 
     async def sync_claim(self, key: str) -> None:
-        claim = self.pvc_informer.indexer.get_by_key(key)
+        claim = self._claim(key)
         if claim is None:
             return
         if ANN_BIND_COMPLETED not in annotations_of(claim):
@@ -234,7 +314,7 @@ class PersistentVolumeController(Controller):
         volume_name = (claim.get("spec") or {}).get("volumeName") or ""
         if not volume_name:
             delay = self.is_delay_binding_mode(claim)
-            pv = find_best_match_for_claim(claim, self.pv_informer.indexer.list(), delay)
+            pv = find_best_match_for_claim(claim, self._candidate_volumes(claim, delay), delay)
             if pv is not None:
                 await self._bind(pv, claim)
                 return
@@ -247,7 +327,7 @@ class PersistentVolumeController(Controller):
                 await self.recorder.event(claim, "Normal", "FailedBinding", MSG_NO_CLASS)
             await self._set_claim_phase(claim, "Pending")
             return
-        pv = self.pv_informer.indexer.get_by_key(volume_name)
+        pv = self._volume(volume_name)
         if pv is None:
             await self._set_claim_phase(claim, "Pending")
             return
@@ -271,13 +351,29 @@ class PersistentVolumeController(Controller):
             # The user asked for a volume claimed by someone else: wait.
             await self._set_claim_phase(claim, "Pending")
 
+    def _candidate_volumes(self, claim: Obj, delay: bool) -> list[Obj]:
+        """The PVs ``find_best_match_for_claim`` needs to see, in informer order.
+
+        A delayed claim only matches PVs whose claimRef names it (the claimRef
+        index); when more than one does, the full list keeps their order."""
+        if delay:
+            names = self.pv_informer.indexer.index_keys(CLAIM_REF_INDEX, claim_key(claim))
+            if len(names) <= 1:
+                out = []
+                for name in names:
+                    pv = self._volume(name)
+                    if pv is not None:
+                        out.append(pv)
+                return out
+        return [self._fresh("pv", _name(pv), pv) or pv for pv in self.pv_informer.indexer.list()]
+
     async def _sync_bound_claim(self, claim: Obj) -> None:
         volume_name = (claim.get("spec") or {}).get("volumeName") or ""
         if not volume_name:
             await self._claim_lost(claim, "ClaimLost",
                                    "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!")
             return
-        pv = self.pv_informer.indexer.get_by_key(volume_name)
+        pv = self._volume(volume_name)
         if pv is None:
             await self._claim_lost(claim, "ClaimLost",
                                    "Bound claim has lost its PersistentVolume. Data on the volume is lost!")
@@ -305,11 +401,11 @@ class PersistentVolumeController(Controller):
         provisioner = sc.get("provisioner", "")
         ann = annotations_of(claim)
         if ann.get(ANN_STORAGE_PROVISIONER) != provisioner or ann.get(ANN_BETA_STORAGE_PROVISIONER) != provisioner:
-            new = copy.deepcopy(claim)
+            new = deep_copy(claim)
             anns = _md(new).setdefault("annotations", {})
             anns[ANN_STORAGE_PROVISIONER] = provisioner
             anns[ANN_BETA_STORAGE_PROVISIONER] = provisioner
-            claim = await self.client.update(PVCS, new)
+            claim = await self._update("pvc", claim, new)
         await self.recorder.event(claim, "Normal", "ExternalProvisioning",
                                   MSG_EXTERNAL_PROVISIONING.format(provisioner))
 
@@ -330,30 +426,30 @@ class PersistentVolumeController(Controller):
         new = None
         if (ref.get("name") != md.get("name") or ref.get("namespace") != md.get("namespace")
                 or ref.get("uid") != md.get("uid")):
-            new = copy.deepcopy(pv)
+            new = deep_copy(pv)
             new.setdefault("spec", {})["claimRef"] = claim_reference(claim)
         if set_by_controller and ANN_BOUND_BY_CONTROLLER not in annotations_of(pv):
-            new = new or copy.deepcopy(pv)
+            new = new or deep_copy(pv)
             _md(new).setdefault("annotations", {})[ANN_BOUND_BY_CONTROLLER] = "yes"
         if new is None:
             return pv
-        return await self.client.update(PVS, new)
+        return await self._update("pv", pv, new)
 
     async def _set_volume_phase(self, pv: Obj, phase: str, message: str | None = None) -> Obj:
         status = pv.get("status") or {}
         if status.get("phase") == phase and (message is None or status.get("message") == message):
             return pv
-        new = copy.deepcopy(pv)
+        new = deep_copy(pv)
         st = new.setdefault("status", {})
         st["phase"] = phase
         if message is None:
             st.pop("message", None)
         else:
             st["message"] = message
-        return await self.client.update(PVS, new, subresource="status")
+        return await self._update("pv", pv, new, subresource="status")
 
     async def _bind_claim_to_volume(self, claim: Obj, pv: Obj) -> Obj:
-        new = copy.deepcopy(claim)
+        new = deep_copy(claim)
         changed = False
         spec = new.setdefault("spec", {})
         anns = _md(new).setdefault("annotations", {})
@@ -367,7 +463,7 @@ class PersistentVolumeController(Controller):
             changed = True
         if not changed:
             return claim
-        return await self.client.update(PVCS, new)
+        return await self._update("pvc", claim, new)
 
     async def _set_claim_bound_status(self, claim: Obj, pv: Obj) -> Obj:
         pv_spec = pv.get("spec") or {}
@@ -377,22 +473,22 @@ class PersistentVolumeController(Controller):
         if (status.get("phase") == "Bound" and status.get("accessModes") == want_modes
                 and status.get("capacity") == want_cap):
             return claim
-        new = copy.deepcopy(claim)
+        new = deep_copy(claim)
         st = new.setdefault("status", {})
         st.update({"phase": "Bound", "accessModes": want_modes, "capacity": want_cap})
-        return await self.client.update(PVCS, new, subresource="status")
+        return await self._update("pvc", claim, new, subresource="status")
 
     async def _set_claim_phase(self, claim: Obj, phase: str) -> Obj:
         if _phase(claim) == phase:
             return claim
-        new = copy.deepcopy(claim)
+        new = deep_copy(claim)
         new.setdefault("status", {})["phase"] = phase
-        return await self.client.update(PVCS, new, subresource="status")
+        return await self._update("pvc", claim, new, subresource="status")
 
     # --------------------------------------------------------------- volumes
 
     async def sync_volume(self, key: str) -> None:
-        pv = self.pv_informer.indexer.get_by_key(key)
+        pv = self._volume(key)
         if pv is None:
             return
         ref = (pv.get("spec") or {}).get("claimRef")
@@ -431,7 +527,7 @@ class PersistentVolumeController(Controller):
 
     async def _find_claim(self, key: str, uid: str) -> Obj | None:
         """The claim with this uid from the informer, double-checked with the API."""
-        claim = self.pvc_informer.indexer.get_by_key(key)
+        claim = self._claim(key)
         if claim is not None and _uid(claim) == uid:
             return claim
         ns, _, name = key.partition("/")
@@ -444,14 +540,14 @@ class PersistentVolumeController(Controller):
         return claim if _uid(claim) == uid else None
 
     async def _unbind_volume(self, pv: Obj, clear_ref: bool) -> None:
-        new = copy.deepcopy(pv)
+        new = deep_copy(pv)
         spec = new.setdefault("spec", {})
         if clear_ref:
             spec.pop("claimRef", None)
             (_md(new).get("annotations") or {}).pop(ANN_BOUND_BY_CONTROLLER, None)
         else:
             spec["claimRef"] = {k: v for k, v in (spec.get("claimRef") or {}).items() if k != "uid"}
-        pv = await self.client.update(PVS, new)
+        pv = await self._update("pv", pv, new)
         await self._set_volume_phase(pv, "Available")
 
     async def _reclaim(self, pv: Obj) -> None:

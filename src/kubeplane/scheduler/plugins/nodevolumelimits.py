@@ -8,6 +8,11 @@ an inline CSI volume by the pod uid and volume name. A pod fits when the
 node's attached volumes plus the pod's new ones (already attached ones not
 counted twice) stay within each driver's limit; otherwise Unschedulable
 "node(s) exceed max volume count".
+
+For the scheduler's vectorised Filter, :meth:`NodeVolumeLimits.filter_pass_except`
+names the only nodes that can reject the pod: those whose CSINode publishes a
+limit for one of the pod's new volumes' drivers (an index of the CSINode
+informer, ``driver -> CSINode names``).
 """
 
 from __future__ import annotations
@@ -38,7 +43,11 @@ PVCS = resource("persistentvolumeclaims")
 STORAGE_CLASSES = resource("storageclasses")
 CSI_NODES = resource("csinodes")
 
-__all__ = ["NAME", "NodeVolumeLimits", "REASON_MAX_VOLUME_COUNT", "volume_limits"]
+#: CSINode informer index: names of the drivers with an attach limit
+CSI_NODE_LIMITED_DRIVER_INDEX = "csinode-limited-driver"
+
+__all__ = ["CSI_NODE_LIMITED_DRIVER_INDEX", "NAME", "NodeVolumeLimits", "REASON_MAX_VOLUME_COUNT",
+           "limited_drivers_index", "volume_limits"]
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -53,6 +62,11 @@ def volume_limits(csi_node: Mapping[str, Any] | None) -> dict[str, int]:
         if count is not None:
             out[d.get("name") or ""] = int(count)
     return out
+
+
+def limited_drivers_index(csi_node: Mapping[str, Any]) -> list[str]:
+    """Index values of a CSINode: the drivers :func:`volume_limits` reports a limit for."""
+    return list(volume_limits(csi_node))
 
 
 class _MissingClaim(Exception):
@@ -71,6 +85,13 @@ class NodeVolumeLimits(Plugin):
         self.pvc_lister = f.informer_for(PVCS).indexer if f is not None else None
         self.class_lister = f.informer_for(STORAGE_CLASSES).indexer if f is not None else None
         self.csi_node_lister = f.informer_for(CSI_NODES).indexer if f is not None else None
+        self._limit_index = False
+        if self.csi_node_lister is not None and hasattr(self.csi_node_lister, "index_keys"):
+            try:
+                self.csi_node_lister.add_indexers({CSI_NODE_LIMITED_DRIVER_INDEX: limited_drivers_index})
+            except ValueError:
+                pass  # registered by another profile on the shared informer
+            self._limit_index = True
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [
@@ -159,6 +180,28 @@ class NodeVolumeLimits(Plugin):
             if vol.get("persistentVolumeClaim") is not None or vol.get("ephemeral") is not None or vol.get("csi"):
                 return None, None
         return None, Status.skip()
+
+    def filter_pass_except(self, state: CycleState, pod_info: PodInfo) -> set[str] | None:
+        """Nodes where :meth:`filter` may fail (None: unknown, check every node).
+
+        Filter can only reject a node whose CSINode publishes a limit for a
+        driver of one of the pod's new volumes; other nodes pass."""
+        pod = pod_info.pod
+        if not (pod.get("spec") or {}).get("volumes"):
+            return set()
+        new_volumes: dict[str, str] = {}
+        try:
+            self._attachable(pod, True, new_volumes)
+        except _MissingClaim:
+            return None  # Filter reports the missing claim on every node
+        if not new_volumes:
+            return set()
+        if not self._limit_index or self.csi_node_lister is None:
+            return None
+        names: set[str] = set()
+        for driver in set(new_volumes.values()):
+            names.update(self.csi_node_lister.index_keys(CSI_NODE_LIMITED_DRIVER_INDEX, driver))
+        return names
 
     def filter(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> Status | None:
         pod = pod_info.pod

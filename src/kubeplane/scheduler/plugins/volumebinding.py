@@ -8,6 +8,9 @@ by :class:`~kubeplane.scheduler.volumebinder.VolumeBinder`:
   Local-like bound PVs narrow the candidate nodes.
 * Filter: bound PVs' node affinity, a static PV per delayed claim, or dynamic
   provisioning on the node (UnschedulableAndUnresolvable with upstream's reasons).
+  ``filter_pass_except`` lets the vectorised Filter skip the nodes where the
+  answer is the binder's node-independent shared plan; later phases then
+  use that plan for a node Filter never saw.
 * PreScore/Score: storage-utilisation scoring, only when ``shape`` is configured.
 * Reserve: PV claimRefs and PVC selected-node annotations are only *assumed*
   in the passive caches; Unreserve restores them.
@@ -43,6 +46,7 @@ from kubeplane.scheduler.framework.types import (
     Status,
 )
 from kubeplane.scheduler.passivecache import NotFoundError
+from kubeplane.volume.matching import HOSTNAME_LABEL
 from kubeplane.scheduler.volumebinder import (
     DEFAULT_BIND_TIMEOUT,
     PodVolumeClaims,
@@ -94,6 +98,9 @@ class _State:
     pod_volumes_by_node: dict[str, PodVolumes] = field(default_factory=dict)
     has_static_bindings: bool = False
     all_bound: bool = False
+    #: the plan of every node outside ``shared_exceptions`` (see ``filter_pass_except``)
+    shared_plan: PodVolumes | None = None
+    shared_exceptions: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def clone(self) -> "_State":
@@ -348,6 +355,46 @@ class VolumeBinding(Plugin):
             s.has_static_bindings = s.has_static_bindings or bool(pod_volumes.static_bindings)
         return None
 
+    def filter_pass_except(self, state: CycleState, pod_info: PodInfo) -> set[str] | None:
+        """Nodes where Filter must run; every other node passes with the shared plan.
+
+        The binder's shared plan holds on every node whose hostname label has
+        no pinned candidate volume; those few nodes (looked up in the
+        snapshot) are the exceptions. None when there is no shared plan."""
+        s: _State | None = state.get(STATE_KEY)
+        if s is None or self.binder is None:
+            return None
+        if s.claims is None:
+            return set()
+        try:
+            plan = self.binder.shared_plan(s.claims)
+        except VolumeBindingError:
+            return None
+        if plan is None:
+            return None
+        exceptions: set[str] = set()
+        pinned = s.claims.pinned_hostnames
+        if pinned:
+            for ni in self.handle.node_infos():
+                node = ni.node
+                if node is None or (_meta(node).get("labels") or {}).get(HOSTNAME_LABEL) in pinned:
+                    exceptions.add(ni.name)
+        with s.lock:
+            s.shared_plan = plan
+            s.shared_exceptions = exceptions
+            s.has_static_bindings = s.has_static_bindings or bool(plan.static_bindings)
+        return exceptions
+
+    def _plan_for(self, s: _State, node_name: str) -> PodVolumes | None:
+        """Filter's plan for ``node_name``, or the shared plan when Filter was skipped there."""
+        pod_volumes = s.pod_volumes_by_node.get(node_name)
+        if pod_volumes is None and s.shared_plan is not None and node_name not in s.shared_exceptions:
+            plan = s.shared_plan
+            pod_volumes = PodVolumes(list(plan.static_bindings), list(plan.dynamic_provisions))
+            with s.lock:
+                pod_volumes = s.pod_volumes_by_node.setdefault(node_name, pod_volumes)
+        return pod_volumes
+
     # ------------------------------------------------------------------ scoring
 
     def pre_score(self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]) -> Status | None:
@@ -356,8 +403,10 @@ class VolumeBinding(Plugin):
         s: _State | None = state.get(STATE_KEY)
         if s is None:
             return Status.as_status(KeyError(f"{STATE_KEY!r} not found in cycle state"))
-        has_dynamic = any(p.node_capacity is not None
-                          for pv in s.pod_volumes_by_node.values() for p in pv.dynamic_provisions)
+        plans = list(s.pod_volumes_by_node.values())
+        if s.shared_plan is not None:
+            plans.append(s.shared_plan)
+        has_dynamic = any(p.node_capacity is not None for pv in plans for p in pv.dynamic_provisions)
         return None if s.has_static_bindings or has_dynamic else Status.skip()
 
     def score(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
@@ -366,7 +415,7 @@ class VolumeBinding(Plugin):
         s: _State | None = state.get(STATE_KEY)
         if s is None:
             return 0, Status.as_status(KeyError(f"{STATE_KEY!r} not found in cycle state"))
-        pod_volumes = s.pod_volumes_by_node.get(node_info.name)
+        pod_volumes = self._plan_for(s, node_info.name)
         if pod_volumes is None:
             return 0, None
         classes: dict[str, tuple[Fraction, Fraction]] = {}
@@ -391,7 +440,7 @@ class VolumeBinding(Plugin):
         s: _State | None = state.get(STATE_KEY)
         if s is None:
             return Status.as_status(KeyError(f"{STATE_KEY!r} not found in cycle state"))
-        pod_volumes = s.pod_volumes_by_node.get(node_name)
+        pod_volumes = self._plan_for(s, node_name)
         if pod_volumes is None or self.binder is None:
             s.all_bound = True
             return None
@@ -405,7 +454,7 @@ class VolumeBinding(Plugin):
         s: _State | None = state.get(STATE_KEY)
         if s is None or self.binder is None:
             return
-        pod_volumes = s.pod_volumes_by_node.get(node_name)
+        pod_volumes = self._plan_for(s, node_name)
         if pod_volumes is not None:
             self.binder.revert_assumed_pod_volumes(pod_volumes)
 
@@ -417,7 +466,7 @@ class VolumeBinding(Plugin):
             return Status.as_status(KeyError(f"{STATE_KEY!r} not found in cycle state"))
         if s.all_bound:
             return None
-        pod_volumes = s.pod_volumes_by_node.get(node_name)
+        pod_volumes = self._plan_for(s, node_name)
         if pod_volumes is None or self.binder is None:
             return Status.as_status(RuntimeError(f'no pod volumes found for node "{node_name}"'))
         try:
