@@ -67,11 +67,20 @@ async def test_measured_pods_are_all_scheduled(name: str, nodes: int, pods: int)
     assert 0 < out["latency_p50_ms"] <= out["latency_p99_ms"]
     assert out["throughput_p50"] > 0 and out["peak_rss_mb"] > 10
     assert seen[-1] == (pods, pods)
+    assert out["init_scheduled"] == out["init_pods"]
+
+
+@pytest.mark.parametrize("name", ["Unschedulable", "PreemptionAsync"])
+async def test_churn_pods_arrive_during_the_measured_phase(name: str) -> None:
+    """Unschedulable: 9-CPU priority-10 pods keep arriving and fit nowhere (none bound);
+    PreemptionAsync: 3-CPU priority-10 pods keep arriving and preempt low-priority pods."""
+    out = await run_workload(name, nodes=50, pods=150, stall_timeout_s=10)
+    assert out["scheduled"] == 150 and not out["timed_out"]
+    assert out["churn_created"] >= 1
     if name == "Unschedulable":
-        # The 9-CPU init pods fit no 4-CPU node: none may be bound.
-        assert out["init_pods"] == 200 and out["init_scheduled"] == 0
+        assert out["init_pods"] == 1 and out["churn_scheduled"] == 0  # 100 init pods scaled to 50 nodes
     else:
-        assert out["init_scheduled"] == out["init_pods"]
+        assert out["init_pods"] == 200 and out["init_scheduled"] == 200
 
 
 async def test_preemption_binds_high_priority_pods() -> None:

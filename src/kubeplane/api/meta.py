@@ -18,9 +18,30 @@ def utcnow() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
 
 
+_UTC = _dt.timezone.utc
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_UTC)
+#: the last formatted second: (whole seconds since the epoch, text)
+_last_formatted: tuple[int, str] = (-1 << 62, "")
+
+
 def format_time(t: _dt.datetime) -> str:
-    """RFC 3339 with second precision and ``Z``, as metav1.Time serialises."""
-    return t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 with second precision and ``Z``, as metav1.Time serialises.
+
+    Writes format the current time several times per object; the text of the
+    last second formatted is reused."""
+    global _last_formatted
+    if t.tzinfo is None:
+        t = t.astimezone(_UTC)
+    second = (t - _EPOCH) // _ONE_SECOND
+    last = _last_formatted
+    if last[0] == second:
+        return last[1]
+    text = t.astimezone(_UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _last_formatted = (second, text)
+    return text
+
+
+_ONE_SECOND = _dt.timedelta(seconds=1)
 
 
 def parse_time(s: str) -> _dt.datetime:

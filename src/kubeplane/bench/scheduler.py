@@ -35,6 +35,7 @@ from kubeplane.bench.workloads import (
     DYNAMIC_CLASS,
     STATIC_CLASS,
     WORKLOADS,
+    Churn,
     ChurnPVs,
     CreateAny,
     CreateNamespaces,
@@ -95,7 +96,7 @@ class PodTracker:
     created: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
     phase_of: dict[str, str] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=lambda: {"init": 0, "measure": 0})
+    counts: dict[str, int] = field(default_factory=lambda: {"init": 0, "measure": 0, "churn": 0})
     unschedulable_seen: set[str] = field(default_factory=set)
     on_measured_bound: Callable[[str], None] | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -195,6 +196,7 @@ class _Runner:
         self.measure_start = 0.0
         self.timed_out = False
         self.pv_created: dict[str, float] = {}
+        self.churn_created = 0
         self.collector = ThroughputCollector(tracker)
         self._seq = 0
         self.factory: SharedInformerFactory | None = None
@@ -242,8 +244,19 @@ class _Runner:
     # -- pod ops (with the scheduler running) --------------------------------
 
     async def run_pod_ops(self) -> None:
+        churns: list[asyncio.Task] = []
+        try:
+            await self._run_pod_ops(churns)
+        finally:
+            for t in churns:
+                t.cancel()
+            await asyncio.gather(*churns, return_exceptions=True)
+
+    async def _run_pod_ops(self, churns: list[asyncio.Task]) -> None:
         for op in self.w.ops:
-            if isinstance(op, CreatePods):
+            if isinstance(op, Churn):
+                churns.append(asyncio.get_running_loop().create_task(self._churn(op)))
+            elif isinstance(op, CreatePods):
                 count = self.init_pods if op.phase == "init" else self.pods
                 if op.phase == "measure":
                     self._begin_measure()
@@ -315,6 +328,20 @@ class _Runner:
                 self.timed_out = True
                 return False
         return True
+
+    async def _churn(self, op: Churn) -> None:
+        """Create one unmeasured pod every ``op.interval_ms`` until cancelled."""
+        interval = op.interval_ms / 1000.0
+        n = 0
+        next_t = time.perf_counter()
+        while True:
+            n += 1
+            name = f"churn-pod-{n:06d}"
+            self.tracker.expect(_key(op.namespace, name), "churn")
+            await self.client.create(PODS, op.template(name), op.namespace)
+            self.churn_created = n
+            next_t += interval
+            await asyncio.sleep(max(0.0, next_t - time.perf_counter()))
 
     async def _churn_pvs(self, op: ChurnPVs) -> None:
         """Pods whose claims select one PV each wait unschedulable; then the PVs appear."""
@@ -388,6 +415,9 @@ class _Runner:
             "peak_rss_mb": round(_resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
             "timed_out": self.timed_out,
         }
+        if any(isinstance(op, Churn) for op in self.w.ops):
+            out["churn_created"] = self.churn_created
+            out["churn_scheduled"] = t.counts["churn"]
         if self.pv_created:
             pv_lat = [(t.bound[k] - c) * 1000.0 for k, c in self.pv_created.items() if k in t.bound]
             out["pv_to_binding_p50_ms"] = round(percentile(pv_lat, 50), 2)

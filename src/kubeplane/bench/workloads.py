@@ -105,9 +105,9 @@ def pod_high_priority(name: str) -> Obj:
     return _pod(name, spec={"priority": 10}, cpu="3000m")
 
 
-def pod_large_cpu(name: str) -> Obj:
-    """pod-large-cpu.yaml: 9 CPU, fits no 4-CPU node."""
-    return _pod(name, cpu="9")
+def pod_high_priority_large_cpu(name: str) -> Obj:
+    """pod-high-priority-large-cpu.yaml: priority 10, 9 CPU (fits no 4-CPU node, even by preemption)."""
+    return _pod(name, spec={"priority": 10}, cpu="9")
 
 
 def pod_with_claim(name: str, claim: str) -> Obj:
@@ -237,7 +237,17 @@ class SteadyState:
     namespace: str = "default"
 
 
-Op = CreateNodes | CreateNamespaces | CreateAny | CreatePods | ChurnPVs | SteadyState
+@dataclass
+class Churn:
+    """``churn`` in create mode: one unmeasured pod of ``template`` every
+    ``interval_ms`` from this point until the measured pods are all scheduled."""
+
+    template: PodTemplate
+    interval_ms: int = 200
+    namespace: str = "default"
+
+
+Op = CreateNodes | CreateNamespaces | CreateAny | CreatePods | ChurnPVs | SteadyState | Churn
 
 
 @dataclass
@@ -320,11 +330,17 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              [CreateNodes(), CreatePods("init", pod_low_priority), CreatePods("measure", pod_high_priority)],
              init_for=lambda n: 4 * n,
              description="low-priority 900m pods fill the nodes; 3000m priority-10 pods preempt"),
-    Workload("Unschedulable", 5000, 200, 5000,
-             [CreateNodes(), CreatePods("init", pod_large_cpu, skip_wait=True),
+    Workload("PreemptionAsync", 5000, 20000, 5000,
+             [CreateNodes(), CreatePods("init", pod_low_priority), Churn(pod_high_priority),
               CreatePods("measure", pod_default)],
-             init_for=lambda n: 200,
-             description="200 pods that fit nowhere stay pending while pod-default pods are measured"),
+             init_for=lambda n: 4 * n,
+             description="pod-default pods measured while a 3000m priority-10 pod arrives every 200 ms "
+                         "and preempts low-priority 900m pods"),
+    Workload("Unschedulable", 5000, 100, 10000,
+             [CreateNodes(), CreatePods("init", pod_default), Churn(pod_high_priority_large_cpu),
+              CreatePods("measure", pod_default)],
+             description="pod-default pods measured while a 9-CPU priority-10 pod that fits nowhere "
+                         "(not even by preemption) arrives every 200 ms"),
     Workload("SchedulingInTreePVs", 5000, 2000, 1000,
              [CreateNodes(), CreateAny(lambda: storage_class(STATIC_CLASS, NO_PROVISIONER)),
               CreatePods("init", pod_default, volumes="static"),

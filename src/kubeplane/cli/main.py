@@ -361,7 +361,7 @@ def nodes(kubeconfig: str | None, context: str | None, verbose: bool, node_count
 def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, storage: str, runs: int) -> None:
     """Benchmarks, run on demand. WORKLOAD is `api` (API machinery) or a scheduler_perf
     workload: SchedulingBasic, SchedulingPodAntiAffinity, SchedulingPodAffinity,
-    SchedulingNodeAffinity, TopologySpreading, PreemptionBasic, Unschedulable,
+    SchedulingNodeAffinity, TopologySpreading, PreemptionBasic, PreemptionAsync, Unschedulable,
     SchedulingInTreePVs, SchedulingCSIPVs, SchedulingPVsChurn,
     SchedulingWithResourceClaimTemplate, SteadyStateClusterResourceClaimTemplate[/half|/full]."""
     import json as _json

@@ -174,6 +174,17 @@ def filter_pods_with_pdb_violation(
 # --------------------------------------------------------------------------- candidates
 
 
+class _Usage:
+    """What ``insufficient_resources`` reads of a node: allocatable, requested, pod count."""
+
+    __slots__ = ("allocatable", "requested", "pods")
+
+    def __init__(self, allocatable: Mapping[str, int], requested: Mapping[str, int], count: int) -> None:
+        self.allocatable = allocatable
+        self.requested = requested
+        self.pods = range(count)
+
+
 @dataclass
 class Victims:
     pods: list[PodInfo] = field(default_factory=list)
@@ -364,9 +375,27 @@ class Evaluator:
         violating: list[Candidate] = []
         node_statuses: dict[str, Status] = {}
         errors: list[str] = []
+        allowed = self.is_preemption_allowed
+        no_victims: Status | None = None
+        arithmetic = self._resource_only_filters(state, pod_info)
+        nominator = self.handle.nominator
         for i in range(len(potential)):
-            ni = potential[(offset + i) % len(potential)].clone()
-            victims, n_violations, status = self.select_victims_on_node(state.clone(), pod_info, ni, pdbs)
+            original = potential[(offset + i) % len(potential)]
+            if not any(allowed(p, pod_info) for p in original.pods):
+                # Nothing to remove: the node stays as it is and cannot become feasible
+                # (the dry run's own first check, without cloning state and node).
+                if no_victims is None:
+                    no_victims = Status.unresolvable(MSG_NO_VICTIMS)
+                node_statuses[original.name] = no_victims
+                continue
+            ni = original
+            found = None
+            if arithmetic is not None and not (nominator is not None and nominator.nominated_pods_for_node(ni.name)):
+                found = self._select_victims_by_resources(state, pod_info, ni, pdbs, *arithmetic)
+            if found is None:
+                ni = original.clone()
+                found = self.select_victims_on_node(state.clone(), pod_info, ni, pdbs)
+            victims, n_violations, status = found
             if status.is_success() and victims:
                 c = Candidate(ni.name, Victims(victims, n_violations))
                 (non_violating if n_violations == 0 else violating).append(c)
@@ -432,6 +461,96 @@ class Evaluator:
             return victims, num_violating, Status.success()
         except Exception as e:  # noqa: BLE001
             return [], 0, Status.as_status(e)
+
+    def _resource_only_filters(self, state: CycleState, pod_info: PodInfo) -> tuple[Any, Any, list[Any]] | None:
+        """(NodeResourcesFit, its checked requests, node-only filter plugins) when, for this pod
+        and cycle, no other Filter plugin runs: then whether the pod fits a node after some pods
+        are removed is resource arithmetic (plus node-only checks, independent of the pods)."""
+        from kubeplane.scheduler.plugins.node_affinity import NodeAffinity
+        from kubeplane.scheduler.plugins.node_name import NodeName
+        from kubeplane.scheduler.plugins.node_resources_fit import NodeResourcesFit
+        from kubeplane.scheduler.plugins.node_unschedulable import NodeUnschedulable
+        from kubeplane.scheduler.plugins.taint_toleration import TaintToleration
+
+        fw = self.handle.framework
+        if fw is None:
+            return None
+        skip = state.skip_filter_plugins
+        fit = None
+        node_only: list[Any] = []
+        for pl in fw.filter_plugins:
+            if skip and pl.name in skip:
+                continue
+            cls = type(pl)
+            if cls is NodeResourcesFit:
+                fit = pl
+            elif cls in (NodeUnschedulable, NodeName, TaintToleration, NodeAffinity):
+                node_only.append(pl)
+            else:
+                return None
+        if fit is None:
+            return None
+        _, pairs = fit.checked_requests(state, pod_info)
+        return fit, pairs, node_only
+
+    def _select_victims_by_resources(
+        self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo, pdbs: list[Obj],
+        fit: Any, pairs: tuple[tuple[str, int], ...], node_only: list[Any],
+    ) -> tuple[list[PodInfo], int, Status] | None:
+        """:meth:`select_victims_on_node` when only NodeResourcesFit depends on the node's pods.
+
+        Same victims, order, violation count and status, computed on request
+        sums without cloning the node or the cycle state. None when a
+        node-only plugin rejects the pod: the caller then runs the general
+        dry run, which reports that plugin's status."""
+        potential = [p for p in node_info.pods if self.is_preemption_allowed(p, pod_info)]
+        if not potential:
+            return [], 0, Status.unresolvable(MSG_NO_VICTIMS)
+        for pl in node_only:
+            s = pl.filter(state, pod_info, node_info)
+            if s is not None and s.code != Code.SUCCESS:
+                return None
+        allowed_pods = node_info.allocatable.get("pods", 0)
+        alloc = node_info.allocatable
+        used = dict(node_info.requested)
+        for p in potential:
+            for k, v in p.requests.items():
+                used[k] = used.get(k, 0) - v
+        count = len(node_info.pods) - len(potential)
+
+        def fits() -> bool:
+            if not count < allowed_pods:
+                return False
+            return all(value <= alloc.get(name, 0) - used.get(name, 0) for name, value in pairs)
+
+        if not fits():
+            # The general dry run's verdict: NodeResourcesFit's status on the node without the
+            # removable pods (the node-only plugins pass, so it is the first to reject).
+            from kubeplane.scheduler.plugins.node_resources_fit import insufficient_resources
+
+            requests, _ = fit.checked_requests(state, pod_info)
+            bad = insufficient_resources(requests, _Usage(alloc, used, count), fit.ignored, fit.ignored_groups)
+            return [], 0, Status.unschedulable(*(b[1] for b in bad), plugin=fit.name)
+        potential.sort(key=_importance_key)
+        violating, non_violating = filter_pods_with_pdb_violation(potential, pdbs)
+        victims: list[PodInfo] = []
+        num_violating = 0
+        for group, counts in ((violating, True), (non_violating, False)):
+            for p in group:
+                count += 1
+                for k, v in p.requests.items():
+                    used[k] = used.get(k, 0) + v
+                if fits():
+                    continue
+                count -= 1
+                for k, v in p.requests.items():
+                    used[k] -= v
+                victims.append(p)
+                if counts:
+                    num_violating += 1
+        if violating and non_violating:
+            victims.sort(key=_importance_key)
+        return victims, num_violating, Status.success()
 
     def select_candidate(self, candidates: list[Candidate]) -> Candidate | None:
         if not candidates:

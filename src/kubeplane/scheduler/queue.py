@@ -81,6 +81,10 @@ CROSS_TOPOLOGY_PLUGINS = ("InterPodAffinity", "PodTopologySpread")
 _POD_SCALE_DOWN = ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_SCALE_DOWN)
 
 
+#: bound of the per-event memo tables (distinct events are few; cleared when exceeded)
+_MATCH_CACHE_SIZE = 4096
+
+
 class QueueingStrategy(enum.IntEnum):
     """Where a pod goes when it leaves unschedulablePods (or comes back from a cycle)."""
 
@@ -157,6 +161,8 @@ class QueuedPodInfo:
     _key: str = field(init=False, repr=False, default="")
     #: ``spec.priority`` (immutable in the API; cached for QueueSort)
     priority: int = field(init=False, default=0)
+    #: activeQ ordering key, set by the heap when the QueueSort plugin offers one
+    sort_key: tuple = field(init=False, repr=False, default=())
 
     def __post_init__(self) -> None:
         self._key = pod_key(self.pod)
@@ -189,6 +195,8 @@ class QueuedPodInfo:
 
 
 LessFn = Callable[[QueuedPodInfo, QueuedPodInfo], bool]
+#: a QueueSort plugin's ordering as a key: ``a`` sorts before ``b`` iff key(a) < key(b)
+SortKeyFn = Callable[[QueuedPodInfo], tuple]
 PreEnqueueFn = Callable[[Obj], Optional[Status]]
 PreCheck = Callable[[Obj], bool]
 
@@ -209,17 +217,29 @@ class QueueProfile:
     #: plugin name -> the events it registered (with optional hint functions)
     hints: dict[str, list[ClusterEventWithHint]] = field(default_factory=dict)
     less: LessFn = priority_less
+    #: the same order as ``less`` as a key function, when the plugin offers one
+    sort_key: SortKeyFn | None = None
+
+
+def _sort_key_lt(a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
+    return a.sort_key < b.sort_key
 
 
 class _Heap:
-    """Binary heap with O(log n) update/delete by key."""
+    """Binary heap with O(log n) update/delete by key.
 
-    __slots__ = ("_items", "_pos", "_lt")
+    With ``keyfn`` the order is that of ``keyfn(item)`` (stored in
+    ``item.sort_key`` when the item is added or updated): one tuple
+    comparison per step instead of calls into the QueueSort plugin."""
 
-    def __init__(self, lt: Callable[[QueuedPodInfo, QueuedPodInfo], bool]) -> None:
+    __slots__ = ("_items", "_pos", "_lt", "_keyfn")
+
+    def __init__(self, lt: Callable[[QueuedPodInfo, QueuedPodInfo], bool],
+                 keyfn: Callable[[QueuedPodInfo], tuple] | None = None) -> None:
         self._items: list[QueuedPodInfo] = []
         self._pos: dict[str, int] = {}
-        self._lt = lt
+        self._lt = lt if keyfn is None else _sort_key_lt
+        self._keyfn = keyfn
 
     def __len__(self) -> int:
         return len(self._items)
@@ -238,6 +258,8 @@ class _Heap:
         return list(self._items)
 
     def add_or_update(self, item: QueuedPodInfo) -> None:
+        if self._keyfn is not None:
+            item.sort_key = self._keyfn(item)
         key = item.key
         i = self._pos.get(key)
         if i is None:
@@ -547,6 +569,8 @@ class SchedulingQueue:
             self._hint_entries[name] = entries
             self._plugin_events[name] = per_plugin
         self._all_registered: list[ClusterEvent] = [e for es in self._hint_entries.values() for e, _, _ in es]
+        self._interest_cache: dict[ClusterEvent, bool] = {}
+        self._match_cache: dict[tuple[str, ClusterEvent], list[tuple[str, Any]]] = {}
 
         # All profiles share one QueueSort (upstream requires it); the first one's is used.
         less = next(iter(self._profiles.values())).less
@@ -559,7 +583,11 @@ class SchedulingQueue:
                 return False
             return a.seq < b.seq
 
-        self._active = _Heap(active_lt)
+        sort_key = next(iter(self._profiles.values())).sort_key
+        if sort_key is not None:
+            self._active = _Heap(active_lt, lambda p: (*sort_key(p), p.seq))
+        else:
+            self._active = _Heap(active_lt)
         self._backoff = _Heap(self._backoff_lt_with_priority if pop_from_backoff else self._backoff_lt)
         self._error_backoff = _Heap(self._backoff_lt)
         self._unschedulable = _UnschedulablePods()
@@ -812,7 +840,28 @@ class SchedulingQueue:
     def _is_event_of_interest(self, event: ClusterEvent) -> bool:
         if event.resource == EventResource.WILDCARD:
             return True
-        return any(match_event(reg, event) for reg in self._all_registered)
+        hit = self._interest_cache.get(event)
+        if hit is None:
+            hit = any(match_event(reg, event) for reg in self._all_registered)
+            if len(self._interest_cache) >= _MATCH_CACHE_SIZE:
+                self._interest_cache.clear()
+            self._interest_cache[event] = hit
+        return hit
+
+    def _matching_hints(self, profile: str, event: ClusterEvent) -> list[tuple[str, Any]] | None:
+        """(plugin, hint function) of the profile's registrations covering ``event``, in
+        registration order; None for an unknown profile. Memoized per (profile, event)."""
+        k = (profile, event)
+        hit = self._match_cache.get(k)
+        if hit is None:
+            entries = self._hint_entries.get(profile)
+            if entries is None:
+                return None
+            hit = [(plugin, hint_fn) for registered, plugin, hint_fn in entries if match_event(registered, event)]
+            if len(self._match_cache) >= _MATCH_CACHE_SIZE:
+                self._match_cache.clear()
+            self._match_cache[k] = hit
+        return hit
 
     def _worth_requeuing(self, pinfo: QueuedPodInfo, event: ClusterEvent, old: Any, new: Any) -> QueueingStrategy:
         rejectors = pinfo.unschedulable_plugins | pinfo.pending_plugins
@@ -824,13 +873,13 @@ class SchedulingQueue:
                 if not isinstance(new, dict) or pod_uid(new) != pinfo.pod_uid:
                     return QueueingStrategy.SKIP
             return QueueingStrategy.AFTER_BACKOFF
-        entries = self._hint_entries.get(scheduler_name(pinfo.pod))
+        entries = self._matching_hints(scheduler_name(pinfo.pod), event)
         if entries is None:
             return QueueingStrategy.AFTER_BACKOFF
         strategy = QueueingStrategy.SKIP
         pending = pinfo.pending_plugins
-        for registered, plugin, hint_fn in entries:
-            if plugin not in rejectors or not match_event(registered, event):
+        for plugin, hint_fn in entries:
+            if plugin not in rejectors:
                 continue
             if hint_fn is None:
                 hint = QueueingHint.QUEUE

@@ -253,6 +253,7 @@ class Scheduler:
                 pre_enqueue=[(pl.name, pl.pre_enqueue) for pl in fw.pre_enqueue_plugins],
                 hints=fw.events_to_register(),
                 less=fw.less,
+                sort_key=getattr(fw.queue_sort_plugin, "sort_key", None),
             )
             for name, fw in self.frameworks.items()
         }

@@ -317,3 +317,87 @@ def test_huge_quantities_fall_back_to_the_plugins() -> None:
             for s in (fast, slow):
                 s.cache.assume_pod(dict(pod, spec=dict(pod["spec"], nodeName=results[0][0])))
     assert arrays_for(fast.snapshot).num_big == 10
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bulk_rejection_statuses_equal_the_plugins_own(seed: int) -> None:
+    """Pods that fit almost nowhere: every rejected node's status (computed in bulk for
+    NodeResourcesFit, NodeUnschedulable and TaintToleration) equals the per-node plugin's."""
+    rng = random.Random(100 + seed)
+    nodes = [make_node(rng, f"n{i}") for i in range(400)]
+    names = [n["metadata"]["name"] for n in nodes]
+    fast, slow = _twin_schedulers(seed, None)
+    for s in (fast, slow):
+        for n in nodes:
+            s.cache.add_node(n)
+        for j in range(900):
+            s.cache.add_pod(make_pod(random.Random(j), f"e{j}", names, node_name=names[j % len(names)]))
+    bulk_calls: list[int] = []
+    original = FastPath._bulk_statuses
+
+    def counting(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        bulk_calls.append(sum(st is not None for st in out))
+        return out
+
+    FastPath._bulk_statuses = counting
+    try:
+        for i in range(30):
+            pod = make_pod(rng, f"p{i}", names)
+            pod["spec"].pop("nodeName", None)
+            res = pod["spec"]["containers"][0]["resources"]["requests"]
+            res["cpu"] = rng.choice(["3", "7", "9"])
+            res["memory"] = rng.choice(["6Gi", "30Gi", "40Gi"])
+            results = []
+            for s in (fast, slow):
+                try:
+                    r = s.schedule_pod(s.frameworks["default-scheduler"], CycleState(), PodInfo(pod))
+                    results.append(("ok", r.suggested_host, r.evaluated_nodes, r.feasible_nodes))
+                except FitError as e:
+                    results.append(("fit", str(e), _status_view(e.diagnosis),
+                                    sorted(e.diagnosis.unschedulable_plugins)))
+            assert results[0] == results[1], f"pod {i}"
+    finally:
+        FastPath._bulk_statuses = original
+    # the bulk path ran and decided most rejected nodes
+    assert bulk_calls and sum(bulk_calls) > 1000
+
+
+class _PassExceptPlugin:
+    """A Filter plugin with the ``filter_pass_except`` hook: rejects the nodes it lists."""
+
+    name = "PassExcept"
+
+    def __init__(self, rejected: set[str], answer_none: bool = False) -> None:
+        self.rejected = rejected
+        self.answer_none = answer_none
+        self.filtered: list[str] = []
+
+    def filter(self, state, pod_info, node_info):
+        from kubeplane.scheduler.framework.types import Status
+        self.filtered.append(node_info.name)
+        if node_info.name in self.rejected:
+            return Status.unschedulable("listed")
+        return None
+
+    def filter_pass_except(self, state, pod_info):
+        return None if self.answer_none else self.rejected
+
+
+@pytest.mark.parametrize("answer_none", [False, True])
+def test_filter_pass_except_hook_calls_filter_only_on_listed_nodes(answer_none: bool) -> None:
+    sched = Scheduler(None, rng=random.Random(1), percentage_of_nodes_to_score=100)
+    for i in range(50):
+        sched.cache.add_node({"metadata": {"name": f"n{i:02d}", "labels": {}}, "spec": {},
+                              "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}})
+    fw = sched.frameworks["default-scheduler"]
+    plugin = _PassExceptPlugin({"n03", "n17", "n40"}, answer_none)
+    fw.filter_plugins.append(plugin)
+    pod = make_pod(random.Random(5), "p", [])
+    pod["spec"] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}
+    r = sched.schedule_pod(fw, CycleState(), PodInfo(pod))
+    assert r.feasible_nodes == 47 and r.suggested_host not in plugin.rejected
+    if answer_none:
+        assert len(plugin.filtered) == 50
+    else:
+        assert sorted(plugin.filtered) == ["n03", "n17", "n40"]

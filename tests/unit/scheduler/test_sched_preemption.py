@@ -335,3 +335,57 @@ def test_victim_already_gone_is_not_an_error_but_other_failures_are() -> None:
         name, st = env.preempt(pod("p", "2", 10))
         assert name == "n1" and st.is_success()
         assert len(env.plugin.evaluator.errors) == errors
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_resource_arithmetic_dry_run_equals_the_general_one(seed: int) -> None:
+    """When only NodeResourcesFit depends on a node's pods, victims are chosen by request sums;
+    on random nodes, pods, priorities, start times and PDBs the result (victims, their order,
+    PDB violations) equals the general dry run's, and the shortcut is taken on most nodes."""
+    rng = random.Random(seed)
+    nodes = [node(f"n{i}", cpu=rng.choice(["2", "4", "8"]), pods=rng.choice([3, 5, 110]),
+                  zone=rng.choice(["a", "b"])) for i in range(40)]
+    pods = []
+    for i in range(160):
+        pods.append(pod(f"e{i}", rng.choice(["100m", "500m", "900m", "1", "2"]), rng.choice([0, 1, 5, 20]),
+                        f"n{rng.randrange(40)}", labels={"app": rng.choice(["x", "y"])},
+                        start=f"2026-01-01T00:00:{rng.randrange(60):02d}Z"))
+    pdbs = [{"metadata": {"name": "b", "namespace": "default"},
+             "spec": {"selector": {"matchLabels": {"app": "x"}}},
+             "status": {"disruptionsAllowed": rng.choice([0, 1, 3])}}]
+    env = Env(nodes, pods, pdbs)
+    ev = env.plugin.evaluator
+    shortcut = unfit = 0
+    for j in range(25):
+        preemptor = pod(f"hi{j}", rng.choice(["1", "2", "3", "6"]), rng.choice([2, 10, 30]))
+        if rng.random() < 0.3:
+            preemptor["spec"]["nodeSelector"] = {"zone": "a"}
+        state = CycleState()
+        pi = PodInfo(preemptor)
+        env.fw.run_pre_filter_plugins(state, pi, env.snap.node_info_list)
+        arithmetic = ev._resource_only_filters(state, pi)
+        assert arithmetic is not None
+        for ni in env.snap.node_info_list:
+            general = ev.select_victims_on_node(state.clone(), pi, ni.clone(), pdbs)
+            quick = ev._select_victims_by_resources(state, pi, ni, pdbs, *arithmetic)
+            if quick is None:
+                assert not general[2].is_success()
+                continue
+            shortcut += 1
+            assert [v.uid for v in quick[0]] == [v.uid for v in general[0]]
+            assert quick[1] == general[1]
+            assert (quick[2].code, quick[2].reasons, quick[2].plugin) == \
+                (general[2].code, general[2].reasons, general[2].plugin)
+            unfit += not quick[2].is_success() and quick[2].plugin == "NodeResourcesFit"
+    assert shortcut > 300 and unfit > 20
+
+
+def test_arithmetic_dry_run_is_not_used_when_other_filters_depend_on_pods() -> None:
+    env = Env([node("n1")], [pod("p1", "1", 1, "n1")])
+    p = pod("hi", "1", 10, labels={"app": "z"})
+    p["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "z"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    state = CycleState()
+    pi = PodInfo(p)
+    env.fw.run_pre_filter_plugins(state, pi, env.snap.node_info_list)
+    assert env.plugin.evaluator._resource_only_filters(state, pi) is None

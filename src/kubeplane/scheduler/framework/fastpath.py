@@ -67,6 +67,8 @@ _COL_OF_NZ = {CPU: NZ_CPU, MEMORY: NZ_MEM}
 MAX_MEMOS = 32
 #: at most this many stale memo rows are recomputed one by one in Python
 SMALL_RECOMPUTE = 16
+#: rejected rows in one window from which their statuses are computed in bulk
+BULK_MIN_ROWS = 16
 
 
 class _OutOfRange(Exception):
@@ -324,6 +326,9 @@ class FastPath:
                 return _all_pass
             ports = arr.has_ports
             return lambda sel: ~ports[sel]
+        hook = getattr(pl, "filter_pass_except", None)
+        if hook is not None:
+            return _mask_from_exceptions(hook(state, pod_info), arr)
         return None
 
     def find_feasible(
@@ -387,10 +392,19 @@ class FastPath:
             cum = np.cumsum(definite)
             py_positions = np.flatnonzero(~definite).tolist()
             extra: list[int] = []
-            for p in py_positions:
+            bulk: list[Status | None] | None = None
+            if len(py_positions) >= BULK_MIN_ROWS:
+                bulk = self._bulk_statuses(plugins, fns, state, pod_info, arr,
+                                           np.asarray(rows[py_positions], dtype=np.intp), nominated_rows)
+            for i, p in enumerate(py_positions):
                 if (int(cum[p - 1]) if p else 0) + len(extra) >= need:
                     break
                 row = int(rows[p])
+                if bulk is not None:
+                    known = bulk[i]
+                    if known is not None:
+                        failed.append((row, known))
+                        continue
                 ni = infos[row]
                 if row in nominated_rows:
                     st = fw.run_filter_plugins_with_nominated_pods(state, pod_info, ni)
@@ -424,6 +438,104 @@ class FastPath:
         else:
             feasible = np.concatenate(found_parts).astype(np.intp, copy=False)
         return feasible, processed, failed, None
+
+    def _bulk_statuses(
+        self, plugins: list[Any], fns: list[_MaskFn | None], state: CycleState, pod_info: PodInfo,
+        arr: NodeArrays, rows: np.ndarray, nominated_rows: set[int],
+    ) -> list[Status | None]:
+        """Filter statuses of many rejected rows at once; None where the row needs the per-row path.
+
+        A row's status is the one of the first plugin (in profile order) that
+        rejects it. Walking the plugins in order, the rows a plugin's mask
+        rejects are decided by that plugin when it can state its status in
+        bulk (``_status_builder``); a plugin without a mask stops the walk, as
+        it might reject any row still undecided. Rows with nominated pods
+        always take the per-row path."""
+        out: list[Status | None] = [None] * len(rows)
+        undecided = np.arange(len(rows))
+        for pl, f in zip(plugins, fns):
+            if not len(undecided) or f is None:
+                break
+            if f is _all_pass:
+                continue
+            mk = f(rows[undecided])
+            if mk is True:
+                continue
+            mk = np.asarray(mk, dtype=bool)
+            rejected = undecided[~mk]
+            if len(rejected):
+                builder = self._status_builder(pl, state, pod_info, arr)
+                if builder is not None:
+                    for pos, st in zip(rejected.tolist(), builder(rows[rejected])):
+                        out[pos] = st
+            undecided = undecided[mk]
+        if nominated_rows:
+            for i, row in enumerate(rows.tolist()):
+                if row in nominated_rows:
+                    out[i] = None
+        return out
+
+    def _status_builder(self, pl: Any, state: CycleState, pod_info: PodInfo,
+                        arr: NodeArrays) -> Callable[[np.ndarray], list[Status | None]] | None:
+        """For rows ``pl``'s mask rejects: the plugin's own Filter status per row (None: unknown).
+
+        NodeResourcesFit's reasons follow from the column arrays; the
+        statuses of NodeUnschedulable and TaintToleration only depend on the
+        row's flag / taint list, so one Filter call per distinct group serves
+        every row of the group. Equal statuses are one shared object."""
+        cls = type(pl)
+        infos = arr.node_infos
+        if cls is NodeResourcesFit:
+            _, pairs = pl.checked_requests(state, pod_info)
+            if any(name not in _COL_OF_ALLOC for name, _ in pairs):
+                return None
+            order = {CPU: 0, MEMORY: 1, EPHEMERAL_STORAGE: 2}
+            checks = sorted(pairs, key=lambda nv: order[nv[0]])
+            cols, big = arr.cols, arr.big
+            name = pl.name
+
+            def fit_statuses(rows: np.ndarray) -> list[Status | None]:
+                code = (cols[N_PODS, rows] >= cols[A_PODS, rows]).astype(np.int64)
+                for bit, (res, value) in enumerate(checks, 1):
+                    short = cols[_COL_OF_ALLOC[res], rows] - cols[_COL_OF_REQ[res], rows] < value
+                    code |= short.astype(np.int64) << bit
+                made: dict[int, Status] = {}
+                out: list[Status | None] = []
+                for c, b in zip(code.tolist(), big[rows].tolist()):
+                    if b or not c:
+                        out.append(None)
+                        continue
+                    st = made.get(c)
+                    if st is None:
+                        reasons = ["Too many pods"] if c & 1 else []
+                        reasons.extend(f"Insufficient {res}" for bit, (res, _) in enumerate(checks, 1)
+                                       if c >> bit & 1)
+                        st = made[c] = Status.unschedulable(*reasons, plugin=name)
+                    out.append(st)
+                return out
+            return fit_statuses
+        if cls is NodeUnschedulable:
+            return lambda rows: self._statuses_by_group(pl, state, pod_info, infos, rows, np.zeros(len(rows)))
+        if cls is TaintToleration:
+            gid = arr.taint_gid
+            return lambda rows: self._statuses_by_group(pl, state, pod_info, infos, rows, gid[rows])
+        return None
+
+    @staticmethod
+    def _statuses_by_group(pl: Any, state: CycleState, pod_info: PodInfo, infos: list[NodeInfo],
+                           rows: np.ndarray, groups: np.ndarray) -> list[Status | None]:
+        made: dict[int, Status | None] = {}
+        out: list[Status | None] = []
+        for row, g in zip(rows.tolist(), groups.tolist()):
+            if g not in made:
+                st = pl.filter(state, pod_info, infos[row])
+                if st is not None and st.is_rejected():
+                    st.plugin = pl.name
+                else:
+                    st = None  # passes or errs: the per-row path reports it
+                made[g] = st
+            out.append(made[g])
+        return out
 
     # ------------------------------------------------------------------ score
 
@@ -627,6 +739,28 @@ def _gather(cols: np.ndarray, which: list[int], sel: Any) -> np.ndarray:
 def _all_pass(sel: Any) -> bool:
     """Mask builder for a plugin that passes every row this cycle."""
     return True
+
+
+def _mask_from_exceptions(names: Any, arr: NodeArrays) -> _MaskFn | None:
+    """Mask builder from a plugin's ``filter_pass_except`` answer.
+
+    A plugin may define ``filter_pass_except(state, pod_info)``, called after
+    its PreFilter in the same cycle: None means "no vectorised form" (its
+    Filter runs on every node); otherwise a collection of node names outside
+    which its Filter certainly succeeds (and need not be called: such a plugin
+    must not rely on Filter having run for the node it is reserved on). The
+    listed nodes still go through the plugin's Filter."""
+    if names is None:
+        return None
+    if not names:
+        return _all_pass
+    mask = np.ones(len(arr.node_infos), dtype=bool)
+    index = arr.index
+    for name in names:
+        i = index.get(name)
+        if i is not None:
+            mask[i] = False
+    return lambda sel: mask[sel]
 
 
 def _filter_row(plugins: list[Any], fns: list[_MaskFn | None], row: int, state: CycleState,

@@ -20,3 +20,7 @@ class PrioritySort(Plugin):
     def less(self, a: Any, b: Any) -> bool:
         p1, p2 = pod_priority(a.pod), pod_priority(b.pod)
         return p1 > p2 or (p1 == p2 and a.timestamp < b.timestamp)
+
+    def sort_key(self, a: Any) -> tuple[int, float]:
+        """The order of :meth:`less` as a key: ``less(a, b)`` iff ``sort_key(a) < sort_key(b)``."""
+        return -pod_priority(a.pod), a.timestamp
