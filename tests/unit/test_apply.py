@@ -213,3 +213,61 @@ def test_create_fast_path_matches_general_tracking():
             general = ssa.fields_to_v1(ssa._tracked(ssa._flatten(obj, schema), sub))
             assert ssa._owned_fields_v1(obj, schema, sub) == general
             assert list(ssa._owned_fields_v1(obj, schema, sub)) == list(general)
+
+
+def _reference_compare(old, new, schema, sub):
+    """The straightforward comparison: flatten both objects completely."""
+    from kubeplane.api import apply as ssa
+    from kubeplane.api.patch import json_equal
+
+    a = ssa._tracked(ssa._flatten(old, schema), sub)
+    b = ssa._tracked(ssa._flatten(new, schema), sub)
+    modified = {p for p in set(a) & set(b)
+                if a[p][0] != b[p][0] or (a[p][0] == ssa._LEAF and not json_equal(a[p][1], b[p][1]))}
+    return set(b) - set(a), modified, set(a) - set(b)
+
+
+def _random_pod(rng):
+    containers = [{"name": f"c{i}", "image": rng.choice(["a", "b"]),
+                   "ports": [{"containerPort": rng.choice([80, 81]), "protocol": "TCP"}][:rng.randint(0, 1)],
+                   "env": [{"name": n, "value": rng.choice(["1", "2"])} for n in rng.sample("XYZ", rng.randint(0, 2))],
+                   "resources": {"requests": {"cpu": rng.choice(["1", "2"])}} if rng.random() < 0.7 else {}}
+                  for i in range(rng.randint(1, 2))]
+    spec = {"containers": containers, "nodeSelector": {"z": rng.choice(["1", "2"])} if rng.random() < 0.5 else {},
+            "priority": rng.choice([0, 1, True, 1.0]),
+            "tolerations": [{"key": k, "operator": "Exists"} for k in rng.sample("kl", rng.randint(0, 2))]}
+    if rng.random() < 0.3:
+        spec["nodeName"] = rng.choice(["n1", "n2"])
+    md = {"name": "p", "namespace": "d", "labels": {k: rng.choice(["x", "y"]) for k in rng.sample("abc", 2)},
+          "finalizers": rng.sample(["f/1", "f/2", "f/3"], rng.randint(0, 2)), "resourceVersion": str(rng.randint(1, 9))}
+    status = {"phase": rng.choice(["Pending", "Running"]),
+              "conditions": [{"type": t, "status": rng.choice(["True", "False"])} for t in rng.sample(["A", "B"], 2)]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": spec, "status": status}
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_pruned_compare_and_memoized_fields_equal_the_full_computation(seed):
+    """Skipping equal subtrees, and memoizing FieldsV1 decoding/encoding, change nothing:
+    random pod pairs (including true vs 1 vs 1.0, reordered keys) compared both ways."""
+    import random
+
+    from kubeplane.api import apply as ssa
+
+    rng = random.Random(seed)
+    for _ in range(150):
+        old = _random_pod(rng)
+        new = _random_pod(rng) if rng.random() < 0.5 else copy.deepcopy(old)
+        if rng.random() < 0.5:
+            new["spec"] = copy.deepcopy(old["spec"])
+            new["spec"]["priority"] = rng.choice([0, 1, True, 1.0])
+        if rng.random() < 0.3:
+            new["metadata"]["labels"] = dict(reversed(list(new["metadata"]["labels"].items())))
+        schema = ssa._schema_of(old)
+        for sub in ("", "status"):
+            assert ssa._compare(old, new, schema, sub) == _reference_compare(old, new, schema, sub)
+        paths = ssa._flatten(new, schema)
+        tree = ssa.fields_to_v1(ssa._tracked(paths, ""))
+        assert ssa._fields_from_v1_memo(tree) == ssa.fields_from_v1(tree)
+        fields = ssa.fields_from_v1(tree)
+        assert ssa._fields_to_v1_memo(fields) == tree
+        assert ssa._fields_to_v1_memo(fields) is not ssa._fields_to_v1_memo(fields)  # fresh trees

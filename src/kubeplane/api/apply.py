@@ -180,6 +180,13 @@ _NODE = "node"
 def _flatten(value: dict, schema: _Schema) -> dict[PathT, tuple[str, Any]]:
     """Every path of an object: leaves with their values, plus granular nodes."""
     out: dict[PathT, tuple[str, Any]] = {}
+    _flatten_into(value, (), (), schema, out)
+    return out
+
+
+def _flatten_into(value: Any, path: PathT, spath: PathT, schema: _Schema,
+                  out: dict[PathT, tuple[str, Any]]) -> None:
+    """The entries of :func:`_flatten` for ``value`` found at ``path`` (schema path ``spath``)."""
 
     def walk(v: Any, path: PathT, spath: PathT) -> None:
         if isinstance(v, dict) and not (spath and schema.atomic_map(spath)):
@@ -203,8 +210,43 @@ def _flatten(value: dict, schema: _Schema) -> dict[PathT, tuple[str, Any]]:
                 return
         out[path] = (_LEAF, v)
 
-    walk(value, (), ())
-    return out
+    walk(value, path, spath)
+
+
+_MISSING = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Certainly ``json_equal`` (may answer False for some equal values: callers then look closer)."""
+    if a is b:
+        return True
+    if a != b:
+        return False
+    try:
+        return orjson.dumps(a) == orjson.dumps(b)
+    except TypeError:
+        return False
+
+
+def _diff_walk(old: Any, new: Any, path: PathT, spath: PathT, schema: _Schema,
+               a: dict[PathT, tuple[str, Any]], b: dict[PathT, tuple[str, Any]]) -> None:
+    """:func:`_flatten_into` of ``old`` into ``a`` and of ``new`` into ``b``, leaving out the
+    entries both sides share for certain: equal subtrees of two granular maps, and the maps'
+    own node entries."""
+    if isinstance(old, dict) and isinstance(new, dict) and not (spath and schema.atomic_map(spath)):
+        for k, oc in old.items():
+            nc = new.get(k, _MISSING)
+            cpath, cspath = path + (f"f:{k}",), spath + (k,)
+            if nc is _MISSING:
+                _flatten_into(oc, cpath, cspath, schema, a)
+            elif not _same(oc, nc):
+                _diff_walk(oc, nc, cpath, cspath, schema, a, b)
+        for k, nc in new.items():
+            if k not in old:
+                _flatten_into(nc, path + (f"f:{k}",), spath + (k,), schema, b)
+        return
+    _flatten_into(old, path, spath, schema, a)
+    _flatten_into(new, path, spath, schema, b)
 
 
 def _applied_set(value: dict, schema: _Schema) -> set[PathT]:
@@ -351,10 +393,47 @@ class _Manager:
         if self.time is not None:
             entry["time"] = self.time
         entry["fieldsType"] = "FieldsV1"
-        entry["fieldsV1"] = fields_to_v1(self.fields)
+        entry["fieldsV1"] = _fields_to_v1_memo(self.fields)
         if self.subresource:
             entry["subresource"] = self.subresource
         return entry
+
+
+#: bound of the FieldsV1 decode/encode memos (objects written from one template share their trees)
+_FIELDS_MEMO_SIZE = 2048
+_decoded_memo: dict[bytes, frozenset[PathT]] = {}
+_encoded_memo: dict[frozenset[PathT], bytes] = {}
+
+
+def _memo_put(memo: dict, key: Any, value: Any) -> None:
+    if len(memo) >= _FIELDS_MEMO_SIZE:
+        del memo[next(iter(memo))]
+    memo[key] = value
+
+
+def _fields_from_v1_memo(tree: Any) -> set[PathT]:
+    """:func:`fields_from_v1`, memoized by the tree's JSON text."""
+    if not isinstance(tree, dict):
+        return fields_from_v1(tree)
+    try:
+        key = orjson.dumps(tree)
+    except TypeError:
+        return fields_from_v1(tree)
+    hit = _decoded_memo.get(key)
+    if hit is None:
+        hit = frozenset(fields_from_v1(tree))
+        _memo_put(_decoded_memo, key, hit)
+    return set(hit)
+
+
+def _fields_to_v1_memo(fields: set[PathT]) -> dict[str, Any]:
+    """:func:`fields_to_v1`, memoized by the path set (a fresh tree each call)."""
+    key = frozenset(fields)
+    hit = _encoded_memo.get(key)
+    if hit is None:
+        hit = orjson.dumps(fields_to_v1(key))
+        _memo_put(_encoded_memo, key, hit)
+    return orjson.loads(hit)
 
 
 def _decode(entries: Any) -> list[_Manager]:
@@ -367,7 +446,7 @@ def _decode(entries: Any) -> list[_Manager]:
         out.append(_Manager(
             str(e.get("manager") or ""), str(e.get("operation") or "Update"),
             str(e.get("apiVersion") or ""), e.get("time"), str(e.get("subresource") or ""),
-            fields_from_v1(e.get("fieldsV1")),
+            _fields_from_v1_memo(e.get("fieldsV1")),
         ))
     return out
 
@@ -393,9 +472,15 @@ def _tracked(flat: dict[PathT, tuple[str, Any]], subresource: str) -> dict[PathT
 
 
 def _compare(old: dict, new: dict, schema: _Schema, subresource: str) -> tuple[set, set, set]:
-    """(added, modified, removed) paths from ``old`` to ``new``."""
-    a = _tracked(_flatten(old, schema), subresource)
-    b = _tracked(_flatten(new, schema), subresource)
+    """(added, modified, removed) paths from ``old`` to ``new``.
+
+    Subtrees equal on both sides are skipped (they add, change and remove
+    nothing), so an update costs in proportion to what it changed."""
+    fa: dict[PathT, tuple[str, Any]] = {}
+    fb: dict[PathT, tuple[str, Any]] = {}
+    _diff_walk(old, new, (), (), schema, fa, fb)
+    a = _tracked(fa, subresource)
+    b = _tracked(fb, subresource)
     added = set(b) - set(a)
     removed = set(a) - set(b)
     modified = {
@@ -569,8 +654,32 @@ def _owned_fields_v1(obj: dict, schema: _Schema, subresource: str) -> dict[str, 
             if kept:
                 top["f:metadata"] = _render_level(kept, False)
             continue
-        top[f"f:{k}"] = walk(child, f"f:{k}", (k,))
+        top[f"f:{k}"] = _owned_subtree(child, k, schema, walk)
     return _render_level(top, False)
+
+
+_owned_memo: dict[tuple[str, str, str, bytes], bytes] = {}
+#: subtrees whose JSON text is longer are walked every time
+_OWNED_MEMO_MAX_BYTES = 16384
+
+
+def _owned_subtree(child: Any, k: str, schema: _Schema, walk: Any) -> dict[str, Any]:
+    """``walk`` of a top-level field, memoized by kind and JSON text: objects created from
+    one template (a pod's spec, say) share their FieldsV1 below the top level."""
+    if not isinstance(child, (dict, list)):
+        return {}
+    try:
+        text = orjson.dumps(child)
+    except TypeError:
+        return walk(child, f"f:{k}", (k,))
+    if len(text) > _OWNED_MEMO_MAX_BYTES:
+        return walk(child, f"f:{k}", (k,))
+    key = (schema.group, schema.kind, k, text)
+    hit = _owned_memo.get(key)
+    if hit is None:
+        hit = orjson.dumps(walk(child, f"f:{k}", (k,)))
+        _memo_put(_owned_memo, key, hit)
+    return orjson.loads(hit)
 
 
 def _render_level(children: dict[str, Any], member: bool) -> dict[str, Any]:
