@@ -783,3 +783,38 @@ def test_go_repr_matches_upstream_value_printing():
     assert go_repr(["x", "y"]) == '[]string{"x", "y"}'
     assert go_repr("web") == '"web"' and go_repr(-1) == "-1" and go_repr(None) == "null"
     assert go_repr(True) == "true"
+
+
+def test_pod_spec_validation_memo_returns_the_same_causes_and_fresh_lists():
+    from kubeplane.api import validation as v
+
+    bad = {"containers": [{"name": "Bad_Name", "image": ""}], "restartPolicy": "Sometimes"}
+    good = {"containers": [{"name": "c", "image": "i"}]}
+    for spec in (bad, good, {}):
+        first = v.validate_pod_spec(spec)
+        again = v.validate_pod_spec(dict(spec))
+        assert first == again == v._validate_pod_spec(spec, "spec")
+        assert first is not again
+        again.append("x")
+        assert v.validate_pod_spec(spec) == first
+    assert v.validate_pod_spec(bad)  # invalid specs stay invalid when served from the memo
+    assert v.validate_pod_spec(bad, "spec.template.spec")[0].field.startswith("spec.template.spec")
+
+
+def test_pod_update_with_an_unchanged_spec_takes_the_short_path_with_the_same_result():
+    from kubeplane.api import validation as v
+
+    old = {"spec": {"containers": [{"name": "c", "image": "i"}], "activeDeadlineSeconds": 30,
+                    "tolerations": [{"key": "k", "operator": "Exists", "tolerationSeconds": 5}]}}
+    same = {"spec": {"containers": [{"name": "c", "image": "i"}], "activeDeadlineSeconds": 30,
+                     "tolerations": [{"key": "k", "operator": "Exists", "tolerationSeconds": 5}]}}
+    assert v._validate_pod_update(same, old) == []
+    changed = {"spec": dict(same["spec"], activeDeadlineSeconds=60)}
+    assert [c.field for c in v._validate_pod_update(changed, old)] == ["spec.activeDeadlineSeconds"]
+    out_of_range = {"spec": dict(old["spec"], activeDeadlineSeconds=-1)}
+    assert [c.field for c in v._validate_pod_update(out_of_range, out_of_range)] == ["spec.activeDeadlineSeconds"]
+    true_vs_one = {"spec": dict(old["spec"], hostNetwork=True)}
+    one = {"spec": dict(old["spec"], hostNetwork=1)}
+    # not JSON-identical, so the full comparison decides (it normalises values as before)
+    assert v._validate_pod_update(true_vs_one, one) == []
+    assert [c.field for c in v._validate_pod_update({"spec": dict(old["spec"], hostNetwork=True)}, old)] == ["spec"]

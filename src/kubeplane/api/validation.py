@@ -18,6 +18,8 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+import orjson
+
 from kubeplane.api import errors
 from kubeplane.api.errors import Cause
 from kubeplane.api.quantity import format_quantity, parse_quantity_with_format
@@ -853,8 +855,32 @@ def validate_unique_label_name(name: str, path: str, seen: set[str]) -> list[Cau
     return out
 
 
+#: validate_pod_spec results by (path, spec JSON): pods created from one template share a spec
+_pod_spec_memo: dict[tuple[str, bytes], tuple[Cause, ...]] = {}
+_POD_SPEC_MEMO_SIZE = 1024
+_POD_SPEC_MEMO_MAX_BYTES = 65536
+
+
 def validate_pod_spec(spec: Any, path: str = "spec") -> list[Cause]:
-    """Upstream ``ValidatePodSpec`` (the commonly used parts)."""
+    """Upstream ``ValidatePodSpec`` (the commonly used parts); a pure function of
+    ``spec``, so results are memoized by the spec's JSON text."""
+    try:
+        text = orjson.dumps(spec)
+    except TypeError:
+        return _validate_pod_spec(spec, path)
+    if len(text) > _POD_SPEC_MEMO_MAX_BYTES:
+        return _validate_pod_spec(spec, path)
+    key = (path, text)
+    hit = _pod_spec_memo.get(key)
+    if hit is None:
+        hit = tuple(_validate_pod_spec(spec, path))
+        if len(_pod_spec_memo) >= _POD_SPEC_MEMO_SIZE:
+            del _pod_spec_memo[next(iter(_pod_spec_memo))]
+        _pod_spec_memo[key] = hit
+    return list(hit)
+
+
+def _validate_pod_spec(spec: Any, path: str) -> list[Cause]:
     spec = _d(spec)
     out: list[Cause] = []
     vol_errs, volumes = _validate_volumes(spec.get("volumes"), f"{path}.volumes")
@@ -939,6 +965,12 @@ def _toleration_key(t: Any) -> Any:
 def _validate_pod_update(new: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
     nspec, ospec = _d(new.get("spec")), _d(old.get("spec"))
     out: list[Cause] = []
+    if nspec == ospec and orjson.dumps(nspec) == orjson.dumps(ospec):
+        # An unchanged spec (status and metadata updates): only the range check can fail.
+        nads = nspec.get("activeDeadlineSeconds")
+        if nads is not None and (not _is_int(nads) or not 0 <= nads <= 2147483647):
+            return [_invalid("spec.activeDeadlineSeconds", nads, "must be between 0 and 2147483647, inclusive")]
+        return out
     munged = json.loads(json.dumps(nspec))
     for key in ("containers", "initContainers"):
         ncs, ocs = _l(munged.get(key)), _l(ospec.get(key))
