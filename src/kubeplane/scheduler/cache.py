@@ -118,6 +118,8 @@ class Snapshot:
         self.have_pods_with_affinity_list: list[NodeInfo] = []
         self.have_pods_with_required_anti_affinity_list: list[NodeInfo] = []
         self.used_pvc_set: set[str] = set()
+        #: PVC key -> number of nodes whose pods use it (``used_pvc_set`` = its keys)
+        self._pvc_nodes: dict[str, int] = {}
         self.generation = 0
         # Column arrays for the vectorised Filter/Score (built lazily by
         # ``fastpath.arrays_for``) and names of NodeInfos changed since.
@@ -150,10 +152,26 @@ class Snapshot:
         ]
 
     def _rebuild_pvcs(self) -> None:
-        s: set[str] = set()
+        counts: dict[str, int] = {}
         for ni in self.node_info_list:
-            s.update(ni.pvc_ref_counts)
-        self.used_pvc_set = s
+            for key in ni.pvc_ref_counts:
+                counts[key] = counts.get(key, 0) + 1
+        self._pvc_nodes = counts
+        self.used_pvc_set = set(counts)
+
+    def _update_pvcs(self, old_keys: Any, new_keys: Any) -> None:
+        """One node's PVC keys changed from ``old_keys`` to ``new_keys``."""
+        counts, used = self._pvc_nodes, self.used_pvc_set
+        for key in old_keys - new_keys:
+            n = counts.get(key, 0) - 1
+            if n <= 0:
+                counts.pop(key, None)
+                used.discard(key)
+            else:
+                counts[key] = n
+        for key in new_keys - old_keys:
+            counts[key] = counts.get(key, 0) + 1
+            used.add(key)
 
     def get(self, node_name: str) -> NodeInfo:
         ni = self.node_info_map.get(node_name)
@@ -397,6 +415,7 @@ class Cache:
         update_all = False
         update_affinity = False
         update_pvcs = False
+        changed_pvcs: list[tuple[set[str], set[str]]] = []
         for name in reversed(self._nodes):
             ni = self._nodes[name]
             if ni.generation <= gen:
@@ -419,8 +438,9 @@ class Cache:
                 existing.pods_with_required_anti_affinity
             ) != bool(clone.pods_with_required_anti_affinity):
                 update_affinity = True
-            if not update_pvcs and existing.pvc_ref_counts.keys() != clone.pvc_ref_counts.keys():
-                update_pvcs = True
+            old_keys, new_keys = existing.pvc_ref_counts.keys(), clone.pvc_ref_counts.keys()
+            if old_keys != new_keys:
+                changed_pvcs.append((set(old_keys), set(new_keys)))
             existing.assign_from(clone)
         if self._nodes:
             snapshot.generation = self._nodes[next(reversed(self._nodes))].generation
@@ -436,6 +456,9 @@ class Cache:
                 snapshot._rebuild_affinity_lists()
             if update_pvcs:
                 snapshot._rebuild_pvcs()
+            else:
+                for old_keys, new_keys in changed_pvcs:
+                    snapshot._update_pvcs(old_keys, new_keys)
         if len(snapshot.node_info_list) != self.node_tree.num_nodes:
             snapshot._rebuild_lists(self.node_tree.list())
 

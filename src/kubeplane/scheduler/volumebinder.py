@@ -167,11 +167,11 @@ class StaticBinding:
         return volume_class(self.pv)
 
     @property
-    def requested(self) -> Fraction:
+    def requested(self) -> Fraction | int:
         return claim_request(self.pvc)
 
     @property
-    def capacity(self) -> Fraction:
+    def capacity(self) -> Fraction | int:
         return volume_capacity(self.pv)
 
 

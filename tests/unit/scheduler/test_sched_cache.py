@@ -231,3 +231,37 @@ def test_dump_lists_assumed(cache: Cache) -> None:
     d = cache.dump()
     assert d["assumed_pods"] == ["u-a"]
     assert d["nodes"]["n1"]["pods"] == ["ns/a"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_used_pvc_set_is_kept_incrementally_like_a_full_rebuild(seed: int) -> None:
+    """Pods using shared and private claims come and go on random nodes; after every
+    snapshot update the incrementally kept set equals the one rebuilt from all nodes."""
+    import random
+
+    rng = random.Random(seed)
+    c = Cache(Clock())
+    for i in range(8):
+        c.add_node(node(f"n{i}"))
+    snap = Snapshot()
+    live: dict[str, dict] = {}
+    for step in range(300):
+        if live and rng.random() < 0.4:
+            name = rng.choice(sorted(live))
+            c.remove_pod(live.pop(name))
+        else:
+            name = f"p{step}"
+            p = pod(name, node_name=f"n{rng.randrange(8)}")
+            claims = rng.sample(["shared-a", "shared-b", f"own-{step}"], rng.randint(0, 2))
+            p["spec"]["volumes"] = [{"name": f"v{j}", "persistentVolumeClaim": {"claimName": cl}}
+                                    for j, cl in enumerate(claims)]
+            c.add_pod(p)
+            live[name] = p
+        if step % 3 == 0 and rng.random() < 0.1:
+            c.add_node(node(f"extra{step}"))
+        c.update_snapshot(snap)
+        kept = set(snap.used_pvc_set)
+        snap._rebuild_pvcs()
+        assert kept == snap.used_pvc_set, f"step {step}"
+        assert all(snap.is_pvc_used_by_pods(f"ns/{cl}") for p in live.values()
+                   for cl in [v["persistentVolumeClaim"]["claimName"] for v in p["spec"]["volumes"]])
