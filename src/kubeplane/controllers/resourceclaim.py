@@ -17,11 +17,11 @@ Two queues, ``pods`` and ``claims`` (keys ``namespace/name``):
 from __future__ import annotations
 
 import collections
-import copy
 import logging
 from typing import Any
 
 from kubeplane.api.errors import StatusError
+from kubeplane.api.meta import deep_copy
 from kubeplane.api.resources import resource
 from kubeplane.client.informer import SharedInformerFactory, unwrap_deleted
 from kubeplane.client.interface import Client, Obj
@@ -133,8 +133,8 @@ class ResourceClaimController(Controller):
         self.claims = self.add_queue("claims", self.sync_claim)
         self._deleted_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._deleted_max = deleted_pods_cache_size
-        # Claims created but maybe not yet in the informer: (ns, pod uid, pod claim) -> name.
-        self._created: dict[tuple[str, str, str], str] = {}
+        # Claims created but maybe not yet in the informer: pod uid -> {(ns, pod claim): name}.
+        self._created: dict[str, dict[tuple[str, str], str]] = {}
         self.pod_informer.add_event_handler(self._pod_added, self._pod_updated, self._pod_deleted)
         self.claim_informer.add_event_handler(self._claim_changed, lambda old, new: self._claim_changed(new),
                                               self._claim_deleted)
@@ -155,8 +155,7 @@ class ResourceClaimController(Controller):
             self._deleted_uids.move_to_end(uid)
             while len(self._deleted_uids) > self._deleted_max:
                 self._deleted_uids.popitem(last=False)
-            for k in [k for k in self._created if k[1] == uid]:
-                del self._created[k]
+            self._created.pop(uid, None)
         self._enqueue_pod(pod, deleted=True)
 
     def _enqueue_pod(self, pod: Obj, *, deleted: bool) -> None:
@@ -241,7 +240,7 @@ class ResourceClaimController(Controller):
             if (_md(claim).get("namespace") == ns
                     and (_md(claim).get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION) == pod_claim):
                 return _md(claim).get("name")
-        return self._created.get((ns, pod_uid, pod_claim))
+        return self._created.get(pod_uid, {}).get((ns, pod_claim))
 
     async def _create_claim(self, pod: Obj, pod_claim: str, template_name: str) -> str:
         ns = _md(pod).get("namespace") or "default"
@@ -269,10 +268,10 @@ class ResourceClaimController(Controller):
         if tmeta.get("labels"):
             meta["labels"] = dict(tmeta["labels"])
         claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta,
-                 "spec": copy.deepcopy(tspec.get("spec") or {})}
+                 "spec": deep_copy(tspec.get("spec") or {})}
         created = await self.client.create(CLAIMS, claim, ns)
         name = _md(created).get("name") or ""
-        self._created[(ns, _md(pod).get("uid") or "", pod_claim)] = name
+        self._created.setdefault(_md(pod).get("uid") or "", {})[(ns, pod_claim)] = name
         return name
 
     async def _reserve_for_bound_pod(self, pod: Obj) -> None:
@@ -285,10 +284,11 @@ class ResourceClaimController(Controller):
             st = claim.get("status") or {}
             if not st.get("allocation") or any(r.get("uid") == uid for r in st.get("reservedFor") or ()):
                 continue
-            new = copy.deepcopy(claim)
-            new["status"].setdefault("reservedFor", []).append(
-                {"resource": "pods", "name": _md(pod).get("name") or "", "uid": uid})
-            await self.client.update(CLAIMS, new, subresource="status")
+            # Shallow copies of the changed parts (the informer's object stays untouched).
+            reserved = [*(st.get("reservedFor") or ()),
+                        {"resource": "pods", "name": _md(pod).get("name") or "", "uid": uid}]
+            await self.client.update(CLAIMS, {**claim, "status": {**st, "reservedFor": reserved}},
+                                     subresource="status")
 
     # ------------------------------------------------------------------ claims
 
@@ -326,8 +326,8 @@ class ResourceClaimController(Controller):
             valid.append(r)
         has_finalizer = FINALIZER in (_md(claim).get("finalizers") or ())
         if len(valid) != len(reserved):
-            new = copy.deepcopy(claim)
-            st = new.setdefault("status", {})
+            st = dict(claim.get("status") or {})
+            new = {**claim, "status": st}
             if valid:
                 st["reservedFor"] = valid
             else:
@@ -340,9 +340,8 @@ class ResourceClaimController(Controller):
                 claim = await self._remove_finalizer(claim)
         elif has_finalizer and _md(claim).get("deletionTimestamp") and not valid:
             if (claim.get("status") or {}).get("allocation"):
-                new = copy.deepcopy(claim)
-                new["status"].pop("allocation", None)
-                claim = await self.client.update(CLAIMS, new, subresource="status")
+                st = {k: v for k, v in claim["status"].items() if k != "allocation"}
+                claim = await self.client.update(CLAIMS, {**claim, "status": st}, subresource="status")
             claim = await self._remove_finalizer(claim)
         if valid or _md(claim).get("deletionTimestamp"):
             return
@@ -363,7 +362,5 @@ class ResourceClaimController(Controller):
                 raise
 
     async def _remove_finalizer(self, claim: Obj) -> Obj:
-        new = copy.deepcopy(claim)
-        fins = [f for f in new["metadata"].get("finalizers") or () if f != FINALIZER]
-        new["metadata"]["finalizers"] = fins
-        return await self.client.update(CLAIMS, new)
+        fins = [f for f in _md(claim).get("finalizers") or () if f != FINALIZER]
+        return await self.client.update(CLAIMS, {**claim, "metadata": {**_md(claim), "finalizers": fins}})

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import AbstractSet, Any, Iterable, Mapping
+
+import orjson
 
 from kubeplane.dra.cel import CELCompileError, CELRuntimeError, CompiledSelector, DeviceEnv, compile_selector
 from kubeplane.dra.pools import DeviceID, Pool, PoolIndex
@@ -228,7 +230,7 @@ class Allocator:
     def __init__(
         self,
         claims_to_allocate: list[Obj],
-        allocated_devices: set[DeviceID] | frozenset[DeviceID],
+        allocated_devices: AbstractSet[DeviceID],
         classes: Mapping[str, Mapping[str, Any]],
         slices: Iterable[Obj],
         features: Features = Features(),
@@ -250,6 +252,30 @@ class Allocator:
         self.cel_errors: dict[DeviceID, str] = {}
         self.claims = [self._prepare_claim(c) for c in claims_to_allocate]
         self._simple = self._simple_alt()
+
+    @property
+    def pool_index(self) -> PoolIndex:
+        """The pool index this allocator allocates from."""
+        return self._pool_index
+
+    def shape_key(self) -> tuple[Any, ...] | None:
+        """A key such that allocators with equal keys, on the same pool index
+        and allocated devices, reach the same verdict (success, or failure
+        with the same reason) on every node; None when not computable.
+
+        It covers the claims' device requests and constraints, the selectors
+        of their classes and the feature switches; claim names, UIDs and
+        configs do not change which devices fit."""
+        if self._simple is not None:
+            alt = self._simple
+            return ("simple", alt.sel_key, alt.count)
+        specs = [(c.obj.get("spec") or {}).get("devices") or {} for c in self.claims]
+        try:
+            blob = orjson.dumps(specs, option=orjson.OPT_SORT_KEYS)
+        except TypeError:
+            return None
+        sels = tuple(alt.sel_key for c in self.claims for r in c.requests for alt in r.alts)
+        return ("general", self.features, blob, sels)
 
     def _simple_alt(self) -> _Alt | None:
         """The only request when the whole search is one ExactCount request of

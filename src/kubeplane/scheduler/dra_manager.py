@@ -12,13 +12,22 @@
 claims' devices (admin-access results never count). PreBind must assume the
 written claim *before* dropping its in-flight entry, so the devices are never
 seen as free in between.
+
+Every change of that union is also appended to a change log of pools
+(``(driver, pool)``), numbered from 0. :meth:`DRAManager.allocated_snapshot`
+returns the log position together with the devices, read under one lock, so
+a consumer caching per-node results computed from a snapshot knows that any
+later change of a pool appears in the log at or after that position
+(:meth:`DRAManager.changes_since`). :class:`NodeVerdictCache` uses this to
+keep per-node allocation verdicts across pods of the same shape.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Mapping
+from collections.abc import Set as AbstractSetABC
+from typing import AbstractSet, Any, Callable, Iterable, Iterator, Mapping
 
 from kubeplane.api.resources import resource
 from kubeplane.dra.allocator import DeviceMatchCache, claim_device_ids
@@ -33,19 +42,76 @@ RESOURCE_CLAIMS = resource("resourceclaims")
 RESOURCE_SLICES = resource("resourceslices")
 DEVICE_CLASSES = resource("deviceclasses")
 
-__all__ = ["AllocatedDevices", "DRAManager", "DEVICE_CLASSES", "RESOURCE_CLAIMS", "RESOURCE_SLICES"]
+__all__ = [
+    "AllocatedDevices", "DeviceSetView", "DRAManager", "NodeVerdictCache", "DEVICE_CLASSES", "RESOURCE_CLAIMS",
+    "RESOURCE_SLICES",
+]
 
 
 def _allocated(claim: Mapping[str, Any] | None) -> bool:
     return bool(claim and (claim.get("status") or {}).get("allocation"))
 
 
-class AllocatedDevices:
-    """Devices of allocated claims (a set, no reference counts), fed by claim events."""
+#: the change log keeps at least this many entries before dropping old ones
+CHANGE_LOG_KEEP = 50_000
+#: snapshot views are rebuilt from scratch after this many changes
+VIEW_DELTA_MAX = 64
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+
+class DeviceSetView(AbstractSetABC):
+    """An immutable set ``(base - removed) | added`` (``added`` disjoint from
+    ``base``, ``removed`` a subset of it): a snapshot that costs the size of
+    the deltas, not of the whole set."""
+
+    __slots__ = ("_base", "_added", "_removed")
+
+    def __init__(self, base: frozenset[DeviceID], added: AbstractSet[DeviceID],
+                 removed: AbstractSet[DeviceID]) -> None:
+        self._base = base
+        self._added = added
+        self._removed = removed
+
+    def __contains__(self, dev: object) -> bool:
+        return dev in self._added or (dev in self._base and dev not in self._removed)
+
+    def __iter__(self) -> Iterator[DeviceID]:
+        removed = self._removed
+        for dev in self._base:
+            if dev not in removed:
+                yield dev
+        yield from self._added
+
+    def __len__(self) -> int:
+        return len(self._base) - len(self._removed) + len(self._added)
+
+    def with_devices(self, devs: Iterable[DeviceID]) -> "DeviceSetView":
+        """This set plus ``devs``."""
+        added, removed = set(self._added), set(self._removed)
+        base = self._base
+        for dev in devs:
+            if dev in base:
+                removed.discard(dev)
+            else:
+                added.add(dev)
+        return DeviceSetView(base, added, removed)
+
+
+class AllocatedDevices:
+    """Devices of allocated claims (a set, no reference counts), fed by claim events.
+
+    ``on_change`` is called with the device IDs of every add or removal, after
+    the set was changed and while ``lock`` (the set's lock) is held. Besides
+    the set, a frozen base plus small deltas are kept so that
+    :meth:`view_locked` is cheap."""
+
+    def __init__(self, on_change: Callable[[list[DeviceID]], None] | None = None,
+                 lock: threading.Lock | None = None) -> None:
+        self._lock = lock if lock is not None else threading.Lock()
         self._ids: set[DeviceID] = set()
+        self._on_change = on_change
+        self._base: frozenset[DeviceID] = frozenset()
+        self._added: set[DeviceID] = set()
+        self._removed: set[DeviceID] = set()
 
     def on_add(self, claim: Obj) -> None:
         if _allocated(claim):
@@ -66,16 +132,44 @@ class AllocatedDevices:
         ids = claim_device_ids(claim)
         with self._lock:
             self._ids.update(ids)
+            base, added, removed = self._base, self._added, self._removed
+            for dev in ids:
+                if dev in base:
+                    removed.discard(dev)
+                else:
+                    added.add(dev)
+            self._compact_locked()
+            if self._on_change is not None and ids:
+                self._on_change(ids)
 
     def _remove(self, claim: Obj) -> None:
         ids = claim_device_ids(claim)
         with self._lock:
             self._ids.difference_update(ids)
+            base, added, removed = self._base, self._added, self._removed
+            for dev in ids:
+                if dev in base:
+                    removed.add(dev)
+                else:
+                    added.discard(dev)
+            self._compact_locked()
+            if self._on_change is not None and ids:
+                self._on_change(ids)
+
+    def _compact_locked(self) -> None:
+        if len(self._added) + len(self._removed) > VIEW_DELTA_MAX:
+            self._base = frozenset(self._ids)
+            self._added = set()
+            self._removed = set()
 
     def snapshot(self) -> set[DeviceID]:
         """A copy of the current set."""
         with self._lock:
             return set(self._ids)
+
+    def view_locked(self) -> DeviceSetView:
+        """An immutable snapshot of the set; the caller holds the set's lock."""
+        return DeviceSetView(self._base, frozenset(self._added), frozenset(self._removed))
 
     def __contains__(self, dev: DeviceID) -> bool:
         with self._lock:
@@ -96,10 +190,15 @@ class DRAManager:
         self.claim_cache = claim_cache
         self.slice_source = slice_source
         self.class_source = class_source
-        self.allocated = AllocatedDevices()
-        self.match_cache = DeviceMatchCache()
         self._lock = threading.Lock()
+        # The tracker shares the manager's lock: its changes and their log
+        # entries are atomic with respect to allocated_snapshot().
+        self.allocated = AllocatedDevices(self._log_locked, self._lock)
+        self.match_cache = DeviceMatchCache()
         self._in_flight: dict[str, Obj] = {}
+        # Pools whose allocated devices changed; entry i has number _log_base + i.
+        self._log: list[tuple[str, str]] = []
+        self._log_base = 0
         self._pool_index: PoolIndex | None = None
         self._pool_index_ids: tuple[int, ...] = ()
         claim_cache.add_event_handler(self.allocated)
@@ -142,12 +241,17 @@ class DRAManager:
             if uid in self._in_flight:
                 return False
             self._in_flight[uid] = claim
+            self._log_locked(claim_device_ids(claim))
             return True
 
     def remove_claim_pending_allocation(self, uid: str) -> bool:
         """Forget an in-flight allocation; True when there was one."""
         with self._lock:
-            return self._in_flight.pop(uid, None) is not None
+            claim = self._in_flight.pop(uid, None)
+            if claim is None:
+                return False
+            self._log_locked(claim_device_ids(claim))
+            return True
 
     def claim_has_pending_allocation(self, uid: str) -> bool:
         with self._lock:
@@ -160,12 +264,45 @@ class DRAManager:
 
     def list_all_allocated_devices(self) -> set[DeviceID]:
         """Devices taken by allocated claims or by in-flight allocations."""
-        out = self.allocated.snapshot()
+        return set(self.allocated_snapshot()[1])
+
+    def allocated_snapshot(self) -> tuple[int, DeviceSetView]:
+        """The change-log position, then the devices of allocated or in-flight claims.
+
+        Both are read under one lock: the set contains exactly the changes
+        logged before the returned position."""
         with self._lock:
+            pos = self._log_base + len(self._log)
+            out = self.allocated.view_locked()
             pending = list(self._in_flight.values())
-        for claim in pending:
-            out.update(claim_device_ids(claim))
-        return out
+        if pending:
+            out = out.with_devices(d for claim in pending for d in claim_device_ids(claim))
+        return pos, out
+
+    # ------------------------------------------------------------- change log
+
+    def _log_locked(self, ids: list[DeviceID]) -> None:
+        log_ = self._log
+        for d in ids:
+            log_.append((d.driver, d.pool))
+        if len(log_) > 2 * CHANGE_LOG_KEEP:
+            drop = len(log_) - CHANGE_LOG_KEEP
+            del log_[:drop]
+            self._log_base += drop
+
+    def log_position(self) -> int:
+        """The number of the next change-log entry."""
+        with self._lock:
+            return self._log_base + len(self._log)
+
+    def changes_since(self, pos: int) -> tuple[int, list[tuple[str, str]] | None]:
+        """The current log position and the pools changed from ``pos`` on;
+        None when those entries were already dropped."""
+        with self._lock:
+            end = self._log_base + len(self._log)
+            if pos < self._log_base:
+                return end, None
+            return end, self._log[pos - self._log_base:]
 
     # ------------------------------------------------------- slices, classes
 
@@ -196,3 +333,111 @@ class DRAManager:
         if self.class_source is None:
             return {}
         return {(c.get("metadata") or {}).get("name") or "": c for c in self.class_source.indexer.list()}
+
+
+#: per-shape verdict sets kept per pool index (all dropped when exceeded)
+MAX_SHAPES = 64
+
+
+class _ShapeVerdicts:
+    __slots__ = ("passing", "failing")
+
+    def __init__(self) -> None:
+        self.passing: set[str] = set()
+        self.failing: dict[str, str] = {}  # node name -> failure reason
+
+
+class NodeVerdictCache:
+    """Allocation verdicts per (allocator shape, node), for one pool index.
+
+    Only for pool indexes whose per-node pools depend on the node name alone
+    (``PoolIndex.per_node_name``). A verdict computed from an allocated-device
+    snapshot taken at change-log position ``p`` stays valid until a change of
+    one of the node's pools is logged at or after ``p``: :meth:`sync` reads
+    the log and drops the verdicts of the nodes it names, :meth:`record`
+    refuses a verdict whose node changed since its snapshot."""
+
+    def __init__(self, index: PoolIndex, pos: int) -> None:
+        self._lock = threading.Lock()
+        self._pos = pos  # log consumed up to here
+        self._floor = pos  # verdicts from older snapshots are not trusted
+        self._last_change: dict[str, int] = {}
+        self._pool_nodes: dict[tuple[str, str], tuple[str, ...]] = {}
+        for key, slices in index.by_pool.items():
+            names = {(s.get("spec") or {}).get("nodeName") for s in slices}
+            self._pool_nodes[key] = tuple(n for n in names if n)
+        self._shapes: dict[Any, _ShapeVerdicts] = {}
+
+    @classmethod
+    def for_index(cls, index: PoolIndex, manager: "DRAManager") -> "NodeVerdictCache":
+        """The cache kept in ``index.cache`` (created on first use), synced with ``manager``'s log."""
+        vc = index.cache.get("dra-node-verdicts")
+        if vc is None:
+            vc = index.cache.setdefault("dra-node-verdicts", cls(index, manager.log_position()))
+        vc.sync(manager)
+        return vc
+
+    def sync(self, manager: "DRAManager") -> None:
+        """Drop the verdicts of nodes whose pools changed since the last sync."""
+        with self._lock:
+            end, changes = manager.changes_since(self._pos)
+            if changes is None:
+                self._shapes.clear()
+                self._last_change.clear()
+                self._floor = end
+            elif changes:
+                touched: dict[str, int] = {}
+                pool_nodes = self._pool_nodes
+                for i, key in enumerate(changes, self._pos):
+                    for node in pool_nodes.get(key, ()):
+                        touched[node] = i
+                self._last_change.update(touched)
+                for shape in self._shapes.values():
+                    shape.passing.difference_update(touched)
+                    failing = shape.failing
+                    for node in touched:
+                        failing.pop(node, None)
+            self._pos = end
+
+    def _shape(self, key: Any) -> _ShapeVerdicts:
+        shape = self._shapes.get(key)
+        if shape is None:
+            if len(self._shapes) >= MAX_SHAPES:
+                self._shapes.clear()
+            shape = self._shapes[key] = _ShapeVerdicts()
+        return shape
+
+    def record(self, key: Any, node: str, snapshot_pos: int, ok: bool, reason: str = "") -> None:
+        """Store the verdict on ``node`` of an allocator of shape ``key``
+        whose allocated devices were read at log position ``snapshot_pos``."""
+        with self._lock:
+            if snapshot_pos < self._floor or self._last_change.get(node, -1) >= snapshot_pos:
+                return
+            shape = self._shape(key)
+            if ok:
+                shape.passing.add(node)
+                shape.failing.pop(node, None)
+            else:
+                shape.failing[node] = reason
+                shape.passing.discard(node)
+
+    def not_passing(self, key: Any, names: AbstractSet[str]) -> set[str]:
+        """The nodes of ``names`` without a valid successful verdict for ``key``."""
+        with self._lock:
+            shape = self._shapes.get(key)
+            return set(names) if shape is None else names - shape.passing
+
+    def begin(self, key: Any, names: AbstractSet[str]) -> tuple[set[str], Mapping[str, str]]:
+        """For a cycle of shape ``key`` (after :meth:`sync`): the nodes of
+        ``names`` without a valid successful verdict, and the valid failed
+        verdicts (node -> reason). The mapping is live: it may gain verdicts
+        recorded later in the cycle, and is only pruned by later syncs."""
+        with self._lock:
+            shape = self._shape(key)
+            return names - shape.passing, shape.failing
+
+    def failure(self, key: Any, node: str) -> str | None:
+        """The reason of a valid failed verdict for ``key`` on ``node``, if any."""
+        with self._lock:
+            shape = self._shapes.get(key)
+            return None if shape is None else shape.failing.get(node)

@@ -493,3 +493,175 @@ async def test_filter_sees_devices_freed_and_added_across_cycles(env: Env) -> No
     assert chosen is None and "cannot allocate all claims" in str(statuses["node-a"].reasons)
     await env.create(SLICES, slice_for("node-b", 1))
     assert await env.schedule(pod("p2", "c2")) == "node-b"
+
+
+# ------------------------------------------------------------------ verdict cache
+
+
+def _plain_verdict(env: Env, claim_obj: dict, n: dict) -> tuple[bool, str]:
+    """Allocation on ``n`` computed from scratch (no shared caches)."""
+    from kubeplane.dra.allocator import REASON_CANNOT_ALLOCATE, Allocator
+
+    alloc = Allocator([claim_obj], env.mgr.list_all_allocated_devices(), env.mgr.classes(), env.mgr.list_slices())
+    results, reason = alloc.explain(n)
+    return results is not None, reason or REASON_CANNOT_ALLOCATE
+
+
+async def test_filter_pass_except_agrees_with_plain_allocation(env: Env) -> None:
+    """Seeded random pods of two shapes, reserved, bound, unreserved and freed:
+    nodes outside filter_pass_except always fit, and Filter (with its cached
+    verdicts) answers exactly what a fresh allocator answers."""
+    rng = random.Random(11)
+    nodes = [node(f"n{i}") for i in range(7)]
+    for n in nodes[:6]:  # n6 has no slice at all
+        await env.create(SLICES, slice_for(n["metadata"]["name"], rng.randint(0, 3)))
+    infos = [NodeInfo(n) for n in nodes]
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    bound: list[str] = []
+    checked_cached = 0
+    checked_known = 0
+    for step in range(60):
+        name = f"c{step}"
+        await env.create(CLAIMS, claim(name, count=rng.choice((1, 1, 2))))
+        c = env.mgr.get_claim(NS, name)
+        p = pod(f"p{step}", name)
+        state, pi = CycleState(), PodInfo(p)
+        _, st, _ = env.fw.run_pre_filter_plugins(state, pi, infos)
+        assert st is None or st.is_success(), st
+        exceptions = env.plugin.filter_pass_except(state, pi)
+        assert exceptions is not None
+        known = dict(env.plugin.filter_known_failures(state, pi) or {})
+        assert set(known) <= set(exceptions)
+        for n, reason in known.items():
+            assert _plain_verdict(env, c, by_name[n]) == (False, reason), (step, n)
+        checked_known += len(known)
+        fitting = []
+        for ni in infos:
+            ok, reason = _plain_verdict(env, c, by_name[ni.name])
+            if ni.name not in exceptions:
+                assert ok, (step, ni.name)
+                checked_cached += 1
+                if rng.random() < 0.5:
+                    continue  # the fast path does not call Filter here
+            fst = env.plugin.filter(state, pi, ni)
+            assert (fst is None) == ok, (step, ni.name, fst)
+            if not ok:
+                assert fst.message() == reason
+            else:
+                fitting.append(ni.name)
+        fitting += [n for n in by_name if n not in exceptions and n not in fitting]
+        if not fitting:
+            continue
+        chosen = rng.choice(sorted(set(fitting)))
+        assert env.plugin.reserve(state, pi, chosen) is None
+        uid = c["metadata"]["uid"]
+        picked = env.mgr.in_flight()[uid]["status"]["allocation"]["devices"]["results"]
+        assert {r["pool"] for r in picked} == {chosen}
+        roll = rng.random()
+        if roll < 0.6:
+            assert await env.plugin.pre_bind(state, pi, chosen) is None
+            bound.append(name)
+        elif roll < 0.8:
+            env.plugin.unreserve(state, pi, chosen)
+        # else: stays in flight
+        if bound and rng.random() < 0.5:
+            # Free a bound claim's devices as the claim controller would.
+            victim = env.mgr.get_claim(NS, bound.pop(rng.randrange(len(bound))))
+            st_ = {k: v for k, v in victim["status"].items() if k not in ("allocation", "reservedFor")}
+            await env.client.inner.update(CLAIMS, {**victim, "status": st_}, subresource="status")
+            await until(lambda: not env.mgr.get_claim(NS, victim["metadata"]["name"])["status"].get("allocation"))
+    assert checked_cached > 20 and checked_known > 20  # cached verdicts were actually exercised
+
+
+def test_change_log_positions_and_trimming(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kubeplane.scheduler.dra_manager as dm
+    from kubeplane.dra.pools import PoolIndex
+    from kubeplane.scheduler.assumecache import AssumeCache
+    from kubeplane.scheduler.dra_manager import NodeVerdictCache
+
+    mgr = DRAManager(AssumeCache())
+    index = PoolIndex([slice_for("a", 2), slice_for("b", 2)])
+    claim_a = {"status": {"allocation": {"devices": {"results": [
+        {"driver": DRIVER, "pool": "a", "device": "gpu-0"}]}}}}
+    vc = NodeVerdictCache.for_index(index, mgr)
+    pos, devs = mgr.allocated_snapshot()
+    assert (pos, devs) == (0, set())
+    vc.record("k", "a", pos, True)
+    vc.record("k", "b", pos, False, "full")
+    assert vc.not_passing("k", {"a", "b"}) == {"b"} and vc.failure("k", "b") == "full"
+    # An in-flight allocation on "a" invalidates only a's verdict.
+    assert mgr.signal_claim_pending_allocation("u1", claim_a)
+    assert mgr.changes_since(0) == (1, [(DRIVER, "a")])
+    vc.sync(mgr)
+    assert vc.not_passing("k", {"a", "b"}) == {"a", "b"} and vc.failure("k", "b") == "full"
+    # A verdict computed from the old snapshot is refused.
+    vc.record("k", "a", pos, True)
+    assert "a" in vc.not_passing("k", {"a"})
+    pos2, devs2 = mgr.allocated_snapshot()
+    assert pos2 == 1 and devs2 == {DeviceID(DRIVER, "a", "gpu-0")}
+    vc.record("k", "a", pos2, True)
+    assert vc.not_passing("k", {"a", "b"}) == {"b"}
+    # Tracker changes are logged too.
+    mgr.allocated.on_add(claim_a)
+    assert mgr.log_position() == 2
+    # Dropped entries: everything is forgotten, older snapshots refused.
+    monkeypatch.setattr(dm, "CHANGE_LOG_KEEP", 1)
+    for _ in range(3):
+        mgr.remove_claim_pending_allocation("u1")
+        mgr.signal_claim_pending_allocation("u1", claim_a)
+    end, lost = mgr.changes_since(0)
+    assert lost is None and end == 8
+    vc.sync(mgr)
+    assert vc.not_passing("k", {"a", "b"}) == {"a", "b"} and vc.failure("k", "b") is None
+    vc.record("k", "b", pos2, True)
+    assert vc.not_passing("k", {"b"}) == {"b"}
+    vc.record("k", "b", end, True)
+    assert vc.not_passing("k", {"b"}) == set()
+
+
+@pytest.mark.parametrize("delta_max", [0, 3, 64])
+def test_allocated_snapshots_equal_plain_sets(monkeypatch: pytest.MonkeyPatch, delta_max: int) -> None:
+    """Seeded random claim events and in-flight changes: every snapshot view
+    equals the set computed directly, and stays equal to it later."""
+    import kubeplane.scheduler.dra_manager as dm
+    from kubeplane.scheduler.assumecache import AssumeCache
+
+    monkeypatch.setattr(dm, "VIEW_DELTA_MAX", delta_max)
+    rng = random.Random(delta_max)
+    mgr = DRAManager(AssumeCache())
+    devices = [DeviceID(DRIVER, f"n{i % 5}", f"gpu-{i}") for i in range(30)]
+
+    def claim_with(devs: list[DeviceID]) -> dict:
+        return {"status": {"allocation": {"devices": {"results": [
+            {"driver": d.driver, "pool": d.pool, "device": d.device} for d in devs]}}}}
+
+    tracked: dict[int, list[DeviceID]] = {}
+    flying: dict[str, list[DeviceID]] = {}
+    snapshots: list[tuple[set[DeviceID], Any]] = []
+    for step in range(400):
+        op = rng.random()
+        if op < 0.35:
+            devs = rng.sample(devices, rng.randint(1, 3))
+            tracked[step] = devs
+            mgr.allocated.on_add(claim_with(devs))
+        elif op < 0.6 and tracked:
+            key = rng.choice(sorted(tracked))
+            mgr.allocated.on_update(claim_with(tracked.pop(key)), {"status": {}})
+        elif op < 0.8:
+            uid = f"u{step}"
+            flying[uid] = rng.sample(devices, rng.randint(1, 2))
+            assert mgr.signal_claim_pending_allocation(uid, claim_with(flying[uid]))
+        elif flying:
+            uid = rng.choice(sorted(flying))
+            del flying[uid]
+            assert mgr.remove_claim_pending_allocation(uid)
+        # The tracker's plain set is the reference (it keeps no reference counts).
+        plain_tracker = set(mgr.allocated.snapshot())
+        expected = plain_tracker | {d for devs in flying.values() for d in devs}
+        _, view = mgr.allocated_snapshot()
+        assert set(view) == expected and len(view) == len(expected) and view == expected
+        for d in devices:
+            assert (d in view) == (d in expected)
+        snapshots.append((expected, view))
+    for expected, view in snapshots:
+        assert set(view) == expected  # earlier snapshots did not change

@@ -11,6 +11,11 @@ parameters only:
   slices, classes and every allocated or in-flight device.
 * Filter allocates per node and caches the result; PostFilter deallocates an
   allocated claim that only this pod uses when it was unavailable somewhere.
+* ``filter_pass_except`` (the vectorised Filter hook) lists the nodes without
+  a still-valid successful verdict of an earlier pod with the same
+  allocation shape; Filter is then skipped elsewhere, and also answers from
+  still-valid failed verdicts. Reserve allocates on the chosen node itself
+  when Filter did not run there.
 * Reserve records allocations as in flight; Unreserve drops them.
 * PreBind writes the finalizer (main resource), then allocation + reservedFor
   (status subresource), assumes the result in the claim assume cache and
@@ -28,7 +33,6 @@ lets pods without claims through.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -38,11 +42,11 @@ from kubeplane.api.errors import StatusError
 from kubeplane.dra.allocator import (
     REASON_CANNOT_ALLOCATE, AllocationError, AllocationResult, Allocator, DeferredAllocation,
 )
-from kubeplane.scheduler.dra_manager import RESOURCE_CLAIMS, DRAManager
+from kubeplane.scheduler.dra_manager import RESOURCE_CLAIMS, DRAManager, NodeVerdictCache
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, NodeSelector, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
 from kubeplane.scheduler.framework.types import (
-    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EventResource, Obj, PreFilterResult,
+    ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventResource, Obj, PreFilterResult,
     QueueingHint, Status,
 )
 
@@ -118,6 +122,19 @@ def pod_claim_names(pod: Mapping[str, Any]) -> list[tuple[str, str | None, bool]
     return out
 
 
+def _mentions_claim(pod: Mapping[str, Any], name: Any) -> bool:
+    """Whether ``name`` appears as a claim name in the pod's spec or its
+    recorded claim statuses: a necessary condition for being one of the
+    names :func:`pod_claim_names` returns (no dicts built)."""
+    for pc in (pod.get("spec") or {}).get("resourceClaims") or ():
+        if pc.get("resourceClaimName") == name:
+            return True
+    for st in _status(pod).get("resourceClaimStatuses") or ():
+        if st.get("resourceClaimName") == name:
+            return True
+    return False
+
+
 def _unresolvable(msg: str) -> Status:
     return Status.unresolvable(msg)
 
@@ -160,6 +177,12 @@ class _State:
     unavailable: set[int] = field(default_factory=set)
     has_selectors: bool = False  # some allocated claim restricts nodes
     lock: threading.Lock = field(default_factory=threading.Lock)
+    nodes: list[NodeInfo] = field(default_factory=list)  # PreFilter's node list
+    snapshot_pos: int = 0  # change-log position of the allocator's allocated devices
+    # Set by filter_pass_except: Filter then records and reuses verdicts.
+    verdicts: NodeVerdictCache | None = None
+    shape_key: Any = None
+    known_failures: Mapping[str, str] | None = None  # node -> reason, valid for this cycle
 
     def clone(self) -> "_State":
         # Shared by reference, as upstream: later phases see Filter's results.
@@ -178,6 +201,7 @@ class DynamicResources(Plugin):
         super().__init__(args, handle)
         self.manager: DRAManager | None = shared_dra_manager(handle)
         self._background: set[asyncio.Task[Any]] = set()
+        self._names_cache: tuple[list[NodeInfo], int, dict[str, NodeInfo]] | None = None
 
     # ------------------------------------------------------------------ claims of a pod
 
@@ -233,8 +257,13 @@ class DynamicResources(Plugin):
         freed = (old is not None and new is not None and bool(_status(old).get("allocation"))
                  and not _status(new).get("allocation"))
         if not freed:
-            # Cheap test first (no cache lookups): is it one of this pod's claims at all?
+            # Cheap tests first (no cache lookups): is it one of this pod's claims at all?
             if new is None:
+                return QueueingHint.SKIP
+            new_meta = _meta(new)
+            if (new_meta.get("namespace") or "default") != (_meta(pod).get("namespace") or "default"):
+                return QueueingHint.SKIP
+            if not _mentions_claim(pod, new_meta.get("name")):
                 return QueueingHint.SKIP
             try:
                 names = {n for _, n, _ in pod_claim_names(pod) if n is not None}
@@ -280,7 +309,7 @@ class DynamicResources(Plugin):
         if not claims:
             return None, Status.skip()
         assert self.manager is not None
-        s = _State(claims, [_ClaimInfo() for _ in claims])
+        s = _State(claims, [_ClaimInfo() for _ in claims], nodes=nodes)
         for i, claim in enumerate(claims):
             name = _meta(claim).get("name") or ""
             alloc = _status(claim).get("allocation")
@@ -299,10 +328,11 @@ class DynamicResources(Plugin):
                 return None, st
             s.to_allocate.append(i)
         if s.to_allocate:
+            s.snapshot_pos, allocated = self.manager.allocated_snapshot()
             try:
                 s.allocator = Allocator(
                     [claims[i] for i in s.to_allocate],
-                    self.manager.list_all_allocated_devices(),
+                    allocated,
                     self.manager.classes(),
                     (),
                     match_cache=self.manager.match_cache,
@@ -338,20 +368,29 @@ class DynamicResources(Plugin):
         s: _State | None = state.get(STATE_KEY)
         if s is None:
             return None
+        failing = s.known_failures
+        if failing is not None:
+            cached = failing.get(node_info.name)
+            if cached is not None:
+                return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, [cached])
         node = node_info.node or {}
         unavailable = [i for i, info in enumerate(s.infos)
                        if info.available_on is not None and not info.available_on.matches(node)] \
             if s.has_selectors else ()
         results: DeferredAllocation | None = None
         if s.allocator is not None:
+            vc = s.verdicts
             try:
                 results, reason = s.allocator.explain_deferred(node)
             except AllocationError as err:
                 return Status.as_status(err)
-            if results is None:
-                return _unresolvable(reason or REASON_CANNOT_ALLOCATE)
-            if len(results) != len(s.to_allocate):
-                return _unresolvable(REASON_CANNOT_ALLOCATE)
+            if results is None or len(results) != len(s.to_allocate):
+                reason = (reason or REASON_CANNOT_ALLOCATE) if results is None else REASON_CANNOT_ALLOCATE
+                if vc is not None:
+                    vc.record(s.shape_key, node_info.name, s.snapshot_pos, False, reason)
+                return _unresolvable(reason)
+            if vc is not None:
+                vc.record(s.shape_key, node_info.name, s.snapshot_pos, True)
         if unavailable:
             with s.lock:
                 s.unavailable.update(unavailable)
@@ -360,6 +399,51 @@ class DynamicResources(Plugin):
             with s.lock:
                 s.node_allocations[node_info.name] = results
         return None
+
+    def filter_pass_except(self, state: CycleState, pod_info: PodInfo) -> set[str] | tuple[()] | None:
+        """Nodes where Filter may fail for this pod; it certainly succeeds elsewhere.
+
+        Verdicts of earlier pods with the same allocation shape are reused
+        while the node's devices did not change (see
+        :class:`~kubeplane.scheduler.dra_manager.NodeVerdictCache`); the
+        nodes without such a successful verdict are listed. None (no
+        vectorised form) when an allocated claim restricts nodes or pools
+        depend on more than the node name."""
+        s: _State | None = state.get(STATE_KEY)
+        if s is None:
+            return ()
+        if s.has_selectors:
+            return None
+        if s.allocator is None:
+            return ()
+        index = s.allocator.pool_index
+        if not index.per_node_name or self.manager is None:
+            return None
+        key = s.allocator.shape_key()
+        if key is None:
+            return None
+        vc = NodeVerdictCache.for_index(index, self.manager)
+        s.verdicts, s.shape_key = vc, key
+        exceptions, s.known_failures = vc.begin(key, self._nodes_by_name(s.nodes).keys())
+        return exceptions
+
+    def filter_known_failures(self, state: CycleState, pod_info: PodInfo) -> Mapping[str, str] | None:
+        """After :meth:`filter_pass_except`: nodes on which Filter certainly
+        returns UnschedulableAndUnresolvable with the given single reason
+        (None when unknown). The mapping is read-only for callers and may
+        grow while Filter runs in this cycle."""
+        s: _State | None = state.get(STATE_KEY)
+        return None if s is None else s.known_failures
+
+    def _nodes_by_name(self, nodes: list[NodeInfo]) -> dict[str, NodeInfo]:
+        """``nodes`` by name, memoized for the last list seen (the snapshot keeps
+        its list while the set of nodes does not change)."""
+        cached = self._names_cache
+        if cached is not None and cached[0] is nodes and cached[1] == len(nodes):
+            return cached[2]
+        by_name = {ni.name: ni for ni in nodes}
+        self._names_cache = (nodes, len(nodes), by_name)
+        return by_name
 
     def post_filter(
         self, state: CycleState, pod_info: PodInfo, filtered_statuses: dict[str, Status]
@@ -377,10 +461,9 @@ class DynamicResources(Plugin):
             reserved = _status(claim).get("reservedFor") or []
             if reserved and not (len(reserved) == 1 and reserved[0].get("uid") == pod_info.uid):
                 continue
-            new = copy.deepcopy(claim)
-            st = new.setdefault("status", {})
-            for key in ("reservedFor", "allocation", "devices"):
-                st.pop(key, None)
+            # Shallow copy of the changed parts: cached objects stay untouched.
+            st = {k: v for k, v in _status(claim).items() if k not in ("reservedFor", "allocation", "devices")}
+            new = {**claim, "status": st}
             self._spawn(self._write_status(new, "deallocating"))
             return None, Status.unschedulable(MSG_DEALLOCATED)
         return None, Status.unschedulable(MSG_STILL_UNSCHEDULABLE)
@@ -393,6 +476,17 @@ class DynamicResources(Plugin):
             return None
         assert self.manager is not None
         deferred = s.node_allocations.get(node_name)
+        if deferred is None and s.allocator is not None:
+            # Filter need not have run here (filter_pass_except): allocate now.
+            ni = self._nodes_by_name(s.nodes).get(node_name)
+            if ni is not None and ni.node is not None:
+                try:
+                    deferred, _ = s.allocator.explain_deferred(ni.node)
+                except AllocationError as err:
+                    return Status.as_status(err)
+                if deferred is not None:
+                    with s.lock:
+                        s.node_allocations[node_name] = deferred
         results = deferred.results() if deferred is not None else None
         if results is None or len(results) != len(s.to_allocate):
             return Status.as_status(RuntimeError(f"internal error: no allocation results cached for node {node_name}"))
@@ -400,11 +494,13 @@ class DynamicResources(Plugin):
         for k, i in enumerate(s.to_allocate):
             claim = s.claims[i]
             uid = _meta(claim).get("uid") or ""
-            allocated = copy.deepcopy(claim)
-            fins = allocated.setdefault("metadata", {}).setdefault("finalizers", [])
+            # Shallow copy of the changed parts: cached objects stay untouched.
+            meta = _meta(claim)
+            fins = list(meta.get("finalizers") or ())
             if FINALIZER not in fins:
                 fins.append(FINALIZER)
-            allocated.setdefault("status", {})["allocation"] = results[k]
+            allocated = {**claim, "metadata": {**meta, "finalizers": fins},
+                         "status": {**_status(claim), "allocation": results[k]}}
             if not self.manager.signal_claim_pending_allocation(uid, allocated):
                 for u in signalled:
                     self.manager.remove_claim_pending_allocation(u)
@@ -460,21 +556,24 @@ class DynamicResources(Plugin):
                         raise RuntimeError(f"resourceclaim {ns}/{name} is being deleted")
                     if _meta(claim).get("uid") != uid:
                         raise RuntimeError(f"resourceclaim {ns}/{name} was replaced (UID changed)")
-                    new = copy.deepcopy(claim)
+                    # Request bodies are shallow copies of the changed parts: the
+                    # client copies what it sends, cached objects stay untouched.
                     if allocation is not None:
-                        if _status(new).get("allocation"):
+                        if _status(claim).get("allocation"):
                             raise RuntimeError(f"resourceclaim {ns}/{name} got allocated elsewhere in the meantime")
-                        if FINALIZER not in (_meta(new).get("finalizers") or ()):
-                            new["metadata"].setdefault("finalizers", []).append(FINALIZER)
-                            new = await client.update(RESOURCE_CLAIMS, new)
-                            written = new
-                            new = copy.deepcopy(new)
-                        new.setdefault("status", {})["allocation"] = copy.deepcopy(allocation)
-                    elif not _status(new).get("allocation"):
+                        fins = _meta(claim).get("finalizers") or []
+                        if FINALIZER not in fins:
+                            body = {**claim, "metadata": {**_meta(claim), "finalizers": [*fins, FINALIZER]}}
+                            claim = await client.update(RESOURCE_CLAIMS, body)
+                            written = claim
+                        status = {**_status(claim), "allocation": allocation}
+                    elif not _status(claim).get("allocation"):
                         raise RuntimeError(f"resourceclaim {ns}/{name} was deallocated in the meantime")
-                    new.setdefault("status", {}).setdefault("reservedFor", []).append(
-                        {"resource": "pods", "name": pod_info.name, "uid": pod_info.uid})
-                    new = await client.update(RESOURCE_CLAIMS, new, subresource="status")
+                    else:
+                        status = dict(_status(claim))
+                    status["reservedFor"] = [*(status.get("reservedFor") or ()),
+                                             {"resource": "pods", "name": pod_info.name, "uid": pod_info.uid}]
+                    new = await client.update(RESOURCE_CLAIMS, {**claim, "status": status}, subresource="status")
                     written = new
                     return new
                 except StatusError as err:
