@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
+import orjson
+
 from kubeplane.api.resources import resource
 from kubeplane.api.selectors import label_selector_from_dict
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
@@ -276,6 +278,8 @@ class Evaluator:
         self.min_candidate_nodes_absolute = min_candidate_nodes_absolute
         self._tasks: set[asyncio.Task[Any]] = set()
         self.errors: list[BaseException] = []
+        #: node name -> (NodeInfo generation, pod shape, status) of failed resource-only dry runs
+        self._unfit_memo: dict[str, tuple[int, Any, Status]] = {}
 
     # ------------------------------------------------------------------ policy hooks
 
@@ -379,8 +383,18 @@ class Evaluator:
         no_victims: Status | None = None
         arithmetic = self._resource_only_filters(state, pod_info)
         nominator = self.handle.nominator
+        memo = self._unfit_memo
+        if len(memo) > 2 * len(potential) + 1024:
+            memo.clear()
+        shape = arithmetic[3] if arithmetic is not None else None
         for i in range(len(potential)):
             original = potential[(offset + i) % len(potential)]
+            if shape is not None:
+                hit = memo.get(original.name)
+                if hit is not None and hit[0] == original.generation and hit[1] == shape:
+                    # Same node state, same kind of preemptor: the same failed dry run.
+                    node_statuses[original.name] = hit[2]
+                    continue
             if not any(allowed(p, pod_info) for p in original.pods):
                 # Nothing to remove: the node stays as it is and cannot become feasible
                 # (the dry run's own first check, without cloning state and node).
@@ -391,7 +405,9 @@ class Evaluator:
             ni = original
             found = None
             if arithmetic is not None and not (nominator is not None and nominator.nominated_pods_for_node(ni.name)):
-                found = self._select_victims_by_resources(state, pod_info, ni, pdbs, *arithmetic)
+                found = self._select_victims_by_resources(state, pod_info, ni, pdbs, *arithmetic[:3])
+                if found is not None and not found[2].is_success():
+                    memo[ni.name] = (ni.generation, shape, found[2])
             if found is None:
                 ni = original.clone()
                 found = self.select_victims_on_node(state.clone(), pod_info, ni, pdbs)
@@ -462,10 +478,14 @@ class Evaluator:
         except Exception as e:  # noqa: BLE001
             return [], 0, Status.as_status(e)
 
-    def _resource_only_filters(self, state: CycleState, pod_info: PodInfo) -> tuple[Any, Any, list[Any]] | None:
-        """(NodeResourcesFit, its checked requests, node-only filter plugins) when, for this pod
-        and cycle, no other Filter plugin runs: then whether the pod fits a node after some pods
-        are removed is resource arithmetic (plus node-only checks, independent of the pods)."""
+    def _resource_only_filters(self, state: CycleState, pod_info: PodInfo) -> tuple[Any, Any, list[Any], Any] | None:
+        """(NodeResourcesFit, its checked requests, node-only filter plugins, shape key) when, for
+        this pod and cycle, no other Filter plugin runs: then whether the pod fits a node after some
+        pods are removed is resource arithmetic (plus node-only checks, independent of the pods).
+
+        The shape key holds everything of the pod such a dry run depends on (priority, requests,
+        the fields node-only plugins read), so a failed dry run can be reused for another pod of
+        the same shape while the node is unchanged (same NodeInfo generation)."""
         from kubeplane.scheduler.plugins.node_affinity import NodeAffinity
         from kubeplane.scheduler.plugins.node_name import NodeName
         from kubeplane.scheduler.plugins.node_resources_fit import NodeResourcesFit
@@ -490,8 +510,17 @@ class Evaluator:
                 return None
         if fit is None:
             return None
-        _, pairs = fit.checked_requests(state, pod_info)
-        return fit, pairs, node_only
+        requests, pairs = fit.checked_requests(state, pod_info)
+        spec = pod_info.pod.get("spec") or {}
+        try:
+            node_view = orjson.dumps([spec.get("tolerations"), spec.get("nodeSelector"),
+                                      (spec.get("affinity") or {}).get("nodeAffinity"), spec.get("nodeName")],
+                                     option=orjson.OPT_SORT_KEYS)
+        except TypeError:
+            return None
+        shape = (pod_info.priority, tuple(sorted(requests.items())), pairs, node_view,
+                 tuple(id(pl) for pl in node_only), id(fit))
+        return fit, pairs, node_only, shape
 
     def _select_victims_by_resources(
         self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo, pdbs: list[Obj],
