@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from kubeplane.api.selectors import LabelSelector
+from kubeplane.scheduler.framework.labelgroups import nodes_not_passing
 from kubeplane.scheduler.framework.nodeinfo import AffinityTerm, NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Plugin
 from kubeplane.scheduler.framework.types import (
@@ -289,6 +290,19 @@ class InterPodAffinity(Plugin):
         if not self._satisfy_existing_anti_affinity(s, labels):
             return Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
         return None
+
+    def filter_pass_except(self, state: CycleState, pod_info: PodInfo) -> list[str] | None:
+        """Nodes Filter may reject this cycle (see ``framework.fastpath``): the verdict only
+        depends on the node's values for the topology keys of the counted terms."""
+        s: PreFilterState | None = state.get(_PRE_FILTER_KEY)
+        snap = self.handle.snapshot
+        if s is None or snap is None:
+            return None
+        keys = {t.topology_key for t in s.affinity_terms}
+        keys.update(t.topology_key for t in s.anti_affinity_terms)
+        keys.update(k for k, _ in s.existing_anti_affinity_counts)
+        return nodes_not_passing(snap.node_info_list, tuple(sorted(keys)),
+                                 lambda ni: self.filter(state, pod_info, ni) is None)
 
     # ------------------------------------------------------------------ scoring
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from kubeplane.api.selectors import LabelSelector, label_selector_from_dict, label_selector_from_set
+from kubeplane.scheduler.framework.labelgroups import nodes_not_passing
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo, RequiredNodeAffinity
 from kubeplane.scheduler.framework.plugin import Plugin
 from kubeplane.scheduler.framework.types import (
@@ -392,6 +393,16 @@ class PodTopologySpread(Plugin):
             if match_num + self_match - min_match > c.max_skew:
                 return Status.unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH)
         return None
+
+    def filter_pass_except(self, state: CycleState, pod_info: PodInfo) -> list[str] | None:
+        """Nodes Filter may reject this cycle (see ``framework.fastpath``): the verdict only
+        depends on the node's values for the constraints' topology keys."""
+        s: PreFilterState | None = state.get(_PRE_FILTER_KEY)
+        snap = self.handle.snapshot
+        if s is None or snap is None:
+            return None
+        keys = tuple(sorted({c.topology_key for c in s.constraints}))
+        return nodes_not_passing(snap.node_info_list, keys, lambda ni: self.filter(state, pod_info, ni) is None)
 
     # ------------------------------------------------------------------ scoring
 
