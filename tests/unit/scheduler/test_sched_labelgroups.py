@@ -102,3 +102,69 @@ def test_nodes_not_passing_calls_once_per_label_combination() -> None:
     failing = nodes_not_passing(infos, (ZONE,), passes)
     assert sorted(seen) == ["z0", "z1", "z2"]
     assert failing == [f"n{i}" for i in range(30) if i % 3 == 1] + ["ghost"]
+
+
+def _weighted(rng: random.Random) -> list[dict]:
+    return [{"weight": rng.choice([1, 5, 50]), "podAffinityTerm": _term(rng)}]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_interpodaffinity_totals_kept_across_cycles_equal_a_fresh_count(seed: int) -> None:
+    """PreFilter counts and PreScore sums kept per node (recomputed for changed nodes only)
+    equal a fresh walk over all pods, while pods are added and removed and node labels change."""
+    rng = random.Random(1000 + seed)
+    nodes = [_node(rng, f"n{i}") for i in range(40)]
+    names = [n["metadata"]["name"] for n in nodes]
+    kept = Scheduler(None, rng=random.Random(seed))
+    fresh = Scheduler(None, rng=random.Random(seed))
+    fresh.frameworks["default-scheduler"].plugins["InterPodAffinity"].keep_totals = False
+    live: list[dict] = []
+    for s in (kept, fresh):
+        for n in nodes:
+            s.cache.add_node(n)
+
+    def random_pod(name: str, node_name: str = "") -> dict:
+        p = _pod(rng, name, node_name)
+        if rng.random() < 0.4:
+            aff = p["spec"].setdefault("affinity", {})
+            aff.setdefault("podAffinity", {})["preferredDuringSchedulingIgnoredDuringExecution"] = _weighted(rng)
+            aff.setdefault("podAntiAffinity", {})["preferredDuringSchedulingIgnoredDuringExecution"] = _weighted(rng)
+        return p
+
+    shapes = [random_pod(f"shape{k}") for k in range(3)]
+    for i in range(120):
+        op = rng.random()
+        if op < 0.35:
+            p = random_pod(f"e{i}", rng.choice(names))
+            live.append(p)
+            for s in (kept, fresh):
+                s.cache.add_pod(p)
+        elif op < 0.5 and live:
+            p = live.pop(rng.randrange(len(live)))
+            for s in (kept, fresh):
+                s.cache.remove_pod(p)
+        elif op < 0.55:
+            k = rng.randrange(len(nodes))
+            new = _node(rng, names[k])
+            for s in (kept, fresh):
+                s.cache.update_node(nodes[k], new)
+            nodes[k] = new
+        template = rng.choice(shapes)
+        pod = dict(template, metadata=dict(template["metadata"], name=f"p{i}", uid=f"u-p{i}"))
+        views = []
+        for s in (kept, fresh):
+            s.cache.update_snapshot(s.snapshot)
+            fw = s.frameworks["default-scheduler"]
+            state = CycleState()
+            pi = PodInfo(pod)
+            pl = fw.plugins["InterPodAffinity"]
+            _, st = pl.pre_filter(state, pi, s.snapshot.node_info_list)
+            pf = state.get("PreFilterInterPodAffinity")
+            st2 = pl.pre_score(state, pi, s.snapshot.node_info_list)
+            ps = state.get("PreScoreInterPodAffinity")
+            views.append((None if st is None else st.code,
+                          None if pf is None else (pf.existing_anti_affinity_counts, pf.affinity_counts,
+                                                   pf.anti_affinity_counts),
+                          None if st2 is None else st2.code,
+                          None if ps is None else ps.topology_score))
+        assert views[0] == views[1], f"step {i}"

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+import orjson
+
 from kubeplane.api.selectors import LabelSelector
 from kubeplane.scheduler.framework.labelgroups import nodes_not_passing
 from kubeplane.scheduler.framework.nodeinfo import AffinityTerm, NodeInfo, PodInfo
@@ -104,6 +106,66 @@ def _bump(counts: dict[TopologyPair, int], pair: TopologyPair, delta: int) -> No
         counts[pair] = n
 
 
+class _NodeTotals:
+    """Sums over a node list of per-node contributions ``key -> (amount, additions)``,
+    kept across cycles: only nodes whose NodeInfo generation changed are recomputed.
+
+    Valid for one node list object (a snapshot replaces its list when nodes come
+    or go) and one contribution function (the caller keys instances by pod shape)."""
+
+    __slots__ = ("nodes", "per_node", "totals")
+
+    def __init__(self) -> None:
+        self.nodes: list[NodeInfo] | None = None
+        self.per_node: dict[str, tuple[int, dict[Any, list[int]]]] = {}
+        self.totals: dict[Any, list[int]] = {}
+
+    def update(self, nodes: list[NodeInfo], contribution: Callable[[NodeInfo], dict[Any, list[int]]]) -> None:
+        if self.nodes is not nodes:
+            self.nodes, self.per_node, self.totals = nodes, {}, {}
+        per_node, totals = self.per_node, self.totals
+        for ni in nodes:
+            hit = per_node.get(ni.name)
+            if hit is not None and hit[0] == ni.generation:
+                continue
+            if hit is not None:
+                for key, (amount, n) in hit[1].items():
+                    t = totals[key]
+                    t[0] -= amount
+                    t[1] -= n
+                    if not t[1]:
+                        del totals[key]
+            c = contribution(ni)
+            for key, (amount, n) in c.items():
+                t = totals.get(key)
+                if t is None:
+                    totals[key] = [amount, n]
+                else:
+                    t[0] += amount
+                    t[1] += n
+            per_node[ni.name] = (ni.generation, c)
+
+
+def _add(c: dict[Any, list[int]], key: Any, amount: int) -> None:
+    e = c.get(key)
+    if e is None:
+        c[key] = [amount, 1]
+    else:
+        e[0] += amount
+        e[1] += 1
+
+
+#: pod shapes whose per-node totals are kept (oldest dropped first)
+_MAX_SHAPES = 16
+
+
+def _shape_key(*parts: Any) -> bytes | None:
+    try:
+        return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None
+
+
 @dataclass
 class PreFilterState:
     """Topology pair counts computed once per cycle (cloned for preemption)."""
@@ -158,6 +220,19 @@ class InterPodAffinity(Plugin):
             raise ValueError(f"hardPodAffinityWeight: Invalid value: {w}: not in valid range [0-100]")
         self.hard_pod_affinity_weight = w
         self.ignore_preferred_terms_of_existing_pods = bool(self.args.get("ignorePreferredTermsOfExistingPods"))
+        #: keep per-node PreFilter/PreScore totals across cycles (per pod shape)
+        self.keep_totals = True
+        self._filter_totals: dict[bytes, _NodeTotals] = {}
+        self._score_totals: dict[bytes, _NodeTotals] = {}
+
+    @staticmethod
+    def _totals_for(memo: dict[bytes, _NodeTotals], key: bytes) -> _NodeTotals:
+        t = memo.get(key)
+        if t is None:
+            if len(memo) >= _MAX_SHAPES:
+                del memo[next(iter(memo))]
+            t = memo[key] = _NodeTotals()
+        return t
 
     # ------------------------------------------------------------------ helpers
 
@@ -203,29 +278,72 @@ class InterPodAffinity(Plugin):
             ns_labels,
         )
         pod = pod_info.pod
-        for ni in with_anti:
-            labels = _node_labels(ni.node)
-            for existing in ni.pods_with_required_anti_affinity:
-                for term in existing.required_anti_affinity_terms:
-                    if term.topology_key in labels and term.matches(pod, ns_labels):
-                        _bump(s.existing_anti_affinity_counts, (term.topology_key, labels[term.topology_key]), 1)
-        if s.affinity_terms or s.anti_affinity_terms:
-            for ni in all_nodes:
-                if ni.node is None:
-                    continue
-                labels = _node_labels(ni.node)
-                for existing in ni.pods:
-                    if _matches_all(s.affinity_terms, existing.pod):
-                        for t in s.affinity_terms:
-                            if t.topology_key in labels:
-                                _bump(s.affinity_counts, (t.topology_key, labels[t.topology_key]), 1)
-                    for t in s.anti_affinity_terms:
-                        if t.topology_key in labels and t.matches(existing.pod):
-                            _bump(s.anti_affinity_counts, (t.topology_key, labels[t.topology_key]), 1)
+        shape = None
+        if self.keep_totals and self.handle.snapshot is not None and not any(
+                t.term.namespace_selector is not None for t in (*s.affinity_terms, *s.anti_affinity_terms)):
+            spec_aff = (pod.get("spec") or {}).get("affinity") or {}
+            shape = _shape_key(pod_info.namespace, (pod.get("metadata") or {}).get("labels"), ns_labels,
+                               (spec_aff.get("podAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution"),
+                               (spec_aff.get("podAntiAffinity") or {}).get(
+                                   "requiredDuringSchedulingIgnoredDuringExecution"))
+        if shape is not None:
+            totals = self._totals_for(self._filter_totals, shape)
+            totals.update(all_nodes, lambda ni: self._filter_contribution(s, ni))
+            for (which, pair), (amount, _) in totals.totals.items():
+                (s.existing_anti_affinity_counts if which == 0 else
+                 s.affinity_counts if which == 1 else s.anti_affinity_counts)[pair] = amount
+        else:
+            for ni in with_anti:
+                self._existing_anti_contribution(s, ni, s.existing_anti_affinity_counts)
+            if s.affinity_terms or s.anti_affinity_terms:
+                for ni in all_nodes:
+                    self._own_terms_contribution(s, ni, s.affinity_counts, s.anti_affinity_counts)
         if not s.existing_anti_affinity_counts and not s.affinity_terms and not s.anti_affinity_terms:
             return None, Status.skip()
         state.write(_PRE_FILTER_KEY, s)
         return None, None
+
+    @staticmethod
+    def _existing_anti_contribution(s: PreFilterState, ni: NodeInfo, out: dict[TopologyPair, int]) -> None:
+        """Required anti-affinity terms of the pods on ``ni`` that the incoming pod matches."""
+        if not ni.pods_with_required_anti_affinity:
+            return
+        labels = _node_labels(ni.node)
+        pod, ns_labels = s.pod_info.pod, s.namespace_labels
+        for existing in ni.pods_with_required_anti_affinity:
+            for term in existing.required_anti_affinity_terms:
+                if term.topology_key in labels and term.matches(pod, ns_labels):
+                    _bump(out, (term.topology_key, labels[term.topology_key]), 1)
+
+    @staticmethod
+    def _own_terms_contribution(s: PreFilterState, ni: NodeInfo, affinity: dict[TopologyPair, int],
+                                anti: dict[TopologyPair, int]) -> None:
+        """Pods on ``ni`` matched by the incoming pod's required (anti-)affinity terms."""
+        if ni.node is None:
+            return
+        labels = _node_labels(ni.node)
+        for existing in ni.pods:
+            if _matches_all(s.affinity_terms, existing.pod):
+                for t in s.affinity_terms:
+                    if t.topology_key in labels:
+                        _bump(affinity, (t.topology_key, labels[t.topology_key]), 1)
+            for t in s.anti_affinity_terms:
+                if t.topology_key in labels and t.matches(existing.pod):
+                    _bump(anti, (t.topology_key, labels[t.topology_key]), 1)
+
+    def _filter_contribution(self, s: PreFilterState, ni: NodeInfo) -> dict[Any, list[int]]:
+        """One node's share of the three PreFilter counts, keyed (0|1|2, topology pair)."""
+        ea: dict[TopologyPair, int] = {}
+        aff: dict[TopologyPair, int] = {}
+        anti: dict[TopologyPair, int] = {}
+        self._existing_anti_contribution(s, ni, ea)
+        if s.affinity_terms or s.anti_affinity_terms:
+            self._own_terms_contribution(s, ni, aff, anti)
+        out: dict[Any, list[int]] = {}
+        for which, counts in ((0, ea), (1, aff), (2, anti)):
+            for pair, n in counts.items():
+                out[(which, pair)] = [n, n]
+        return out
 
     def add_pod(self, state: CycleState, pod_info: PodInfo, pod_info_to_add: PodInfo,
                 node_info: NodeInfo) -> Status | None:
@@ -321,35 +439,60 @@ class InterPodAffinity(Plugin):
         scores: dict[str, dict[str, int]] = {}
         pod = pod_info.pod
 
-        def add(key: str, labels: Mapping[str, str], amount: int) -> None:
-            v = labels.get(key)
-            if v is None:
-                return
-            m = scores.setdefault(key, {})
-            m[v] = m.get(v, 0) + amount
-
-        for ni in to_visit:
+        def contribution(ni: NodeInfo) -> dict[Any, list[int]]:
+            out: dict[Any, list[int]] = {}
             labels = _node_labels(ni.node)
             if not labels:
-                continue
+                return out
+
+            def add(key: str, amount: int) -> None:
+                v = labels.get(key)
+                if v is not None:
+                    _add(out, (key, v), amount)
+
             for existing in (ni.pods if has_constraints else ni.pods_with_affinity):
                 for t in pref:
                     if t.matches(existing.pod):
-                        add(t.topology_key, labels, t.weight)
+                        add(t.topology_key, t.weight)
                 for t in pref_anti:
                     if t.matches(existing.pod):
-                        add(t.topology_key, labels, -t.weight)
+                        add(t.topology_key, -t.weight)
                 if self.hard_pod_affinity_weight > 0:
                     for term in existing.required_affinity_terms:
                         if term.matches(pod, ns_labels):
-                            add(term.topology_key, labels, self.hard_pod_affinity_weight)
+                            add(term.topology_key, self.hard_pod_affinity_weight)
                 if not self.ignore_preferred_terms_of_existing_pods:
                     for w in existing.preferred_affinity_terms:
                         if w.term.matches(pod, ns_labels):
-                            add(w.term.topology_key, labels, w.weight)
+                            add(w.term.topology_key, w.weight)
                     for w in existing.preferred_anti_affinity_terms:
                         if w.term.matches(pod, ns_labels):
-                            add(w.term.topology_key, labels, -w.weight)
+                            add(w.term.topology_key, -w.weight)
+            return out
+
+        shape = None
+        if self.keep_totals and self.handle.snapshot is not None and not any(
+                t.term.namespace_selector is not None for t in pref + pref_anti):
+            spec_aff = (pod.get("spec") or {}).get("affinity") or {}
+            shape = _shape_key(pod_info.namespace, (pod.get("metadata") or {}).get("labels"), ns_labels,
+                               has_constraints,
+                               (spec_aff.get("podAffinity") or {}).get("preferredDuringSchedulingIgnoredDuringExecution"),
+                               (spec_aff.get("podAntiAffinity") or {}).get(
+                                   "preferredDuringSchedulingIgnoredDuringExecution"))
+        if shape is not None:
+            totals = self._totals_for(self._score_totals, shape)
+            totals.update(all_nodes, contribution)
+            items: Iterable[tuple[Any, list[int]]] = totals.totals.items()
+        else:
+            merged: dict[Any, list[int]] = {}
+            for ni in to_visit:
+                for key, (amount, n) in contribution(ni).items():
+                    e = merged.setdefault(key, [0, 0])
+                    e[0] += amount
+                    e[1] += n
+            items = merged.items()
+        for (key, v), (amount, _) in items:
+            scores.setdefault(key, {})[v] = amount
         if not scores:
             return Status.skip()
         state.write(_PRE_SCORE_KEY, PreScoreState(scores))
