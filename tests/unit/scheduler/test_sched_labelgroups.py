@@ -168,3 +168,64 @@ def test_interpodaffinity_totals_kept_across_cycles_equal_a_fresh_count(seed: in
                           None if st2 is None else st2.code,
                           None if ps is None else ps.topology_score))
         assert views[0] == views[1], f"step {i}"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_topologyspread_counts_kept_across_cycles_equal_a_fresh_count(seed: int) -> None:
+    """PodTopologySpread's PreFilter counts kept per node equal a fresh count while pods come
+    and go, node labels and taints change, and pods differ in selector, affinity and policies."""
+    rng = random.Random(2000 + seed)
+    nodes = [_node(rng, f"n{i}") for i in range(40)]
+    names = [n["metadata"]["name"] for n in nodes]
+    kept = Scheduler(None, rng=random.Random(seed))
+    fresh = Scheduler(None, rng=random.Random(seed))
+    fresh.frameworks["default-scheduler"].plugins["PodTopologySpread"].keep_totals = False
+    for s in (kept, fresh):
+        for n in nodes:
+            s.cache.add_node(n)
+    live: list[dict] = []
+    shapes = []
+    for k in range(4):
+        p = _pod(rng, f"shape{k}")
+        p["spec"]["topologySpreadConstraints"] = [{
+            "maxSkew": 1, "topologyKey": rng.choice([ZONE, "rack"]), "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"color": rng.choice(["blue", "green"])}},
+            "nodeAffinityPolicy": rng.choice(["Honor", "Ignore"]), "nodeTaintsPolicy": rng.choice(["Honor", "Ignore"])}]
+        if k % 2:
+            p["spec"]["nodeSelector"] = {ZONE: "z1"}
+        shapes.append(p)
+    for i in range(150):
+        op = rng.random()
+        if op < 0.4:
+            p = _pod(rng, f"e{i}", rng.choice(names))
+            live.append(p)
+            for s in (kept, fresh):
+                s.cache.add_pod(p)
+        elif op < 0.55 and live:
+            p = live.pop(rng.randrange(len(live)))
+            for s in (kept, fresh):
+                s.cache.remove_pod(p)
+        elif op < 0.62:
+            k = rng.randrange(len(nodes))
+            new = _node(rng, names[k])
+            if rng.random() < 0.5:
+                new["spec"]["taints"] = [{"key": "t", "effect": "NoSchedule"}]
+            for s in (kept, fresh):
+                s.cache.update_node(nodes[k], new)
+            nodes[k] = new
+        template = rng.choice(shapes)
+        pod = dict(template, metadata=dict(template["metadata"], name=f"p{i}", uid=f"u-p{i}"))
+        views = []
+        for s in (kept, fresh):
+            s.cache.update_snapshot(s.snapshot)
+            pl = s.frameworks["default-scheduler"].plugins["PodTopologySpread"]
+            state = CycleState()
+            _, st = pl.pre_filter(state, PodInfo(pod), s.snapshot.node_info_list)
+            pf = state.get("PreFilterPodTopologySpread")
+            # Critical paths keep the two smallest counts; with ties, which values they name
+            # depends on iteration order (as upstream's map order), the minimum does not.
+            views.append((None if st is None else st.code,
+                          None if pf is None else (pf.tp_value_to_match_num,
+                                                   [sorted(n for _, n in cp.paths) for cp in pf.critical_paths])))
+        assert views[0] == views[1], f"step {i}"
+    assert kept.frameworks["default-scheduler"].plugins["PodTopologySpread"]._filter_totals

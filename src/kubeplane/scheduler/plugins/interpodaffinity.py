@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-import orjson
-
 from kubeplane.api.selectors import LabelSelector
-from kubeplane.scheduler.framework.labelgroups import nodes_not_passing
+from kubeplane.scheduler.framework.labelgroups import (
+    NodeTotals, add_contribution, nodes_not_passing, shape_key, totals_for,
+)
 from kubeplane.scheduler.framework.nodeinfo import AffinityTerm, NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Plugin
 from kubeplane.scheduler.framework.types import (
@@ -106,66 +106,6 @@ def _bump(counts: dict[TopologyPair, int], pair: TopologyPair, delta: int) -> No
         counts[pair] = n
 
 
-class _NodeTotals:
-    """Sums over a node list of per-node contributions ``key -> (amount, additions)``,
-    kept across cycles: only nodes whose NodeInfo generation changed are recomputed.
-
-    Valid for one node list object (a snapshot replaces its list when nodes come
-    or go) and one contribution function (the caller keys instances by pod shape)."""
-
-    __slots__ = ("nodes", "per_node", "totals")
-
-    def __init__(self) -> None:
-        self.nodes: list[NodeInfo] | None = None
-        self.per_node: dict[str, tuple[int, dict[Any, list[int]]]] = {}
-        self.totals: dict[Any, list[int]] = {}
-
-    def update(self, nodes: list[NodeInfo], contribution: Callable[[NodeInfo], dict[Any, list[int]]]) -> None:
-        if self.nodes is not nodes:
-            self.nodes, self.per_node, self.totals = nodes, {}, {}
-        per_node, totals = self.per_node, self.totals
-        for ni in nodes:
-            hit = per_node.get(ni.name)
-            if hit is not None and hit[0] == ni.generation:
-                continue
-            if hit is not None:
-                for key, (amount, n) in hit[1].items():
-                    t = totals[key]
-                    t[0] -= amount
-                    t[1] -= n
-                    if not t[1]:
-                        del totals[key]
-            c = contribution(ni)
-            for key, (amount, n) in c.items():
-                t = totals.get(key)
-                if t is None:
-                    totals[key] = [amount, n]
-                else:
-                    t[0] += amount
-                    t[1] += n
-            per_node[ni.name] = (ni.generation, c)
-
-
-def _add(c: dict[Any, list[int]], key: Any, amount: int) -> None:
-    e = c.get(key)
-    if e is None:
-        c[key] = [amount, 1]
-    else:
-        e[0] += amount
-        e[1] += 1
-
-
-#: pod shapes whose per-node totals are kept (oldest dropped first)
-_MAX_SHAPES = 16
-
-
-def _shape_key(*parts: Any) -> bytes | None:
-    try:
-        return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        return None
-
-
 @dataclass
 class PreFilterState:
     """Topology pair counts computed once per cycle (cloned for preemption)."""
@@ -222,17 +162,8 @@ class InterPodAffinity(Plugin):
         self.ignore_preferred_terms_of_existing_pods = bool(self.args.get("ignorePreferredTermsOfExistingPods"))
         #: keep per-node PreFilter/PreScore totals across cycles (per pod shape)
         self.keep_totals = True
-        self._filter_totals: dict[bytes, _NodeTotals] = {}
-        self._score_totals: dict[bytes, _NodeTotals] = {}
-
-    @staticmethod
-    def _totals_for(memo: dict[bytes, _NodeTotals], key: bytes) -> _NodeTotals:
-        t = memo.get(key)
-        if t is None:
-            if len(memo) >= _MAX_SHAPES:
-                del memo[next(iter(memo))]
-            t = memo[key] = _NodeTotals()
-        return t
+        self._filter_totals: dict[bytes, NodeTotals] = {}
+        self._score_totals: dict[bytes, NodeTotals] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -282,12 +213,12 @@ class InterPodAffinity(Plugin):
         if self.keep_totals and self.handle.snapshot is not None and not any(
                 t.term.namespace_selector is not None for t in (*s.affinity_terms, *s.anti_affinity_terms)):
             spec_aff = (pod.get("spec") or {}).get("affinity") or {}
-            shape = _shape_key(pod_info.namespace, (pod.get("metadata") or {}).get("labels"), ns_labels,
+            shape = shape_key(pod_info.namespace, (pod.get("metadata") or {}).get("labels"), ns_labels,
                                (spec_aff.get("podAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution"),
                                (spec_aff.get("podAntiAffinity") or {}).get(
                                    "requiredDuringSchedulingIgnoredDuringExecution"))
         if shape is not None:
-            totals = self._totals_for(self._filter_totals, shape)
+            totals = totals_for(self._filter_totals, shape)
             totals.update(all_nodes, lambda ni: self._filter_contribution(s, ni))
             for (which, pair), (amount, _) in totals.totals.items():
                 (s.existing_anti_affinity_counts if which == 0 else
@@ -448,7 +379,7 @@ class InterPodAffinity(Plugin):
             def add(key: str, amount: int) -> None:
                 v = labels.get(key)
                 if v is not None:
-                    _add(out, (key, v), amount)
+                    add_contribution(out, (key, v), amount)
 
             for existing in (ni.pods if has_constraints else ni.pods_with_affinity):
                 for t in pref:
@@ -474,13 +405,13 @@ class InterPodAffinity(Plugin):
         if self.keep_totals and self.handle.snapshot is not None and not any(
                 t.term.namespace_selector is not None for t in pref + pref_anti):
             spec_aff = (pod.get("spec") or {}).get("affinity") or {}
-            shape = _shape_key(pod_info.namespace, (pod.get("metadata") or {}).get("labels"), ns_labels,
+            shape = shape_key(pod_info.namespace, (pod.get("metadata") or {}).get("labels"), ns_labels,
                                has_constraints,
                                (spec_aff.get("podAffinity") or {}).get("preferredDuringSchedulingIgnoredDuringExecution"),
                                (spec_aff.get("podAntiAffinity") or {}).get(
                                    "preferredDuringSchedulingIgnoredDuringExecution"))
         if shape is not None:
-            totals = self._totals_for(self._score_totals, shape)
+            totals = totals_for(self._score_totals, shape)
             totals.update(all_nodes, contribution)
             items: Iterable[tuple[Any, list[int]]] = totals.totals.items()
         else:

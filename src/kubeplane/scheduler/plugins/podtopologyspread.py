@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from kubeplane.api.selectors import LabelSelector, label_selector_from_dict, label_selector_from_set
-from kubeplane.scheduler.framework.labelgroups import nodes_not_passing
+from kubeplane.scheduler.framework.labelgroups import add_contribution, nodes_not_passing, shape_key, totals_for
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo, RequiredNodeAffinity
 from kubeplane.scheduler.framework.plugin import Plugin
 from kubeplane.scheduler.framework.types import (
@@ -259,6 +259,9 @@ class PodTopologySpread(Plugin):
         if defaulting not in (SYSTEM_DEFAULTING, LIST_DEFAULTING):
             raise ValueError(f'defaultingType: Unsupported value: "{defaulting}"')
         self.system_defaulted = defaulting == SYSTEM_DEFAULTING
+        #: keep per-node PreFilter counts across cycles (per pod shape)
+        self.keep_totals = True
+        self._filter_totals: dict[bytes, Any] = {}
         if self.system_defaulted:
             if self.args.get("defaultConstraints"):
                 raise ValueError("defaultConstraints: Invalid value: when .defaultingType is \"System\"")
@@ -305,26 +308,54 @@ class PodTopologySpread(Plugin):
             return PreFilterState()
         s = PreFilterState(constraints, [], [dict() for _ in constraints])
         required = pod_info.required_node_affinity
-        for ni in nodes:
+
+        def contribution(ni: NodeInfo) -> dict[Any, list[int]]:
+            out: dict[Any, list[int]] = {}
             node = ni.node
             if node is None:
-                continue
+                return out
             labels = _labels(node)
             if not node_labels_match_constraints(labels, constraints):
-                continue
+                return out
             for i, c in enumerate(constraints):
                 if not c.match_node_inclusion_policies(pod, node, required):
                     continue
-                value = labels[c.topology_key]
-                count = count_pods_match_selector(ni.pods, c.selector, pod_info.namespace)
-                m = s.tp_value_to_match_num[i]
-                m[value] = m.get(value, 0) + count
+                add_contribution(out, (i, labels[c.topology_key]),
+                                 count_pods_match_selector(ni.pods, c.selector, pod_info.namespace))
+            return out
+
+        shape = self._shape(pod_info, constraints) if nodes is self._all_nodes(nodes) else None
+        if shape is not None:
+            totals = totals_for(self._filter_totals, shape)
+            totals.update(nodes, contribution)
+            items = totals.totals.items()
+        else:
+            merged: dict[Any, list[int]] = {}
+            for ni in nodes:
+                for key, (amount, n) in contribution(ni).items():
+                    e = merged.setdefault(key, [0, 0])
+                    e[0] += amount
+                    e[1] += n
+            items = merged.items()
+        for (i, value), (amount, _) in items:
+            s.tp_value_to_match_num[i][value] = amount
         for i in range(len(constraints)):
             cp = _CriticalPaths()
             for value, num in s.tp_value_to_match_num[i].items():
                 cp.update(value, num)
             s.critical_paths.append(cp)
         return s
+
+    def _shape(self, pod_info: PodInfo, constraints: list[Constraint]) -> bytes | None:
+        """What a node's PreFilter contribution depends on besides the node: the pod's
+        namespace, the constraints (as counted) and the fields the inclusion policies read."""
+        if not self.keep_totals:
+            return None
+        spec = pod_info.pod.get("spec") or {}
+        sel = [[c.topology_key, c.node_affinity_policy, c.node_taints_policy, c.selector.matches_nothing,
+                [[r.key, r.operator, list(r.values)] for r in c.selector.requirements]] for c in constraints]
+        return shape_key(pod_info.namespace, sel, spec.get("nodeSelector"),
+                         (spec.get("affinity") or {}).get("nodeAffinity"), spec.get("tolerations"))
 
     def pre_filter(
         self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]
