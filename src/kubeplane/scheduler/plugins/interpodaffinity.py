@@ -210,8 +210,10 @@ class InterPodAffinity(Plugin):
         )
         pod = pod_info.pod
         shape = None
-        if self.keep_totals and self.handle.snapshot is not None and not any(
-                t.term.namespace_selector is not None for t in (*s.affinity_terms, *s.anti_affinity_terms)):
+        # Without terms of its own the pod only meets existing pods' anti-affinity: the few
+        # nodes holding such pods are visited directly.
+        if (s.affinity_terms or s.anti_affinity_terms) and self.keep_totals and self.handle.snapshot is not None \
+                and not any(t.term.namespace_selector is not None for t in (*s.affinity_terms, *s.anti_affinity_terms)):
             spec_aff = (pod.get("spec") or {}).get("affinity") or {}
             shape = shape_key(pod_info.namespace, (pod.get("metadata") or {}).get("labels"), ns_labels,
                                (spec_aff.get("podAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution"),
@@ -402,8 +404,10 @@ class InterPodAffinity(Plugin):
             return out
 
         shape = None
-        if self.keep_totals and self.handle.snapshot is not None and not any(
-                t.term.namespace_selector is not None for t in pref + pref_anti):
+        # Kept totals walk every node; visiting a few nodes with affinity pods is cheaper.
+        if (has_constraints or 8 * len(to_visit) >= len(all_nodes)) and self.keep_totals \
+                and self.handle.snapshot is not None \
+                and not any(t.term.namespace_selector is not None for t in pref + pref_anti):
             spec_aff = (pod.get("spec") or {}).get("affinity") or {}
             shape = shape_key(pod_info.namespace, (pod.get("metadata") or {}).get("labels"), ns_labels,
                                has_constraints,
