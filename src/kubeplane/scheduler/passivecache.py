@@ -28,6 +28,7 @@ so it needs no lock.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from kubeplane.api import errors
@@ -48,6 +49,8 @@ __all__ = [
     "PV_CLAIM_REF_INDEX",
     "PV_STORAGE_CLASS_INDEX",
     "PV_UNCLAIMED_CLASS_INDEX",
+    "PV_UNCLAIMED_GENERATION_INDEX",
+    "UnclaimedGenerations",
     "InformerLike",
     "new_pv_assume_cache",
     "new_pvc_assume_cache",
@@ -62,6 +65,8 @@ PV_STORAGE_CLASS_INDEX = "storageclass"
 PV_UNCLAIMED_CLASS_INDEX = "storageclass-unclaimed"
 #: Index of the PV informer: ``namespace/name`` of the claim in ``spec.claimRef``.
 PV_CLAIM_REF_INDEX = "claimref"
+#: Pseudo-index of the PV informer (no values): counts unclaimed PVs entering the store.
+PV_UNCLAIMED_GENERATION_INDEX = "storageclass-unclaimed-generation"
 
 
 class InformerLike(Protocol):
@@ -204,7 +209,9 @@ class PassiveAssumeCache(Generic[T]):
         stored_rv, rv = resource_version_of(stored), resource_version_of(obj)
         if stored_rv != rv:
             raise OutOfSyncError(self.description, key, stored_rv, rv)
+        self._forget(key)
         self._assumed[key] = obj
+        self._remember(key, obj)
 
     def restore(self, obj_or_key: T | str, resource_version: str | None = None) -> None:
         """Forget the assumption iff its resourceVersion equals the given one.
@@ -221,7 +228,7 @@ class PassiveAssumeCache(Generic[T]):
             rv = resource_version if resource_version is not None else resource_version_of(obj_or_key)
         assumed = self._assumed.get(key)
         if assumed is not None and resource_version_of(assumed) == rv:
-            del self._assumed[key]
+            self._forget(key)
 
     # -- informer handler: expire assumptions only
 
@@ -232,7 +239,14 @@ class PassiveAssumeCache(Generic[T]):
         stored = self._store.get_by_key(key)
         if stored is not None and resource_version_of(stored) == resource_version_of(assumed):
             return  # resync or a stale event: the assumption is still current
-        del self._assumed[key]
+        self._forget(key)
+
+    def _remember(self, key: str, obj: T) -> None:
+        """Hook: ``obj`` was just assumed under ``key``."""
+
+    def _forget(self, key: str) -> None:
+        """Drop the assumption under ``key`` (if any)."""
+        self._assumed.pop(key, None)
 
     def _on_add(self, obj: T) -> None:
         self._may_expire(self._key_func(obj))
@@ -262,11 +276,137 @@ def pv_claim_ref_index(pv: dict[str, Any]) -> list[str]:
     return [f"{ref.get('namespace') or ''}/{ref.get('name') or ''}"] if ref else []
 
 
+def _claim_ref_key(pv: dict[str, Any]) -> str | None:
+    ref = (pv.get("spec") or {}).get("claimRef")
+    return f"{ref.get('namespace') or ''}/{ref.get('name') or ''}" if ref else None
+
+
+class UnclaimedGenerations:
+    """Per storage class, a counter that grows whenever an unclaimed PV enters
+    the informer's store (added, or replacing an older version of its key).
+
+    It is the index function of :data:`PV_UNCLAIMED_GENERATION_INDEX`, so it runs
+    inside the indexer's own add/update/replace, before any event handler: a
+    reader that sees the new object in the indexer also sees the new count,
+    whatever order handlers are delivered in. Those are the only changes that
+    can add a matching candidate or alter an unclaimed candidate's facts;
+    claiming and deleting a PV only remove candidates. The indexer evaluates
+    index functions on the outgoing object too; that object is recognised
+    (the one last seen under its key) and not counted."""
+
+    def __init__(self, store: Indexer) -> None:
+        self._store = store
+        self._seen: dict[str, Any] = {}
+        self._counts: dict[str, int] = {}
+
+    def get(self, storage_class: str) -> int:
+        return self._counts.get(storage_class, 0)
+
+    def __call__(self, pv: dict[str, Any]) -> list[str]:
+        key = self._store.key_of(pv)
+        if self._seen.get(key) is pv:
+            if self._store.get_by_key(key) is not pv:
+                del self._seen[key]  # deleted
+            return []
+        if len(self._seen) > 2 * len(self._store) + 1024:
+            # keys dropped by a relist; unknown objects only cause extra counts
+            self._seen = {k: v for k, v in self._seen.items() if self._store.get_by_key(k) is v}
+        self._seen[key] = pv
+        if not (pv.get("spec") or {}).get("claimRef"):
+            cls = pv_storage_class_index(pv)[0]
+            self._counts[cls] = self._counts.get(cls, 0) + 1
+        return []
+
+
+_GENERATIONS: "weakref.WeakKeyDictionary[Indexer, UnclaimedGenerations]" = weakref.WeakKeyDictionary()
+
+
+def unclaimed_generations(store: Indexer) -> UnclaimedGenerations:
+    """The counters of ``store`` (registered on first use, shared by every cache on it)."""
+    gens = _GENERATIONS.get(store)
+    if gens is None:
+        gens = _GENERATIONS[store] = UnclaimedGenerations(store)
+        store.add_indexers({PV_UNCLAIMED_GENERATION_INDEX: gens})
+    return gens
+
+
 class PVAssumeCache(PassiveAssumeCache[dict[str, Any]]):
     """Passive cache of PersistentVolumes with storage-class and claimRef indexes.
 
     Indexes are evaluated on the informer's objects; reads substitute assumed
-    versions under the usual rule."""
+    versions under the usual rule. :meth:`unclaimed_generation` and
+    :meth:`may_be_prebound` support caching candidate lists across pods."""
+
+    def __init__(self, informer: InformerLike, **kw: Any) -> None:
+        #: claim key -> keys of assumed PVs whose claimRef names it
+        self._assumed_refs: dict[str, set[str]] = {}
+        #: keys of assumed PVs without claimRef
+        self._assumed_unclaimed: set[str] = set()
+        indexers = {PV_STORAGE_CLASS_INDEX: pv_storage_class_index,
+                    PV_UNCLAIMED_CLASS_INDEX: pv_unclaimed_class_index, PV_CLAIM_REF_INDEX: pv_claim_ref_index}
+        indexers.update(kw.pop("indexers", None) or {})
+        super().__init__(informer, indexers=indexers, **kw)
+        self._generations = unclaimed_generations(self._store)
+
+    def _remember(self, key: str, obj: dict[str, Any]) -> None:
+        ref = _claim_ref_key(obj)
+        if ref is None:
+            self._assumed_unclaimed.add(key)
+        else:
+            self._assumed_refs.setdefault(ref, set()).add(key)
+
+    def _forget(self, key: str) -> None:
+        old = self._assumed.pop(key, None)
+        if old is None:
+            return
+        ref = _claim_ref_key(old)
+        if ref is None:
+            self._assumed_unclaimed.discard(key)
+            return
+        keys = self._assumed_refs.get(ref)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._assumed_refs[ref]
+
+    # -- support for candidate lists kept across pods (see VolumeBinder)
+
+    #: :meth:`candidate_state` results
+    CANDIDATE = 0
+    SHADOWED = 1
+    GONE = 2
+
+    def candidate_state(self, key: str, informer_obj: dict[str, Any]) -> int:
+        """How a PV remembered as the informer's ``informer_obj`` reads now:
+        :attr:`CANDIDATE` (the informer still holds that very object and no
+        assumption is visible), :attr:`SHADOWED` (a visible assumed version,
+        which may be restored later) or :attr:`GONE` (the informer holds
+        another object or none)."""
+        stored = self._store.get_by_key(key)
+        if stored is not informer_obj:
+            return self.GONE
+        assumed = self._assumed.get(key)
+        if assumed is not None and resource_version_of(assumed) == resource_version_of(stored):
+            return self.SHADOWED
+        return self.CANDIDATE
+
+    def informer_unclaimed(self, storage_class: str) -> list[dict[str, Any]]:
+        """The informer's PVs of the class without claimRef, sorted by name (no assumed versions)."""
+        return self._store.by_index(PV_UNCLAIMED_CLASS_INDEX, storage_class)
+
+    @property
+    def has_unclaimed_assumptions(self) -> bool:
+        """Some assumed PV version has no claimRef (VolumeBinding never assumes one)."""
+        return bool(self._assumed_unclaimed)
+
+    def unclaimed_generation(self, storage_class: str) -> int:
+        """Grows whenever an unclaimed PV of the class enters the informer's store
+        (see :class:`UnclaimedGenerations`)."""
+        return self._generations.get(storage_class)
+
+    def may_be_prebound(self, claim_key: str) -> bool:
+        """True when some PV (informer or assumed version) has a claimRef naming ``claim_key``."""
+        return bool(self._store.index_keys(PV_CLAIM_REF_INDEX, claim_key)) or claim_key in self._assumed_refs
 
     def list_pvs(self, storage_class: str) -> list[dict[str, Any]]:
         return self.list(PV_STORAGE_CLASS_INDEX, storage_class)
@@ -293,11 +433,7 @@ class PVAssumeCache(PassiveAssumeCache[dict[str, Any]]):
 
 
 def new_pv_assume_cache(informer: InformerLike) -> PVAssumeCache:
-    return PVAssumeCache(
-        informer, description="v1.PersistentVolume", resource="persistentvolumes",
-        indexers={PV_STORAGE_CLASS_INDEX: pv_storage_class_index,
-                  PV_UNCLAIMED_CLASS_INDEX: pv_unclaimed_class_index, PV_CLAIM_REF_INDEX: pv_claim_ref_index},
-    )
+    return PVAssumeCache(informer, description="v1.PersistentVolume", resource="persistentvolumes")
 
 
 def new_pvc_assume_cache(informer: InformerLike) -> PassiveAssumeCache[dict[str, Any]]:

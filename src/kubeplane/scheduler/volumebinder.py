@@ -4,7 +4,8 @@ Used by the VolumeBinding plugin in every phase of a pod's cycle:
 
 * :meth:`VolumeBinder.get_pod_volume_claims` (PreFilter) classifies the pod's
   claims: bound, unbound with delayed binding (WaitForFirstConsumer) and
-  unbound immediate; it snapshots the PVs of every delayed claim's class.
+  unbound immediate; it indexes the candidate PVs of every delayed claim
+  (kept across pods per claim shape, see :class:`SharedVolumeIndex`).
 * :meth:`VolumeBinder.find_pod_volumes` (Filter) checks one node: bound PVs'
   node affinity, a static PV per delayed claim, or dynamic provisioning
   (provisioner, allowedTopologies, published storage capacity).
@@ -20,12 +21,13 @@ indexers, so a pod requeued by a PV/PVC event sees that event's object.
 from __future__ import annotations
 
 import asyncio
-import copy
+import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Iterable, Mapping, Protocol
 
 from kubeplane.api.errors import StatusError
+from kubeplane.api.meta import deep_copy
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.api.selectors import label_selector_from_dict
@@ -48,6 +50,7 @@ from kubeplane.volume.matching import (
     topology_matches,
     volume_capacity,
     volume_class,
+    volume_mode,
 )
 from kubeplane.scheduler.passivecache import NotFoundError, new_pv_assume_cache, new_pvc_assume_cache
 
@@ -131,7 +134,7 @@ def bind_volume_to_claim(pv: Mapping[str, Any], claim: Mapping[str, Any]) -> tup
     """A copy of ``pv`` whose claimRef names ``claim``; ``dirty`` when it differs from ``pv``.
 
     ``bound-by-controller`` is added unless the user had pre-bound the PV to this claim."""
-    new = copy.deepcopy(dict(pv))
+    new = deep_copy(dict(pv))
     dirty = False
     set_by_controller = not is_volume_bound_to_claim(pv, claim)
     ref = (pv.get("spec") or {}).get("claimRef")
@@ -201,7 +204,8 @@ class PodVolumeClaims:
     unbound_claims_delay_binding: list[Obj] = field(default_factory=list)
     unbound_claims_immediate: list[Obj] = field(default_factory=list)
     #: storage class -> the PVs of that class that may serve its delayed claims: unclaimed ones and
-    #: ones pre-bound to those claims (assumed versions included)
+    #: ones pre-bound to those claims (assumed versions included); listed only for classes with a
+    #: claim whose index could not come from a :class:`SharedVolumeIndex`
     unbound_volumes_delay_binding: dict[str, list[Obj]] = field(default_factory=dict)
     #: per delayed claim (``id`` of the claim object): its candidate PVs, indexed by node
     volume_indexes: dict[int, ClaimVolumeIndex] = field(default_factory=dict)
@@ -212,6 +216,88 @@ class PodVolumeClaims:
     pinned_hostnames: set[str] | None = None
     #: the static matching result shared by all nodes outside ``pinned_hostnames``
     shared_match: tuple[bool, list[StaticBinding], list[Obj]] | None = None
+    #: when set, Filter fails with REASON_BIND_CONFLICT on every node outside ``pinned_hostnames``
+    #: (the static bindings found there); see ``VolumeBinder.find_pod_volumes``
+    shared_failure: list[StaticBinding] | None = None
+
+
+# --------------------------------------------------------------------------- shared candidate lists
+
+
+def claim_shape(claim: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Everything of a claim that :func:`index_volumes_for_claim` looks at for
+    PVs without claimRef: class, request, volume mode, access modes, selector."""
+    spec = _spec_of(claim)
+    selector = spec.get("selector")
+    return (claim_class(claim), claim_request(claim), volume_mode(claim), frozenset(spec.get("accessModes") or ()),
+            None if selector is None else json.dumps(selector, sort_keys=True))
+
+
+class SharedVolumeIndex:
+    """A :class:`ClaimVolumeIndex` of the informer's unclaimed PVs of one class
+    for one claim shape, reused by every pod whose claim has that shape until
+    an unclaimed PV of the class enters the informer (the cache's unclaimed
+    generation changes).
+
+    Entries hold informer objects. A pod reads them through :meth:`view`: an
+    entry counts only while the informer still holds that very object and no
+    assumed version shadows it, which is what a fresh listing would offer
+    (an assumed version of a PV carries a claimRef, so such a PV is skipped; a
+    PV the informer claimed or deleted is dropped for good, a shadowed one is
+    kept since its assumption may be restored without any informer event)."""
+
+    #: drop dead entries from the node-dependent lists once this many are known
+    COMPACT_AT = 64
+
+    def __init__(self, index: ClaimVolumeIndex, cache: Any) -> None:
+        self.index = index
+        self.cache = cache
+        self.dead: set[str] = set()
+        self._check = self._current
+        #: entries held when built (memory accounting)
+        self.size = len(index.anywhere) + len(index.other) + sum(len(e) for e in index.by_hostname.values())
+
+    def _current(self, entry: Any) -> Obj | None:
+        state = self.cache.candidate_state(entry[2], entry[3])
+        if state == 0:
+            return entry[3]
+        if state == 2:
+            self.dead.add(entry[2])
+        return None
+
+    def _compact(self) -> None:
+        dead = self.dead
+        idx = self.index
+        idx.other = [e for e in idx.other if e[2] not in dead]
+        for host in list(idx.by_hostname):
+            kept = [e for e in idx.by_hostname[host] if e[2] not in dead]
+            if kept:
+                idx.by_hostname[host] = kept
+            else:
+                del idx.by_hostname[host]
+        dead.clear()
+
+    def view(self, claim: Obj, needed: int) -> ClaimVolumeIndex:
+        """The candidates for ``claim`` now. ``needed``: how many volumes the
+        pod's claims can exclude plus one (the usable head of the node-independent
+        list that Filter may reach)."""
+        if len(self.dead) >= self.COMPACT_AT:
+            self._compact()
+        anywhere = self.index.anywhere
+        head: list[Any] = []
+        i = 0
+        state = self.cache.candidate_state
+        while i < len(anywhere) and len(head) < needed:
+            entry = anywhere[i]
+            st = state(entry[2], entry[3])
+            if st == 2:
+                del anywhere[i]
+                continue
+            if st == 0:
+                head.append(entry)
+            i += 1
+        return ClaimVolumeIndex(claim, [], anywhere=head, by_hostname=self.index.by_hostname,
+                                other=self.index.other, current=self._check)
 
 
 # --------------------------------------------------------------------------- binder
@@ -226,6 +312,9 @@ class VolumeBinder:
     is optional: without a CSIDriver resource, storage capacity is checked for
     a class as soon as any CSIStorageCapacity names that class.
     """
+
+    #: claim shapes whose :class:`SharedVolumeIndex` is kept, per storage class
+    SHARED_SHAPES = 256
 
     def __init__(
         self,
@@ -255,6 +344,8 @@ class VolumeBinder:
         self.poll_interval = poll_interval
         self._waiters: set[asyncio.Event] = set()
         self._volume_facts = VolumeFactsCache()
+        #: storage class -> (unclaimed generation, claim shape -> shared index)
+        self._shared: dict[str, tuple[int, dict[tuple[Any, ...], SharedVolumeIndex]]] = {}
 
     @classmethod
     def from_informer_factory(
@@ -328,16 +419,19 @@ class VolumeBinder:
         by_class: dict[str, list[str]] = {}
         for pvc in out.unbound_claims_delay_binding:
             by_class.setdefault(claim_class(pvc), []).append(_ns_name(pvc))
-        narrow = getattr(self.pv_cache, "list_pvs_for_claims", None)
-        for cls, keys in by_class.items():
-            # Only unclaimed PVs and PVs pre-bound to these claims can match them.
-            out.unbound_volumes_delay_binding[cls] = (
-                list(narrow(cls, keys)) if narrow is not None else list(self.pv_cache.list_pvs(cls)))
         to_find = [pvc for pvc in out.unbound_claims_delay_binding if ANN_SELECTED_NODE not in annotations_of(pvc)]
         out.claims_to_find = sorted(to_find, key=claim_request)
+        listed = 0
         for pvc in out.claims_to_find:
-            out.volume_indexes[id(pvc)] = index_volumes_for_claim(
-                pvc, out.unbound_volumes_delay_binding[claim_class(pvc)], self._volume_facts)
+            index = self._shared_view(pvc, len(out.claims_to_find))
+            if index is None:
+                cls = claim_class(pvc)
+                volumes = out.unbound_volumes_delay_binding.get(cls)
+                if volumes is None:
+                    volumes = out.unbound_volumes_delay_binding[cls] = self._list_volumes(cls, by_class[cls])
+                    listed += len(volumes)
+                index = index_volumes_for_claim(pvc, volumes, self._volume_facts)
+            out.volume_indexes[id(pvc)] = index
         pinned: set[str] | None = set()
         for index in out.volume_indexes.values():
             if index.prebound or index.other:
@@ -345,10 +439,43 @@ class VolumeBinder:
                 break
             pinned.update(index.by_hostname)
         out.pinned_hostnames = pinned
-        if out.claims_to_find:
-            listed = sum(len(pvs) for pvs in out.unbound_volumes_delay_binding.values())
+        if listed:
             self._volume_facts.prune(4 * listed + 1024)
         return out
+
+    def _list_volumes(self, storage_class: str, claim_keys: list[str]) -> list[Obj]:
+        """The PVs of the class that may serve these claims (current view)."""
+        narrow = getattr(self.pv_cache, "list_pvs_for_claims", None)
+        # Only unclaimed PVs and PVs pre-bound to these claims can match them.
+        if narrow is not None:
+            return list(narrow(storage_class, claim_keys))
+        return list(self.pv_cache.list_pvs(storage_class))
+
+    def _shared_view(self, pvc: Obj, needed: int) -> ClaimVolumeIndex | None:
+        """The claim's candidates from a :class:`SharedVolumeIndex`, or None when
+        it must be computed from a fresh listing: a PV may be pre-bound to the
+        claim, or some assumed PV has no claimRef, or the cache cannot tell."""
+        cache = self.pv_cache
+        if not hasattr(cache, "unclaimed_generation") or cache.has_unclaimed_assumptions:
+            return None
+        if cache.may_be_prebound(_ns_name(pvc)):
+            return None
+        shape = claim_shape(pvc)
+        cls = shape[0]
+        generation = cache.unclaimed_generation(cls)
+        slot = self._shared.get(cls)
+        if slot is None or slot[0] != generation:
+            slot = self._shared[cls] = (generation, {})
+        shared = slot[1].get(shape)
+        if shared is None:
+            volumes = cache.informer_unclaimed(cls)
+            held = sum(ix.size for ix in slot[1].values())
+            if len(slot[1]) >= self.SHARED_SHAPES or held > 8 * len(volumes) + 4096:
+                slot[1].clear()  # bounded memory: start over
+            shared = slot[1][shape] = SharedVolumeIndex(
+                index_volumes_for_claim(pvc, volumes, self._volume_facts), cache)
+            self._volume_facts.prune(4 * len(volumes) + 1024)
+        return shared.view(pvc, needed)
 
     def get_eligible_nodes(self, bound_claims: Iterable[Mapping[str, Any]]) -> set[str] | None:
         """Hostnames allowed by local-like bound PVs (intersection), or None for no restriction."""
@@ -378,6 +505,11 @@ class VolumeBinder:
                 and (_meta(node).get("labels") or {}).get(HOSTNAME_LABEL) not in claims.pinned_hostnames):
             # every claim has a static match that is the same on all nodes without pinned volumes
             return PodVolumes(list(shared[1])), []
+        failure = claims.shared_failure
+        if (failure is not None and claims.pinned_hostnames is not None
+                and (_meta(node).get("labels") or {}).get(HOSTNAME_LABEL) not in claims.pinned_hostnames):
+            # set only without bound claims and selected nodes: the same outcome as computed below
+            return PodVolumes(list(failure)), [REASON_BIND_CONFLICT]
         pod_volumes = PodVolumes()
         bound_ok = unbound_ok = enough_space = pvs_found = True
         if claims.bound_claims:
@@ -413,6 +545,11 @@ class VolumeBinder:
                     pod_volumes.static_bindings = list(bindings)
                     unmatched = list(unmatched)
                     to_provision.extend(unmatched)
+                    if (shared and unmatched and not claims.bound_claims
+                            and len(claims.claims_to_find) == len(claims.unbound_claims_delay_binding)
+                            and self._cannot_provision(unmatched[0])):
+                        # provisioning the first unmatched claim fails the same way on every such node
+                        claims.shared_failure = list(bindings)
                 if to_provision:
                     unbound_ok, enough_space, pod_volumes.dynamic_provisions = self._check_volume_provisions(
                         to_provision, node)
@@ -470,6 +607,14 @@ class VolumeBinder:
                     return None
                 provisions.append(DynamicProvision(pvc))
         return PodVolumes(bindings, provisions)
+
+    def _cannot_provision(self, pvc: Obj) -> bool:
+        """The claim's class exists and names no usable provisioner: then
+        :meth:`_check_volume_provisions`, reaching it first, fails the same way
+        on every node."""
+        cls = claim_class(pvc)
+        sc = self._storage_class(cls) if cls else None
+        return sc is not None and (sc.get("provisioner") or "") in ("", NOT_SUPPORTED_PROVISIONER)
 
     def _check_bound_claims(self, claims: Iterable[Mapping[str, Any]], node: Mapping[str, Any]) -> tuple[bool, bool]:
         """(node affinity ok, every PV found)."""
@@ -602,7 +747,7 @@ class VolumeBinder:
                     self.pv_cache.assume(new_pv)
                 bindings.append(StaticBinding(b.pvc, new_pv, b.base_rv))
             for p in pod_volumes.dynamic_provisions:
-                new_pvc = copy.deepcopy(p.pvc)
+                new_pvc = deep_copy(p.pvc)
                 new_pvc.setdefault("metadata", {}).setdefault("annotations", {})[ANN_SELECTED_NODE] = node_name
                 self.pvc_cache.assume(new_pvc)
                 provisions.append(DynamicProvision(new_pvc, p.node_capacity, p.base_rv))

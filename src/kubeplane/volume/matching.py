@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 from operator import itemgetter
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.selectors import label_selector_from_dict
@@ -318,6 +318,9 @@ class ClaimVolumeIndex:
     by_hostname: dict[str, list[_Entry]] = field(default_factory=dict)
     #: candidates with any other node affinity (checked on each node)
     other: list[_Entry] = field(default_factory=list)
+    #: when the entries were collected earlier (a shared index): the volume an
+    #: entry stands for now, or ``None`` when it is no longer a candidate
+    current: Callable[[_Entry], Any | None] | None = None
 
     @property
     def empty(self) -> bool:
@@ -329,28 +332,35 @@ class ClaimVolumeIndex:
         if self.prebound:
             return find_matching_volume(self.claim, self.volumes, node, excluded, True)
         excluded = excluded or ()
-        best: _Entry | None = None
+        current = self.current
+        best: tuple[_Entry, Any] | None = None
         for entry in self.anywhere:
             if entry[2] not in excluded:
-                best = entry
-                break
+                pv = entry[3] if current is None else current(entry)
+                if pv is not None:
+                    best = (entry, pv)
+                    break
         hostname = (_meta(node).get("labels") or {}).get(HOSTNAME_LABEL)
         if hostname is not None:
-            best = _first_usable(self.by_hostname.get(hostname, ()), node, excluded, best)
+            best = _first_usable(self.by_hostname.get(hostname, ()), node, excluded, best, current)
         if self.other:
-            best = _first_usable(self.other, node, excluded, best)
-        return best[3] if best is not None else None
+            best = _first_usable(self.other, node, excluded, best, current)
+        return best[1] if best is not None else None
 
 
 def _first_usable(
-    entries: Iterable[_Entry], node: Mapping[str, Any], excluded: Any, best: _Entry | None
-) -> _Entry | None:
-    """``best`` or the first of the sorted ``entries`` that beats it and fits ``node``."""
+    entries: Iterable[_Entry], node: Mapping[str, Any], excluded: Any, best: tuple[_Entry, Any] | None,
+    current: Callable[[_Entry], Any | None] | None,
+) -> tuple[_Entry, Any] | None:
+    """``best`` or the first of the sorted ``entries`` that beats it, fits ``node``
+    and (with ``current``) is still a candidate; paired with its volume."""
     for entry in entries:
-        if best is not None and (entry[0], entry[1]) >= (best[0], best[1]):
+        if best is not None and (entry[0], entry[1]) >= (best[0][0], best[0][1]):
             return best
         if entry[2] not in excluded and check_node_affinity(entry[3], node):
-            return entry
+            pv = entry[3] if current is None else current(entry)
+            if pv is not None:
+                return entry, pv
     return best
 
 

@@ -46,7 +46,15 @@ from kubeplane.scheduler.framework.types import (
     Status,
 )
 from kubeplane.scheduler.passivecache import NotFoundError
-from kubeplane.volume.matching import HOSTNAME_LABEL
+from kubeplane.api.selectors import label_selector_from_dict
+from kubeplane.volume.matching import (
+    HOSTNAME_LABEL,
+    claim_class,
+    claim_request,
+    volume_capacity,
+    volume_class,
+    volume_mode,
+)
 from kubeplane.scheduler.volumebinder import (
     DEFAULT_BIND_TIMEOUT,
     PodVolumeClaims,
@@ -120,38 +128,112 @@ def _pod_claim_names(pod: Obj) -> set[str]:
     return names
 
 
-def pv_change_hint(pod: Obj, pv: Any, lookup: Callable[[str, str], Obj | None]) -> QueueingHint:
-    """Queueing hint for a PV add/update (see VolumeBinding.is_schedulable_after_pv_change)."""
-    from kubeplane.api.selectors import label_selector_from_dict
-    from kubeplane.volume.matching import check_volume_satisfies_claim
+class HintMemo:
+    """Per-object memos for the queueing hints, which run for every waiting pod
+    on every PV/PVC event. Entries are keyed by object identity (informer
+    objects are replaced, never mutated) and the tables are bounded."""
 
-    claims = _pod_claim_names(pod)
+    LIMIT = 20000
+
+    def __init__(self) -> None:
+        self._pods: dict[int, tuple[Obj, frozenset[str], Any]] = {}
+        self._pods_pvc: dict[int, tuple[Obj, frozenset[str]]] = {}
+        self._claims: dict[int, tuple[Obj, tuple[Any, ...]]] = {}
+        self._pv: tuple[Any, tuple[Any, ...]] | None = None
+
+    def pod_claims(self, pod: Obj) -> tuple[Obj, frozenset[str], Any]:
+        """``(pod, its claim names as _pod_claim_names gives them, its namespace)``."""
+        hit = self._pods.get(id(pod))
+        if hit is not None and hit[0] is pod:
+            return hit
+        entry = (pod, frozenset(_pod_claim_names(pod)), _meta(pod).get("namespace"))
+        if len(self._pods) >= self.LIMIT:
+            self._pods.clear()
+        self._pods[id(pod)] = entry
+        return entry
+
+    def pod_claims_pvc(self, pod: Obj) -> frozenset[str]:
+        """The claim names of :func:`pod_claim_names` (the PVC hint's view)."""
+        hit = self._pods_pvc.get(id(pod))
+        if hit is not None and hit[0] is pod:
+            return hit[1]
+        names = frozenset(n for n, _ in pod_claim_names(pod))
+        if len(self._pods_pvc) >= self.LIMIT:
+            self._pods_pvc.clear()
+        self._pods_pvc[id(pod)] = (pod, names)
+        return names
+
+    def pv_facts(self, pv: Obj) -> tuple[Any, ...]:
+        """``(name, deleting, claimRef, phase, capacity, class, volume mode, access modes, labels)``."""
+        hit = self._pv
+        if hit is not None and hit[0] is pv:
+            return hit[1]
+        md = _meta(pv)
+        spec = pv.get("spec") or {}
+        facts = (md.get("name"), bool(md.get("deletionTimestamp")), spec.get("claimRef") or {},
+                 (pv.get("status") or {}).get("phase"), volume_capacity(pv), volume_class(pv), volume_mode(pv),
+                 frozenset(spec.get("accessModes") or ()), md.get("labels") or {})
+        self._pv = (pv, facts)
+        return facts
+
+    def claim_facts(self, claim: Obj) -> tuple[Any, ...]:
+        """``(volumeName, request, class, volume mode, access modes, selector dict, [compiled selector])``."""
+        hit = self._claims.get(id(claim))
+        if hit is not None and hit[0] is claim:
+            return hit[1]
+        spec = claim.get("spec") or {}
+        facts = (spec.get("volumeName"), claim_request(claim), claim_class(claim), volume_mode(claim),
+                 tuple(spec.get("accessModes") or ()), spec.get("selector"), [])
+        if len(self._claims) >= self.LIMIT:
+            self._claims.clear()
+        self._claims[id(claim)] = (claim, facts)
+        return facts
+
+
+def pv_change_hint(
+    pod: Obj, pv: Any, lookup: Callable[[str, str], Obj | None], memo: HintMemo | None = None
+) -> QueueingHint:
+    """Queueing hint for a PV add/update (see VolumeBinding.is_schedulable_after_pv_change).
+
+    ``memo`` caches per-object work across calls; the answer is the same without it."""
+    memo = memo or HintMemo()
+    hit = memo._pods.get(id(pod))
+    if hit is None or hit[0] is not pod:
+        hit = memo.pod_claims(pod)
+    claims = hit[1]
     if not claims:
         return QueueingHint.SKIP
     if not isinstance(pv, dict):
         return QueueingHint.QUEUE
-    if _meta(pv).get("deletionTimestamp"):
+    last = memo._pv
+    name, deleting, ref, phase, capacity, cls, mode, modes, labels = (
+        last[1] if last is not None and last[0] is pv else memo.pv_facts(pv))
+    if deleting:
         return QueueingHint.SKIP
-    ns = _meta(pod).get("namespace")
-    ref = (pv.get("spec") or {}).get("claimRef") or {}
-    if ref.get("name") in claims and ref.get("namespace") == ns:
-        return QueueingHint.QUEUE
-    if ((pv.get("status") or {}).get("phase")) != "Available" or ref:
+    ns = hit[2]
+    if ref:
+        if ref.get("name") in claims and ref.get("namespace") == ns:
+            return QueueingHint.QUEUE
         return QueueingHint.SKIP
-    for name in claims:
-        claim = lookup(ns, name)
+    if phase != "Available":
+        return QueueingHint.SKIP
+    for claim_name in claims:
+        claim = lookup(ns, claim_name)
         if claim is None:
             return QueueingHint.QUEUE  # unknown claim: let the cycle decide
-        spec = claim.get("spec") or {}
-        if spec.get("volumeName"):
-            if spec["volumeName"] == _meta(pv).get("name"):
+        volume_name, request, claim_cls, claim_mode, claim_modes, selector, compiled = memo.claim_facts(claim)
+        if volume_name:
+            if volume_name == name:
                 return QueueingHint.QUEUE
             continue
-        if check_volume_satisfies_claim(pv, claim) is not None:
+        # check_volume_satisfies_claim on the memoized facts
+        if capacity < request or cls != claim_cls or mode != claim_mode or not all(m in modes for m in claim_modes):
             continue
-        sel = spec.get("selector")
-        if sel is not None and not label_selector_from_dict(sel).matches(_meta(pv).get("labels") or {}):
-            continue
+        if selector is not None:
+            if not compiled:
+                compiled.append(label_selector_from_dict(selector))
+            if not compiled[0].matches(labels):
+                continue
         return QueueingHint.QUEUE
     return QueueingHint.SKIP
 
@@ -167,6 +249,7 @@ class VolumeBinding(Plugin):
         self.scorer: Callable[[dict[str, tuple[Fraction, Fraction]]], int] | None = None
         if "shape" in self.args:
             self.scorer = self._build_scorer(self.args.get("shape") or DEFAULT_SHAPE)
+        self._hint_memo = HintMemo()
         self.binder: VolumeBinder | None = getattr(handle, "volume_binder", None)
         if self.binder is None and handle.informer_factory is not None:
             self.binder = VolumeBinder.from_informer_factory(
@@ -224,7 +307,7 @@ class VolumeBinding(Plugin):
         would only fail and double the pod's backoff, delaying the attempt
         that the PV's own transition to Available (an event of its own) makes
         possible."""
-        return pv_change_hint(pod, new, self._claim_lookup)
+        return pv_change_hint(pod, new, self._claim_lookup, self._hint_memo)
 
     def _claim_lookup(self, namespace: str, name: str) -> Obj | None:
         if self.binder is None:
@@ -237,14 +320,13 @@ class VolumeBinding(Plugin):
             return QueueingHint.QUEUE
         return QueueingHint.SKIP
 
-    @staticmethod
-    def is_schedulable_after_pvc_change(pod: Obj, old: Any, new: Any) -> QueueingHint:
+    def is_schedulable_after_pvc_change(self, pod: Obj, old: Any, new: Any) -> QueueingHint:
         if new is None:
             return QueueingHint.SKIP
         ns = _meta(pod).get("namespace") or "default"
         if (_meta(new).get("namespace") or "default") != ns:
             return QueueingHint.SKIP
-        names = {n for n, _ in pod_claim_names(pod)}
+        names = self._hint_memo.pod_claims_pvc(pod)
         return QueueingHint.QUEUE if _meta(new).get("name") in names else QueueingHint.SKIP
 
     @staticmethod
