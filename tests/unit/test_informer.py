@@ -107,6 +107,30 @@ def test_indexer_late_indexer_and_replace():
         idx.by_index("nope", "x")
 
 
+def test_indexer_version_changes_with_every_content_change():
+    idx = Indexer({"byNode": by_node})
+    seen = [idx.version]
+
+    def changed() -> bool:
+        seen.append(idx.version)
+        return seen[-1] != seen[-2]
+
+    idx.add(pod("a", "n1"))
+    assert changed()
+    idx.update(pod("a", "n2"))
+    assert changed()
+    idx.update(pod("a", "n2"))  # a new object under the same key counts too
+    assert changed()
+    assert idx.get_by_key("default/a") is not None and not changed()
+    idx.delete(pod("missing"))  # nothing removed: contents unchanged
+    assert not changed()
+    idx.delete(pod("a"))
+    assert changed()
+    idx.replace([], "7")
+    assert changed()
+    assert seen == sorted(seen)
+
+
 # ------------------------------------------------------------ Reflector
 
 

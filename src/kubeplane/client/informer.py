@@ -87,7 +87,10 @@ def unwrap_deleted(obj: Obj) -> Obj:
 
 class Indexer:
     """Store with named indexes. Not thread-safe; safe within one event loop
-    because no method awaits. Stored dicts are shared: do not mutate them."""
+    because no method awaits. Stored dicts are shared: do not mutate them.
+
+    ``version`` grows on every add, update, delete of a stored key and
+    replace, so readers can detect "the contents may have changed" in O(1)."""
 
     def __init__(self, indexers: dict[str, IndexFunc] | None = None, key_func: KeyFunc = meta_namespace_key) -> None:
         self._key_func = key_func
@@ -96,6 +99,8 @@ class Indexer:
         # index name -> index value -> set of keys
         self._indices: dict[str, dict[str, set[str]]] = {}
         self.resource_version = ""
+        #: change counter (see the class docstring)
+        self.version = 0
         if indexers:
             self.add_indexers(indexers)
 
@@ -137,6 +142,7 @@ class Indexer:
             self._index_remove(key, old)
         self._items[key] = obj
         self._index_add(key, obj)
+        self.version += 1
         return old
 
     def add(self, obj: Obj) -> Obj | None:
@@ -152,6 +158,7 @@ class Indexer:
         old = self._items.pop(key, None)
         if old is not None:
             self._index_remove(key, old)
+            self.version += 1
         return old
 
     def get(self, obj_or_key: Obj | str) -> Obj | None:
@@ -195,6 +202,7 @@ class Indexer:
         self._indices = {name: {} for name in self._index_funcs}
         for obj in objs:
             self._set(self._key_func(obj), obj)
+        self.version += 1
         self.resource_version = resource_version
 
 

@@ -201,6 +201,10 @@ class DRAManager:
         self._log_base = 0
         self._pool_index: PoolIndex | None = None
         self._pool_index_ids: tuple[int, ...] = ()
+        # (id of the slice indexer, its version) the pool index was built from;
+        # the indexer itself is kept so its id stays unique.
+        self._pool_index_stamp: tuple[int, int] | None = None
+        self._pool_index_source: Any = None
         claim_cache.add_event_handler(self.allocated)
 
     @classmethod
@@ -313,14 +317,34 @@ class DRAManager:
 
     def pool_index(self) -> PoolIndex:
         """A :class:`PoolIndex` of the current slices, rebuilt only when the
-        slice objects changed (the index keeps the objects it saw alive, so
-        comparing their ids is exact)."""
+        slices changed.
+
+        With an indexer that has a change counter (``version``) the check is
+        O(1): the counter is read before the list, so a change racing with
+        the rebuild only causes another rebuild later. Other sources are
+        compared by the ids of their objects (the index keeps the objects it
+        saw alive, so that is exact too)."""
+        indexer = getattr(self.slice_source, "indexer", None)
+        version = getattr(indexer, "version", None)
+        if isinstance(version, int):
+            with self._lock:
+                index = self._pool_index
+                if index is not None and self._pool_index_stamp == (id(indexer), version):
+                    return index
+            slices = self.list_slices()
+            with self._lock:
+                self._pool_index = PoolIndex(slices)
+                self._pool_index_ids = tuple(map(id, slices))
+                self._pool_index_stamp = (id(indexer), version)
+                self._pool_index_source = indexer
+                return self._pool_index
         slices = self.list_slices()
         ids = tuple(map(id, slices))
         with self._lock:
             if self._pool_index is None or ids != self._pool_index_ids:
                 self._pool_index = PoolIndex(slices)
                 self._pool_index_ids = ids
+                self._pool_index_stamp = None
             return self._pool_index
 
     def get_class(self, name: str) -> Obj | None:
@@ -340,11 +364,27 @@ MAX_SHAPES = 64
 
 
 class _ShapeVerdicts:
-    __slots__ = ("passing", "failing")
+    __slots__ = ("passing", "failing", "statuses", "made", "make")
 
     def __init__(self) -> None:
         self.passing: set[str] = set()
         self.failing: dict[str, str] = {}  # node name -> failure reason
+        # Mirror of ``failing`` as node -> make(reason), once requested (see failing_statuses).
+        self.statuses: dict[str, Any] | None = None
+        self.made: dict[str, Any] = {}
+        self.make: Callable[[str], Any] | None = None
+
+    def status_for(self, reason: str) -> Any:
+        st = self.made.get(reason)
+        if st is None:
+            assert self.make is not None
+            st = self.made[reason] = self.make(reason)
+        return st
+
+    def drop(self, node: str) -> None:
+        self.failing.pop(node, None)
+        if self.statuses is not None:
+            self.statuses.pop(node, None)
 
 
 class NodeVerdictCache:
@@ -394,9 +434,8 @@ class NodeVerdictCache:
                 self._last_change.update(touched)
                 for shape in self._shapes.values():
                     shape.passing.difference_update(touched)
-                    failing = shape.failing
                     for node in touched:
-                        failing.pop(node, None)
+                        shape.drop(node)
             self._pos = end
 
     def _shape(self, key: Any) -> _ShapeVerdicts:
@@ -416,9 +455,11 @@ class NodeVerdictCache:
             shape = self._shape(key)
             if ok:
                 shape.passing.add(node)
-                shape.failing.pop(node, None)
+                shape.drop(node)
             else:
                 shape.failing[node] = reason
+                if shape.statuses is not None:
+                    shape.statuses[node] = shape.status_for(reason)
                 shape.passing.discard(node)
 
     def not_passing(self, key: Any, names: AbstractSet[str]) -> set[str]:
@@ -435,6 +476,17 @@ class NodeVerdictCache:
         with self._lock:
             shape = self._shape(key)
             return names - shape.passing, shape.failing
+
+    def failing_statuses(self, key: Any, make: Callable[[str], Any]) -> Mapping[str, Any]:
+        """The valid failed verdicts for ``key`` as node -> ``make(reason)``, one
+        object per distinct reason (``make`` is only used on the first call for
+        the shape). Live like the mapping of :meth:`begin`, and kept equal to it."""
+        with self._lock:
+            shape = self._shape(key)
+            if shape.statuses is None:
+                shape.make = make
+                shape.statuses = {node: shape.status_for(reason) for node, reason in shape.failing.items()}
+            return shape.statuses
 
     def failure(self, key: Any, node: str) -> str | None:
         """The reason of a valid failed verdict for ``key`` on ``node``, if any."""

@@ -16,6 +16,10 @@ flight are logged, and replayed through the hints of the rejecting plugins
 when that pod comes back, so no event that could help it is lost. The log only
 keeps events that some in-flight pod may still need.
 
+For a cluster event, unschedulablePods are pre-selected through the hints'
+scopes (:class:`HintScope`): pods whose rejectors' matching hints certainly
+answer Skip are not visited at all.
+
 Heaps are keyed by ``namespace/name`` as upstream; in-flight tracking and the
 nominator by UID. All state is guarded by one re-entrant lock, so methods may
 be called from worker threads; ``pop`` must be awaited on one event loop.
@@ -32,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Hashable, Iterable, Iterator, Optional
 
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.scheduler.framework.types import (
@@ -83,6 +87,31 @@ _POD_SCALE_DOWN = ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_SCALE_DO
 
 #: bound of the per-event memo tables (distinct events are few; cleared when exceeded)
 _MATCH_CACHE_SIZE = 4096
+
+#: attribute of a queueing hint function holding its :class:`HintScope`
+HINT_SCOPE_ATTR = "queue_scope"
+
+
+@dataclass(frozen=True, eq=False)
+class HintScope:
+    """Which pods a queueing hint can answer Queue for, stated as index keys.
+
+    ``pod_keys(pod)`` lists hashable keys of a pod, ``event_keys(old, new)``
+    the keys of an event (None: any pod may be affected). Contract: when
+    an event's keys and a pod's keys are disjoint, the hint answers Skip for
+    that pod and that event (without raising). The queue then leaves such
+    pods out of event handling instead of calling the hint for each of them.
+    A hint function carries its scope in the attribute ``queue_scope``.
+    """
+
+    pod_keys: Callable[[Obj], Iterable[Hashable]]
+    event_keys: Callable[[Any, Any], Optional[Iterable[Hashable]]]
+
+
+def hint_scope(hint_fn: Any) -> HintScope | None:
+    """The :class:`HintScope` of a queueing hint function, if it has one."""
+    scope = getattr(hint_fn, HINT_SCOPE_ATTR, None) if hint_fn is not None else None
+    return scope if isinstance(scope, HintScope) else None
 
 
 class QueueingStrategy(enum.IntEnum):
@@ -331,14 +360,33 @@ class _Heap:
         pos[item.key] = i
 
 
+_Group = tuple[str, frozenset[str]]
+
+
 class _UnschedulablePods:
-    """Map key -> pod info, counting gated pods separately for metrics."""
+    """Map key -> pod info, counting gated pods separately for metrics.
 
-    __slots__ = ("pods", "gated")
+    For event handling, pods are also filed by group (scheduler name,
+    rejector plugins) and, per hint scope, under the keys the scope gives
+    them (see :class:`HintScope`). ``order`` numbers keys in insertion order
+    (the order of ``pods``). Pod infos in the map may only change through
+    the queue, which calls :meth:`refresh` after changing one in place.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("pods", "gated", "scopes", "order", "groups", "by_key", "unkeyed", "_seq", "_filed")
+
+    def __init__(self, scopes: Iterable[HintScope] = ()) -> None:
         self.pods: dict[str, QueuedPodInfo] = {}
         self.gated: set[str] = set()
+        self.scopes: tuple[HintScope, ...] = tuple(scopes)
+        self.order: dict[str, int] = {}
+        self.groups: dict[_Group, set[str]] = {}
+        #: (scope position, key) -> pod keys
+        self.by_key: dict[tuple[int, Hashable], set[str]] = {}
+        #: pods whose scope keys could not be computed (always candidates)
+        self.unkeyed: set[str] = set()
+        self._seq = 0
+        self._filed: dict[str, tuple[_Group, list[tuple[int, Hashable]] | None]] = {}
 
     def __len__(self) -> int:
         return len(self.pods)
@@ -348,15 +396,71 @@ class _UnschedulablePods:
 
     def add_or_update(self, pinfo: QueuedPodInfo) -> None:
         key = pinfo.key
+        if key in self.pods:
+            self._unfile(key)
+        else:
+            self._seq += 1
+            self.order[key] = self._seq
         self.pods[key] = pinfo
         if pinfo.gated:
             self.gated.add(key)
         else:
             self.gated.discard(key)
+        self._file(key, pinfo)
 
     def delete(self, key: str) -> QueuedPodInfo | None:
         self.gated.discard(key)
-        return self.pods.pop(key, None)
+        pinfo = self.pods.pop(key, None)
+        if pinfo is not None:
+            self._unfile(key)
+            del self.order[key]
+        return pinfo
+
+    def refresh(self, pinfo: QueuedPodInfo) -> None:
+        """File ``pinfo`` again if it is the info held for its key (it changed in place)."""
+        key = pinfo.key
+        if self.pods.get(key) is pinfo:
+            self._unfile(key)
+            self._file(key, pinfo)
+
+    def _file(self, key: str, pinfo: QueuedPodInfo) -> None:
+        group = (scheduler_name(pinfo.pod), frozenset(pinfo.unschedulable_plugins | pinfo.pending_plugins))
+        self.groups.setdefault(group, set()).add(key)
+        keys: list[tuple[int, Hashable]] | None = None
+        if self.scopes:
+            keys = []
+            try:
+                for i, scope in enumerate(self.scopes):
+                    for k in scope.pod_keys(pinfo.pod):
+                        hash(k)
+                        keys.append((i, k))
+            except Exception:  # malformed pod or unhashable key: never left out
+                keys = None
+                self.unkeyed.add(key)
+            else:
+                for k in keys:
+                    self.by_key.setdefault(k, set()).add(key)
+        self._filed[key] = (group, keys)
+
+    def _unfile(self, key: str) -> None:
+        filed = self._filed.pop(key, None)
+        if filed is None:
+            return
+        group, keys = filed
+        members = self.groups.get(group)
+        if members is not None:
+            members.discard(key)
+            if not members:
+                del self.groups[group]
+        if keys is None:
+            self.unkeyed.discard(key)
+            return
+        for k in keys:
+            members = self.by_key.get(k)
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self.by_key[k]
 
 
 _POD, _EVENT = 0, 1
@@ -569,6 +673,17 @@ class SchedulingQueue:
             self._hint_entries[name] = entries
             self._plugin_events[name] = per_plugin
         self._all_registered: list[ClusterEvent] = [e for es in self._hint_entries.values() for e, _, _ in es]
+        scopes: dict[int, HintScope] = {}
+        for es in self._hint_entries.values():
+            for _, _, hint_fn in es:
+                scope = hint_scope(hint_fn)
+                if scope is not None:
+                    scopes.setdefault(id(scope), scope)
+        self._scopes: list[HintScope] = list(scopes.values())
+        self._scope_pos: dict[int, int] = {id(sc): i for i, sc in enumerate(self._scopes)}
+        #: pick event candidates through hint scopes (False: every unschedulable pod, for comparisons)
+        self._use_scopes = True
+        self._plan_cache: dict[tuple[_Group, ClusterEvent], tuple[int, ...] | None] = {}
         self._interest_cache: dict[ClusterEvent, bool] = {}
         self._match_cache: dict[tuple[str, ClusterEvent], list[tuple[str, Any]]] = {}
 
@@ -590,7 +705,7 @@ class SchedulingQueue:
             self._active = _Heap(active_lt)
         self._backoff = _Heap(self._backoff_lt_with_priority if pop_from_backoff else self._backoff_lt)
         self._error_backoff = _Heap(self._backoff_lt)
-        self._unschedulable = _UnschedulablePods()
+        self._unschedulable = _UnschedulablePods(self._scopes)
         self._in_flight = _InFlightLog()
         self.nominator = Nominator(pod_getter)
 
@@ -776,6 +891,7 @@ class SchedulingQueue:
             pinfo.unschedulable_plugins.add(name)
             pinfo.gating_plugin = name
             pinfo.gating_plugin_events = list(self._plugin_events.get(prof_name, {}).get(name, ()))
+            self._unschedulable.refresh(pinfo)
             return
         pinfo.gating_plugin = None
         pinfo.gating_plugin_events = []
@@ -1005,6 +1121,7 @@ class SchedulingQueue:
             pinfo = self._unschedulable.get(pod_key(new_pod))
             if pinfo is not None:
                 pinfo.update(new_pod)
+                self._unschedulable.refresh(pinfo)
                 self.nominator.update_nominated_pod(old_pod or new_pod, new_pod)
                 if self._hints_enabled:
                     for ev in events:
@@ -1128,8 +1245,92 @@ class SchedulingQueue:
         with self._lock:
             if not self._is_event_of_interest(event):
                 return
-            pods = [p for p in self._unschedulable.pods.values() if pre_check is None or pre_check(p.pod)]
+            candidates = self._event_candidates(event, old, new)
+            if candidates is None:
+                candidates = list(self._unschedulable.pods.values())
+            pods = [p for p in candidates if pre_check is None or pre_check(p.pod)]
             self._move_pods(pods, event, old, new)
+
+    def _event_candidates(self, event: ClusterEvent, old: Any, new: Any) -> list[QueuedPodInfo] | None:
+        """The unschedulable pods ``event`` may requeue, in pool order; None: all of them.
+
+        Exact pre-selection: a pod left out is one for which every matching
+        hint of its rejector plugins has a :class:`HintScope` and the event's
+        keys miss the pod's keys, so ``_worth_requeuing`` would answer Skip.
+        Pods are handled by group (scheduler name, rejectors); a group
+        without such a guarantee for this event is taken whole."""
+        pool = self._unschedulable
+        if not self._use_scopes or not self._scopes or event.resource == EventResource.WILDCARD:
+            return None
+        event_keys: dict[int, list[Hashable] | None] = {}
+        picked: set[str] = set()
+        whole = 0
+        for group, members in pool.groups.items():
+            plan = self._group_plan(group, event)
+            if plan is None:
+                picked |= members
+                whole += len(members)
+                continue
+            for pos in plan:
+                keys = event_keys.get(pos, ())
+                if keys == ():
+                    keys = event_keys[pos] = self._scope_event_keys(pos, old, new)
+                if keys is None:
+                    picked |= members
+                    break
+                by_key = pool.by_key
+                for k in keys:
+                    hits = by_key.get((pos, k))
+                    if hits:
+                        picked |= hits & members if len(hits) > len(members) else members & hits
+        if whole == len(pool.pods):
+            return None
+        if pool.unkeyed:
+            picked |= pool.unkeyed
+        order = pool.order
+        pods = pool.pods
+        return [pods[k] for k in sorted(picked, key=order.__getitem__)]
+
+    def _scope_event_keys(self, pos: int, old: Any, new: Any) -> list[Hashable] | None:
+        try:
+            keys = self._scopes[pos].event_keys(old, new)
+            if keys is None:
+                return None
+            out = list(keys)
+            for k in out:
+                hash(k)
+            return out
+        except Exception:  # a malformed object: no pre-selection
+            return None
+
+    def _group_plan(self, group: _Group, event: ClusterEvent) -> tuple[int, ...] | None:
+        """Positions of the scopes deciding whether ``event`` may requeue pods of ``group``;
+        None when the whole group is a candidate (no rejectors, unknown profile,
+        or a matching hint of a rejector without a scope). Memoized."""
+        ck = (group, event)
+        if ck in self._plan_cache:
+            return self._plan_cache[ck]
+        profile, rejectors = group
+        plan: tuple[int, ...] | None = None
+        entries = self._matching_hints(profile, event) if rejectors else None
+        if entries is not None:
+            positions: list[int] = []
+            for plugin, hint_fn in entries:
+                if plugin not in rejectors:
+                    continue
+                scope = hint_scope(hint_fn)
+                if scope is None:
+                    positions = []
+                    break
+                pos = self._scope_pos[id(scope)]
+                if pos not in positions:
+                    positions.append(pos)
+            else:
+                plan = tuple(positions)
+        if len(self._plan_cache) >= _MATCH_CACHE_SIZE:
+            self._plan_cache.clear()
+        self._plan_cache[ck] = plan
+        return plan
 
     def assigned_pod_added(self, pod: Obj) -> None:
         """A bound pod appeared.

@@ -482,6 +482,48 @@ async def test_pool_index_is_shared_until_slices_change(env: Env) -> None:
     second = env.mgr.pool_index()
     assert second is not first
     assert sorted(p.name for n in ("node-a", "node-b") for p in second.pools_for_node(node(n))) == ["node-a", "node-b"]
+    assert env.mgr.pool_index() is second
+    # Any change of the slice store (here: a delete) is seen through the indexer's version.
+    indexer = env.mgr.slice_source.indexer
+    version = indexer.version
+    await env.client.inner.delete(SLICES, "node-a-gpu")
+    await until(lambda: indexer.version != version)
+    third = env.mgr.pool_index()
+    assert third is not second
+    assert [p.name for p in third.pools_for_node(node("node-a"))] == []
+    assert [p.name for p in third.pools_for_node(node("node-b"))] == ["node-b"]
+
+
+def test_pool_index_without_indexer_version_compares_objects() -> None:
+    """Sources without a change counter fall back to comparing the listed objects."""
+    from kubeplane.scheduler.assumecache import AssumeCache
+
+    class Source:
+        def __init__(self) -> None:
+            self.items: list[dict] = []
+
+        def list(self) -> list[dict]:
+            return list(self.items)
+
+    class ClaimInformer:
+        def __init__(self) -> None:
+            self.indexer = Source()
+
+        def add_event_handler(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    class SliceSource:
+        def __init__(self) -> None:
+            self.indexer = Source()
+
+    slices = SliceSource()
+    mgr = DRAManager(AssumeCache(ClaimInformer(), description="ResourceClaim"), slices, None)
+    first = mgr.pool_index()
+    assert mgr.pool_index() is first
+    slices.indexer.items.append(slice_for("node-a", 1))
+    second = mgr.pool_index()
+    assert second is not first and mgr.pool_index() is second
+    assert [p.name for p in second.pools_for_node(node("node-a"))] == ["node-a"]
 
 
 async def test_filter_sees_devices_freed_and_added_across_cycles(env: Env) -> None:
@@ -532,6 +574,10 @@ async def test_filter_pass_except_agrees_with_plain_allocation(env: Env) -> None
         assert exceptions is not None
         known = dict(env.plugin.filter_known_failures(state, pi) or {})
         assert set(known) <= set(exceptions)
+        # The statuses mirror of the verdicts (kept across cycles) says the same.
+        statuses = env.plugin.filter_known_statuses(state, pi)
+        assert {n: (st.code, st.reasons, st.plugin) for n, st in statuses.items()} == \
+            {n: (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, [r], "DynamicResources") for n, r in known.items()}
         for n, reason in known.items():
             assert _plain_verdict(env, c, by_name[n]) == (False, reason), (step, n)
         checked_known += len(known)
@@ -665,3 +711,66 @@ def test_allocated_snapshots_equal_plain_sets(monkeypatch: pytest.MonkeyPatch, d
         snapshots.append((expected, view))
     for expected, view in snapshots:
         assert set(view) == expected  # earlier snapshots did not change
+
+
+# ------------------------------------------------------------------ vectorised filter
+
+
+async def test_fast_filter_states_known_failures_in_bulk_as_filter_would(env: Env) -> None:
+    """Seeded random cluster and pods of two shapes: the vectorised Filter's
+    feasible rows and rejection statuses equal the per-node Filter of a fresh
+    cycle, and nodes with known failed verdicts cost no Filter call."""
+    from kubeplane.scheduler.framework.fastpath import FastPath, NodeArrays
+
+    rng = random.Random(5)
+    nodes = [node(f"n{i:02d}") for i in range(48)]
+    for n in nodes[:40]:  # the last nodes have no slice at all
+        await env.create(SLICES, slice_for(n["metadata"]["name"], rng.randint(0, 2)))
+    infos = [NodeInfo(n) for n in nodes]
+    arr = NodeArrays(infos)
+    fast = FastPath(env.fw)
+    calls: list[str] = []
+    original = env.plugin.filter
+
+    def counting_filter(state, pod_info, node_info):
+        calls.append(node_info.name)
+        return original(state, pod_info, node_info)
+
+    env.plugin.filter = counting_filter  # type: ignore[method-assign]
+    bulk_known = 0
+    scheduled = 0
+    for step in range(24):
+        name = f"c{step}"
+        await env.create(CLAIMS, claim(name, count=rng.choice((1, 2))))
+        p = pod(f"p{step}", name)
+        pi = PodInfo(p)
+        # Generic: a fresh cycle, Filter on every node.
+        gstate = CycleState()
+        _, st, _ = env.fw.run_pre_filter_plugins(gstate, pi, infos)
+        assert st is None or st.is_success(), st
+        generic = {ni.name: env.fw.run_filter_plugins(gstate, pi, ni) for ni in infos}
+        # Vectorised.
+        state = CycleState()
+        _, st, _ = env.fw.run_pre_filter_plugins(state, pi, infos)
+        assert st is None or st.is_success(), st
+        calls.clear()
+        known = dict(env.plugin.filter_known_failures(state, pi) or {}) if env.plugin.filter_pass_except(
+            state, pi) is not None else {}
+        state = CycleState()
+        _, st, _ = env.fw.run_pre_filter_plugins(state, pi, infos)
+        calls.clear()
+        feasible, processed, failed, err = fast.find_feasible(state, pi, arr, None, 0, len(infos), set())
+        assert err is None and processed == len(infos)
+        assert sorted(infos[r].name for r in feasible.tolist()) == sorted(n for n, s in generic.items() if s is None)
+        got = {infos[r].name: (s.code, tuple(s.reasons), s.plugin) for r, s in failed}
+        want = {n: (s.code, tuple(s.reasons), s.plugin) for n, s in generic.items() if s is not None}
+        assert got == want, step
+        if len(known) >= 16:
+            assert not set(calls) & set(known), step
+            bulk_known += len(known)
+        if feasible.size:
+            chosen = infos[int(feasible[rng.randrange(feasible.size)])].name
+            assert env.fw.run_reserve_plugins_reserve(state, pi, chosen) is None
+            assert await env.fw.run_pre_bind_plugins(state, pi, chosen) is None
+            scheduled += 1
+    assert scheduled > 5 and bulk_known > 100

@@ -17,7 +17,8 @@ Results are exactly those of the generic path:
 * a Filter mask is only trusted when it says "passes"; every node a mask
   rejects (and every plugin without a mask) is run through the plugin itself,
   in profile order, so statuses, reasons and plugin attribution are the
-  plugin's own;
+  plugin's own, unless the plugin states those statuses in bulk (see
+  ``FastPath._status_builder``);
 * nodes with nominated pods go through the framework's nominated-pods filter;
 * the rotating start index, the stop after ``num_to_find`` feasible nodes and
   the ``processed`` count follow the sequential generic loop;
@@ -101,14 +102,15 @@ class NodeArrays:
     rows with each flag so common all-clear cases cost nothing per pod.
     """
 
-    __slots__ = ("node_infos", "index", "cols", "taint_gid", "unsched", "has_ports", "has_images", "big",
+    __slots__ = ("node_infos", "names", "index", "cols", "taint_gid", "unsched", "has_ports", "has_images", "big",
                  "taint_groups", "group_taints", "num_tainted", "num_unsched", "num_ports", "num_images",
                  "num_big", "memos")
 
     def __init__(self, node_infos: list[NodeInfo]) -> None:
         n = len(node_infos)
         self.node_infos = node_infos
-        self.index: dict[str, int] = {ni.name: i for i, ni in enumerate(node_infos)}
+        self.names: list[str] = [ni.name for ni in node_infos]
+        self.index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
         self.cols = np.zeros((_NUM_COLS, n), dtype=np.int64)
         self.taint_gid = np.zeros(n, dtype=np.intp)
         self.unsched = np.zeros(n, dtype=bool)
@@ -390,21 +392,26 @@ class FastPath:
                 pos += width
                 continue
             cum = np.cumsum(definite)
-            py_positions = np.flatnonzero(~definite).tolist()
+            py_pos_arr = np.flatnonzero(~definite)
+            py_positions = py_pos_arr.tolist()
+            py_rows = np.asarray(rows[py_pos_arr], dtype=np.intp)
+            py_rows_list = py_rows.tolist()
             extra: list[int] = []
-            bulk: list[Status | None] | None = None
+            # Statuses of the rows needing more than the masks, in order; None = passes or not known yet.
+            statuses: list[Status | None] = [None] * len(py_positions)
+            todo: Any = range(len(py_positions))
             if len(py_positions) >= BULK_MIN_ROWS:
-                bulk = self._bulk_statuses(plugins, fns, state, pod_info, arr,
-                                           np.asarray(rows[py_positions], dtype=np.intp), nominated_rows)
-            for i, p in enumerate(py_positions):
-                if (int(cum[p - 1]) if p else 0) + len(extra) >= need:
+                statuses = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows, nominated_rows)
+                todo = [i for i, st in enumerate(statuses) if st is None]
+            # The sequential loop stops at the first row p with (feasible rows before p) >= need;
+            # ``before[i]`` counts the mask-feasible rows before py_positions[i] (non-decreasing).
+            before = np.concatenate(([0], cum))[py_pos_arr]
+            stop = int(np.searchsorted(before, need, side="left"))
+            for i in todo:
+                if i >= stop:
                     break
-                row = int(rows[p])
-                if bulk is not None:
-                    known = bulk[i]
-                    if known is not None:
-                        failed.append((row, known))
-                        continue
+                p = py_positions[i]
+                row = py_rows_list[i]
                 ni = infos[row]
                 if row in nominated_rows:
                     st = fw.run_filter_plugins_with_nominated_pods(state, pod_info, ni)
@@ -412,10 +419,13 @@ class FastPath:
                     st = _filter_row(plugins, fns, row, state, pod_info, ni)
                 if st is None or st.code == Code.SUCCESS:
                     extra.append(p)
+                    stop = max(i + 1, int(np.searchsorted(before, need - len(extra), side="left")))
                     continue
                 if not st.is_rejected():
+                    failed.extend((r, s) for r, s in zip(py_rows_list[:i], statuses[:i]) if s is not None)
                     return rows[:0], 0, failed, st
-                failed.append((row, st))
+                statuses[i] = st
+            failed.extend((r, s) for r, s in zip(py_rows_list[:stop], statuses[:stop]) if s is not None)
             if extra:
                 definite = definite.copy()
                 definite[extra] = True
@@ -482,7 +492,13 @@ class FastPath:
         NodeResourcesFit's reasons follow from the column arrays; the
         statuses of NodeUnschedulable and TaintToleration only depend on the
         row's flag / taint list, so one Filter call per distinct group serves
-        every row of the group. Equal statuses are one shared object."""
+        every row of the group. Equal statuses are one shared object.
+
+        Other plugins may define ``filter_known_statuses(state, pod_info)``,
+        called after their PreFilter (and ``filter_pass_except``) in the same
+        cycle: a mapping node name -> the Status their Filter certainly
+        returns for that node in this cycle (nodes without an entry take the
+        per-row path), or None."""
         cls = type(pl)
         infos = arr.node_infos
         if cls is NodeResourcesFit:
@@ -519,7 +535,28 @@ class FastPath:
         if cls is TaintToleration:
             gid = arr.taint_gid
             return lambda rows: self._statuses_by_group(pl, state, pod_info, infos, rows, gid[rows])
-        return None
+        hook = getattr(pl, "filter_known_statuses", None)
+        if hook is None:
+            return None
+        known = hook(state, pod_info)
+        if known is None:
+            return None
+        get = known.get
+        name = pl.name
+        names = arr.names
+
+        def known_statuses(rows: np.ndarray) -> list[Status | None]:
+            out = [get(names[r]) for r in rows.tolist()]
+            bad: set[int] = set()
+            for st in {id(st): st for st in out if st is not None}.values():
+                if not st.is_rejected():
+                    bad.add(id(st))  # only rejections are stated in bulk
+                elif st.plugin != name:
+                    st.plugin = name
+            if bad:
+                out = [None if st is not None and id(st) in bad else st for st in out]
+            return out
+        return known_statuses
 
     @staticmethod
     def _statuses_by_group(pl: Any, state: CycleState, pod_info: PodInfo, infos: list[NodeInfo],
@@ -756,10 +793,9 @@ def _mask_from_exceptions(names: Any, arr: NodeArrays) -> _MaskFn | None:
         return _all_pass
     mask = np.ones(len(arr.node_infos), dtype=bool)
     index = arr.index
-    for name in names:
-        i = index.get(name)
-        if i is not None:
-            mask[i] = False
+    rows = [index[name] for name in names if name in index]
+    if rows:
+        mask[rows] = False
     return lambda sel: mask[sel]
 
 

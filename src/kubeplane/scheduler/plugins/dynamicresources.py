@@ -14,8 +14,12 @@ parameters only:
 * ``filter_pass_except`` (the vectorised Filter hook) lists the nodes without
   a still-valid successful verdict of an earlier pod with the same
   allocation shape; Filter is then skipped elsewhere, and also answers from
-  still-valid failed verdicts. Reserve allocates on the chosen node itself
-  when Filter did not run there.
+  still-valid failed verdicts, which ``filter_known_statuses`` hands to the
+  vectorised Filter as ready statuses. Reserve allocates on the chosen node
+  itself when Filter did not run there.
+* The ResourceClaim and pod queueing hints carry a ``HintScope``: the queue
+  only asks them about pods naming the claim (any pod on a deallocation) or,
+  for pod updates, about the updated pod.
 * Reserve records allocations as in flight; Unreserve drops them.
 * PreBind writes the finalizer (main resource), then allocation + reservedFor
   (status subresource), assumes the result in the claim assume cache and
@@ -49,6 +53,7 @@ from kubeplane.scheduler.framework.types import (
     ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventResource, Obj, PreFilterResult,
     QueueingHint, Status,
 )
+from kubeplane.scheduler.queue import HintScope
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +138,51 @@ def _mentions_claim(pod: Mapping[str, Any], name: Any) -> bool:
         if st.get("resourceClaimName") == name:
             return True
     return False
+
+
+def _claim_keys_of_pod(pod: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(namespace, claim name)`` of every claim name the pod mentions (see :func:`_mentions_claim`)."""
+    ns = _meta(pod).get("namespace") or "default"
+    keys = []
+    for pc in (pod.get("spec") or {}).get("resourceClaims") or ():
+        name = pc.get("resourceClaimName")
+        if name:
+            keys.append((ns, name))
+    for st in _status(pod).get("resourceClaimStatuses") or ():
+        name = st.get("resourceClaimName")
+        if name:
+            keys.append((ns, name))
+    return keys
+
+
+def _claim_event_keys(old: Any, new: Any) -> list[tuple[str, Any]] | None:
+    """The claim a ResourceClaim add/update concerns; None (any pod) for a deallocation."""
+    if old is not None and new is not None and _status(old).get("allocation") and not _status(new).get("allocation"):
+        return None
+    if new is None:
+        return []
+    meta = _meta(new)
+    name = meta.get("name")
+    return [(meta.get("namespace") or "default", name)] if name else []
+
+
+def _uid_key_of_pod(pod: Mapping[str, Any]) -> list[Any]:
+    return [_meta(pod).get("uid")]
+
+
+def _uid_event_keys(old: Any, new: Any) -> list[Any]:
+    return [] if new is None else [_meta(new).get("uid")]
+
+
+#: is_schedulable_after_claim_change can only queue pods naming the claim, except on deallocation
+CLAIM_HINT_SCOPE = HintScope(_claim_keys_of_pod, _claim_event_keys)
+#: is_schedulable_after_pod_change only concerns the updated pod itself
+POD_HINT_SCOPE = HintScope(_uid_key_of_pod, _uid_event_keys)
+
+
+def _failure_status(reason: str) -> Status:
+    """Filter's status for a failed allocation verdict."""
+    return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, [reason], NAME)
 
 
 def _unresolvable(msg: str) -> Status:
@@ -294,6 +344,10 @@ class DynamicResources(Plugin):
             return QueueingHint.SKIP
         return QueueingHint.QUEUE
 
+    # Which pods each hint can queue, for the queue's pre-selection (see HintScope).
+    is_schedulable_after_claim_change.queue_scope = CLAIM_HINT_SCOPE  # type: ignore[attr-defined]
+    is_schedulable_after_pod_change.queue_scope = POD_HINT_SCOPE  # type: ignore[attr-defined]
+
     # ------------------------------------------------------------------ filtering
 
     def pre_filter(
@@ -434,6 +488,16 @@ class DynamicResources(Plugin):
         grow while Filter runs in this cycle."""
         s: _State | None = state.get(STATE_KEY)
         return None if s is None else s.known_failures
+
+    def filter_known_statuses(self, state: CycleState, pod_info: PodInfo) -> Mapping[str, Status] | None:
+        """After :meth:`filter_pass_except`: the Status Filter returns on the nodes
+        where it is already known (see :meth:`filter_known_failures`), by node
+        name; None when unknown. Equal statuses are one shared object (also
+        across cycles); the mapping is live and read-only for callers."""
+        s: _State | None = state.get(STATE_KEY)
+        if s is None or s.known_failures is None or s.verdicts is None:
+            return None
+        return s.verdicts.failing_statuses(s.shape_key, _failure_status)
 
     def _nodes_by_name(self, nodes: list[NodeInfo]) -> dict[str, NodeInfo]:
         """``nodes`` by name, memoized for the last list seen (the snapshot keeps
