@@ -681,11 +681,16 @@ class Scheduler:
         start = self.next_start_node_index % m
         rows, processed, failed, err = fw.fast_path().find_feasible(
             state, pod_info, arr, cand, start, num_to_find, nominated_rows)
-        for row, st in failed:
-            diagnosis.node_to_status[all_nodes[row].name] = st
-            if st.plugin:
-                (diagnosis.pending_plugins if st.code == Code.PENDING else diagnosis.unschedulable_plugins).add(
-                    st.plugin)
+        if failed:
+            node_to_status = diagnosis.node_to_status
+            distinct: dict[int, Status] = {}
+            for row, st in failed:
+                node_to_status[all_nodes[row].name] = st
+                distinct[id(st)] = st  # bulk statuses are shared objects: few distinct ones
+            for st in distinct.values():
+                if st.plugin:
+                    (diagnosis.pending_plugins if st.code == Code.PENDING else diagnosis.unschedulable_plugins).add(
+                        st.plugin)
         if err is not None:
             raise _CycleError(err)
         self.next_start_node_index = (self.next_start_node_index + processed) % len(all_nodes)
