@@ -23,6 +23,7 @@ from kubeplane.api.resources import resource
 from kubeplane.volume.matching import claim_class
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
+from kubeplane.scheduler.plugins.volumebinding import CLAIM_HINT_SCOPE, pod_independent_scope, set_hint_scope
 from kubeplane.scheduler.framework.types import (
     ActionType,
     ClusterEvent,
@@ -236,3 +237,10 @@ class NodeVolumeLimits(Plugin):
             if limit is not None and attached_count.get(driver, 0) + count > limit:
                 return Status.unschedulable(REASON_MAX_VOLUME_COUNT)
         return None
+
+
+# Which pods each queueing hint can queue, for the queue's pre-selection (see queue.HintScope).
+set_hint_scope(NodeVolumeLimits.is_schedulable_after_pvc_added, CLAIM_HINT_SCOPE)
+for _hint in (NodeVolumeLimits.is_schedulable_after_csi_node_updated, NodeVolumeLimits.is_schedulable_after_pod_deleted):
+    set_hint_scope(_hint, pod_independent_scope(_hint))
+del _hint

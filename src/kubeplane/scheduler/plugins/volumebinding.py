@@ -46,6 +46,7 @@ from kubeplane.scheduler.framework.types import (
     Status,
 )
 from kubeplane.scheduler.passivecache import NotFoundError
+from kubeplane.scheduler.queue import HINT_SCOPE_ATTR, HintScope
 from kubeplane.api.selectors import label_selector_from_dict
 from kubeplane.volume.matching import (
     HOSTNAME_LABEL,
@@ -73,7 +74,8 @@ MAX_UTILIZATION = 100
 #: upstream default shape for StorageCapacityScoring: prefer nodes with more free space
 DEFAULT_SHAPE: list[dict[str, int]] = [{"utilization": 0, "score": 10}, {"utilization": 100, "score": 0}]
 
-__all__ = ["DEFAULT_SHAPE", "NAME", "VolumeBinding", "build_broken_linear_function"]
+__all__ = ["CLAIM_HINT_SCOPE", "DEFAULT_SHAPE", "NAME", "PV_HINT_SCOPE", "VolumeBinding",
+           "build_broken_linear_function", "pod_independent_scope", "set_hint_scope"]
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -236,6 +238,117 @@ def pv_change_hint(
                 continue
         return QueueingHint.QUEUE
     return QueueingHint.SKIP
+
+
+# ---------------------------------------------------------------- hint scopes
+# Which pods each queueing hint can answer Queue for (see queue.HintScope).
+# Every scope's pod keys are a superset of what its hint tests, and its
+# event keys are computed with the same accesses as the hint, so a malformed
+# object raises there too (the queue then pre-selects nothing).
+
+#: the one key of every pod in scopes of hints that do not look at the pod
+ANY_POD = ("any-pod",)
+
+
+def set_hint_scope(hint: Any, scope: HintScope) -> None:
+    """Attach ``scope`` to a hint function (or to the function of a class/static method)."""
+    setattr(getattr(hint, "__func__", hint), HINT_SCOPE_ATTR, scope)
+
+
+def _any_pod_key(pod: Obj) -> tuple[Any, ...]:
+    return (ANY_POD,)
+
+
+def pod_independent_scope(hint: Callable[[Obj, Any, Any], QueueingHint]) -> HintScope:
+    """Scope of a hint whose answer ignores the pod: an event it answers Skip for concerns no pod.
+
+    ``hint`` is evaluated once per event (with an empty pod) instead of once per waiting pod."""
+
+    def event_keys(old: Any, new: Any) -> list[Any]:
+        return [ANY_POD] if hint({}, old, new) != QueueingHint.SKIP else []
+
+    return HintScope(_any_pod_key, event_keys)
+
+
+def claim_keys_of_pod(pod: Obj) -> list[tuple[Any, Any]]:
+    """``(namespace, claim name)`` for every claim name the PVC hints of the volume
+    plugins may test: the union of :func:`pod_claim_names`, ``PodInfo.pvc_names``
+    and VolumeRestrictions' raw ``claimName`` set (which holds None for volumes
+    without a claim)."""
+    md = _meta(pod)
+    ns = md.get("namespace") or "default"
+    pod_name = md.get("name") or ""
+    names: set[Any] = set()
+    for vol in (pod.get("spec") or {}).get("volumes") or ():
+        pvc = vol.get("persistentVolumeClaim")
+        raw = (pvc or {}).get("claimName")
+        names.add(raw)
+        ephemeral = vol.get("ephemeral") is not None
+        if pvc is not None:
+            names.add(raw or "")
+        elif ephemeral:
+            names.add(f"{pod_name}-{vol.get('name') or ''}")
+        if ephemeral and not raw:
+            names.add(f"{pod_name}-{vol.get('name')}")
+    return [(ns, n) for n in names]
+
+
+def claim_event_keys(old: Any, new: Any) -> list[tuple[Any, Any]]:
+    """The claim a PVC add/update concerns (namespace defaulted as the hints do)."""
+    if new is None:
+        return []
+    md = _meta(new)
+    return [(md.get("namespace") or "default", md.get("name"))]
+
+
+#: PVC add/update hints (VolumeBinding, VolumeZone, VolumeRestrictions,
+#: NodeVolumeLimits) queue only pods naming the claim in its namespace
+CLAIM_HINT_SCOPE = HintScope(claim_keys_of_pod, claim_event_keys)
+
+_SCOPE_MEMO = HintMemo()
+
+
+def _pv_keys_of_pod(pod: Obj) -> list[tuple[Any, Any]]:
+    ns = _meta(pod).get("namespace")
+    return [(ns, name) for name in _pod_claim_names(pod)]
+
+
+def _pv_event_keys(old: Any, new: Any) -> list[tuple[Any, Any]] | None:
+    """Mirror of :func:`pv_change_hint`'s pod-independent branches: a deleting
+    PV or one neither claimed nor Available helps no pod; a claimed PV only the
+    pods naming its claimRef; an Available unclaimed PV any pod (None)."""
+    if not isinstance(new, dict):
+        return None
+    _, deleting, ref, phase, *_ = _SCOPE_MEMO.pv_facts(new)
+    if deleting:
+        return []
+    if ref:
+        return [(ref.get("namespace"), ref.get("name"))]
+    if phase != "Available":
+        return []
+    return None
+
+
+#: pv_change_hint: keyed by (raw namespace, claim name) as the hint compares them
+PV_HINT_SCOPE = HintScope(_pv_keys_of_pod, _pv_event_keys)
+
+
+def _csi_driver_keys_of_pod(pod: Obj) -> list[Any]:
+    return [(vol.get("csi") or {}).get("driver") for vol in (pod.get("spec") or {}).get("volumes") or ()
+            if vol.get("csi") is not None]
+
+
+def _csi_driver_event_keys(old: Any, new: Any) -> list[Any]:
+    if old is None or new is None:
+        return []
+    driver = _meta(new).get("name")
+    if (old.get("spec") or {}).get("storageCapacity") and not (new.get("spec") or {}).get("storageCapacity"):
+        return [driver]
+    return []
+
+
+#: is_schedulable_after_csi_driver_change: only pods with an inline CSI volume of the driver
+CSI_DRIVER_HINT_SCOPE = HintScope(_csi_driver_keys_of_pod, _csi_driver_event_keys)
 
 
 class VolumeBinding(Plugin):
@@ -556,3 +669,13 @@ class VolumeBinding(Plugin):
         except Exception as err:  # noqa: BLE001 - Conflict, timeout, reset claimRef: retry the pod
             return Status.as_status(err)
         return None
+
+
+set_hint_scope(VolumeBinding.is_schedulable_after_pvc_change, CLAIM_HINT_SCOPE)
+set_hint_scope(VolumeBinding.is_schedulable_after_pv_change, PV_HINT_SCOPE)
+set_hint_scope(VolumeBinding.is_schedulable_after_csi_driver_change, CSI_DRIVER_HINT_SCOPE)
+for _hint in (VolumeBinding.is_schedulable_after_storage_class_change,
+              VolumeBinding.is_schedulable_after_csi_node_change,
+              VolumeBinding.is_schedulable_after_capacity_change):
+    set_hint_scope(_hint, pod_independent_scope(_hint))
+del _hint

@@ -19,6 +19,8 @@ from typing import Any, Mapping
 from kubeplane.api.resources import resource
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
+from kubeplane.scheduler.plugins.volumebinding import CLAIM_HINT_SCOPE, set_hint_scope
+from kubeplane.scheduler.queue import HintScope
 from kubeplane.scheduler.framework.types import (
     ActionType,
     ClusterEvent,
@@ -77,6 +79,57 @@ def is_volume_conflict(volume: Mapping[str, Any], pod: Mapping[str, Any]) -> boo
             if overlap and same and not (a.get("readOnly") and b.get("readOnly")):
                 return True
     return False
+
+
+def _disk_keys(volume: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """Keys under which :func:`is_volume_conflict` can find ``volume`` in conflict
+    with another volume: equal keys are necessary for a conflict."""
+    keys: list[tuple[Any, ...]] = []
+    a = volume.get("gcePersistentDisk")
+    if a is not None:
+        keys.append(("gce", a.get("pdName")))
+    a = volume.get("awsElasticBlockStore")
+    if a is not None:
+        keys.append(("aws", a.get("volumeID")))
+    a = volume.get("iscsi")
+    if a is not None:
+        keys.append(("iscsi", a.get("iqn")))
+    a = volume.get("rbd")
+    if a is not None:
+        set(a.get("monitors") or ())  # evaluated as the conflict check does
+        keys.append(("rbd", a.get("pool") or "rbd", a.get("image")))
+    return keys
+
+
+def _pod_deleted_keys_of_pod(pod: Obj) -> list[tuple[Any, ...]]:
+    """Disk keys of the pod's restricted volumes, and its namespace when it has
+    claims (a deleted pod in that namespace may release a ReadWriteOncePod claim)."""
+    keys: list[tuple[Any, ...]] = []
+    has_claim = False
+    for vol in _volumes(pod):
+        if needs_restrictions_check(vol):
+            keys.extend(_disk_keys(vol))
+        if vol.get("persistentVolumeClaim") is not None:
+            has_claim = True
+    if has_claim:
+        keys.append(("ns", _meta(pod).get("namespace") or "default"))
+    return keys
+
+
+def _pod_deleted_event_keys(old: Any, new: Any) -> list[tuple[Any, ...]]:
+    """Keys of a deleted assigned pod: its disks and namespace (none for an unassigned pod)."""
+    if old is None or not (old.get("spec") or {}).get("nodeName"):
+        return []
+    keys: list[tuple[Any, ...]] = []
+    for vol in _volumes(old):
+        keys.extend(_disk_keys(vol))
+    PodInfo(old)  # the hint builds it for same-namespace pods; raising here disables pre-selection
+    keys.append(("ns", _meta(old).get("namespace") or "default"))
+    return keys
+
+
+#: is_schedulable_after_pod_deleted: a conflicting disk or a claim in the deleted pod's namespace
+POD_DELETED_HINT_SCOPE = HintScope(_pod_deleted_keys_of_pod, _pod_deleted_event_keys)
 
 
 @dataclass
@@ -199,3 +252,8 @@ class VolumeRestrictions(Plugin):
         if s is not None and s.conflicting_pvc_ref_count > 0:
             return Status.unschedulable(REASON_RWOP_CONFLICT)
         return None
+
+
+# Which pods each queueing hint can queue, for the queue's pre-selection (see queue.HintScope).
+set_hint_scope(VolumeRestrictions.is_schedulable_after_pod_deleted, POD_DELETED_HINT_SCOPE)
+set_hint_scope(VolumeRestrictions.is_schedulable_after_pvc_added, CLAIM_HINT_SCOPE)

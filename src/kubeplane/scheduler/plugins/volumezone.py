@@ -18,6 +18,7 @@ from kubeplane.api.resources import resource
 from kubeplane.volume.matching import claim_class
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
+from kubeplane.scheduler.plugins.volumebinding import CLAIM_HINT_SCOPE, pod_independent_scope, set_hint_scope
 from kubeplane.scheduler.framework.types import (
     ActionType,
     ClusterEvent,
@@ -190,3 +191,10 @@ class VolumeZone(Plugin):
             if value is None or value not in t.values:
                 return Status.unresolvable(REASON_CONFLICT)
         return None
+
+
+# Which pods each queueing hint can queue, for the queue's pre-selection (see queue.HintScope).
+set_hint_scope(VolumeZone.is_schedulable_after_pvc_change, CLAIM_HINT_SCOPE)
+for _hint in (VolumeZone.is_schedulable_after_storage_class_added, VolumeZone.is_schedulable_after_pv_change):
+    set_hint_scope(_hint, pod_independent_scope(_hint))
+del _hint
