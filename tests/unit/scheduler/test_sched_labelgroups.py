@@ -229,3 +229,43 @@ def test_topologyspread_counts_kept_across_cycles_equal_a_fresh_count(seed: int)
                                                    [sorted(n for _, n in cp.paths) for cp in pf.critical_paths])))
         assert views[0] == views[1], f"step {i}"
     assert kept.frameworks["default-scheduler"].plugins["PodTopologySpread"]._filter_totals
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_interpodaffinity_known_statuses_equal_filter(seed: int) -> None:
+    """For pods without required affinity terms, the statuses stated in bulk equal Filter's
+    own on every node, and every node they leave out passes Filter."""
+    rng = random.Random(3000 + seed)
+    nodes = [_node(rng, f"n{i}") for i in range(60)]
+    names = [n["metadata"]["name"] for n in nodes]
+    sched = Scheduler(None, rng=random.Random(seed))
+    for n in nodes:
+        sched.cache.add_node(n)
+    for i in range(80):
+        p = _pod(rng, f"e{i}", rng.choice(names))
+        if rng.random() < 0.4:
+            p["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [_term(rng)]}}
+        sched.cache.add_pod(p)
+    sched.cache.update_snapshot(sched.snapshot)
+    pl = sched.frameworks["default-scheduler"].plugins["InterPodAffinity"]
+    checked = 0
+    for i in range(30):
+        pod = _pod(rng, f"p{i}")
+        pod["spec"].pop("affinity", None)
+        if rng.random() < 0.7:
+            pod["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [_term(rng)]}}
+        state = CycleState()
+        pi = PodInfo(pod)
+        _, st = pl.pre_filter(state, pi, sched.snapshot.node_info_list)
+        if st is not None:
+            continue
+        known = pl.filter_known_statuses(state, pi)
+        listed = set(pl.filter_pass_except(state, pi))
+        for ni in sched.snapshot.node_info_list:
+            got = pl.filter(state, pi, ni)
+            if ni.name in known:
+                assert got is not None and (got.code, got.reasons) == (known[ni.name].code, known[ni.name].reasons)
+                checked += 1
+            else:
+                assert got is None and ni.name not in listed
+    assert checked > 50

@@ -117,6 +117,8 @@ class PreFilterState:
     existing_anti_affinity_counts: dict[TopologyPair, int] = field(default_factory=dict)
     affinity_counts: dict[TopologyPair, int] = field(default_factory=dict)
     anti_affinity_counts: dict[TopologyPair, int] = field(default_factory=dict)
+    #: (node list, rejected nodes) of ``InterPodAffinity._anti_failures`` for this cycle
+    anti_failures: tuple[Any, dict[str, Status | None]] | None = None
 
     def clone(self) -> "PreFilterState":
         return PreFilterState(
@@ -126,6 +128,7 @@ class PreFilterState:
 
     def update_with_pod(self, pi: PodInfo, node: Obj | None, delta: int) -> None:
         """Account a pod added to (``delta`` 1) or removed from (-1) ``node``."""
+        self.anti_failures = None
         if node is None:
             return
         labels = _node_labels(node)
@@ -349,11 +352,51 @@ class InterPodAffinity(Plugin):
         snap = self.handle.snapshot
         if s is None or snap is None:
             return None
+        if not s.affinity_terms:
+            return list(self._anti_failures(s, snap.node_info_list))
         keys = {t.topology_key for t in s.affinity_terms}
         keys.update(t.topology_key for t in s.anti_affinity_terms)
         keys.update(k for k, _ in s.existing_anti_affinity_counts)
         return nodes_not_passing(snap.node_info_list, tuple(sorted(keys)),
                                  lambda ni: self.filter(state, pod_info, ni) is None)
+
+    def filter_known_statuses(self, state: CycleState, pod_info: PodInfo) -> dict[str, Status] | None:
+        """Filter's status for each node it rejects this cycle, when the pod has no required
+        affinity terms (then a node is rejected only for a counted anti-affinity pair)."""
+        s: PreFilterState | None = state.get(_PRE_FILTER_KEY)
+        snap = self.handle.snapshot
+        if s is None or snap is None or s.affinity_terms:
+            return None
+        return {name: st for name, st in self._anti_failures(s, snap.node_info_list).items() if st is not None}
+
+    @staticmethod
+    def _anti_failures(s: PreFilterState, nodes: list[NodeInfo]) -> dict[str, Status | None]:
+        """Nodes Filter rejects for a pod without required affinity terms, with the status
+        (None: the node has no Node object; Filter reports that itself). Computed once per
+        cycle: only (topology key, value) pairs with a positive count can reject a node."""
+        cached = s.anti_failures
+        if cached is not None and cached[0] is nodes:
+            return cached[1]
+        anti_keys = {t.topology_key for t in s.anti_affinity_terms}
+        anti = {p for p, n in s.anti_affinity_counts.items() if n > 0 and p[0] in anti_keys}
+        existing = {p for p, n in s.existing_anti_affinity_counts.items() if n > 0}
+        anti_by_key = sorted({k for k, _ in anti})
+        existing_by_key = sorted({k for k, _ in existing})
+        anti_status = Status.unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH)
+        existing_status = Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+        out: dict[str, Status | None] = {}
+        for ni in nodes:
+            node = ni.node
+            if node is None:
+                out[ni.name] = None
+                continue
+            labels = _node_labels(node)
+            if anti and any((k, labels.get(k)) in anti for k in anti_by_key):
+                out[ni.name] = anti_status
+            elif existing and any((k, labels.get(k)) in existing for k in existing_by_key):
+                out[ni.name] = existing_status
+        s.anti_failures = (nodes, out)
+        return out
 
     # ------------------------------------------------------------------ scoring
 
