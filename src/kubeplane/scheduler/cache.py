@@ -118,6 +118,8 @@ class Snapshot:
         self.have_pods_with_affinity_list: list[NodeInfo] = []
         self.have_pods_with_required_anti_affinity_list: list[NodeInfo] = []
         self.used_pvc_set: set[str] = set()
+        #: bumped whenever a NodeInfo's Node object is replaced (labels may have changed)
+        self.node_objects_version = 0
         #: PVC key -> number of nodes whose pods use it (``used_pvc_set`` = its keys)
         self._pvc_nodes: dict[str, int] = {}
         self.generation = 0
@@ -438,6 +440,8 @@ class Cache:
                 existing.pods_with_required_anti_affinity
             ) != bool(clone.pods_with_required_anti_affinity):
                 update_affinity = True
+            if existing.node is not clone.node:
+                snapshot.node_objects_version += 1
             old_keys, new_keys = existing.pvc_ref_counts.keys(), clone.pvc_ref_counts.keys()
             if old_keys != new_keys:
                 changed_pvcs.append((set(old_keys), set(new_keys)))

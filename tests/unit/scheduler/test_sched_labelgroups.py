@@ -250,6 +250,13 @@ def test_interpodaffinity_known_statuses_equal_filter(seed: int) -> None:
     pl = sched.frameworks["default-scheduler"].plugins["InterPodAffinity"]
     checked = 0
     for i in range(30):
+        if i % 3 == 2:  # relabel a node: the label indexes must follow
+            k = rng.randrange(len(nodes))
+            new = _node(rng, names[k])
+            new["metadata"]["labels"][HOST] = rng.choice(names)
+            sched.cache.update_node(nodes[k], new)
+            nodes[k] = new
+            sched.cache.update_snapshot(sched.snapshot)
         pod = _pod(rng, f"p{i}")
         pod["spec"].pop("affinity", None)
         if rng.random() < 0.7:

@@ -166,6 +166,7 @@ class InterPodAffinity(Plugin):
         #: keep per-node PreFilter/PreScore totals across cycles (per pod shape)
         self.keep_totals = True
         self._filter_totals: dict[bytes, NodeTotals] = {}
+        self._label_indexes: tuple[list[NodeInfo], int, dict[str, dict[str, list[str]]]] | None = None
         self._score_totals: dict[bytes, NodeTotals] = {}
 
     # ------------------------------------------------------------------ helpers
@@ -369,8 +370,26 @@ class InterPodAffinity(Plugin):
             return None
         return {name: st for name, st in self._anti_failures(s, snap.node_info_list).items() if st is not None}
 
-    @staticmethod
-    def _anti_failures(s: PreFilterState, nodes: list[NodeInfo]) -> dict[str, Status | None]:
+    def _label_index(self, nodes: list[NodeInfo], key: str) -> dict[str, list[str]] | None:
+        """Label value -> names of the nodes with it, for ``key``; kept while the snapshot's
+        node list and Node objects are unchanged (None without a snapshot version)."""
+        version = getattr(self.handle.snapshot, "node_objects_version", None)
+        if version is None:
+            return None
+        cached = self._label_indexes
+        if cached is None or cached[0] is not nodes or cached[1] != version:
+            cached = self._label_indexes = (nodes, version, {})
+        index = cached[2].get(key)
+        if index is None:
+            index = {}
+            for ni in nodes:
+                v = _node_labels(ni.node).get(key)
+                if v is not None:
+                    index.setdefault(v, []).append(ni.name)
+            cached[2][key] = index
+        return index
+
+    def _anti_failures(self, s: PreFilterState, nodes: list[NodeInfo]) -> dict[str, Status | None]:
         """Nodes Filter rejects for a pod without required affinity terms, with the status
         (None: the node has no Node object; Filter reports that itself). Computed once per
         cycle: only (topology key, value) pairs with a positive count can reject a node."""
@@ -380,11 +399,23 @@ class InterPodAffinity(Plugin):
         anti_keys = {t.topology_key for t in s.anti_affinity_terms}
         anti = {p for p, n in s.anti_affinity_counts.items() if n > 0 and p[0] in anti_keys}
         existing = {p for p, n in s.existing_anti_affinity_counts.items() if n > 0}
-        anti_by_key = sorted({k for k, _ in anti})
-        existing_by_key = sorted({k for k, _ in existing})
         anti_status = Status.unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH)
         existing_status = Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
         out: dict[str, Status | None] = {}
+        indexes = {k: self._label_index(nodes, k) for k, _ in anti | existing}
+        if all(ix is not None for ix in indexes.values()):
+            # Existing-pod rejections first: a node rejected by both reports anti-affinity.
+            for pairs, st in ((existing, existing_status), (anti, anti_status)):
+                for k, v in pairs:
+                    for name in indexes[k].get(v, ()):  # type: ignore[union-attr]
+                        out[name] = st
+            for ni in nodes:
+                if ni.node is None:
+                    out[ni.name] = None
+            s.anti_failures = (nodes, out)
+            return out
+        anti_by_key = sorted({k for k, _ in anti})
+        existing_by_key = sorted({k for k, _ in existing})
         for ni in nodes:
             node = ni.node
             if node is None:
