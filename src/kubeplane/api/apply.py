@@ -82,8 +82,11 @@ def path_string(path: PathT) -> str:
     return "".join(out)
 
 
+_ELEMENT_RANK = {"f": 0, "k": 1, "v": 2, "i": 3}
+
+
 def _element_order(el: str) -> tuple[int, str]:
-    return ({"f": 0, "k": 1, "v": 2, "i": 3}.get(el[:1], 4), el)
+    return (_ELEMENT_RANK.get(el[:1], 4), el)
 
 
 def fields_to_v1(paths: Iterable[PathT]) -> dict[str, Any]:
