@@ -20,6 +20,7 @@ def utcnow() -> _dt.datetime:
 
 _UTC = _dt.timezone.utc
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_UTC)
+_ONE_SECOND = _dt.timedelta(seconds=1)
 #: the last formatted second: (whole seconds since the epoch, text)
 _last_formatted: tuple[int, str] = (-1 << 62, "")
 
@@ -39,9 +40,6 @@ def format_time(t: _dt.datetime) -> str:
     text = t.astimezone(_UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     _last_formatted = (second, text)
     return text
-
-
-_ONE_SECOND = _dt.timedelta(seconds=1)
 
 
 def parse_time(s: str) -> _dt.datetime:

@@ -389,7 +389,8 @@ class Evaluator:
         shape = arithmetic[3] if arithmetic is not None else None
         for i in range(len(potential)):
             original = potential[(offset + i) % len(potential)]
-            if shape is not None:
+            nominated_here = nominator is not None and bool(nominator.nominated_pods_for_node(original.name))
+            if shape is not None and not nominated_here:
                 hit = memo.get(original.name)
                 if hit is not None and hit[0] == original.generation and hit[1] == shape:
                     # Same node state, same kind of preemptor: the same failed dry run.
@@ -404,7 +405,7 @@ class Evaluator:
                 continue
             ni = original
             found = None
-            if arithmetic is not None and not (nominator is not None and nominator.nominated_pods_for_node(ni.name)):
+            if arithmetic is not None and not nominated_here:
                 found = self._select_victims_by_resources(state, pod_info, ni, pdbs, *arithmetic[:3])
                 if found is not None and not found[2].is_success():
                     memo[ni.name] = (ni.generation, shape, found[2])

@@ -497,8 +497,9 @@ class FastPath:
         Other plugins may define ``filter_known_statuses(state, pod_info)``,
         called after their PreFilter (and ``filter_pass_except``) in the same
         cycle: a mapping node name -> the Status their Filter certainly
-        returns for that node in this cycle (nodes without an entry take the
-        per-row path), or None."""
+        returns for that node in this cycle, with ``plugin`` set to the
+        plugin's name (nodes without such an entry take the per-row path), or
+        None."""
         cls = type(pl)
         infos = arr.node_infos
         if cls is NodeResourcesFit:
@@ -549,10 +550,10 @@ class FastPath:
             out = [get(names[r]) for r in rows.tolist()]
             bad: set[int] = set()
             for st in {id(st): st for st in out if st is not None}.values():
-                if not st.is_rejected():
-                    bad.add(id(st))  # only rejections are stated in bulk
-                elif st.plugin != name:
-                    st.plugin = name
+                if not st.is_rejected() or st.plugin != name:
+                    # only rejections are stated in bulk, attributed to the plugin (the
+                    # statuses belong to the plugin: they are not modified here)
+                    bad.add(id(st))
             if bad:
                 out = [None if st is not None and id(st) in bad else st for st in out]
             return out

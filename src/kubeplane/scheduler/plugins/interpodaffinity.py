@@ -399,8 +399,8 @@ class InterPodAffinity(Plugin):
         anti_keys = {t.topology_key for t in s.anti_affinity_terms}
         anti = {p for p, n in s.anti_affinity_counts.items() if n > 0 and p[0] in anti_keys}
         existing = {p for p, n in s.existing_anti_affinity_counts.items() if n > 0}
-        anti_status = Status.unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH)
-        existing_status = Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+        anti_status = Status.unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH, plugin=NAME)
+        existing_status = Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH, plugin=NAME)
         out: dict[str, Status | None] = {}
         indexes = {k: self._label_index(nodes, k) for k, _ in anti | existing}
         if all(ix is not None for ix in indexes.values()):
