@@ -49,6 +49,7 @@ from kubeplane.scheduler.framework.types import (
     QueueingHint,
     Status,
 )
+from kubeplane.scheduler.framework.hintscope import HINT_SCOPE_ATTR, HintScope, hint_scope
 from kubeplane.scheduler.nominator import Nominator, PodGetter
 
 log = logging.getLogger(__name__)
@@ -87,32 +88,6 @@ _POD_SCALE_DOWN = ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_SCALE_DO
 
 #: bound of the per-event memo tables (distinct events are few; cleared when exceeded)
 _MATCH_CACHE_SIZE = 4096
-
-#: attribute of a queueing hint function holding its :class:`HintScope`
-HINT_SCOPE_ATTR = "queue_scope"
-
-
-@dataclass(frozen=True, eq=False)
-class HintScope:
-    """Which pods a queueing hint can answer Queue for, stated as index keys.
-
-    ``pod_keys(pod)`` lists hashable keys of a pod, ``event_keys(old, new)``
-    the keys of an event (None: any pod may be affected). Contract: when
-    an event's keys and a pod's keys are disjoint, the hint answers Skip for
-    that pod and that event (without raising). The queue then leaves such
-    pods out of event handling instead of calling the hint for each of them.
-    A hint function carries its scope in the attribute ``queue_scope``.
-    """
-
-    pod_keys: Callable[[Obj], Iterable[Hashable]]
-    event_keys: Callable[[Any, Any], Optional[Iterable[Hashable]]]
-
-
-def hint_scope(hint_fn: Any) -> HintScope | None:
-    """The :class:`HintScope` of a queueing hint function, if it has one."""
-    scope = getattr(hint_fn, HINT_SCOPE_ATTR, None) if hint_fn is not None else None
-    return scope if isinstance(scope, HintScope) else None
-
 
 class QueueingStrategy(enum.IntEnum):
     """Where a pod goes when it leaves unschedulablePods (or comes back from a cycle)."""

@@ -52,6 +52,7 @@ from kubeplane.volume.matching import (
     volume_class,
     volume_mode,
 )
+from kubeplane.scheduler.framework.hintscope import HintScope
 from kubeplane.scheduler.passivecache import NotFoundError, new_pv_assume_cache, new_pvc_assume_cache
 
 Obj = dict[str, Any]
@@ -882,3 +883,42 @@ __all__ = [
     "REASON_NOT_ENOUGH_SPACE", "REASON_PV_NOT_EXIST", "StaticBinding", "VolumeBinder", "VolumeBindingError",
     "bind_volume_to_claim", "claim_reference", "is_pvc_fully_bound", "pod_claim_names",
 ]
+
+
+# ---------------------------------------------------------------- hint scope of PVC events
+
+
+def claim_keys_of_pod(pod: Obj) -> list[tuple[Any, Any]]:
+    """``(namespace, claim name)`` for every claim name the PVC hints of the volume
+    plugins may test: the union of :func:`pod_claim_names`, ``PodInfo.pvc_names``
+    and VolumeRestrictions' raw ``claimName`` set (which holds None for volumes
+    without a claim)."""
+    md = _meta(pod)
+    ns = md.get("namespace") or "default"
+    pod_name = md.get("name") or ""
+    names: set[Any] = set()
+    for vol in (pod.get("spec") or {}).get("volumes") or ():
+        pvc = vol.get("persistentVolumeClaim")
+        raw = (pvc or {}).get("claimName")
+        names.add(raw)
+        ephemeral = vol.get("ephemeral") is not None
+        if pvc is not None:
+            names.add(raw or "")
+        elif ephemeral:
+            names.add(f"{pod_name}-{vol.get('name') or ''}")
+        if ephemeral and not raw:
+            names.add(f"{pod_name}-{vol.get('name')}")
+    return [(ns, n) for n in names]
+
+
+def claim_event_keys(old: Any, new: Any) -> list[tuple[Any, Any]]:
+    """The claim a PVC add/update concerns (namespace defaulted as the hints do)."""
+    if new is None:
+        return []
+    md = _meta(new)
+    return [(md.get("namespace") or "default", md.get("name"))]
+
+
+#: PVC add/update hints (VolumeBinding, VolumeZone, VolumeRestrictions,
+#: NodeVolumeLimits) queue only pods naming the claim in its namespace
+CLAIM_HINT_SCOPE = HintScope(claim_keys_of_pod, claim_event_keys)

@@ -53,7 +53,7 @@ from kubeplane.scheduler.framework.types import (
     ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventResource, Obj, PreFilterResult,
     QueueingHint, Status,
 )
-from kubeplane.scheduler.queue import HintScope
+from kubeplane.scheduler.framework.hintscope import HintScope
 
 log = logging.getLogger(__name__)
 

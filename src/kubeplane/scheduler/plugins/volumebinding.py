@@ -46,7 +46,7 @@ from kubeplane.scheduler.framework.types import (
     Status,
 )
 from kubeplane.scheduler.passivecache import NotFoundError
-from kubeplane.scheduler.queue import HINT_SCOPE_ATTR, HintScope
+from kubeplane.scheduler.framework.hintscope import HintScope, pod_independent_scope, set_hint_scope
 from kubeplane.api.selectors import label_selector_from_dict
 from kubeplane.volume.matching import (
     HOSTNAME_LABEL,
@@ -57,11 +57,14 @@ from kubeplane.volume.matching import (
     volume_mode,
 )
 from kubeplane.scheduler.volumebinder import (
+    CLAIM_HINT_SCOPE,
     DEFAULT_BIND_TIMEOUT,
     PodVolumeClaims,
     PodVolumes,
     VolumeBinder,
     VolumeBindingError,
+    claim_event_keys,
+    claim_keys_of_pod,
     pod_claim_names,
 )
 
@@ -75,7 +78,8 @@ MAX_UTILIZATION = 100
 DEFAULT_SHAPE: list[dict[str, int]] = [{"utilization": 0, "score": 10}, {"utilization": 100, "score": 0}]
 
 __all__ = ["CLAIM_HINT_SCOPE", "DEFAULT_SHAPE", "NAME", "PV_HINT_SCOPE", "VolumeBinding",
-           "build_broken_linear_function", "pod_independent_scope", "set_hint_scope"]
+           "build_broken_linear_function", "claim_event_keys", "claim_keys_of_pod", "pod_independent_scope",
+           "set_hint_scope"]
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -245,65 +249,6 @@ def pv_change_hint(
 # Every scope's pod keys are a superset of what its hint tests, and its
 # event keys are computed with the same accesses as the hint, so a malformed
 # object raises there too (the queue then pre-selects nothing).
-
-#: the one key of every pod in scopes of hints that do not look at the pod
-ANY_POD = ("any-pod",)
-
-
-def set_hint_scope(hint: Any, scope: HintScope) -> None:
-    """Attach ``scope`` to a hint function (or to the function of a class/static method)."""
-    setattr(getattr(hint, "__func__", hint), HINT_SCOPE_ATTR, scope)
-
-
-def _any_pod_key(pod: Obj) -> tuple[Any, ...]:
-    return (ANY_POD,)
-
-
-def pod_independent_scope(hint: Callable[[Obj, Any, Any], QueueingHint]) -> HintScope:
-    """Scope of a hint whose answer ignores the pod: an event it answers Skip for concerns no pod.
-
-    ``hint`` is evaluated once per event (with an empty pod) instead of once per waiting pod."""
-
-    def event_keys(old: Any, new: Any) -> list[Any]:
-        return [ANY_POD] if hint({}, old, new) != QueueingHint.SKIP else []
-
-    return HintScope(_any_pod_key, event_keys)
-
-
-def claim_keys_of_pod(pod: Obj) -> list[tuple[Any, Any]]:
-    """``(namespace, claim name)`` for every claim name the PVC hints of the volume
-    plugins may test: the union of :func:`pod_claim_names`, ``PodInfo.pvc_names``
-    and VolumeRestrictions' raw ``claimName`` set (which holds None for volumes
-    without a claim)."""
-    md = _meta(pod)
-    ns = md.get("namespace") or "default"
-    pod_name = md.get("name") or ""
-    names: set[Any] = set()
-    for vol in (pod.get("spec") or {}).get("volumes") or ():
-        pvc = vol.get("persistentVolumeClaim")
-        raw = (pvc or {}).get("claimName")
-        names.add(raw)
-        ephemeral = vol.get("ephemeral") is not None
-        if pvc is not None:
-            names.add(raw or "")
-        elif ephemeral:
-            names.add(f"{pod_name}-{vol.get('name') or ''}")
-        if ephemeral and not raw:
-            names.add(f"{pod_name}-{vol.get('name')}")
-    return [(ns, n) for n in names]
-
-
-def claim_event_keys(old: Any, new: Any) -> list[tuple[Any, Any]]:
-    """The claim a PVC add/update concerns (namespace defaulted as the hints do)."""
-    if new is None:
-        return []
-    md = _meta(new)
-    return [(md.get("namespace") or "default", md.get("name"))]
-
-
-#: PVC add/update hints (VolumeBinding, VolumeZone, VolumeRestrictions,
-#: NodeVolumeLimits) queue only pods naming the claim in its namespace
-CLAIM_HINT_SCOPE = HintScope(claim_keys_of_pod, claim_event_keys)
 
 _SCOPE_MEMO = HintMemo()
 

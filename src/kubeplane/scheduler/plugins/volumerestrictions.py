@@ -19,8 +19,8 @@ from typing import Any, Mapping
 from kubeplane.api.resources import resource
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
-from kubeplane.scheduler.plugins.volumebinding import CLAIM_HINT_SCOPE, set_hint_scope
-from kubeplane.scheduler.queue import HintScope
+from kubeplane.scheduler.framework.hintscope import HintScope, set_hint_scope
+from kubeplane.scheduler.volumebinder import CLAIM_HINT_SCOPE
 from kubeplane.scheduler.framework.types import (
     ActionType,
     ClusterEvent,
