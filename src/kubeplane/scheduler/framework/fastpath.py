@@ -398,15 +398,18 @@ class FastPath:
             py_rows_list = py_rows.tolist()
             extra: list[int] = []
             # Statuses of the rows needing more than the masks, in order; None = passes or not known yet.
-            statuses: list[Status | None] = [None] * len(py_positions)
-            todo: Any = range(len(py_positions))
-            if len(py_positions) >= BULK_MIN_ROWS:
-                statuses = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows, nominated_rows)
-                todo = [i for i, st in enumerate(statuses) if st is None]
             # The sequential loop stops at the first row p with (feasible rows before p) >= need;
             # ``before[i]`` counts the mask-feasible rows before py_positions[i] (non-decreasing).
+            # Rows found feasible below only move that point earlier, so no row at or after
+            # ``stop`` is ever examined: their statuses are not computed.
             before = np.concatenate(([0], cum))[py_pos_arr]
             stop = int(np.searchsorted(before, need, side="left"))
+            statuses: list[Status | None] = [None] * len(py_positions)
+            todo: Any = range(min(stop, len(py_positions)))
+            if stop >= BULK_MIN_ROWS:
+                statuses = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows[:stop], nominated_rows)
+                statuses.extend([None] * (len(py_positions) - len(statuses)))
+                todo = [i for i, st in enumerate(statuses[:stop]) if st is None]
             for i in todo:
                 if i >= stop:
                     break
@@ -516,20 +519,17 @@ class FastPath:
                 for bit, (res, value) in enumerate(checks, 1):
                     short = cols[_COL_OF_ALLOC[res], rows] - cols[_COL_OF_REQ[res], rows] < value
                     code |= short.astype(np.int64) << bit
-                made: dict[int, Status] = {}
-                out: list[Status | None] = []
-                for c, b in zip(code.tolist(), big[rows].tolist()):
-                    if b or not c:
-                        out.append(None)
-                        continue
-                    st = made.get(c)
-                    if st is None:
-                        reasons = ["Too many pods"] if c & 1 else []
-                        reasons.extend(f"Insufficient {res}" for bit, (res, _) in enumerate(checks, 1)
-                                       if c >> bit & 1)
-                        st = made[c] = Status.unschedulable(*reasons, plugin=name)
-                    out.append(st)
-                return out
+                code[big[rows]] = 0  # rows too big for the arrays: not stated here
+                # One Status per distinct code, spread over the rows by numpy.
+                distinct, where = np.unique(code, return_inverse=True)
+                made = np.empty(len(distinct), dtype=object)
+                for k, c in enumerate(distinct.tolist()):
+                    if not c:
+                        continue  # None: passes, or not known
+                    reasons = ["Too many pods"] if c & 1 else []
+                    reasons.extend(f"Insufficient {res}" for bit, (res, _) in enumerate(checks, 1) if c >> bit & 1)
+                    made[k] = Status.unschedulable(*reasons, plugin=name)
+                return made[where.reshape(-1)].tolist()
             return fit_statuses
         if cls is NodeUnschedulable:
             return lambda rows: self._statuses_by_group(pl, state, pod_info, infos, rows, np.zeros(len(rows)))
