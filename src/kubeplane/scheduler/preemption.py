@@ -387,9 +387,16 @@ class Evaluator:
         if len(memo) > 2 * len(potential) + 1024:
             memo.clear()
         shape = arithmetic[3] if arithmetic is not None else None
+        nominated_nodes: set[str] | None = None
+        listing = getattr(nominator, "nominated_nodes", None)
+        if nominator is not None and listing is not None:
+            nominated_nodes = {n for n, pods in listing().items() if pods} if len(nominator) else set()
         for i in range(len(potential)):
             original = potential[(offset + i) % len(potential)]
-            nominated_here = nominator is not None and bool(nominator.nominated_pods_for_node(original.name))
+            if nominated_nodes is not None:
+                nominated_here = original.name in nominated_nodes
+            else:
+                nominated_here = nominator is not None and bool(nominator.nominated_pods_for_node(original.name))
             if shape is not None and not nominated_here:
                 hit = memo.get(original.name)
                 if hit is not None and hit[0] == original.generation and hit[1] == shape:
