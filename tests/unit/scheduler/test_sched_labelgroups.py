@@ -5,6 +5,7 @@ combination) gives exactly the generic per-node results on random clusters."""
 from __future__ import annotations
 
 import random
+from typing import Callable
 
 import pytest
 
@@ -50,6 +51,31 @@ def _pod(rng: random.Random, name: str, node_name: str = "") -> dict:
         spec["nodeName"] = node_name
     return {"metadata": {"name": name, "namespace": "default", "uid": f"u-{name}",
                          "labels": {"color": rng.choice(["blue", "green"])}}, "spec": spec}
+
+
+def _churn_step(rng: random.Random, schedulers: tuple[Scheduler, ...], nodes: list[dict], live: list[dict],
+                new_pod: Callable[[], dict], bounds: tuple[float, float, float], taints: bool = False) -> None:
+    """One random change applied to every scheduler's cache: below ``bounds[0]`` a pod from
+    ``new_pod`` is added, below ``bounds[1]`` a live pod removed, below ``bounds[2]`` a node
+    replaced by a relabelled one (tainted half of the time with ``taints``)."""
+    op = rng.random()
+    if op < bounds[0]:
+        p = new_pod()
+        live.append(p)
+        for s in schedulers:
+            s.cache.add_pod(p)
+    elif op < bounds[1] and live:
+        p = live.pop(rng.randrange(len(live)))
+        for s in schedulers:
+            s.cache.remove_pod(p)
+    elif op < bounds[2]:
+        k = rng.randrange(len(nodes))
+        new = _node(rng, nodes[k]["metadata"]["name"])
+        if taints and rng.random() < 0.5:
+            new["spec"]["taints"] = [{"key": "t", "effect": "NoSchedule"}]
+        for s in schedulers:
+            s.cache.update_node(nodes[k], new)
+        nodes[k] = new
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -133,22 +159,8 @@ def test_interpodaffinity_totals_kept_across_cycles_equal_a_fresh_count(seed: in
 
     shapes = [random_pod(f"shape{k}") for k in range(3)]
     for i in range(120):
-        op = rng.random()
-        if op < 0.35:
-            p = random_pod(f"e{i}", rng.choice(names))
-            live.append(p)
-            for s in (kept, fresh):
-                s.cache.add_pod(p)
-        elif op < 0.5 and live:
-            p = live.pop(rng.randrange(len(live)))
-            for s in (kept, fresh):
-                s.cache.remove_pod(p)
-        elif op < 0.55:
-            k = rng.randrange(len(nodes))
-            new = _node(rng, names[k])
-            for s in (kept, fresh):
-                s.cache.update_node(nodes[k], new)
-            nodes[k] = new
+        _churn_step(rng, (kept, fresh), nodes, live, lambda: random_pod(f"e{i}", rng.choice(names)),
+                    (0.35, 0.5, 0.55))
         template = rng.choice(shapes)
         pod = dict(template, metadata=dict(template["metadata"], name=f"p{i}", uid=f"u-p{i}"))
         views = []
@@ -195,24 +207,8 @@ def test_topologyspread_counts_kept_across_cycles_equal_a_fresh_count(seed: int)
             p["spec"]["nodeSelector"] = {ZONE: "z1"}
         shapes.append(p)
     for i in range(150):
-        op = rng.random()
-        if op < 0.4:
-            p = _pod(rng, f"e{i}", rng.choice(names))
-            live.append(p)
-            for s in (kept, fresh):
-                s.cache.add_pod(p)
-        elif op < 0.55 and live:
-            p = live.pop(rng.randrange(len(live)))
-            for s in (kept, fresh):
-                s.cache.remove_pod(p)
-        elif op < 0.62:
-            k = rng.randrange(len(nodes))
-            new = _node(rng, names[k])
-            if rng.random() < 0.5:
-                new["spec"]["taints"] = [{"key": "t", "effect": "NoSchedule"}]
-            for s in (kept, fresh):
-                s.cache.update_node(nodes[k], new)
-            nodes[k] = new
+        _churn_step(rng, (kept, fresh), nodes, live, lambda: _pod(rng, f"e{i}", rng.choice(names)),
+                    (0.4, 0.55, 0.62), taints=True)
         template = rng.choice(shapes)
         pod = dict(template, metadata=dict(template["metadata"], name=f"p{i}", uid=f"u-p{i}"))
         views = []

@@ -137,10 +137,11 @@ def random_claim(rng: random.Random, ns: str, name: str, pod_uids: list[str]) ->
     return claim
 
 
-def snapshot(q: SchedulingQueue) -> tuple:
+def snapshot(q: SchedulingQueue, key: str = "name") -> tuple:
+    """What must be identical between the scoped and the plain queue (pods by metadata ``key``)."""
     pods, _ = q.pending_pods()
-    return ([p["metadata"]["name"] for p in pods], q.counts(), dict(q.incoming_pods),
-            [p["metadata"]["name"] for p in q.in_flight_pods()], len(q.in_flight_events()))
+    return ([p["metadata"][key] for p in pods], q.counts(), dict(q.incoming_pods),
+            [p["metadata"][key] for p in q.in_flight_pods()], len(q.in_flight_events()))
 
 
 @pytest.mark.parametrize("seed", range(10))

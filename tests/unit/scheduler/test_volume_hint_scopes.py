@@ -28,6 +28,7 @@ from kubeplane.scheduler.plugins.volumerestrictions import VolumeRestrictions
 from kubeplane.scheduler.plugins.volumezone import VolumeZone
 from kubeplane.scheduler.queue import QueueProfile, SchedulingQueue, hint_scope
 from kubeplane.scheduler.volumebinder import pod_claim_names
+from tests.unit.scheduler.test_sched_queue_scopes import Clock, counting, snapshot
 
 NAMESPACES = ("ns-a", "ns-b", None)
 CLAIMS = ("c0", "c1", "c2", "", None, "p1-eph")
@@ -274,24 +275,6 @@ def test_pv_scope_follows_claim_ref() -> None:
 
 # ------------------------------------------------------------------ queue equivalence
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def counting(fn: Callable[..., QueueingHint], calls: list[int]) -> Callable[..., QueueingHint]:
-    def wrapped(pod: dict, old: Any, new: Any) -> QueueingHint:
-        calls[0] += 1
-        return fn(pod, old, new)
-    scope = hint_scope(fn)
-    if scope is not None:
-        wrapped.queue_scope = scope  # type: ignore[attr-defined]
-    return wrapped
-
-
 def make_queue(plugins: dict[str, Any], clock: Clock, calls: list[int]) -> SchedulingQueue:
     hints = {name: [ClusterEventWithHint(r.event, None if r.hint is None else counting(r.hint, calls))
                     for r in plugin.events_to_register()]
@@ -299,12 +282,6 @@ def make_queue(plugins: dict[str, Any], clock: Clock, calls: list[int]) -> Sched
     hints["Fit"] = [ClusterEventWithHint(NODE_ADD)]
     return SchedulingQueue({"default-scheduler": QueueProfile(hints=hints)}, clock=clock,
                            initial_backoff=1.0, max_backoff=4.0)
-
-
-def snapshot(q: SchedulingQueue) -> tuple:
-    pods, _ = q.pending_pods()
-    return ([p["metadata"]["uid"] for p in pods], q.counts(), dict(q.incoming_pods),
-            [p["metadata"]["uid"] for p in q.in_flight_pods()], len(q.in_flight_events()))
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -355,7 +332,7 @@ def test_scoped_volume_events_equal_calling_every_hint(seed: int) -> None:
         else:
             clock.t += 301
             both(lambda q: q.flush_unschedulable_pods_left_over())
-        assert snapshot(scoped) == snapshot(plain), step
+        assert snapshot(scoped, "uid") == snapshot(plain, "uid"), step
 
     order: list[list[str]] = [[], []]
     for i, q in enumerate(queues):
