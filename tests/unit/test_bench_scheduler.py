@@ -83,6 +83,19 @@ async def test_churn_pods_arrive_during_the_measured_phase(name: str) -> None:
         assert out["init_pods"] == 200 and out["init_scheduled"] == 200
 
 
+@pytest.mark.parametrize("name,nodes,pods", [("SchedulingBasic", 10, 20), ("SchedulingInTreePVs", 10, 10),
+                                             ("SchedulingWithResourceClaimTemplate", 4, 10)])
+async def test_split_runs_the_scheduler_in_a_second_process(name: str, nodes: int, pods: int) -> None:
+    """The scheduler and the controllers reach the registry over the local wire."""
+    out = await run_workload(name, nodes=nodes, pods=pods, stall_timeout_s=10, split=True)
+    assert out["split"] is True
+    assert out["scheduled"] == pods and not out["timed_out"]
+    assert out["init_scheduled"] == out["init_pods"]
+    # memory is both processes': the scheduler process reported its own
+    assert out["scheduler_peak_rss_mb"] > 10
+    assert out["peak_rss_mb"] > out["scheduler_peak_rss_mb"]
+
+
 async def test_preemption_binds_high_priority_pods() -> None:
     out = await run_workload("PreemptionBasic", nodes=3, pods=3, stall_timeout_s=15)
     assert out["init_pods"] == 12 and out["init_scheduled"] == 12  # 4 x 900m per 4-CPU node

@@ -1,9 +1,11 @@
-"""One suite, two transports: the in-process client and the HTTP client must
-behave the same against the same registry."""
+"""One suite, three transports: the in-process client, the HTTP client and the
+local wire client must behave the same against the same registry."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 
 import pytest
 from aiohttp.test_utils import TestServer
@@ -12,9 +14,11 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.apiserver.server import HANDLER_KEY, build_app
+from kubeplane.apiserver.wire import WireServer
 from kubeplane.client.http import HttpClient
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.client.kubeconfig import ClientConfig
+from kubeplane.client.wire import WireClient
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
 
@@ -30,7 +34,7 @@ def pod(name: str, **labels: str) -> dict:
             "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}
 
 
-@pytest.fixture(params=["inprocess", "http"])
+@pytest.fixture(params=["inprocess", "http", "wire"])
 async def client(request):
     store = MemoryStore(history=50)
     registry = Registry(store, CATALOGUE)
@@ -39,6 +43,14 @@ async def client(request):
         c = InProcessClient(registry)
         yield c
         await c.close()
+    elif request.param == "wire":
+        with tempfile.TemporaryDirectory() as tmp:
+            server = WireServer(registry, os.path.join(tmp, "api.sock"))
+            await server.start()
+            c = WireClient(server.path)
+            yield c
+            await c.close()
+            await server.stop()
     else:
         app = build_app(registry, CATALOGUE)
         app[HANDLER_KEY].watch_bookmark_interval = 0.2

@@ -2,8 +2,11 @@
 
 Embedded mode, as upstream's scheduler_perf runs it: the registry, the
 in-process client, the scheduler (and the controllers a workload needs) share
-one process and one event loop. Nodes are plain Node objects; bound pods stay
-Pending (no node agent).
+one process and one event loop. With ``split`` the scheduler and the
+controllers run in a second process (:mod:`kubeplane.bench.worker`) that
+reaches the registry over the local wire, so that two cores do the work, as
+an API server and a scheduler do in a real cluster. Nodes are plain Node
+objects; bound pods stay Pending (no node agent).
 
 Measured phase only (the measured ``createPods`` op):
 
@@ -13,13 +16,15 @@ Measured phase only (the measured ``createPods`` op):
   first measured pod's creation to the last measured pod's binding;
 * per-pod latency from just before the create call to the moment the pod
   informer delivers the update that carries ``spec.nodeName``;
-* ``peak_rss_mb``: ``ru_maxrss`` of the process.
+* ``peak_rss_mb``: ``ru_maxrss`` of the process (the sum of both processes'
+  with ``split``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import resource as _resource
 import sys
@@ -200,12 +205,17 @@ class _Runner:
         self.collector = ThroughputCollector(tracker)
         self._seq = 0
         self.factory: SharedInformerFactory | None = None
+        #: with ``split``: waits until the scheduler process's informer of a
+        #: resource holds a number of objects
+        self.remote_catch_up: Callable[[Any, int], Any] | None = None
 
     async def _informer_catch_up(self, res: Any, timeout: float = 30.0) -> None:
-        """Wait until the shared informer of ``res`` holds every stored object."""
+        """Wait until the scheduler's shared informer of ``res`` holds every stored object."""
+        want = len((await self.client.list(res))["items"])
+        if self.remote_catch_up is not None:
+            await asyncio.wait_for(self.remote_catch_up(res, want), timeout)
         if self.factory is None:
             return
-        want = len((await self.client.list(res))["items"])
         inf = self.factory.informer_for(res)
         deadline = time.perf_counter() + timeout
         while len(inf.indexer) < want and time.perf_counter() < deadline:
@@ -446,6 +456,85 @@ def _controllers(names: tuple[str, ...], client: Client, factory: SharedInformer
     return out
 
 
+async def start_scheduler_side(stack: AsyncExitStack, client: Client, factory: SharedInformerFactory,
+                               controllers: tuple[str, ...], seed: int) -> Any:
+    """Start the workload's controllers and a scheduler on ``client``; returns
+    once the scheduler's caches are synced. Stopping is left on ``stack``."""
+    from kubeplane.scheduler.scheduler import Scheduler
+
+    sched = Scheduler(client, informer_factory=factory, rng=random.Random(seed))
+    for c in _controllers(controllers, client, factory):
+        await c.start(sync_timeout=120)
+        stack.push_async_callback(c.stop)
+    sched_task = asyncio.create_task(sched.run())
+
+    async def _stop_sched() -> None:
+        await sched.stop()
+        await asyncio.wait_for(sched_task, 30)
+
+    stack.push_async_callback(_stop_sched)
+    await sched.start()  # idempotent with run(): returns once caches are synced
+    return sched
+
+
+class _SchedulerProcess:
+    """The scheduler side in a child process (:mod:`kubeplane.bench.worker`)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.peak_rss_mb = 0.0
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def start(cls, socket_path: str, controllers: tuple[str, ...], seed: int) -> "_SchedulerProcess":
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kubeplane.bench.worker", socket_path, "--seed", str(seed),
+            "--controllers", ",".join(controllers),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        self = cls(proc)
+        line = await self._line(180.0)
+        if line != "ready":
+            await self.stop()
+            raise RuntimeError(f"scheduler process did not start (said {line!r})")
+        return self
+
+    async def _line(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        raw = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        return raw.decode().strip()
+
+    async def catch_up(self, res: Any, want: int) -> None:
+        assert self.proc.stdin is not None
+        async with self._lock:
+            self.proc.stdin.write(f"catchup {res.plural} {want}\n".encode())
+            await self.proc.stdin.drain()
+            line = await self._line(60.0)
+        if line != "ok":
+            raise RuntimeError(f"scheduler process: {line}")
+
+    async def stop(self) -> None:
+        proc = self.proc
+        if proc.returncode is None and proc.stdin is not None:
+            try:
+                proc.stdin.write(b"stop\n")
+                await proc.stdin.drain()
+                proc.stdin.close()
+                while True:
+                    line = await self._line(60.0)
+                    if not line:
+                        break
+                    if line.startswith("{"):
+                        self.peak_rss_mb = float(json.loads(line).get("peak_rss_mb", 0.0))
+            except (asyncio.TimeoutError, ConnectionError, ValueError):
+                pass
+        if proc.returncode is None:
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
 async def run_workload(
     name: str,
     *,
@@ -455,18 +544,19 @@ async def run_workload(
     progress: Progress | None = None,
     stall_timeout_s: float = DEFAULT_STALL_S,
     seed: int = 0,
+    split: bool = False,
 ) -> dict[str, Any]:
     """Run workload ``name`` once and return its measurements.
 
     ``nodes`` / ``pods`` override the node count and the measured pod count
     (initial pods, and measured pods when ``pods`` is None, scale with the nodes). ``storage`` is "memory" or "sqlite"
     (a temporary directory). ``progress(scheduled, total)`` is called about ten
-    times a second during the measured phase.
+    times a second during the measured phase. ``split`` runs the scheduler and
+    the controllers in a second process.
     """
     from kubeplane.apiserver.app import ensure_default_namespaces
     from kubeplane.client.inprocess import InProcessClient
     from kubeplane.registry.registry import Registry
-    from kubeplane.scheduler.scheduler import Scheduler
     from kubeplane.storage import open_store
 
     w = get_workload(name)
@@ -493,22 +583,25 @@ async def run_workload(
         t0 = time.perf_counter()
         await runner.setup()
 
-        factory = runner.factory = SharedInformerFactory(client)
+        factory = SharedInformerFactory(client)
         stack.push_async_callback(factory.stop)
         factory.informer_for(PODS).add_event_handler(tracker.on_add, tracker.on_update, tracker.on_delete)
-        sched = Scheduler(client, informer_factory=factory, rng=random.Random(seed))
-        controllers = _controllers(w.controllers, client, factory)
-        for c in controllers:
-            await c.start(sync_timeout=120)
-            stack.push_async_callback(c.stop)
-        sched_task = asyncio.create_task(sched.run())
+        worker: _SchedulerProcess | None = None
+        if split:
+            from kubeplane.apiserver.wire import WireServer
 
-        async def _stop_sched() -> None:
-            await sched.stop()
-            await asyncio.wait_for(sched_task, 30)
-
-        stack.push_async_callback(_stop_sched)
-        await sched.start()  # idempotent with run(): returns once caches are synced
+            sock_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="kubeplane-wire-"))
+            server = WireServer(registry, os.path.join(sock_dir, "api.sock"))
+            await server.start()
+            stack.push_async_callback(server.stop)
+            worker = await _SchedulerProcess.start(server.path, w.controllers, seed)
+            stack.push_async_callback(worker.stop)
+            runner.remote_catch_up = worker.catch_up
+            factory.start()
+            await factory.wait_for_cache_sync()
+        else:
+            runner.factory = factory
+            await start_scheduler_side(stack, client, factory, w.controllers, seed)
         setup_s = time.perf_counter() - t0
 
         ticker = None
@@ -529,6 +622,11 @@ async def run_workload(
         out = runner.result(time.perf_counter())
         out["storage"] = storage
         out["setup_s"] = round(setup_s, 2)
+        out["split"] = split
+        if worker is not None:
+            await worker.stop()
+            out["scheduler_peak_rss_mb"] = worker.peak_rss_mb
+            out["peak_rss_mb"] = round(out["peak_rss_mb"] + worker.peak_rss_mb, 1)
         return out
 
 
@@ -544,15 +642,16 @@ def _parse(argv: list[str]) -> Any:
     p.add_argument("--pods", type=int, default=None, help="measured pods")
     p.add_argument("--storage", choices=("memory", "sqlite"), default="memory")
     p.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
+    p.add_argument("--split", action="store_true", help="scheduler and controllers in a second process")
     return p.parse_args(argv)
 
 
 async def run_cli(workload: str, *, nodes: int | None = None, pods: int | None = None, storage: str = "memory",
-                  as_json: bool = False) -> dict[str, Any]:
+                  as_json: bool = False, split: bool = False) -> dict[str, Any]:
     """Run with a rich progress bar on a terminal (none with ``as_json``) and print the result."""
     use_bar = not as_json and sys.stdout.isatty()
     if not use_bar:
-        out = await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=None)
+        out = await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=None, split=split)
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TimeElapsedColumn
 
@@ -563,7 +662,7 @@ async def run_cli(workload: str, *, nodes: int | None = None, pods: int | None =
             def cb(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            out = await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=cb)
+            out = await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=cb, split=split)
     if as_json:
         print(json.dumps(out))
     else:
@@ -582,5 +681,5 @@ def main(argv: list[str] | None = None) -> int:
         print(err.args[0], file=sys.stderr)
         return 2
     out = asyncio.run(run_cli(args.workload, nodes=args.nodes, pods=args.pods, storage=args.storage,
-                              as_json=args.json))
+                              as_json=args.json, split=args.split))
     return 1 if out["timed_out"] else 0

@@ -358,7 +358,10 @@ def nodes(kubeconfig: str | None, context: str | None, verbose: bool, node_count
               help="Storage of the embedded API (scheduler workloads).")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
               help="Repetitions per measurement of the api workload; medians are reported.")
-def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, storage: str, runs: int) -> None:
+@click.option("--split", is_flag=True,
+              help="Run the scheduler and controllers in a second process (scheduler workloads).")
+def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, storage: str, runs: int,
+          split: bool) -> None:
     """Benchmarks, run on demand. WORKLOAD is `api` (API machinery) or a scheduler_perf
     workload: SchedulingBasic, SchedulingPodAntiAffinity, SchedulingPodAffinity,
     SchedulingNodeAffinity, TopologySpreading, PreemptionBasic, PreemptionAsync, Unschedulable,
@@ -393,7 +396,7 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
         get_workload(workload)
     except KeyError as err:
         raise click.BadParameter(str(err.args[0]), param_hint="WORKLOAD") from None
-    out = asyncio.run(run_cli(workload, nodes=nodes, pods=pods, storage=storage, as_json=as_json))
+    out = asyncio.run(run_cli(workload, nodes=nodes, pods=pods, storage=storage, as_json=as_json, split=split))
     if out.get("timed_out"):
         sys.exit(1)
 

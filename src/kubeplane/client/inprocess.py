@@ -31,6 +31,18 @@ def _typed(res: ResourceInfo, obj: Obj) -> Obj:
     return out
 
 
+def _typed_shared(res: ResourceInfo, obj: Obj) -> Obj:
+    """``obj`` with apiVersion and kind, never modified: for callers that only read
+    the result (e.g. to serialise it)."""
+    if obj.get("kind") == "Status" or ("apiVersion" in obj and "kind" in obj):
+        return obj
+    return {"apiVersion": res.api_version, "kind": res.kind, **obj}
+
+
+def _same(obj: Any) -> Any:
+    return obj
+
+
 class InProcessWatch:
     def __init__(self, registry: Registry, res: ResourceInfo, namespace: str | None, opts: WatchOptions) -> None:
         self._res = res
@@ -64,19 +76,27 @@ class InProcessWatch:
 
 
 class InProcessClient:
-    """Implements :class:`kubeplane.client.interface.Client` over a Registry."""
+    """Implements :class:`kubeplane.client.interface.Client` over a Registry.
 
-    def __init__(self, registry: Registry, *, field_manager: str = "kubeplane") -> None:
+    With ``copies=False`` arguments are handed to the registry as they are and
+    results may share structure with stored objects: only for callers that
+    neither keep nor modify what they pass or receive (the wire server, which
+    decodes fresh arguments and encodes results).
+    """
+
+    def __init__(self, registry: Registry, *, field_manager: str = "kubeplane", copies: bool = True) -> None:
         self.registry = registry
         self.field_manager = field_manager
+        self._copy = _copy if copies else _same
+        self._typed = _typed if copies else _typed_shared
 
     async def get(self, res: ResourceInfo, name: str, namespace: str | None = None, *,
                   subresource: str | None = None) -> Obj:
         if subresource == "scale":
-            return _copy(await self.registry.get_scale(res, name, namespace))
+            return self._copy(await self.registry.get_scale(res, name, namespace))
         if subresource not in (None, "status"):
             raise errors.bad_request(f"subresource {subresource!r} cannot be read")
-        return _typed(res, await self.registry.get(res, name, namespace))
+        return self._typed(res, await self.registry.get(res, name, namespace))
 
     async def list(self, res: ResourceInfo, namespace: str | None = None, *, label_selector: str | None = None,
                    field_selector: str | None = None, limit: int | None = None, continue_token: str | None = None,
@@ -86,7 +106,7 @@ class InProcessClient:
             limit=limit or 0, continue_token=continue_token or "", resource_version=resource_version or "",
             resource_version_match=resource_version_match or "",
         )
-        return _copy(result)
+        return self._copy(result)
 
     async def create(self, res: ResourceInfo, obj: Obj, namespace: str | None = None, *,
                      subresource: str | None = None, name: str | None = None, field_manager: str | None = None,
@@ -94,28 +114,28 @@ class InProcessClient:
         if subresource == "binding":
             if not name:
                 raise errors.bad_request("binding requires the pod name")
-            return await self.registry.bind(name, namespace or "", _copy(obj), dry_run=dry_run)
+            return await self.registry.bind(name, namespace or "", self._copy(obj), dry_run=dry_run)
         if subresource is not None:
             raise errors.method_not_allowed(f"cannot create subresource {subresource!r}")
         if namespace is None and res.namespaced:
             namespace = (obj.get("metadata") or {}).get("namespace")
         created = await self.registry.create(res, obj, namespace, dry_run=dry_run,
                                              field_manager=field_manager or self.field_manager)
-        return _typed(res, created)
+        return self._typed(res, created)
 
     async def update(self, res: ResourceInfo, obj: Obj, *, subresource: str | None = None,
                      field_manager: str | None = None, dry_run: bool = False) -> Obj:
         md = obj.get("metadata") or {}
         if subresource == "scale":
-            scale = _copy(obj)
+            scale = self._copy(obj)
             out = await self.registry.update_scale(res, md.get("name", ""), md.get("namespace"), lambda _c: scale,
                                                    dry_run=dry_run)
-            return _copy(out)
+            return self._copy(out)
         updated = await self.registry.update(
             res, obj, name=md.get("name"), namespace=md.get("namespace"), subresource=subresource,
             dry_run=dry_run, field_manager=field_manager or self.field_manager,
         )
-        return _typed(res, updated)
+        return self._typed(res, updated)
 
     async def patch(self, res: ResourceInfo, name: str, patch: Any, namespace: str | None = None, *,
                     patch_type: PatchType = "merge", subresource: str | None = None,
@@ -123,17 +143,17 @@ class InProcessClient:
         if subresource == "scale":
             from kubeplane.api import patch as patching
 
-            p = _copy(patch)
+            p = self._copy(patch)
 
             def scale_of(current: Obj) -> Obj:
                 return patching.json_patch(current, p) if patch_type == "json" else patching.merge_patch(current, p)
 
-            return _copy(await self.registry.update_scale(res, name, namespace or "", scale_of, dry_run=dry_run))
+            return self._copy(await self.registry.update_scale(res, name, namespace or "", scale_of, dry_run=dry_run))
         obj, _created = await self.registry.patch(
-            res, name, _copy(patch), namespace, patch_type=patch_type, subresource=subresource, dry_run=dry_run,
+            res, name, self._copy(patch), namespace, patch_type=patch_type, subresource=subresource, dry_run=dry_run,
             field_manager=field_manager or self.field_manager, force=force,
         )
-        return _typed(res, obj)
+        return self._typed(res, obj)
 
     async def delete(self, res: ResourceInfo, name: str, namespace: str | None = None, *,
                      grace_period_seconds: int | None = None, propagation_policy: str | None = None,
@@ -142,7 +162,7 @@ class InProcessClient:
             res, name, namespace, grace_period_seconds=grace_period_seconds,
             propagation_policy=propagation_policy, preconditions=preconditions, dry_run=dry_run,
         )
-        return _typed(res, obj)
+        return self._typed(res, obj)
 
     def watch(self, res: ResourceInfo, namespace: str | None = None, *, resource_version: str | None = None,
               label_selector: str | None = None, field_selector: str | None = None, allow_bookmarks: bool = True,

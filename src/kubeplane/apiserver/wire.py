@@ -1,0 +1,162 @@
+"""Serves the registry on the local wire (see :mod:`kubeplane.client.wire`).
+
+Requests run as tasks, so one slow request never holds up the others on the
+connection; watch bursts are encoded once per frame and sent with flow
+control. Any error, including a malformed frame, becomes a Status or closes
+that one connection: the server itself never stops on input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from kubeplane.api import errors
+from kubeplane.client.inprocess import InProcessClient, _typed_shared
+from kubeplane.client.wire import ENDED, EVENTS, FAILED, OK, FrameProtocol
+from kubeplane.registry.registry import Registry, WatchOptions
+
+log = logging.getLogger(__name__)
+
+_REQUESTS = ("get", "list", "create", "update", "patch", "delete")
+
+
+class _Connection:
+    def __init__(self, server: "WireServer") -> None:
+        self.server = server
+        self.proto = FrameProtocol(self._on_message, self._on_lost)
+        self.tasks: dict[int, asyncio.Task] = {}
+        self.watches: dict[int, asyncio.Task] = {}
+
+    def _on_message(self, message: Any) -> None:
+        try:
+            rid, op, group, version, plural, args = message
+            if not isinstance(rid, int) or not isinstance(args, dict):
+                raise ValueError
+        except (TypeError, ValueError):
+            self.proto._protocol_error("malformed request frame")
+            return
+        if op == "cancel":
+            task = self.watches.pop(rid, None)
+            if task is not None:
+                task.cancel()
+            return
+        loop = asyncio.get_running_loop()
+        if op == "watch":
+            self.watches[rid] = loop.create_task(self._watch(rid, group, version, plural, args))
+            return
+        self.tasks[rid] = loop.create_task(self._request(rid, op, group, version, plural, args))
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        for task in list(self.tasks.values()) + list(self.watches.values()):
+            task.cancel()
+        self.server._connections.discard(self)
+
+    def _send(self, message: Any) -> None:
+        if not self.proto.closed:
+            try:
+                self.proto.send(message)
+            except errors.StatusError as err:  # result too large to frame
+                self.proto.send([message[0], FAILED, err.to_status()])
+
+    def _resource(self, group: Any, version: Any, plural: Any) -> Any:
+        res = self.server.registry.catalogue.by_gvr(group, version, plural)
+        if res is None:
+            raise errors.not_found("resource", f"{plural}.{version}.{group}" if group else f"{plural}.{version}")
+        return res
+
+    async def _request(self, rid: int, op: str, group: Any, version: Any, plural: Any, args: dict) -> None:
+        try:
+            if op not in _REQUESTS:
+                raise errors.bad_request(f"unknown operation {op!r}")
+            res = self._resource(group, version, plural)
+            try:
+                result = await getattr(self.server.client, op)(res, **args)
+            except TypeError as err:
+                raise errors.bad_request(f"bad arguments for {op}: {err}") from None
+            reply = [rid, OK, result]
+        except errors.StatusError as err:
+            reply = [rid, FAILED, err.to_status()]
+        except asyncio.CancelledError:
+            return
+        except Exception as err:  # noqa: BLE001 - the server must survive any input
+            log.exception("wire request %s failed", op)
+            reply = [rid, FAILED, errors.internal(str(err)).to_status()]
+        finally:
+            self.tasks.pop(rid, None)
+        self._send(reply)
+
+    async def _watch(self, wid: int, group: Any, version: Any, plural: Any, args: dict) -> None:
+        batches = None
+        try:
+            res = self._resource(group, version, plural)
+            send_initial = bool(args.get("send_initial_events"))
+            timeout = args.get("timeout_seconds")
+            opts = WatchOptions(
+                resource_version=args.get("resource_version") or "",
+                resource_version_match="NotOlderThan" if send_initial else "",
+                label_selector=args.get("label_selector") or "",
+                field_selector=args.get("field_selector") or "",
+                allow_bookmarks=bool(args.get("allow_bookmarks", True)),
+                send_initial_events=True if send_initial else None,
+                timeout_seconds=float(timeout) if timeout else None,
+            )
+            batches = self.server.registry.watch_batches(res, args.get("namespace"), opts)
+            async for batch in batches:
+                self._send([wid, EVENTS, [[t, o if t == "ERROR" else _typed_shared(res, o)] for t, o in batch]])
+                await self.proto.drain()
+                if any(t == "ERROR" for t, _ in batch):
+                    break
+        except errors.StatusError as err:
+            self._send([wid, EVENTS, [["ERROR", err.to_status()]]])
+        except (asyncio.CancelledError, ConnectionError):
+            return
+        except Exception as err:  # noqa: BLE001
+            log.exception("wire watch failed")
+            self._send([wid, EVENTS, [["ERROR", errors.internal(str(err)).to_status()]]])
+        finally:
+            if batches is not None:
+                await batches.aclose()
+            if self.watches.pop(wid, None) is not None:
+                self._send([wid, ENDED, None])
+
+
+class WireServer:
+    """Listens on a Unix socket (created with mode 0600) and serves ``registry``."""
+
+    def __init__(self, registry: Registry, path: str) -> None:
+        self.registry = registry
+        self.path = path
+        self.client = InProcessClient(registry, copies=False)
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[_Connection] = set()
+
+    async def start(self) -> None:
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        loop = asyncio.get_running_loop()
+        old = os.umask(0o177)
+        try:
+            self._server = await loop.create_unix_server(self._accept, self.path)
+        finally:
+            os.umask(old)
+
+    def _accept(self) -> FrameProtocol:
+        conn = _Connection(self)
+        self._connections.add(conn)
+        return conn.proto
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self._connections):
+                if conn.proto.transport is not None:
+                    conn.proto.transport.close()
+            await self._server.wait_closed()
+            self._server = None
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,80 @@
+"""The scheduler process of ``kubeplane bench --split``.
+
+Runs the scheduler (and, when asked, the workload's controllers) against the
+benchmark's registry over the local wire, and takes line commands on stdin:
+
+* ``catchup PLURAL COUNT``: answer ``ok`` once the shared informer of that
+  resource holds at least COUNT objects;
+* ``stop`` (or end of input): stop everything, print one JSON line with the
+  process's peak RSS and exit.
+
+It prints ``ready`` once the scheduler's caches are synced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import resource as _resource
+import sys
+from contextlib import AsyncExitStack
+
+from kubeplane.api.resources import resource
+from kubeplane.client.informer import SharedInformerFactory
+from kubeplane.client.wire import WireClient
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def _stdin_lines() -> asyncio.StreamReader:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    return reader
+
+
+async def serve(socket_path: str, seed: int, controllers: tuple[str, ...]) -> None:
+    from kubeplane.bench.scheduler import start_scheduler_side
+
+    async with AsyncExitStack() as stack:
+        client = WireClient(socket_path)
+        stack.push_async_callback(client.close)
+        factory = SharedInformerFactory(client)
+        stack.push_async_callback(factory.stop)
+        await start_scheduler_side(stack, client, factory, controllers, seed)
+        _say("ready")
+        reader = await _stdin_lines()
+        while True:
+            raw = await reader.readline()
+            words = raw.decode().split()
+            if not words or words[0] == "stop":
+                break
+            if words[0] == "catchup" and len(words) == 3:
+                inf = factory.informer_for(resource(words[1]))
+                want = int(words[2])
+                while len(inf.indexer) < want:
+                    await asyncio.sleep(0.005)
+                _say("ok")
+            else:
+                _say(f"error unknown command {raw.decode().strip()!r}")
+    _say(json.dumps({"peak_rss_mb": round(_resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kubeplane-bench-worker")
+    p.add_argument("socket")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--controllers", default="", help="comma-separated: pv, provisioner, resourceclaim")
+    args = p.parse_args(argv)
+    controllers = tuple(c for c in args.controllers.split(",") if c)
+    asyncio.run(serve(args.socket, args.seed, controllers))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
