@@ -94,6 +94,14 @@ def _key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
+def count_held(indexer: Any, settled: bool = False) -> int:
+    """Objects in an informer's indexer; with ``settled`` only those whose
+    ``status.phase`` a controller has moved past Pending."""
+    if not settled:
+        return len(indexer)
+    return sum(1 for o in indexer.list() if (o.get("status") or {}).get("phase") not in (None, "", "Pending"))
+
+
 @dataclass
 class PodTracker:
     """Creation and binding times of pods, fed by the shared pod informer."""
@@ -206,19 +214,20 @@ class _Runner:
         self._seq = 0
         self.factory: SharedInformerFactory | None = None
         #: with ``split``: waits until the scheduler process's informer of a
-        #: resource holds a number of objects
-        self.remote_catch_up: Callable[[Any, int], Any] | None = None
+        #: resource holds a number of objects (settled ones)
+        self.remote_catch_up: Callable[[Any, int, bool], Any] | None = None
 
-    async def _informer_catch_up(self, res: Any, timeout: float = 30.0) -> None:
-        """Wait until the scheduler's shared informer of ``res`` holds every stored object."""
+    async def _informer_catch_up(self, res: Any, settled: bool = False, timeout: float = 30.0) -> None:
+        """Wait until the scheduler's shared informer of ``res`` holds every stored
+        object (with ``settled``: each past phase Pending, see :func:`count_held`)."""
         want = len((await self.client.list(res))["items"])
         if self.remote_catch_up is not None:
-            await asyncio.wait_for(self.remote_catch_up(res, want), timeout)
+            await asyncio.wait_for(self.remote_catch_up(res, want, settled), timeout)
         if self.factory is None:
             return
         inf = self.factory.informer_for(res)
         deadline = time.perf_counter() + timeout
-        while len(inf.indexer) < want and time.perf_counter() < deadline:
+        while count_held(inf.indexer, settled) < want and time.perf_counter() < deadline:
             await asyncio.sleep(0.01)
 
     # -- setup ops (before the scheduler runs) ------------------------------
@@ -307,14 +316,15 @@ class _Runner:
 
     async def _create_pods(self, op: CreatePods, count: int) -> None:
         if op.volumes == "static":
-            # All PVs first, seen by the scheduler's informer before the pods
+            # All PVs first, seen by the scheduler's informer past phase
+            # Pending (the PV controller's first write) before the pods
             # arrive: a pod must not race its own volume.
             first = self._seq + 1
             for i in range(count):
                 await self.client.create(PVS, pv_static(f"pv-{op.namespace}-{op.phase}-{first + i}", STATIC_CLASS))
                 if i % CREATE_BATCH == CREATE_BATCH - 1:
                     await asyncio.sleep(0)
-            await self._informer_catch_up(PVS)
+            await self._informer_catch_up(PVS, settled=True)
         for i in range(count):
             await self._create_pod(op.template, op.namespace, op.phase, op.volumes)
             if i % CREATE_BATCH == CREATE_BATCH - 1:
@@ -503,10 +513,10 @@ class _SchedulerProcess:
         raw = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
         return raw.decode().strip()
 
-    async def catch_up(self, res: Any, want: int) -> None:
+    async def catch_up(self, res: Any, want: int, settled: bool = False) -> None:
         assert self.proc.stdin is not None
         async with self._lock:
-            self.proc.stdin.write(f"catchup {res.plural} {want}\n".encode())
+            self.proc.stdin.write(f"catchup {res.plural} {want}{' settled' if settled else ''}\n".encode())
             await self.proc.stdin.drain()
             line = await self._line(60.0)
         if line != "ok":

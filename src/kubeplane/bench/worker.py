@@ -3,8 +3,9 @@
 Runs the scheduler (and, when asked, the workload's controllers) against the
 benchmark's registry over the local wire, and takes line commands on stdin:
 
-* ``catchup PLURAL COUNT``: answer ``ok`` once the shared informer of that
-  resource holds at least COUNT objects;
+* ``catchup PLURAL COUNT [settled]``: answer ``ok`` once the shared informer
+  of that resource holds at least COUNT objects (with ``settled``: objects
+  past phase Pending);
 * ``stop`` (or end of input): stop everything, print one JSON line with the
   process's peak RSS and exit.
 
@@ -39,7 +40,7 @@ async def _stdin_lines() -> asyncio.StreamReader:
 
 
 async def serve(socket_path: str, seed: int, controllers: tuple[str, ...]) -> None:
-    from kubeplane.bench.scheduler import start_scheduler_side
+    from kubeplane.bench.scheduler import count_held, start_scheduler_side
 
     async with AsyncExitStack() as stack:
         client = WireClient(socket_path)
@@ -54,10 +55,11 @@ async def serve(socket_path: str, seed: int, controllers: tuple[str, ...]) -> No
             words = raw.decode().split()
             if not words or words[0] == "stop":
                 break
-            if words[0] == "catchup" and len(words) == 3:
+            if words[0] == "catchup" and len(words) in (3, 4):
                 inf = factory.informer_for(resource(words[1]))
                 want = int(words[2])
-                while len(inf.indexer) < want:
+                settled = len(words) == 4 and words[3] == "settled"
+                while count_held(inf.indexer, settled) < want:
                     await asyncio.sleep(0.005)
                 _say("ok")
             else:

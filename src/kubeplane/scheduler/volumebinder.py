@@ -24,7 +24,7 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy
@@ -100,6 +100,14 @@ def _rv(obj: Mapping[str, Any]) -> str:
 
 def _spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("spec") or {}
+
+
+def _pv_wait_key(pv: Any) -> str:
+    return "pv:" + (_meta(pv).get("name") or "")
+
+
+def _pvc_wait_key(pvc: Any) -> str:
+    return "pvc:" + _ns_name(pvc)
 
 
 def _ns_name(obj: Mapping[str, Any]) -> str:
@@ -343,7 +351,8 @@ class VolumeBinder:
         self.client = client
         self.bind_timeout = bind_timeout
         self.poll_interval = poll_interval
-        self._waiters: set[asyncio.Event] = set()
+        #: PreBinds waiting for their writes to complete, by PV / PVC key
+        self._waiters: dict[str, set[asyncio.Event]] = {}
         self._volume_facts = VolumeFactsCache()
         #: storage class -> (unclaimed generation, claim shape -> shared index)
         self._shared: dict[str, tuple[int, dict[tuple[Any, ...], SharedVolumeIndex]]] = {}
@@ -377,9 +386,11 @@ class VolumeBinder:
             bind_timeout=bind_timeout,
             poll_interval=poll_interval,
         )
-        wake = binder.notify
-        for inf in (pv_inf, pvc_inf):
-            inf.add_event_handler(lambda obj: wake(), lambda old, new: wake(), lambda obj: wake())
+        for inf, key_of in ((pv_inf, _pv_wait_key), (pvc_inf, _pvc_wait_key)):
+            def wake(obj: Any, key_of: Callable[[Any], str] = key_of) -> None:
+                binder.notify(key_of(obj))
+
+            inf.add_event_handler(wake, lambda old, new, wake=wake: wake(new), wake)
         return binder
 
     # ------------------------------------------------------------------ PreFilter
@@ -794,17 +805,25 @@ class VolumeBinder:
                 self.pvc_cache.restore(p.pvc)
             raise
 
-    def notify(self) -> None:
-        """Wake waiting PreBinds (called from PV/PVC informer handlers)."""
-        for ev in self._waiters:
+    def notify(self, key: str) -> None:
+        """Wake the PreBinds waiting on one PV or PVC (called from the informer
+        handlers with :func:`_pv_wait_key` / :func:`_pvc_wait_key`)."""
+        for ev in self._waiters.get(key, ()):
             ev.set()
 
     async def wait_for_bindings(self, pod: Mapping[str, Any], node_name: str, pod_volumes: PodVolumes) -> None:
+        """Poll until the writes of PreBind are complete. A change of one of the
+        pod's own PVs or PVCs wakes the poll early; any other change (node,
+        pod) is seen at the next poll interval, as upstream polls."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.bind_timeout
+        keys = [_pv_wait_key(b.pv) for b in pod_volumes.static_bindings]
+        keys += [_pvc_wait_key(b.pvc) for b in pod_volumes.static_bindings]
+        keys += [_pvc_wait_key(p.pvc) for p in pod_volumes.dynamic_provisions]
         while True:
             ev = asyncio.Event()
-            self._waiters.add(ev)
+            for k in keys:
+                self._waiters.setdefault(k, set()).add(ev)
             try:
                 try:
                     done = self.check_bindings(pod, node_name, pod_volumes)
@@ -821,7 +840,12 @@ class VolumeBinder:
                 except asyncio.TimeoutError:
                     pass
             finally:
-                self._waiters.discard(ev)
+                for k in keys:
+                    waiting = self._waiters.get(k)
+                    if waiting is not None:
+                        waiting.discard(ev)
+                        if not waiting:
+                            del self._waiters[k]
 
     def check_bindings(self, pod: Mapping[str, Any], node_name: str, pod_volumes: PodVolumes) -> bool:
         """True once every written object is fully bound; raises when binding cannot succeed."""

@@ -442,6 +442,48 @@ async def test_prebind_static_waits_for_pv_controller() -> None:
     assert len(env.plugin.binder.pv_cache) == 0  # assumption expired by the informer update
 
 
+async def test_prebind_wakes_only_for_its_own_volumes() -> None:
+    """A waiting PreBind re-checks when one of its own PVs or PVCs changes, not
+    on every PV/PVC event (many waiting pods would make that quadratic)."""
+    env = Env()
+    env.put("storageclasses", sc("local"))
+    for name in ("a", "b"):
+        env.put("pods", pod(f"p{name}", name))
+        env.put("persistentvolumeclaims", pvc(name))
+    env.put("persistentvolumes", pv("pv1", on="n1"))
+    env.put("persistentvolumes", pv("pv2", on="n1"))
+    binder = env.plugin.binder
+    checks: list[str] = []
+    real_check = binder.check_bindings
+
+    def counting(p, node_name, pod_volumes):
+        checks.append(p["metadata"]["name"])
+        return real_check(p, node_name, pod_volumes)
+
+    binder.check_bindings = counting
+    state_a = _reserve(env, pod("pa", "a"), "n1")
+    task_a = asyncio.create_task(env.plugin.pre_bind(state_a, PodInfo(pod("pa", "a")), "n1"))
+    await asyncio.sleep(0.01)
+    assert checks == ["pa"]
+    # Changes of other objects: claim b, the other PV, an unrelated claim.
+    env.put("persistentvolumeclaims", pvc("b", note="x"))
+    env.put("persistentvolumeclaims", pvc("c"))
+    other = [o for r, o in env.client.updates if o["metadata"]["name"] == "pv1"]
+    env.put("persistentvolumes", pv("pv3", on="n2"))
+    await asyncio.sleep(0.01)
+    assert checks == ["pa"] and not task_a.done() and other
+    # Its own PV moves on: one re-check; then its claim completes.
+    done_pv = copy.deepcopy(other[0])
+    done_pv["status"]["phase"] = "Bound"
+    env.put("persistentvolumes", done_pv)
+    await asyncio.sleep(0.01)
+    assert checks == ["pa", "pa"]
+    env.put("persistentvolumeclaims", pvc("a", volume="pv1", bound=True))
+    assert await asyncio.wait_for(task_a, 1) is None
+    assert checks == ["pa", "pa", "pa"]
+    assert binder._waiters == {}
+
+
 async def test_prebind_provisioning_and_rescheduling_request() -> None:
     env = Env()
     env.put("pods", pod("p", "c"))
