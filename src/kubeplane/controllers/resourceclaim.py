@@ -115,7 +115,7 @@ class ResourceClaimController(Controller):
         client: Client,
         factory: SharedInformerFactory | None = None,
         *,
-        workers: int = 1,
+        workers: int = 4,
         deleted_pods_cache_size: int = 4096,
         name: str = "resource-claim-controller",
     ) -> None:

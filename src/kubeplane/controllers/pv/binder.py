@@ -132,7 +132,7 @@ class PersistentVolumeController(Controller):
         client: Client,
         factory: SharedInformerFactory | None = None,
         *,
-        workers: int = 1,
+        workers: int = 4,
         resync_period: float = 15.0,
         delete_unprovisioned_volumes: bool = True,
         name: str = "persistentvolume-controller",

@@ -101,7 +101,7 @@ class LocalProvisioner(Controller):
         factory: SharedInformerFactory | None = None,
         *,
         provisioner_name: str = DEFAULT_PROVISIONER,
-        workers: int = 1,
+        workers: int = 4,
         publish_capacity: bool = True,
         capacity_namespace: str = "kube-system",
         reschedule_on_exhausted: bool = False,
