@@ -1,8 +1,10 @@
 """Assembling the control-plane components, in one process or separately.
 
-``kubeplane up`` runs everything over the in-process client; ``kubeplane
-scheduler``, ``controllers`` and ``nodes`` run one part each over HTTP (any
-Kubernetes API server), which is how kubeplane uses more than one core.
+``kubeplane up`` runs everything over the in-process client; ``up --split``
+runs the scheduler, controllers and simulated nodes in a child process that
+reaches the registry over the local wire (:class:`ComponentProcess`);
+``kubeplane scheduler``, ``controllers`` and ``nodes`` run one part each over
+HTTP against any Kubernetes API server.
 """
 
 from __future__ import annotations
@@ -67,3 +69,136 @@ class Components:
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+class ComponentProcess:
+    """A child process running components over the local wire
+    (:mod:`kubeplane.client.wire`), driven by lines on its stdin and stdout.
+
+    The child prints ``ready`` once it runs; ``stop`` (or the end of its
+    input, e.g. because this process died) makes it stop and exit. Other
+    lines are requests answered with one line each."""
+
+    def __init__(self, argv: list[str], name: str) -> None:
+        self.argv = argv
+        self.name = name
+        self.proc: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()
+        self._stopping = False
+
+    async def start(self, timeout: float = 180.0) -> None:
+        # A session of its own: a Ctrl-C at the terminal reaches only the
+        # parent, which then stops the child in order.
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True)
+        try:
+            line = await self._line(timeout)
+        except asyncio.TimeoutError:
+            line = "(no answer)"
+        if line != "ready":
+            await self._shutdown(5.0)
+            raise RuntimeError(f"{self.name} did not start (said {line!r})")
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def _line(self, timeout: float) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        raw = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        return raw.decode().strip()
+
+    async def request(self, line: str, timeout: float = 60.0) -> str:
+        """Send one line and return the answer line."""
+        assert self.proc is not None and self.proc.stdin is not None
+        async with self._lock:
+            self.proc.stdin.write(line.encode() + b"\n")
+            await self.proc.stdin.drain()
+            return await self._line(timeout)
+
+    async def supervise(self, restart_delay: float = 1.0) -> None:
+        """Start the child again whenever it exits before :meth:`stop`."""
+        while not self._stopping:
+            proc = self.proc
+            if proc is not None:
+                await proc.wait()
+                if self._stopping:
+                    return
+                log.error("%s exited with code %s; starting it again", self.name, proc.returncode)
+            await asyncio.sleep(restart_delay)
+            if self._stopping:
+                return
+            try:
+                await self.start()
+            except (RuntimeError, OSError) as err:
+                log.error("%s: %s", self.name, err)
+
+    async def stop(self, timeout: float = 30.0) -> list[str]:
+        """Ask the child to stop; returns the lines it printed while stopping."""
+        self._stopping = True
+        return await self._shutdown(timeout)
+
+    async def _shutdown(self, timeout: float) -> list[str]:
+        proc = self.proc
+        said: list[str] = []
+        if proc is None:
+            return said
+        if proc.returncode is None and proc.stdin is not None:
+            try:
+                proc.stdin.write(b"stop\n")
+                await proc.stdin.drain()
+                proc.stdin.close()
+                while True:
+                    line = await self._line(timeout)
+                    if not line:
+                        break
+                    said.append(line)
+            except (asyncio.TimeoutError, ConnectionError):
+                pass
+        if proc.returncode is None:
+            try:
+                await asyncio.wait_for(proc.wait(), timeout)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+        return said
+
+
+class ServedSocket:
+    """A local wire server as a component; stopping it removes the socket and,
+    when given, the private directory made for it."""
+
+    def __init__(self, server: Any, directory: str | None = None) -> None:
+        self.server = server
+        self.directory = directory
+
+    async def stop(self) -> None:
+        import shutil
+
+        await self.server.stop()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+async def read_commands(on_line: Any) -> None:
+    """The child's side of :class:`ComponentProcess`: calls ``await on_line(words)``
+    for every request line and returns at ``stop`` or at the end of input."""
+    import sys
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while True:
+        raw = await reader.readline()
+        words = raw.decode().split()
+        if not words or words[0] == "stop":
+            return
+        await on_line(words)
+
+
+def say(line: str) -> None:
+    """One line to the parent (:class:`ComponentProcess`)."""
+    import sys
+
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()

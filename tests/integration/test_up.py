@@ -1,21 +1,55 @@
-"""``kubeplane up``: a working cluster with simulated nodes, driven by kubectl."""
+"""``kubeplane up``: a working cluster with simulated nodes, driven by kubectl,
+in one process and with ``--split`` (components in a second process)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import Kubectl, start_server
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+@pytest.fixture(scope="module", params=["one-process", "split"])
+def cluster(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("up")
-    srv = start_server(tmp, storage="sqlite", command="up", extra=["--nodes", "3", "--node-cpu", "2"])
+    extra = ["--nodes", "3", "--node-cpu", "2"] + (["--split"] if request.param == "split" else [])
+    srv = start_server(tmp, storage="sqlite", command="up", extra=extra)
     yield srv, Kubectl(srv.kubeconfig, tmp / "home")
     srv.stop()
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def test_nodes_are_ready(cluster):
@@ -89,3 +123,32 @@ spec:
     described = kubectl("describe", "pod", "fits").out
     assert "Scheduled" in described and "Successfully assigned default/fits to node-" in described
     kubectl("delete", "pod", "fits", "toobig", "--wait=false")
+
+
+def test_split_restarts_a_dead_components_process_and_stops_cleanly(tmp_path):
+    # A data directory too deep for a Unix socket path: the socket gets a private temporary directory.
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    srv = start_server(deep, storage="sqlite", command="up", extra=["--nodes", "2", "--split"])
+    kubectl = Kubectl(srv.kubeconfig, tmp_path / "home")
+    try:
+        (child,) = [p for p in _children(srv.proc.pid) if "components" in _cmdline(p)]
+        args = _cmdline(child)
+        sock = args[args.index("--api-socket") + 1]
+        assert os.stat(sock).st_mode & 0o077 == 0  # the socket is private to its owner
+        kubectl("run", "before", "--image=nginx")
+        kubectl("wait", "--for=condition=Ready", "pod/before", "--timeout=30s")
+        os.kill(child, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        fresh: list[int] = []
+        while time.monotonic() < deadline and not fresh:
+            time.sleep(0.1)
+            fresh = [p for p in _children(srv.proc.pid) if "components" in _cmdline(p) and p != child]
+        assert fresh, srv.log()
+        kubectl("run", "after", "--image=nginx")  # scheduled and started by the new process
+        kubectl("wait", "--for=condition=Ready", "pod/after", "--timeout=30s")
+        assert "starting it again" in srv.log()
+    finally:
+        srv.stop()
+    assert srv.proc.returncode == 0
+    assert all(_gone(p) for p in fresh)
+    assert not str(sock).startswith(str(deep)) and not os.path.exists(os.path.dirname(sock))

@@ -490,59 +490,23 @@ async def start_scheduler_side(stack: AsyncExitStack, client: Client, factory: S
 class _SchedulerProcess:
     """The scheduler side in a child process (:mod:`kubeplane.bench.worker`)."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
+    def __init__(self, socket_path: str, controllers: tuple[str, ...], seed: int) -> None:
+        from kubeplane.cluster import ComponentProcess
+
+        self.child = ComponentProcess(
+            [sys.executable, "-m", "kubeplane.bench.worker", socket_path, "--seed", str(seed),
+             "--controllers", ",".join(controllers)], "scheduler process")
         self.peak_rss_mb = 0.0
-        self._lock = asyncio.Lock()
-
-    @classmethod
-    async def start(cls, socket_path: str, controllers: tuple[str, ...], seed: int) -> "_SchedulerProcess":
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "kubeplane.bench.worker", socket_path, "--seed", str(seed),
-            "--controllers", ",".join(controllers),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
-        self = cls(proc)
-        line = await self._line(180.0)
-        if line != "ready":
-            await self.stop()
-            raise RuntimeError(f"scheduler process did not start (said {line!r})")
-        return self
-
-    async def _line(self, timeout: float) -> str:
-        assert self.proc.stdout is not None
-        raw = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
-        return raw.decode().strip()
 
     async def catch_up(self, res: Any, want: int, settled: bool = False) -> None:
-        assert self.proc.stdin is not None
-        async with self._lock:
-            self.proc.stdin.write(f"catchup {res.plural} {want}{' settled' if settled else ''}\n".encode())
-            await self.proc.stdin.drain()
-            line = await self._line(60.0)
+        line = await self.child.request(f"catchup {res.plural} {want}{' settled' if settled else ''}")
         if line != "ok":
             raise RuntimeError(f"scheduler process: {line}")
 
     async def stop(self) -> None:
-        proc = self.proc
-        if proc.returncode is None and proc.stdin is not None:
-            try:
-                proc.stdin.write(b"stop\n")
-                await proc.stdin.drain()
-                proc.stdin.close()
-                while True:
-                    line = await self._line(60.0)
-                    if not line:
-                        break
-                    if line.startswith("{"):
-                        self.peak_rss_mb = float(json.loads(line).get("peak_rss_mb", 0.0))
-            except (asyncio.TimeoutError, ConnectionError, ValueError):
-                pass
-        if proc.returncode is None:
-            try:
-                await asyncio.wait_for(proc.wait(), 30)
-            except asyncio.TimeoutError:
-                proc.kill()
-                await proc.wait()
+        for line in await self.child.stop():
+            if line.startswith("{"):
+                self.peak_rss_mb = float(json.loads(line).get("peak_rss_mb", 0.0))
 
 
 async def run_workload(
@@ -604,8 +568,9 @@ async def run_workload(
             server = WireServer(registry, os.path.join(sock_dir, "api.sock"))
             await server.start()
             stack.push_async_callback(server.stop)
-            worker = await _SchedulerProcess.start(server.path, w.controllers, seed)
+            worker = _SchedulerProcess(server.path, w.controllers, seed)
             stack.push_async_callback(worker.stop)
+            await worker.child.start()
             runner.remote_catch_up = worker.catch_up
             factory.start()
             await factory.wait_for_cache_sync()

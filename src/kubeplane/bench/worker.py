@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import resource as _resource
 import sys
 from contextlib import AsyncExitStack
@@ -25,18 +24,7 @@ from contextlib import AsyncExitStack
 from kubeplane.api.resources import resource
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.wire import WireClient
-
-
-def _say(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
-async def _stdin_lines() -> asyncio.StreamReader:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    return reader
+from kubeplane.cluster import read_commands, say
 
 
 async def serve(socket_path: str, seed: int, controllers: tuple[str, ...]) -> None:
@@ -48,23 +36,21 @@ async def serve(socket_path: str, seed: int, controllers: tuple[str, ...]) -> No
         factory = SharedInformerFactory(client)
         stack.push_async_callback(factory.stop)
         await start_scheduler_side(stack, client, factory, controllers, seed)
-        _say("ready")
-        reader = await _stdin_lines()
-        while True:
-            raw = await reader.readline()
-            words = raw.decode().split()
-            if not words or words[0] == "stop":
-                break
+
+        async def command(words: list[str]) -> None:
             if words[0] == "catchup" and len(words) in (3, 4):
                 inf = factory.informer_for(resource(words[1]))
                 want = int(words[2])
                 settled = len(words) == 4 and words[3] == "settled"
                 while count_held(inf.indexer, settled) < want:
                     await asyncio.sleep(0.005)
-                _say("ok")
+                say("ok")
             else:
-                _say(f"error unknown command {raw.decode().strip()!r}")
-    _say(json.dumps({"peak_rss_mb": round(_resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)}))
+                say(f"error unknown command {' '.join(words)!r}")
+
+        say("ready")
+        await read_commands(command)
+    say(json.dumps({"peak_rss_mb": round(_resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -123,16 +123,19 @@ def _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, z
 @_node_options
 @click.option("--scheduler-config", type=click.Path(exists=True, dir_okay=False), default=None,
               help="KubeSchedulerConfiguration file for the built-in scheduler.")
+@click.option("--split", is_flag=True,
+              help="Run the scheduler, controllers and simulated nodes in a second process, joined to the "
+                   "API server by a Unix socket, so that two cores do the work.")
 def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
        verbose: bool, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
-       node_prefix: str, gpus_per_node: int, scheduler_config: str | None) -> None:
-    """Run a whole cluster in one process: API server, scheduler, controllers, simulated nodes."""
+       node_prefix: str, gpus_per_node: int, scheduler_config: str | None, split: bool) -> None:
+    """Run a whole cluster: API server, scheduler, controllers, simulated nodes (one process,
+    or two with --split)."""
     import os
 
     from kubeplane.apiserver.app import APIServer, APIServerConfig, parse_listen
-    from kubeplane.client.informer import SharedInformerFactory
     from kubeplane.client.inprocess import InProcessClient
-    from kubeplane.cluster import Components, ControllerOptions, build_controllers
+    from kubeplane.cluster import Components
 
     _setup_logging(verbose)
     try:
@@ -145,23 +148,17 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
     sched_kwargs = _scheduler_kwargs(scheduler_config)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=None,
                                        history_revisions=history_revisions))
+    node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
 
     async def go(stop: asyncio.Event) -> None:
-        from kubeplane.scheduler.scheduler import Scheduler
-
         await server.start()
         comps = Components()
         try:
-            client = InProcessClient(server.registry, field_manager="kubeplane")
-            factory = SharedInformerFactory(client)
-            agent = _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, zones, node_prefix,
-                                gpus_per_node)
-            for ctrl in build_controllers(client, factory, ControllerOptions()):
-                await comps.start(ctrl)
-            await comps.start(agent)
-            scheduler = Scheduler(client, informer_factory=factory, **sched_kwargs)
-            comps.run(scheduler.run(), "scheduler")
-            comps.items.append(scheduler)
+            if split:
+                await _start_split(comps, server.registry, data_dir, node_args, scheduler_config, verbose)
+            else:
+                client = InProcessClient(server.registry, field_manager="kubeplane")
+                await _start_components(comps, client, node_args, sched_kwargs)
             # Written last: the kubeconfig appearing means the cluster is usable.
             from kubeplane.client.kubeconfig import write_kubeconfig
 
@@ -172,6 +169,92 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
         finally:
             await comps.stop()
             await server.stop()
+
+    _run(go)
+
+
+async def _start_components(comps, client, node_args: tuple, sched_kwargs: dict) -> None:
+    """Controllers, simulated nodes and the scheduler on ``client``, sharing one informer factory."""
+    from kubeplane.client.informer import SharedInformerFactory
+    from kubeplane.cluster import ControllerOptions, build_controllers
+    from kubeplane.scheduler.scheduler import Scheduler
+
+    factory = SharedInformerFactory(client)
+    agent = _node_agent(client, factory, *node_args)
+    for ctrl in build_controllers(client, factory, ControllerOptions()):
+        await comps.start(ctrl)
+    await comps.start(agent)
+    scheduler = Scheduler(client, informer_factory=factory, **sched_kwargs)
+    comps.run(scheduler.run(), "scheduler")
+    comps.items.append(scheduler)
+
+
+async def _start_split(comps, registry, data_dir: str, node_args: tuple, scheduler_config: str | None,
+                       verbose: bool) -> None:
+    """``up --split``: serve the registry on a private Unix socket and run
+    :func:`components` in a child process, restarted if it dies."""
+    import os
+    import tempfile
+
+    from kubeplane.apiserver.wire import WireServer
+    from kubeplane.cluster import ComponentProcess, ServedSocket
+
+    path = os.path.abspath(os.path.join(data_dir, "api.sock"))
+    sock_dir = None
+    if len(path.encode()) > 100:  # Unix socket paths are limited to about 100 bytes
+        sock_dir = tempfile.mkdtemp(prefix="kubeplane-")
+        path = os.path.join(sock_dir, "api.sock")
+    wire = WireServer(registry, path)
+    await wire.start()
+    comps.items.append(ServedSocket(wire, sock_dir))
+    count, cpu, memory, pods, zones, prefix, gpus = node_args
+    argv = [sys.executable, "-m", "kubeplane.cli.main", "components", "--api-socket", wire.path,
+            "--nodes", str(count), "--node-cpu", cpu, "--node-memory", memory, "--node-pods", str(pods),
+            "--zones", str(zones), "--node-prefix", prefix, "--gpus-per-node", str(gpus)]
+    if scheduler_config:
+        argv += ["--scheduler-config", os.path.abspath(scheduler_config)]
+    if verbose:
+        argv.append("--verbose")
+    child = ComponentProcess(argv, "components process")
+    await child.start()
+    comps.items.append(child)
+    comps.run(child.supervise(), "components-supervisor")
+
+
+@main.command(hidden=True)
+@click.option("--api-socket", required=True, help="The API server's local wire socket.")
+@_node_options
+@click.option("--scheduler-config", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
+               node_prefix: str, gpus_per_node: int, scheduler_config: str | None, verbose: bool) -> None:
+    """The second process of ``up --split``: scheduler, controllers and simulated
+    nodes over the local wire. Stops at ``stop`` or when its input ends."""
+    from kubeplane.client.wire import WireClient
+    from kubeplane.cluster import Components, read_commands, say
+
+    _setup_logging(verbose)
+    sched_kwargs = _scheduler_kwargs(scheduler_config)
+    node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
+
+    async def go(stop: asyncio.Event) -> None:
+        client = WireClient(api_socket)
+        comps = Components()
+
+        async def command(words: list[str]) -> None:
+            say(f"error unknown command {' '.join(words)!r}")
+
+        try:
+            await _start_components(comps, client, node_args, sched_kwargs)
+            say("ready")
+            commands = asyncio.ensure_future(read_commands(command))
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({commands, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            commands.cancel()
+            stopped.cancel()
+        finally:
+            await comps.stop()
+            await client.close()
 
     _run(go)
 
