@@ -156,6 +156,32 @@ def test_track_update_without_changes_adds_no_manager_and_removal_drops_ownershi
     assert "f:x" not in entry(edited, "kubectl")["fieldsV1"]["f:metadata"]["f:labels"]
 
 
+def test_unchanged_owners_keep_their_stored_tree_and_sent_trees_are_rendered_canonically():
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b", "c": "d"}},
+           "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    created = track_update(None, pod, "creator", T0)
+    status = track_update(created, {**created, "status": {"phase": "Running"}}, "kubelet", T1,
+                          subresource="status")
+    # The creator's fields did not change: the new version shares its tree, time kept.
+    assert entry(status, "creator")["fieldsV1"] is entry(created, "creator")["fieldsV1"]
+    assert entry(status, "creator")["time"] == T0
+    # A client sends the same ownership with keys in another order: stored in canonical order.
+    sent = copy.deepcopy(status)
+    tree = entry(sent, "creator")["fieldsV1"]
+    labels = tree["f:metadata"]["f:labels"]
+    tree["f:metadata"]["f:labels"] = {k: labels[k] for k in reversed(list(labels))}
+    sent["metadata"]["labels"]["c"] = "e"  # kubelet takes over label c
+    out = track_update(status, sent, "kubelet", "2026-01-01T00:00:02Z")
+    stored = entry(out, "creator")["fieldsV1"]
+    assert list(stored["f:metadata"]["f:labels"]) == [".", "f:a"]
+    unchanged = copy.deepcopy(out)
+    unchanged["metadata"]["labels"]["c"] = "f"
+    tree = entry(unchanged, "creator")["fieldsV1"]
+    tree["f:metadata"]["f:labels"] = {"f:a": {}, ".": {}}  # same paths, other order
+    again = track_update(out, unchanged, "kubelet", "2026-01-01T00:00:03Z")
+    assert list(entry(again, "creator")["fieldsV1"]["f:metadata"]["f:labels"]) == [".", "f:a"]
+
+
 def test_first_apply_on_untracked_object_sees_before_first_apply_owner():
     live = deployment(replicas=4)
     with pytest.raises(StatusError) as exc:
@@ -267,7 +293,7 @@ def test_pruned_compare_and_memoized_fields_equal_the_full_computation(seed):
             assert ssa._compare(old, new, schema, sub) == _reference_compare(old, new, schema, sub)
         paths = ssa._flatten(new, schema)
         tree = ssa.fields_to_v1(ssa._tracked(paths, ""))
-        assert ssa._fields_from_v1_memo(tree) == ssa.fields_from_v1(tree)
+        assert ssa._fields_from_v1_memo(tree) == (frozenset(ssa.fields_from_v1(tree)), True)  # canonical
         fields = ssa.fields_from_v1(tree)
         assert ssa._fields_to_v1_memo(fields) == tree
         assert ssa._fields_to_v1_memo(fields) is not ssa._fields_to_v1_memo(fields)  # fresh trees

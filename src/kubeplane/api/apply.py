@@ -372,12 +372,22 @@ class _Manager:
     api_version: str
     time: str | None
     subresource: str
-    fields: set[PathT]
+    #: owned paths; a frozenset shared with the decode memo until changed
+    fields: set[PathT] | frozenset[PathT]
+    #: the FieldsV1 tree ``fields`` was decoded from, while they are unchanged
+    #: and when it is the canonical rendering of them
+    source: Any = None
 
     @property
     def ident(self) -> tuple[str, str, str, str]:
         version = self.api_version if self.operation == "Update" else ""
         return (self.manager, self.operation, self.subresource, version)
+
+    def drop(self, paths: set[PathT]) -> None:
+        """Give up ownership of ``paths``."""
+        if paths and not self.fields.isdisjoint(paths):
+            self.fields = self.fields - paths
+            self.source = None
 
     def printed(self) -> str:
         text = _dumps(self.manager)
@@ -396,7 +406,9 @@ class _Manager:
         if self.time is not None:
             entry["time"] = self.time
         entry["fieldsType"] = "FieldsV1"
-        entry["fieldsV1"] = _fields_to_v1_memo(self.fields)
+        # Unchanged fields keep their stored tree (stored objects are never
+        # modified in place, so versions may share it).
+        entry["fieldsV1"] = self.source if self.source is not None else _fields_to_v1_memo(self.fields)
         if self.subresource:
             entry["subresource"] = self.subresource
         return entry
@@ -404,7 +416,7 @@ class _Manager:
 
 #: bound of the FieldsV1 decode/encode memos (objects written from one template share their trees)
 _FIELDS_MEMO_SIZE = 2048
-_decoded_memo: dict[bytes, frozenset[PathT]] = {}
+_decoded_memo: dict[bytes, tuple[frozenset[PathT], bool]] = {}
 _encoded_memo: dict[frozenset[PathT], bytes] = {}
 
 
@@ -414,19 +426,26 @@ def _memo_put(memo: dict, key: Any, value: Any) -> None:
     memo[key] = value
 
 
-def _fields_from_v1_memo(tree: Any) -> set[PathT]:
-    """:func:`fields_from_v1`, memoized by the tree's JSON text."""
+def _fields_from_v1_memo(tree: Any) -> tuple[frozenset[PathT], bool]:
+    """:func:`fields_from_v1`, memoized by the tree's JSON text; and whether the
+    tree is exactly what :func:`_fields_to_v1_memo` renders for those paths
+    (then it may be stored again as it is)."""
     if not isinstance(tree, dict):
-        return fields_from_v1(tree)
+        return frozenset(fields_from_v1(tree)), False
     try:
         key = orjson.dumps(tree)
     except TypeError:
-        return fields_from_v1(tree)
+        return frozenset(fields_from_v1(tree)), False
     hit = _decoded_memo.get(key)
     if hit is None:
-        hit = frozenset(fields_from_v1(tree))
+        paths = frozenset(fields_from_v1(tree))
+        canonical = _encoded_memo.get(paths)
+        if canonical is None:
+            canonical = orjson.dumps(fields_to_v1(paths))
+            _memo_put(_encoded_memo, paths, canonical)
+        hit = (paths, canonical == key)
         _memo_put(_decoded_memo, key, hit)
-    return set(hit)
+    return hit
 
 
 def _fields_to_v1_memo(fields: set[PathT]) -> dict[str, Any]:
@@ -446,10 +465,12 @@ def _decode(entries: Any) -> list[_Manager]:
     for e in entries:
         if not isinstance(e, dict) or not e.get("manager") and not e.get("fieldsV1"):
             continue
+        tree = e.get("fieldsV1")
+        paths, canonical = _fields_from_v1_memo(tree)
         out.append(_Manager(
             str(e.get("manager") or ""), str(e.get("operation") or "Update"),
             str(e.get("apiVersion") or ""), e.get("time"), str(e.get("subresource") or ""),
-            _fields_from_v1_memo(e.get("fieldsV1")),
+            paths, tree if canonical else None,
         ))
     return out
 
@@ -612,7 +633,7 @@ def apply(
     if conflicts and not force:
         raise _conflict_error(conflicts)
     for m in others:
-        m.fields -= changed | removed
+        m.drop(changed | removed)
 
     if previous is not None and previous.fields == new_set and json_equal(merged, base):
         me.time = previous.time
@@ -737,15 +758,18 @@ def track_update(
 
     ident = (manager, "Update", sub, api_version)
     mine = next((m for m in managers if m.ident == ident), None)
+    gone = changed | removed
     for m in managers:
         if m is not mine:
-            m.fields -= changed | removed
+            m.drop(gone)
     if mine is None:
         if changed:
             managers.append(_Manager(manager, "Update", api_version, now, sub, set(changed)))
     else:
-        updated = (mine.fields - removed) | changed
-        if updated != mine.fields or changed:
+        if changed:
             mine.time = now
-        mine.fields = updated
+        if not changed <= mine.fields or not mine.fields.isdisjoint(removed):
+            mine.fields = (mine.fields - removed) | changed
+            mine.source = None
+            mine.time = now
     return _with_managed(after, managers)
