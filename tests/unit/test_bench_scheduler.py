@@ -110,8 +110,10 @@ async def test_measured_pods_that_cannot_fit_are_reported_unscheduled() -> None:
 
 async def test_pv_churn_reports_pv_to_binding() -> None:
     _needs("SchedulingPVsChurn")
-    out = await run_workload("SchedulingPVsChurn", nodes=5, pods=1, stall_timeout_s=15)
-    assert out["scheduled"] == 1
+    out = await run_workload("SchedulingPVsChurn", nodes=5, pods=2, stall_timeout_s=15, pv_interval_ms=30)
+    assert out["scheduled"] == 2 and out["pv_interval_ms"] == 30
+    # the second PV appeared 30 ms after the first: the measured phase spans that gap
+    assert out["duration_s"] >= 0.03
     assert 0 < out["pv_to_binding_p50_ms"] <= out["pv_to_binding_p99_ms"]
     # Each pod waited for its PV, so creation-to-binding exceeds PV-to-binding.
     assert out["latency_p50_ms"] > out["pv_to_binding_p50_ms"]

@@ -216,6 +216,9 @@ class _Runner:
         #: with ``split``: waits until the scheduler process's informer of a
         #: resource holds a number of objects (settled ones)
         self.remote_catch_up: Callable[[Any, int, bool], Any] | None = None
+        #: overrides the churn workloads' PV creation interval
+        self.pv_interval_s: float | None = None
+        self.pv_interval_used = 0.0
 
     async def _informer_catch_up(self, res: Any, settled: bool = False, timeout: float = 30.0) -> None:
         """Wait until the scheduler's shared informer of ``res`` holds every stored
@@ -378,10 +381,12 @@ class _Runner:
         # Past the pods' initial backoff: the PV event alone must bring each pod back.
         await asyncio.sleep(op.settle_s)
         self._begin_measure()
+        interval = op.interval_s if self.pv_interval_s is None else self.pv_interval_s
+        self.pv_interval_used = interval
         for i, (ns, name) in enumerate(keys):
             self.pv_created[_key(ns, name)] = time.perf_counter()
             await self.client.create(PVS, pv_static(f"pv-{name}", STATIC_CLASS, label=name))
-            await asyncio.sleep(op.interval_s)
+            await asyncio.sleep(interval)
         await self._wait(lambda: self.tracker.counts["measure"] >= len(keys), "measure")
 
     async def _steady_state(self, op: SteadyState) -> None:
@@ -442,6 +447,7 @@ class _Runner:
             pv_lat = [(t.bound[k] - c) * 1000.0 for k, c in self.pv_created.items() if k in t.bound]
             out["pv_to_binding_p50_ms"] = round(percentile(pv_lat, 50), 2)
             out["pv_to_binding_p99_ms"] = round(percentile(pv_lat, 99), 2)
+            out["pv_interval_ms"] = round(self.pv_interval_used * 1000.0, 3)
         return out
 
 
@@ -519,6 +525,7 @@ async def run_workload(
     stall_timeout_s: float = DEFAULT_STALL_S,
     seed: int = 0,
     split: bool = False,
+    pv_interval_ms: float | None = None,
 ) -> dict[str, Any]:
     """Run workload ``name`` once and return its measurements.
 
@@ -526,7 +533,8 @@ async def run_workload(
     (initial pods, and measured pods when ``pods`` is None, scale with the nodes). ``storage`` is "memory" or "sqlite"
     (a temporary directory). ``progress(scheduled, total)`` is called about ten
     times a second during the measured phase. ``split`` runs the scheduler and
-    the controllers in a second process.
+    the controllers in a second process. ``pv_interval_ms`` sets the time
+    between two PV creations of SchedulingPVsChurn (default 2 ms).
     """
     from kubeplane.apiserver.app import ensure_default_namespaces
     from kubeplane.client.inprocess import InProcessClient
@@ -554,6 +562,8 @@ async def run_workload(
 
         tracker = PodTracker()
         runner = _Runner(w, n_nodes, n_pods, client, tracker, progress, stall_timeout_s)
+        if pv_interval_ms is not None:
+            runner.pv_interval_s = pv_interval_ms / 1000.0
         t0 = time.perf_counter()
         await runner.setup()
 
@@ -618,15 +628,17 @@ def _parse(argv: list[str]) -> Any:
     p.add_argument("--storage", choices=("memory", "sqlite"), default="memory")
     p.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
     p.add_argument("--split", action="store_true", help="scheduler and controllers in a second process")
+    p.add_argument("--pv-interval-ms", type=float, default=None, help="SchedulingPVsChurn: ms between PV creations")
     return p.parse_args(argv)
 
 
 async def run_cli(workload: str, *, nodes: int | None = None, pods: int | None = None, storage: str = "memory",
-                  as_json: bool = False, split: bool = False) -> dict[str, Any]:
+                  as_json: bool = False, split: bool = False, pv_interval_ms: float | None = None) -> dict[str, Any]:
     """Run with a rich progress bar on a terminal (none with ``as_json``) and print the result."""
     use_bar = not as_json and sys.stdout.isatty()
     if not use_bar:
-        out = await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=None, split=split)
+        out = await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=None, split=split,
+                                 pv_interval_ms=pv_interval_ms)
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TimeElapsedColumn
 
@@ -637,7 +649,8 @@ async def run_cli(workload: str, *, nodes: int | None = None, pods: int | None =
             def cb(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            out = await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=cb, split=split)
+            out = await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=cb, split=split,
+                                     pv_interval_ms=pv_interval_ms)
     if as_json:
         print(json.dumps(out))
     else:
@@ -656,5 +669,5 @@ def main(argv: list[str] | None = None) -> int:
         print(err.args[0], file=sys.stderr)
         return 2
     out = asyncio.run(run_cli(args.workload, nodes=args.nodes, pods=args.pods, storage=args.storage,
-                              as_json=args.json, split=args.split))
+                              as_json=args.json, split=args.split, pv_interval_ms=args.pv_interval_ms))
     return 1 if out["timed_out"] else 0

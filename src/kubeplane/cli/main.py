@@ -443,8 +443,10 @@ def nodes(kubeconfig: str | None, context: str | None, verbose: bool, node_count
               help="Repetitions per measurement of the api workload; medians are reported.")
 @click.option("--split", is_flag=True,
               help="Run the scheduler and controllers in a second process (scheduler workloads).")
+@click.option("--pv-interval-ms", type=click.FloatRange(min=0), default=None,
+              help="SchedulingPVsChurn: milliseconds between two PV creations (default 2).")
 def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, storage: str, runs: int,
-          split: bool) -> None:
+          split: bool, pv_interval_ms: float | None) -> None:
     """Benchmarks, run on demand. WORKLOAD is `api` (API machinery) or a scheduler_perf
     workload: SchedulingBasic, SchedulingPodAntiAffinity, SchedulingPodAffinity,
     SchedulingNodeAffinity, TopologySpreading, PreemptionBasic, PreemptionAsync, Unschedulable,
@@ -479,7 +481,8 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
         get_workload(workload)
     except KeyError as err:
         raise click.BadParameter(str(err.args[0]), param_hint="WORKLOAD") from None
-    out = asyncio.run(run_cli(workload, nodes=nodes, pods=pods, storage=storage, as_json=as_json, split=split))
+    out = asyncio.run(run_cli(workload, nodes=nodes, pods=pods, storage=storage, as_json=as_json, split=split,
+                              pv_interval_ms=pv_interval_ms))
     if out.get("timed_out"):
         sys.exit(1)
 
