@@ -14,7 +14,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.apiserver.server import HANDLER_KEY, build_app
-from kubeplane.apiserver.wire import WireServer
+from kubeplane.client.wireserver import WireServer
 from kubeplane.client.http import HttpClient
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.client.kubeconfig import ClientConfig

@@ -14,7 +14,7 @@ import pytest
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
-from kubeplane.apiserver.wire import WireServer
+from kubeplane.client.wireserver import WireServer
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.wire import FAILED, OK, WireClient, encode_frame
 from kubeplane.registry.registry import Registry

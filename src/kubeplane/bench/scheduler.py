@@ -572,7 +572,7 @@ async def run_workload(
         factory.informer_for(PODS).add_event_handler(tracker.on_add, tracker.on_update, tracker.on_delete)
         worker: _SchedulerProcess | None = None
         if split:
-            from kubeplane.apiserver.wire import WireServer
+            from kubeplane.client.wireserver import WireServer
 
             sock_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="kubeplane-wire-"))
             server = WireServer(registry, os.path.join(sock_dir, "api.sock"))

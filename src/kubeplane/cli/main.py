@@ -196,7 +196,7 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
     import os
     import tempfile
 
-    from kubeplane.apiserver.wire import WireServer
+    from kubeplane.client.wireserver import WireServer
     from kubeplane.cluster import ComponentProcess, ServedSocket
 
     path = os.path.abspath(os.path.join(data_dir, "api.sock"))

@@ -31,7 +31,7 @@ def _typed(res: ResourceInfo, obj: Obj) -> Obj:
     return out
 
 
-def _typed_shared(res: ResourceInfo, obj: Obj) -> Obj:
+def typed_view(res: ResourceInfo, obj: Obj) -> Obj:
     """``obj`` with apiVersion and kind, never modified: for callers that only read
     the result (e.g. to serialise it)."""
     if obj.get("kind") == "Status" or ("apiVersion" in obj and "kind" in obj):
@@ -88,7 +88,7 @@ class InProcessClient:
         self.registry = registry
         self.field_manager = field_manager
         self._copy = _copy if copies else _same
-        self._typed = _typed if copies else _typed_shared
+        self._typed = _typed if copies else typed_view
 
     async def get(self, res: ResourceInfo, name: str, namespace: str | None = None, *,
                   subresource: str | None = None) -> Obj:

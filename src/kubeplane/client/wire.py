@@ -15,7 +15,7 @@ Every frame is a 4-byte big-endian length followed by one orjson-encoded list:
   ``[id, 3, null]`` when the watch has ended.
 
 One connection carries any number of concurrent requests and watches. The
-server side lives in :mod:`kubeplane.apiserver.wire`.
+server side lives in :mod:`kubeplane.client.wireserver`.
 """
 
 from __future__ import annotations

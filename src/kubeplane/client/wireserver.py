@@ -1,6 +1,8 @@
 """Serves the registry on the local wire (see :mod:`kubeplane.client.wire`).
 
-Requests run as tasks, so one slow request never holds up the others on the
+It lives with the clients rather than in the HTTP front end because it serves
+the Client protocol itself: every request is the in-process client's call
+(without its copies), so the two cannot drift apart. Requests run as tasks, so one slow request never holds up the others on the
 connection; watch bursts are encoded once per frame and sent with flow
 control. Any error, including a malformed frame, becomes a Status or closes
 that one connection: the server itself never stops on input.
@@ -14,7 +16,7 @@ import os
 from typing import Any
 
 from kubeplane.api import errors
-from kubeplane.client.inprocess import InProcessClient, _typed_shared
+from kubeplane.client.inprocess import InProcessClient, typed_view
 from kubeplane.client.wire import ENDED, EVENTS, FAILED, OK, FrameProtocol
 from kubeplane.registry.registry import Registry, WatchOptions
 
@@ -105,7 +107,7 @@ class _Connection:
             )
             batches = self.server.registry.watch_batches(res, args.get("namespace"), opts)
             async for batch in batches:
-                self._send([wid, EVENTS, [[t, o if t == "ERROR" else _typed_shared(res, o)] for t, o in batch]])
+                self._send([wid, EVENTS, [[t, o if t == "ERROR" else typed_view(res, o)] for t, o in batch]])
                 await self.proto.drain()
                 if any(t == "ERROR" for t, _ in batch):
                     break
