@@ -83,18 +83,21 @@ class ComponentProcess:
         self.argv = argv
         self.name = name
         self.proc: asyncio.subprocess.Process | None = None
+        #: one reader of the child's stdout at a time (start, request, shutdown)
         self._lock = asyncio.Lock()
         self._stopping = False
+        self._supervisor: asyncio.Task | None = None
 
     async def start(self, timeout: float = 180.0) -> None:
-        # A session of its own: a Ctrl-C at the terminal reaches only the
-        # parent, which then stops the child in order.
-        self.proc = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True)
-        try:
-            line = await self._line(timeout)
-        except asyncio.TimeoutError:
-            line = "(no answer)"
+        async with self._lock:
+            # A session of its own: a Ctrl-C at the terminal reaches only the
+            # parent, which then stops the child in order.
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True)
+            try:
+                line = await self._line(timeout)
+            except asyncio.TimeoutError:
+                line = "(no answer)"
         if line != "ready":
             await self._shutdown(5.0)
             raise RuntimeError(f"{self.name} did not start (said {line!r})")
@@ -109,15 +112,21 @@ class ComponentProcess:
         return raw.decode().strip()
 
     async def request(self, line: str, timeout: float = 60.0) -> str:
-        """Send one line and return the answer line."""
+        """Send one line and return the answer line. Without an answer in time
+        the child is killed: a late answer would be taken for the next one."""
         assert self.proc is not None and self.proc.stdin is not None
         async with self._lock:
             self.proc.stdin.write(line.encode() + b"\n")
             await self.proc.stdin.drain()
-            return await self._line(timeout)
+            try:
+                return await self._line(timeout)
+            except asyncio.TimeoutError:
+                self.proc.kill()
+                raise RuntimeError(f"{self.name} did not answer {line!r} within {timeout:g}s") from None
 
     async def supervise(self, restart_delay: float = 1.0) -> None:
         """Start the child again whenever it exits before :meth:`stop`."""
+        self._supervisor = asyncio.current_task()
         while not self._stopping:
             proc = self.proc
             if proc is not None:
@@ -136,9 +145,17 @@ class ComponentProcess:
     async def stop(self, timeout: float = 30.0) -> list[str]:
         """Ask the child to stop; returns the lines it printed while stopping."""
         self._stopping = True
+        sup = self._supervisor
+        if sup is not None and sup is not asyncio.current_task():
+            sup.cancel()  # e.g. in the middle of a restart
+            await asyncio.gather(sup, return_exceptions=True)
         return await self._shutdown(timeout)
 
     async def _shutdown(self, timeout: float) -> list[str]:
+        async with self._lock:
+            return await self._shutdown_locked(timeout)
+
+    async def _shutdown_locked(self, timeout: float) -> list[str]:
         proc = self.proc
         said: list[str] = []
         if proc is None:
@@ -190,8 +207,12 @@ async def read_commands(on_line: Any) -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     while True:
         raw = await reader.readline()
+        if not raw:
+            return  # end of input: the parent is gone
         words = raw.decode().split()
-        if not words or words[0] == "stop":
+        if not words:
+            continue
+        if words[0] == "stop":
             return
         await on_line(words)
 

@@ -224,3 +224,31 @@ async def test_informer_over_the_wire(registry, client):
     await factory.stop()
     assert seen[0] == ("add", "p") and ("add", "q") in seen and ("update", "q") in seen and ("delete", "p") in seen
     assert inf.indexer.get_by_key("default/q")["spec"]["nodeName"] == "n1"
+
+
+async def test_a_live_socket_is_not_taken_over_and_a_stale_one_is(registry, server, tmp_path):
+    second = WireServer(registry, server.path)
+    with pytest.raises(OSError, match="another server"):
+        await second.start()
+    stale = tmp_path / "stale.sock"
+    import socket as _socket
+
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.bind(str(stale))
+    s.close()  # the file stays, nobody listens
+    third = WireServer(registry, str(stale))
+    await third.start()
+    try:
+        c = WireClient(third.path)
+        assert (await c.list(CMS, "default"))["kind"] == "ConfigMapList"
+        await c.close()
+    finally:
+        await third.stop()
+
+
+async def test_an_unencodable_argument_fails_cleanly(client):
+    with pytest.raises(StatusError) as exc:
+        await client.create(CMS, {"metadata": {"name": "x"}, "data": {"a": object()}}, "default")
+    assert exc.value.code == 400
+    assert client._pending == {}
+    assert (await client.create(CMS, cm("fine"), "default"))["metadata"]["name"] == "fine"

@@ -215,7 +215,7 @@ class _Runner:
         self.factory: SharedInformerFactory | None = None
         #: with ``split``: waits until the scheduler process's informer of a
         #: resource holds a number of objects (settled ones)
-        self.remote_catch_up: Callable[[Any, int, bool], Any] | None = None
+        self.remote_catch_up: Callable[[Any, int, bool, float], Any] | None = None
         #: overrides the churn workloads' PV creation interval
         self.pv_interval_s: float | None = None
         self.pv_interval_used = 0.0
@@ -225,7 +225,8 @@ class _Runner:
         object (with ``settled``: each past phase Pending, see :func:`count_held`)."""
         want = len((await self.client.list(res))["items"])
         if self.remote_catch_up is not None:
-            await asyncio.wait_for(self.remote_catch_up(res, want, settled), timeout)
+            # like the local wait below: after the timeout, go on regardless
+            await self.remote_catch_up(res, want, settled, timeout)
         if self.factory is None:
             return
         inf = self.factory.informer_for(res)
@@ -504,9 +505,10 @@ class _SchedulerProcess:
              "--controllers", ",".join(controllers)], "scheduler process")
         self.peak_rss_mb = 0.0
 
-    async def catch_up(self, res: Any, want: int, settled: bool = False) -> None:
-        line = await self.child.request(f"catchup {res.plural} {want}{' settled' if settled else ''}")
-        if line != "ok":
+    async def catch_up(self, res: Any, want: int, settled: bool = False, timeout: float = 30.0) -> None:
+        line = await self.child.request(f"catchup {res.plural} {want} {timeout:g}{' settled' if settled else ''}",
+                                        timeout + 30.0)
+        if line not in ("ok", "timeout"):
             raise RuntimeError(f"scheduler process: {line}")
 
     async def stop(self) -> None:

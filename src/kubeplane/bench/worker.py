@@ -3,9 +3,9 @@
 Runs the scheduler (and, when asked, the workload's controllers) against the
 benchmark's registry over the local wire, and takes line commands on stdin:
 
-* ``catchup PLURAL COUNT [settled]``: answer ``ok`` once the shared informer
-  of that resource holds at least COUNT objects (with ``settled``: objects
-  past phase Pending);
+* ``catchup PLURAL COUNT SECONDS [settled]``: answer ``ok`` once the shared
+  informer of that resource holds at least COUNT objects (with ``settled``:
+  objects past phase Pending), or ``timeout`` after SECONDS;
 * ``stop`` (or end of input): stop everything, print one JSON line with the
   process's peak RSS and exit.
 
@@ -19,6 +19,7 @@ import asyncio
 import json
 import resource as _resource
 import sys
+import time
 from contextlib import AsyncExitStack
 
 from kubeplane.api.resources import resource
@@ -38,11 +39,15 @@ async def serve(socket_path: str, seed: int, controllers: tuple[str, ...]) -> No
         await start_scheduler_side(stack, client, factory, controllers, seed)
 
         async def command(words: list[str]) -> None:
-            if words[0] == "catchup" and len(words) in (3, 4):
+            if words[0] == "catchup" and len(words) in (4, 5):
                 inf = factory.informer_for(resource(words[1]))
                 want = int(words[2])
-                settled = len(words) == 4 and words[3] == "settled"
+                deadline = time.monotonic() + float(words[3])
+                settled = len(words) == 5 and words[4] == "settled"
                 while count_held(inf.indexer, settled) < want:
+                    if time.monotonic() > deadline:
+                        say("timeout")
+                        return
                     await asyncio.sleep(0.005)
                 say("ok")
             else:

@@ -49,8 +49,9 @@ def encode_frame(message: Any) -> bytes:
 class FrameProtocol(asyncio.Protocol):
     """Splits the byte stream into frames and hands each decoded message on.
 
-    Writing respects the transport's flow control: :meth:`drain` waits while
-    the peer is not reading."""
+    :meth:`drain` waits while the socket's send buffer is full (the peer's
+    loop is not reading); a peer that reads but queues events without
+    consuming them is not slowed down, as with informers over HTTP."""
 
     def __init__(self, on_message: Callable[[Any], None], on_lost: Callable[[Exception | None], None]) -> None:
         self._on_message = on_message
@@ -182,7 +183,7 @@ class WireClient:
     """Implements :class:`kubeplane.client.interface.Client` over a Unix socket.
 
     Connects on first use. When the connection drops, requests in flight fail
-    with 503 and open watches end (informers then re-list); the next request
+    with 503 and open watches end (informers then watch again); the next request
     connects again."""
 
     def __init__(self, path: str, *, field_manager: str = "kubeplane") -> None:
@@ -214,11 +215,14 @@ class WireClient:
     async def _connect(self) -> FrameProtocol:
         loop = asyncio.get_running_loop()
         try:
-            _t, proto = await loop.create_unix_connection(
+            transport, proto = await loop.create_unix_connection(
                 lambda: FrameProtocol(self._on_message, self._on_lost), self.path)
         except OSError as err:
             raise errors.StatusError(503, "ServiceUnavailable",
                                      f"cannot connect to the API server at {self.path}: {err}") from None
+        if self._closed:  # closed while connecting
+            transport.close()
+            raise errors.StatusError(503, "ServiceUnavailable", "client is closed")
         self._proto = proto
         return proto
 
@@ -258,11 +262,12 @@ class WireClient:
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         try:
-            proto.send([rid, op, res.group, res.version, res.plural, args])
-        except ConnectionError:
-            self._pending.pop(rid, None)
-            raise _lost() from None
-        try:
+            try:
+                proto.send([rid, op, res.group, res.version, res.plural, args])
+            except ConnectionError:
+                raise _lost() from None
+            except TypeError as err:  # not JSON-encodable
+                raise errors.bad_request(f"cannot encode the request: {err}") from None
             return await fut
         finally:
             self._pending.pop(rid, None)

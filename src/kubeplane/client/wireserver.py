@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from typing import Any
 
 from kubeplane.api import errors
@@ -47,6 +48,9 @@ class _Connection:
             return
         loop = asyncio.get_running_loop()
         if op == "watch":
+            old = self.watches.pop(rid, None)
+            if old is not None:  # a reused id: the old watch ends
+                old.cancel()
             self.watches[rid] = loop.create_task(self._watch(rid, group, version, plural, args))
             return
         self.tasks[rid] = loop.create_task(self._request(rid, op, group, version, plural, args))
@@ -62,6 +66,9 @@ class _Connection:
                 self.proto.send(message)
             except errors.StatusError as err:  # result too large to frame
                 self.proto.send([message[0], FAILED, err.to_status()])
+            except (TypeError, ValueError) as err:  # not encodable
+                log.exception("wire reply could not be encoded")
+                self.proto.send([message[0], FAILED, errors.internal(f"cannot encode the reply: {err}").to_status()])
 
     def _resource(self, group: Any, version: Any, plural: Any) -> Any:
         res = self.server.registry.catalogue.by_gvr(group, version, plural)
@@ -136,14 +143,27 @@ class WireServer:
         self._connections: set[_Connection] = set()
 
     async def start(self) -> None:
+        """Listen. A stale socket file is replaced; a live one (another server
+        answering on it) is an error."""
         if os.path.exists(self.path):
-            os.unlink(self.path)
-        loop = asyncio.get_running_loop()
-        old = os.umask(0o177)
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(self.path)
+            except OSError:
+                os.unlink(self.path)
+            else:
+                raise OSError(f"another server is listening on {self.path}")
+            finally:
+                probe.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._server = await loop.create_unix_server(self._accept, self.path)
-        finally:
-            os.umask(old)
+            sock.bind(self.path)
+            # Private before anyone can connect (listening starts below).
+            os.chmod(self.path, 0o600)
+        except OSError:
+            sock.close()
+            raise
+        self._server = await asyncio.get_running_loop().create_unix_server(self._accept, sock=sock)
 
     def _accept(self) -> FrameProtocol:
         conn = _Connection(self)
