@@ -388,7 +388,8 @@ class VolumeBinder:
         )
         for inf, key_of in ((pv_inf, _pv_wait_key), (pvc_inf, _pvc_wait_key)):
             def wake(obj: Any, key_of: Callable[[Any], str] = key_of) -> None:
-                binder.notify(key_of(obj))
+                if binder._waiters:  # most events find no PreBind waiting
+                    binder.notify(key_of(obj))
 
             inf.add_event_handler(wake, lambda old, new, wake=wake: wake(new), wake)
         return binder
