@@ -670,6 +670,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as err:
         print(err.args[0], file=sys.stderr)
         return 2
+    from kubeplane.runtime import configure_gc
+
+    configure_gc()
     out = asyncio.run(run_cli(args.workload, nodes=args.nodes, pods=args.pods, storage=args.storage,
                               as_json=args.json, split=args.split, pv_interval_ms=args.pv_interval_ms))
     return 1 if out["timed_out"] else 0

@@ -62,6 +62,9 @@ def server_options(f):
 @click.version_option(__version__, prog_name="kubeplane")
 def main() -> None:
     """kubeplane: a Kubernetes control plane in Python."""
+    from kubeplane.runtime import configure_gc
+
+    configure_gc()
 
 
 @main.command()
