@@ -177,6 +177,35 @@ def test_name_and_namespace_immutable_on_update():
                                               'Invalid value: "other": field is immutable')
 
 
+def test_update_checks_changed_metadata_and_skips_only_what_is_unchanged():
+    old = pod()
+    old["metadata"].update(labels={"app": "web"}, annotations={"a": "b"}, finalizers=["x/y"])
+    assert causes("pods", copy.deepcopy(old), old) == []
+    # each part is checked as soon as it differs from the stored one
+    for key, bad, field in (("labels", {"app": "-bad-"}, "metadata.labels"),
+                            ("annotations", {"-bad-": "x"}, "metadata.annotations"),
+                            ("finalizers", ["nope"], "metadata.finalizers"),
+                            ("ownerReferences", [{"apiVersion": "v1", "kind": "K"}], "metadata.ownerReferences")):
+        new = copy.deepcopy(old)
+        new["metadata"][key] = bad
+        assert any(f.startswith(field) for f, _ in causes("pods", new, old)), key
+
+
+def test_update_with_unchanged_spec_skips_the_spec_check_but_not_a_changed_one():
+    old = pvc()
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": "n1"}
+    assert causes("persistentvolumeclaims", new, old) == []
+    # equal by == but not the same JSON (true vs 1) counts as changed, so it is checked
+    p_old = pod(hostNetwork=1)
+    p_new = pod(hostNetwork=True)
+    assert p_old == p_new
+    from kubeplane.api.validation import _unchanged
+    assert not _unchanged(p_new["spec"], p_old["spec"])
+    bad = pod(containers=[])
+    assert ("spec.containers", "FieldValueRequired") in causes("pods", bad, pod())
+
+
 # --------------------------------------------------------------------------- pods
 
 @pytest.mark.parametrize(

@@ -284,8 +284,23 @@ def _is_int(v: Any) -> bool:
 IMMUTABLE = "field is immutable"
 
 
+def _unchanged(new: Any, old: Any) -> bool:
+    """``new`` and ``old`` are the same JSON value (``==`` alone takes ``True``
+    for ``1``; the encodings tell them apart)."""
+    if new is old:
+        return True
+    if new != old:
+        return False
+    try:
+        return orjson.dumps(new) == orjson.dumps(old)
+    except TypeError:
+        return False
+
+
 def _immutable(new: Any, old: Any, path: str) -> list[Cause]:
-    return [] if _norm(new) == _norm(old) else [_invalid(path, new, IMMUTABLE)]
+    if _unchanged(new, old) or _norm(new) == _norm(old):
+        return []
+    return [_invalid(path, new, IMMUTABLE)]
 
 
 def _norm(v: Any) -> Any:
@@ -386,20 +401,24 @@ def _validate_finalizers(finalizers: Any, path: str) -> list[Cause]:
 
 
 def validate_object_meta(
-    meta: Any, namespaced: bool, name_fn: NameFn = name_is_dns_subdomain, path: str = "metadata"
+    meta: Any, namespaced: bool, name_fn: NameFn = name_is_dns_subdomain, path: str = "metadata",
+    old: Any = None,
 ) -> list[Cause]:
     """Upstream ``ValidateObjectMeta``: name/generateName, namespace, labels, annotations,
-    owner references, finalizers."""
+    owner references, finalizers. With ``old`` (the stored metadata of an update)
+    the parts equal to the stored ones, which passed when they were stored, are
+    not checked again."""
     meta = _d(meta)
+    prev = _d(old)
     out: list[Cause] = []
     name = _s(meta.get("name"))
     generate_name = _s(meta.get("generateName"))
-    if generate_name:
+    if generate_name and (old is None or generate_name != prev.get("generateName")):
         for msg in name_fn(generate_name, True):
             out.append(_invalid(f"{path}.generateName", generate_name, msg))
     if not name:
         out.append(_required(f"{path}.name", "name or generateName is required"))
-    else:
+    elif old is None or name != prev.get("name"):
         for msg in name_fn(name, False):
             out.append(_invalid(f"{path}.name", name, msg))
     ns = _s(meta.get("namespace"))
@@ -412,10 +431,14 @@ def validate_object_meta(
     elif ns:
         out.append(_forbidden(f"{path}.namespace", "not allowed on this type"))
     out += _nonnegative(meta, "generation", path)
-    out += validate_labels(meta.get("labels"), f"{path}.labels")
-    out += validate_annotations(meta.get("annotations"), f"{path}.annotations")
-    out += _validate_owner_references(meta.get("ownerReferences"), f"{path}.ownerReferences")
-    out += _validate_finalizers(meta.get("finalizers"), f"{path}.finalizers")
+    if old is None or not _unchanged(meta.get("labels"), prev.get("labels")):
+        out += validate_labels(meta.get("labels"), f"{path}.labels")
+    if old is None or not _unchanged(meta.get("annotations"), prev.get("annotations")):
+        out += validate_annotations(meta.get("annotations"), f"{path}.annotations")
+    if old is None or not _unchanged(meta.get("ownerReferences"), prev.get("ownerReferences")):
+        out += _validate_owner_references(meta.get("ownerReferences"), f"{path}.ownerReferences")
+    if old is None or not _unchanged(meta.get("finalizers"), prev.get("finalizers")):
+        out += _validate_finalizers(meta.get("finalizers"), f"{path}.finalizers")
     return out
 
 
@@ -965,13 +988,13 @@ def _toleration_key(t: Any) -> Any:
 def _validate_pod_update(new: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
     nspec, ospec = _d(new.get("spec")), _d(old.get("spec"))
     out: list[Cause] = []
-    if nspec == ospec and orjson.dumps(nspec) == orjson.dumps(ospec):
+    if _unchanged(nspec, ospec):
         # An unchanged spec (status and metadata updates): only the range check can fail.
         nads = nspec.get("activeDeadlineSeconds")
         if nads is not None and (not _is_int(nads) or not 0 <= nads <= 2147483647):
             return [_invalid("spec.activeDeadlineSeconds", nads, "must be between 0 and 2147483647, inclusive")]
         return out
-    munged = json.loads(json.dumps(nspec))
+    munged = orjson.loads(orjson.dumps(nspec))
     for key in ("containers", "initContainers"):
         ncs, ocs = _l(munged.get(key)), _l(ospec.get(key))
         if len(ncs) != len(ocs):
@@ -1439,7 +1462,9 @@ def _validate_pvc(obj: dict[str, Any]) -> list[Cause]:
 def _validate_pvc_update(new: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
     ns, os_ = _d(new.get("spec")), _d(old.get("spec"))
     out: list[Cause] = []
-    munged = json.loads(json.dumps(ns))
+    if _unchanged(ns, os_):
+        return out
+    munged = orjson.loads(orjson.dumps(ns))
     bound = _d(old.get("status")).get("phase") == "Bound"
     if not os_.get("volumeName"):
         munged["volumeName"] = os_.get("volumeName")
@@ -1815,6 +1840,13 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     "resourceclaimtemplates.resource.k8s.io": (name_is_dns_subdomain, _validate_resource_claim_template, _spec_immutable),
 }
 
+# Kinds whose every-write check reads nothing but ``spec``: an update that
+# leaves the spec as stored (a status or metadata update) passes it as the
+# stored object did.
+SPEC_ONLY_CHECKS = frozenset({
+    "pods", "nodes", "persistentvolumes", "persistentvolumeclaims", "resourceclaims.resource.k8s.io",
+})
+
 # Hook for checks owned elsewhere (e.g. CEL compilation of DRA selectors):
 # qualified resource name → callables run after the built-in checks.
 extra_validators: dict[str, list[ExtraValidator]] = {}
@@ -1829,10 +1861,12 @@ def validate_object(res: "ResourceInfo", obj: dict[str, Any], old: dict[str, Any
     """All validation errors of ``obj`` (a create when ``old`` is None, else an update)."""
     name_fn, check, update_check = VALIDATORS.get(res.qualified, (name_is_dns_subdomain, None, None))
     meta = obj.get("metadata")
-    out = validate_object_meta(meta, res.namespaced, name_fn)
+    old_meta = None if old is None else _d(old.get("metadata"))
+    out = validate_object_meta(meta, res.namespaced, name_fn, old=old_meta)
     if old is not None:
-        out += validate_object_meta_update(meta, old.get("metadata"))
-    if check is not None:
+        out += validate_object_meta_update(meta, old_meta)
+    if check is not None and not (old is not None and res.qualified in SPEC_ONLY_CHECKS
+                                  and _unchanged(obj.get("spec"), old.get("spec"))):
         out += check(obj)
     if old is not None and update_check is not None:
         out += update_check(obj, old)
