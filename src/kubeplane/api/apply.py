@@ -647,72 +647,116 @@ def _owned_fields_v1(obj: dict, schema: _Schema, subresource: str) -> dict[str, 
 
     Equivalent to ``fields_to_v1(_tracked(_flatten(obj)))`` (a test checks
     this) but several times faster; used when a manager creates an object and
-    so owns all of it.
+    so owns all of it. The tree is built as JSON text and decoded once; maps
+    whose values are all scalars (most leaves' parents) are rendered once per
+    schema path and key sequence, other maps and lists once per JSON text.
     """
-    def walk(v: Any, last: str, spath: PathT) -> dict[str, Any]:
-        if isinstance(v, dict) and not (spath and schema.atomic_map(spath)):
-            children = {f"f:{k}": walk(child, f"f:{k}", spath + (k,)) for k, child in v.items()}
-            member = not (last.startswith("f:") and last[2:] in _VALUE_STRUCTS)
-            return _render_level(children, member)
-        if isinstance(v, list):
-            strategy = schema.lst(spath)
-            if strategy.ssa == "map" and _keyed(v, schema, strategy):
-                items = {}
-                for item in v:
-                    children = {f"f:{k}": walk(child, f"f:{k}", spath + ("*", k)) for k, child in item.items()}
-                    items[schema.key_of(item, strategy)] = _render_level(children, True)
-                return _render_level(items, False)
-            if strategy.ssa == "set":
-                return _render_level({"v:" + _dumps(item): {} for item in v}, False)
-        return {}
-
-    top: dict[str, Any] = {}
+    top: dict[str, str] = {}
     for k, child in obj.items():
         if k in ("apiVersion", "kind"):
             continue
         if (subresource == "status") != (k == "status"):
             continue
         if k == "metadata" and isinstance(child, dict):
-            kept = {f"f:{mk}": walk(mv, f"f:{mk}", ("metadata", mk)) for mk, mv in child.items()
+            kept = {f"f:{mk}": _owned_text(mv, f"f:{mk}", ("metadata", mk), schema) for mk, mv in child.items()
                     if ("f:metadata", f"f:{mk}") not in _STRIPPED_TREE_SET}
             if kept:
-                top["f:metadata"] = _render_level(kept, False)
+                top["f:metadata"] = _level_text(kept, False)
             continue
-        top[f"f:{k}"] = _owned_subtree(child, k, schema, walk)
-    return _render_level(top, False)
+        top[f"f:{k}"] = _owned_text(child, f"f:{k}", (k,), schema)
+    return orjson.loads(_level_text(top, False))
 
 
-_owned_memo: dict[tuple[str, str, str, bytes], bytes] = {}
-#: subtrees whose JSON text is longer are walked every time
+_EMPTY = "{}"
+_SCALARS = (str, int, float, bool, type(None))
+#: JSON text of flat maps' FieldsV1 by (group, kind, schema path, member, keys)
+_flat_memo: dict[tuple[str, str, PathT, bool, tuple[str, ...]], str] = {}
+_esc_memo: dict[str, str] = {}
+
+
+def _esc(el: str) -> str:
+    """``el`` as a JSON string literal."""
+    hit = _esc_memo.get(el)
+    if hit is None:
+        hit = orjson.dumps(el).decode()
+        _memo_put(_esc_memo, el, hit)
+    return hit
+
+
+def _level_text(children: dict[str, str], member: bool) -> str:
+    """One level of a FieldsV1 tree as JSON text: the ``"."`` member entry first when
+    ``member`` and there are children, then the children in element order."""
+    if not children:
+        return _EMPTY
+    parts = ['".":{}'] if member else []
+    for el in sorted(children, key=_element_order):
+        parts.append(f"{_esc(el)}:{children[el]}")
+    return "{" + ",".join(parts) + "}"
+
+
+def _owned_text(v: Any, last: str, spath: PathT, schema: _Schema) -> str:
+    """The FieldsV1 JSON text of value ``v`` reached by element ``last`` at schema path ``spath``."""
+    if isinstance(v, dict):
+        if spath and schema.atomic_map(spath):
+            return _EMPTY
+        return _map_text(v, spath, not (last.startswith("f:") and last[2:] in _VALUE_STRUCTS), schema)
+    if isinstance(v, list) and v:
+        strategy = schema.lst(spath)
+        if strategy.ssa == "map" or strategy.ssa == "set":
+            return _memoized(v, spath, False, schema, _list_text, strategy)
+    return _EMPTY
+
+
+def _list_text(v: list, spath: PathT, _member: bool, schema: _Schema, strategy: ListStrategy) -> str:
+    if strategy.ssa == "map":
+        if not _keyed(v, schema, strategy):
+            return _EMPTY
+        base = spath + ("*",)
+        return _level_text({schema.key_of(item, strategy): _map_text(item, base, True, schema)
+                            for item in v}, False)
+    return _level_text({"v:" + _dumps(item): _EMPTY for item in v}, False)
+
+
+def _map_text(v: dict, base: PathT, member: bool, schema: _Schema) -> str:
+    """FieldsV1 text of a granular map whose fields sit at schema paths ``base + (key,)``."""
+    for x in v.values():
+        if not isinstance(x, _SCALARS):
+            break
+    else:
+        key = (schema.group, schema.kind, base, member, tuple(v))
+        hit = _flat_memo.get(key)
+        if hit is None:
+            hit = _level_text({f"f:{k}": _EMPTY for k in v}, member)
+            _memo_put(_flat_memo, key, hit)
+        return hit
+    return _memoized(v, base, member, schema, _nested_map_text, None)
+
+
+def _nested_map_text(v: dict, base: PathT, member: bool, schema: _Schema, _unused: Any) -> str:
+    return _level_text({f"f:{k}": _owned_text(child, f"f:{k}", base + (k,), schema) for k, child in v.items()},
+                       member)
+
+
+#: FieldsV1 text of nested maps and of lists by (group, kind, schema path, member, JSON text):
+#: objects made from one template (pods of a Deployment, say) share their containers' trees
+_owned_memo: dict[tuple[str, str, PathT, bool, bytes], str] = {}
+#: values whose JSON text is longer are walked every time
 _OWNED_MEMO_MAX_BYTES = 16384
 
 
-def _owned_subtree(child: Any, k: str, schema: _Schema, walk: Any) -> dict[str, Any]:
-    """``walk`` of a top-level field, memoized by kind and JSON text: objects created from
-    one template (a pod's spec, say) share their FieldsV1 below the top level."""
-    if not isinstance(child, (dict, list)):
-        return {}
+def _memoized(v: Any, spath: PathT, member: bool, schema: _Schema, render: Any, arg: Any) -> str:
     try:
-        text = orjson.dumps(child)
+        text = orjson.dumps(v)
     except TypeError:
-        return walk(child, f"f:{k}", (k,))
+        return render(v, spath, member, schema, arg)
     if len(text) > _OWNED_MEMO_MAX_BYTES:
-        return walk(child, f"f:{k}", (k,))
-    key = (schema.group, schema.kind, k, text)
+        return render(v, spath, member, schema, arg)
+    key = (schema.group, schema.kind, spath, member, text)
     hit = _owned_memo.get(key)
     if hit is None:
-        hit = orjson.dumps(walk(child, f"f:{k}", (k,)))
+        hit = render(v, spath, member, schema, arg)
         _memo_put(_owned_memo, key, hit)
-    return orjson.loads(hit)
-
-
-def _render_level(children: dict[str, Any], member: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if children and member:
-        out["."] = {}
-    for el in sorted(children, key=_element_order):
-        out[el] = children[el]
-    return out
+    return hit
 
 
 def track_update(
