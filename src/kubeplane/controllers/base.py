@@ -1,4 +1,5 @@
-"""A small controller base: informers, rate-limited work queues, workers, events.
+"""A small controller base: informers, rate-limited work queues, workers, events
+(:class:`kubeplane.client.events.EventRecorder`).
 
 The queue follows client-go's ``workqueue``: a key is queued at most once
 (dirty set), never processed by two workers at once (a key re-added while
@@ -12,18 +13,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import uuid
 from typing import Awaitable, Callable
 
 from kubeplane.api.errors import StatusError
-from kubeplane.api.meta import format_time, utcnow
-from kubeplane.api.resources import resource
+from kubeplane.client.events import EventRecorder
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.interface import Client, Obj
 
 log = logging.getLogger(__name__)
-
-EVENTS = resource("events")
 
 SyncFunc = Callable[[str], Awaitable[None]]
 
@@ -124,54 +121,6 @@ class WorkQueue:
         self._wakeup.set()
 
 
-class EventRecorder:
-    """Writes core/v1 Events; repeats of the same event bump its count."""
-
-    def __init__(self, client: Client, component: str, *, host: str = "") -> None:
-        self.client = client
-        self.component = component
-        self.host = host
-        self._seen: dict[tuple[str, str, str, str], tuple[str, str, int]] = {}
-
-    async def event(self, obj: Obj, type_: str, reason: str, message: str) -> None:
-        """Record an event about ``obj``; failures are logged, never raised."""
-        md = obj.get("metadata") or {}
-        namespace = md.get("namespace") or "default"
-        key = (md.get("uid") or md.get("name") or "", type_, reason, message)
-        now = format_time(utcnow())
-        try:
-            seen = self._seen.get(key)
-            if seen is not None:
-                name, ns, count = seen
-                try:
-                    await self.client.patch(EVENTS, name, {"count": count + 1, "lastTimestamp": now}, ns)
-                    self._seen[key] = (name, ns, count + 1)
-                    return
-                except StatusError as err:
-                    if err.code != 404:
-                        raise
-            name = f"{md.get('name', 'unknown')}.{uuid.uuid4().hex[:16]}"
-            ev = {
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"name": name, "namespace": namespace},
-                "involvedObject": {
-                    "kind": obj.get("kind", ""), "apiVersion": obj.get("apiVersion", ""),
-                    "name": md.get("name", ""), "namespace": md.get("namespace", ""),
-                    "uid": md.get("uid", ""), "resourceVersion": md.get("resourceVersion", ""),
-                },
-                "reason": reason, "message": message, "type": type_,
-                "source": {"component": self.component, **({"host": self.host} if self.host else {})},
-                "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-                "reportingComponent": self.component, "reportingInstance": self.host or self.component,
-            }
-            await self.client.create(EVENTS, ev, namespace)
-            if len(self._seen) > 4096:
-                self._seen.clear()
-            self._seen[key] = (name, namespace, 1)
-        except Exception:  # noqa: BLE001 - events are best effort
-            log.warning("could not record event %s/%s", reason, md.get("name"), exc_info=True)
-
-
 class Controller:
     """Informers + named work queues + workers.
 
@@ -243,6 +192,7 @@ class Controller:
                 except asyncio.CancelledError:
                     pass
         self._running = False
+        await self.recorder.close(timeout)
         if self._owns_factory:
             await self.factory.stop()
 

@@ -410,7 +410,7 @@ class DeploymentController(Controller):
         d = deep_copy(d)
         selector = selector_of(d)
         if selector.empty:
-            await self.recorder.event(d, "Warning", "SelectingAll",
+            self.recorder.event(d, "Warning", "SelectingAll",
                                       "This deployment is selecting all pods. A non-empty selector is required.")
             gen = md_of(d).get("generation") or 0
             if (d.get("status") or {}).get("observedGeneration", 0) < gen:
@@ -540,7 +540,7 @@ class DeploymentController(Controller):
                     set_condition(status, new_condition("Progressing", "False", FAILED_RS_CREATE_REASON,
                                                         f'Failed to create new replica set "{name}": {err.message}'))
                     await self.client.update(DEPLOYMENTS, d, subresource="status")
-                await self.recorder.event(d, "Warning", "FailedCreate",
+                self.recorder.event(d, "Warning", "FailedCreate",
                                           f'Failed to create new replica set "{name}": {err.message}')
                 raise
             live = await self.client.get(REPLICASETS, name, ns_of(d))
@@ -555,7 +555,7 @@ class DeploymentController(Controller):
                 await self.client.update(DEPLOYMENTS, d, subresource="status")
                 raise RuntimeError(f"hash collision creating replica set {name!r}; collisionCount bumped") from err
         if not already_exists and replicas > 0:
-            await self.recorder.event(d, "Normal", "ScalingReplicaSet",
+            self.recorder.event(d, "Normal", "ScalingReplicaSet",
                                       f"Scaled up replica set {name} to {replicas} from 0")
         await self._set_deployment_revision(d, new_revision)
         if not already_exists and progress_deadline(d) is not None:
@@ -624,7 +624,7 @@ class DeploymentController(Controller):
         self._set_replicas_annotations(new, d)
         updated = await self.client.update(REPLICASETS, new)
         if size_changed:
-            await self.recorder.event(d, "Normal", "ScalingReplicaSet",
+            self.recorder.event(d, "Normal", "ScalingReplicaSet",
                                       f"Scaled {operation} replica set {name_of(rs)} to {new_scale} from {old_scale}")
         return size_changed, updated
 

@@ -507,9 +507,9 @@ class ReplicaSetController(Controller):
                         # Namespace terminating: nothing to create, nothing to report.
                         self.expectations.creation_observed(key)
                         return
-                    await self.recorder.event(rs, "Warning", "FailedCreate", f"Error creating: {err.message}")
+                    self.recorder.event(rs, "Warning", "FailedCreate", f"Error creating: {err.message}")
                     raise
-                await self.recorder.event(rs, "Normal", "SuccessfulCreate", f"Created pod: {name_of(created)}")
+                self.recorder.event(rs, "Normal", "SuccessfulCreate", f"Created pod: {name_of(created)}")
 
             created, err = await slow_start_batch(count, SLOW_START_INITIAL_BATCH_SIZE, create_one)
             skipped = count - created
@@ -534,9 +534,9 @@ class ReplicaSetController(Controller):
             self.expectations.deletion_observed(key_of(rs), key_of(pod))
             if err.code == 404:
                 return
-            await self.recorder.event(rs, "Warning", "FailedDelete", f"Error deleting: {err.message}")
+            self.recorder.event(rs, "Warning", "FailedDelete", f"Error deleting: {err.message}")
             raise
-        await self.recorder.event(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {name_of(pod)}")
+        self.recorder.event(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {name_of(pod)}")
 
     def _related_pods(self, rs: Obj) -> list[Obj]:
         """Active pods of every ReplicaSet sharing this one's controller."""

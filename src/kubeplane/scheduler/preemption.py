@@ -668,10 +668,9 @@ class Evaluator:
             if getattr(e, "code", None) != 404:
                 raise
         recorder = self.handle.event_recorder
-        eventf = getattr(recorder, "eventf", None)
-        if callable(eventf):
-            eventf(victim.pod, preemptor.pod, "Normal", "Preempted", "Preempting",
-                   f"Preempted by pod {preemptor.uid} on node {candidate.name}")
+        if recorder is not None:
+            recorder.eventf(victim.pod, preemptor.pod, "Normal", "Preempted", "Preempting",
+                            f"Preempted by pod {preemptor.uid} on node {candidate.name}")
 
     async def clear_nominated_node_name(self, pods: Iterable[Obj]) -> None:
         """Patch ``status.nominatedNodeName`` away on pods that have one."""

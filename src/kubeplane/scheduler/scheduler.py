@@ -18,6 +18,7 @@ import numpy as np
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy, format_time, utcnow
 from kubeplane.api.resources import ResourceInfo, resource
+from kubeplane.client.events import EventRecorder
 from kubeplane.client.informer import DeletedFinalStateUnknown, SharedInformerFactory
 from kubeplane.client.interface import Client
 from kubeplane.scheduler.cache import Cache, Snapshot
@@ -41,7 +42,6 @@ log = logging.getLogger("kubeplane.scheduler")
 
 PODS = resource("pods")
 NODES = resource("nodes")
-EVENTS = resource("events")
 
 #: informer resources for the cluster events plugins may register
 EVENT_RESOURCES: dict[EventResource, ResourceInfo] = {
@@ -119,59 +119,6 @@ class ScheduleResult:
     nominated_node: str | None = None
 
 
-class EventRecorder:
-    """Writes core/v1 Events for pods, fire and forget, as upstream's recorder."""
-
-    def __init__(self, client: Client, component: str = "default-scheduler", instance: str = "") -> None:
-        self.client = client
-        self.component = component
-        self.instance = instance or component
-        self._tasks: set[asyncio.Task] = set()
-
-    def event(self, obj: dict, event_type: str, reason: str, message: str, action: str = "") -> None:
-        md = obj.get("metadata") or {}
-        now = utcnow()
-        ev = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{md.get('name', '')}.{int(now.timestamp() * 1e9):x}",
-                         "namespace": md.get("namespace") or "default"},
-            "involvedObject": {"kind": obj.get("kind") or "Pod", "apiVersion": obj.get("apiVersion") or "v1",
-                               "namespace": md.get("namespace"), "name": md.get("name"), "uid": md.get("uid"),
-                               "resourceVersion": md.get("resourceVersion")},
-            "reason": reason,
-            "message": message,
-            "type": event_type,
-            "source": {"component": self.component},
-            "firstTimestamp": format_time(now),
-            "lastTimestamp": format_time(now),
-            "count": 1,
-            "reportingComponent": self.component,
-            "reportingInstance": self.instance,
-        }
-        if action:
-            ev["action"] = action
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        task = loop.create_task(self._post(ev))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _post(self, ev: dict) -> None:
-        try:
-            await self.client.create(EVENTS, ev, ev["metadata"]["namespace"])
-        except StatusError as err:
-            log.debug("could not record event %s: %s", ev["reason"], err)
-        except Exception:  # noqa: BLE001 - events are best effort
-            log.debug("could not record event", exc_info=True)
-
-    async def close(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
 def _node_update_action(old: dict, new: dict) -> ActionType:
     action = ActionType(0)
     os_, ns_ = old.get("status") or {}, new.get("status") or {}
@@ -220,7 +167,8 @@ class Scheduler:
         self.metrics = metrics
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         self.informer_factory = informer_factory or SharedInformerFactory(client)
-        self.recorder = EventRecorder(client, instance=identity or "kubeplane-scheduler")
+        self.recorder = EventRecorder(client, "default-scheduler", instance=identity or "kubeplane-scheduler",
+                                      kind="Pod", api_version="v1")
         self.cache = Cache(clock=clock)
         self.snapshot = Snapshot()
         # One nominator, shared by the queue and every profile's plugins.

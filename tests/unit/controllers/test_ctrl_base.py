@@ -114,9 +114,11 @@ async def test_controller_retries_conflicts_then_stops_gracefully(client) -> Non
 async def test_event_recorder_creates_then_counts(client) -> None:
     rec = EventRecorder(client, "tester")
     cm = await client.create(CMS, {"metadata": {"name": "cm"}}, "default")
-    await rec.event(cm, "Normal", "Reason", "hello")
-    await rec.event(cm, "Normal", "Reason", "hello")
-    await rec.event(cm, "Warning", "Other", "bye")
+    rec.event(cm, "Normal", "Reason", "hello")
+    assert await rec.flush(5)
+    rec.event(cm, "Normal", "Reason", "hello")
+    rec.event(cm, "Warning", "Other", "bye")
+    assert await rec.flush(5)
     items = (await client.list(EVENTS, "default"))["items"]
     by_reason = {e["reason"]: e for e in items}
     assert set(by_reason) == {"Reason", "Other"}

@@ -228,14 +228,18 @@ async def test_concurrent_syncs_never_overcommit_a_node(env: Env) -> None:
             "volume.kubernetes.io/storage-provisioner") == "test.io/other" for x in claims)
 
     await eventually(handed_over)
-    record = other.recorder.event
+    create = c.create
 
-    async def yielding_event(*args: Any) -> None:
+    async def yielding_create(*args: Any, **kw: Any) -> Any:
         await asyncio.sleep(0)  # as over HTTP: every API call is a suspension point
-        await record(*args)
+        return await create(*args, **kw)
 
-    other.recorder.event = yielding_event  # type: ignore[method-assign]
-    await asyncio.gather(*(other.sync_claim(f"default/w{i}") for i in range(4)))
+    c.create = yielding_create  # type: ignore[method-assign]
+    try:
+        await asyncio.gather(*(other.sync_claim(f"default/w{i}") for i in range(4)))
+    finally:
+        del c.create
+    assert await other.recorder.flush(5)
     pvs = [p for p in (await c.list(PVS))["items"] if p["spec"]["storageClassName"] == "tight"]
     assert len(pvs) == 2
     assert len(await env.events("ProvisioningFailed")) == 2

@@ -319,12 +319,12 @@ class PersistentVolumeController(Controller):
                 await self._bind(pv, claim)
                 return
             if delay and ANN_SELECTED_NODE not in annotations_of(claim):
-                await self.recorder.event(claim, "Normal", "WaitForFirstConsumer", MSG_WAIT_FIRST_CONSUMER)
+                self.recorder.event(claim, "Normal", "WaitForFirstConsumer", MSG_WAIT_FIRST_CONSUMER)
             elif claim_class(claim):
                 await self._provision_claim(claim)
                 return
             else:
-                await self.recorder.event(claim, "Normal", "FailedBinding", MSG_NO_CLASS)
+                self.recorder.event(claim, "Normal", "FailedBinding", MSG_NO_CLASS)
             await self._set_claim_phase(claim, "Pending")
             return
         pv = self._volume(volume_name)
@@ -335,7 +335,7 @@ class PersistentVolumeController(Controller):
         if not ref:
             reason = check_volume_satisfies_claim(pv, claim)
             if reason is not None:
-                await self.recorder.event(
+                self.recorder.event(
                     claim, "Warning", "VolumeMismatch",
                     f"Cannot bind to requested volume {volume_name!r}: {reason}")
                 await self._set_claim_phase(claim, "Pending")
@@ -387,14 +387,14 @@ class PersistentVolumeController(Controller):
 
     async def _claim_lost(self, claim: Obj, reason: str, message: str) -> None:
         if _phase(claim) != "Lost":
-            await self.recorder.event(claim, "Warning", reason, message)
+            self.recorder.event(claim, "Warning", reason, message)
             await self._set_claim_phase(claim, "Lost")
 
     async def _provision_claim(self, claim: Obj) -> None:
         cls = claim_class(claim)
         sc = self._storage_class(cls)
         if sc is None:
-            await self.recorder.event(claim, "Warning", "ProvisioningFailed",
+            self.recorder.event(claim, "Warning", "ProvisioningFailed",
                                       f'storageclass.storage.k8s.io "{cls}" not found')
             await self._set_claim_phase(claim, "Pending")
             return
@@ -406,7 +406,7 @@ class PersistentVolumeController(Controller):
             anns[ANN_STORAGE_PROVISIONER] = provisioner
             anns[ANN_BETA_STORAGE_PROVISIONER] = provisioner
             claim = await self._update("pvc", claim, new)
-        await self.recorder.event(claim, "Normal", "ExternalProvisioning",
+        self.recorder.event(claim, "Normal", "ExternalProvisioning",
                                   MSG_EXTERNAL_PROVISIONING.format(provisioner))
 
     # ----------------------------------------------------------------- bind
@@ -561,7 +561,7 @@ class PersistentVolumeController(Controller):
                 return  # its provisioner deletes it
             if not self.delete_unprovisioned_volumes:
                 if _phase(pv) != "Failed":
-                    await self.recorder.event(pv, "Warning", "VolumeFailedDelete",
+                    self.recorder.event(pv, "Warning", "VolumeFailedDelete",
                                               "error getting deleter volume plugin for volume: no deletable volume plugin matched")
                     await self._set_volume_phase(pv, "Failed", "no deletable volume plugin matched")
                 return
@@ -573,11 +573,11 @@ class PersistentVolumeController(Controller):
             return
         if policy == "Recycle":
             if _phase(pv) != "Failed":
-                await self.recorder.event(pv, "Warning", "VolumeFailedRecycle",
+                self.recorder.event(pv, "Warning", "VolumeFailedRecycle",
                                           "no volume plugin matched to recycle the volume")
                 await self._set_volume_phase(pv, "Failed", "no volume plugin matched to recycle the volume")
             return
         if _phase(pv) != "Failed":
-            await self.recorder.event(pv, "Warning", "VolumeUnknownReclaimPolicy",
+            self.recorder.event(pv, "Warning", "VolumeUnknownReclaimPolicy",
                                       "Volume has unrecognized PersistentVolumeReclaimPolicy")
             await self._set_volume_phase(pv, "Failed", "Volume has unrecognized PersistentVolumeReclaimPolicy")

@@ -234,7 +234,7 @@ class LocalProvisioner(Controller):
             return
         request = claim_request(claim)
         if request <= 0:
-            await self.recorder.event(claim, "Warning", "ProvisioningFailed",
+            self.recorder.event(claim, "Warning", "ProvisioningFailed",
                                       "claim has no storage request; cannot provision a volume")
             return
         limit = self.capacity_limit(sc)
@@ -298,7 +298,7 @@ class LocalProvisioner(Controller):
         return best[1] if best else None
 
     async def _failed(self, claim: Obj, message: str) -> None:
-        await self.recorder.event(claim, "Warning", "ProvisioningFailed", message)
+        self.recorder.event(claim, "Warning", "ProvisioningFailed", message)
 
     async def _reschedule(self, claim: Obj) -> None:
         """Drop selected-node so the scheduler chooses again."""
@@ -338,7 +338,7 @@ class LocalProvisioner(Controller):
         # Account for the volume before the first await, so that concurrent
         # workers see the capacity as taken.
         self._inflight[pv_name] = (_name(sc), node, request)
-        await self.recorder.event(claim, "Normal", "Provisioning",
+        self.recorder.event(claim, "Normal", "Provisioning",
                                   f'External provisioner is provisioning volume for claim "{claim_key(claim)}"')
         try:
             await self.client.create(PVS, pv)
@@ -347,7 +347,7 @@ class LocalProvisioner(Controller):
                 self._inflight.pop(pv_name, None)
                 raise
         where = f' on node "{node}"' if node else ""
-        await self.recorder.event(claim, "Normal", "ProvisioningSucceeded",
+        self.recorder.event(claim, "Normal", "ProvisioningSucceeded",
                                   f"Successfully provisioned volume {pv_name}{where}")
         for waiting in self._waiting.values():
             waiting.discard(claim_key(claim))
