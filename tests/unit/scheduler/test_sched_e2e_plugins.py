@@ -189,3 +189,12 @@ async def test_preemption_evicts_lower_priority(env):
     # What the kubelet does once the victim's containers stopped.
     await client.delete(PODS, "low", "default", grace_period_seconds=0)
     assert await node_of(client, "high", timeout=15) == "only"
+    # The victim got upstream's Preempted event naming its preemptor.
+    events = []
+    while loop.time() < deadline + 15 and not events:
+        events = [e for e in (await client.list(resource("events"), "default"))["items"]
+                  if e["reason"] == "Preempted"]
+        await asyncio.sleep(0.02)
+    [ev] = events
+    assert ev["involvedObject"]["name"] == "low" and ev["related"]["name"] == "high"
+    assert ev["action"] == "Preempting" and ev["message"].startswith("Preempted by pod ")
