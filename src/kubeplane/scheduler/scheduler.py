@@ -11,7 +11,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 
 import numpy as np
 
@@ -71,9 +71,74 @@ def num_feasible_nodes_to_find(percentage: int | None, num_all_nodes: int) -> in
     return max(n, MIN_FEASIBLE_NODES_TO_FIND)
 
 
+class NodeStatuses(MutableMapping[str, Status]):
+    """Filter statuses by node name. The vectorised Filter loop adds them in bulk as
+    snapshot rows (:meth:`add_rows`); they get node names only when read by name,
+    so a cycle that rejects thousands of nodes and still finds a host (or whose
+    failure is only counted, as in the FailedScheduling message) never names them."""
+
+    __slots__ = ("_named", "_chunks", "_nodes")
+
+    def __init__(self, statuses: Mapping[str, Status] | None = None) -> None:
+        self._named: dict[str, Status] = dict(statuses or {})
+        self._chunks: list[tuple[Sequence[int], list[Status | None]]] = []
+        self._nodes: Sequence[NodeInfo] = ()
+
+    def add_rows(self, nodes: Sequence[NodeInfo], rows: Sequence[int], statuses: list[Status | None]) -> None:
+        """``statuses[i]`` is the status of ``nodes[rows[i]]``; None entries are skipped."""
+        if self._chunks and nodes is not self._nodes:
+            self._resolve()
+        self._nodes = nodes
+        self._chunks.append((rows, statuses))
+
+    def _resolve(self) -> dict[str, Status]:
+        if self._chunks:
+            named, nodes = self._named, self._nodes
+            for rows, sts in self._chunks:
+                for row, st in zip(rows, sts):
+                    if st is not None:
+                        named[nodes[row].name] = st
+            self._chunks = []
+        return self._named
+
+    def __getitem__(self, name: str) -> Status:
+        return self._resolve()[name]
+
+    def __setitem__(self, name: str, status: Status) -> None:
+        self._resolve()[name] = status
+
+    def __delitem__(self, name: str) -> None:
+        del self._resolve()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._resolve())
+
+    def __len__(self) -> int:
+        if self._named and self._chunks:
+            self._resolve()  # a node could be in both
+        return len(self._named) + sum(len(sts) - sts.count(None) for _, sts in self._chunks)
+
+    def values(self) -> list[Status]:  # type: ignore[override]
+        """The statuses, without naming their nodes."""
+        if self._named and self._chunks:
+            self._resolve()
+        out = list(self._named.values())
+        for _, sts in self._chunks:
+            out.extend(sts)
+        return [st for st in out if st is not None] if None in out else out
+
+    def distinct(self) -> list[Status]:
+        """Each status object once (bulk statuses are shared by many nodes)."""
+        seen = dict(zip(map(id, self._named.values()), self._named.values()))
+        for _, sts in self._chunks:
+            seen.update(zip(map(id, sts), sts))
+        seen.pop(id(None), None)
+        return list(seen.values())
+
+
 @dataclass
 class Diagnosis:
-    node_to_status: dict[str, Status] = field(default_factory=dict)
+    node_to_status: MutableMapping[str, Status] = field(default_factory=NodeStatuses)
     unschedulable_plugins: set[str] = field(default_factory=set)
     pending_plugins: set[str] = field(default_factory=set)
     pre_filter_msg: str = ""
@@ -543,8 +608,7 @@ class Scheduler:
             if not s.is_rejected():
                 raise _CycleError(s)
             # Every node gets the PreFilter status.
-            for ni in all_nodes:
-                diagnosis.node_to_status[ni.name] = s
+            diagnosis.node_to_status.add_rows(all_nodes, range(len(all_nodes)), [s] * len(all_nodes))
             (diagnosis.pending_plugins if s.code == Code.PENDING else diagnosis.unschedulable_plugins).update(
                 plugins or ({s.plugin} if s.plugin else set()))
             diagnosis.pre_filter_msg = s.message()
@@ -631,11 +695,9 @@ class Scheduler:
             state, pod_info, arr, cand, start, num_to_find, nominated_rows)
         if failed:
             node_to_status = diagnosis.node_to_status
-            distinct: dict[int, Status] = {}
-            for row, st in failed:
-                node_to_status[all_nodes[row].name] = st
-                distinct[id(st)] = st  # bulk statuses are shared objects: few distinct ones
-            for st in distinct.values():
+            for rows_failed, statuses in failed:
+                node_to_status.add_rows(all_nodes, rows_failed, statuses)
+            for st in node_to_status.distinct():
                 if st.plugin:
                     (diagnosis.pending_plugins if st.code == Code.PENDING else diagnosis.unschedulable_plugins).add(
                         st.plugin)

@@ -228,3 +228,42 @@ async def test_plugin_durations_recorded_in_sampled_cycles(cluster):
         assert 'extension_point="PreFilter",plugin="NodeResourcesFit"' in text
     finally:
         await _stop(sched, task)
+
+
+def test_node_statuses_name_rows_only_when_read_by_name():
+    from kubeplane.scheduler.scheduler import NodeStatuses
+
+    names_read = []
+
+    class Counting:
+        @property
+        def name(self):
+            names_read.append(self._n)
+            return self._n
+
+        def __init__(self, name):
+            self._n = name
+
+    nodes = [Counting(f"n{i}") for i in range(6)]
+    fit = Status.unschedulable("Insufficient cpu")
+    taint = Status.unresolvable("node(s) had untolerated taint")
+    ns = NodeStatuses()
+    ns.add_rows(nodes, [0, 1, 2], [fit, None, fit])
+    ns.add_rows(nodes, range(3, 6), [taint, taint, None])
+    assert len(ns) == 4 and sorted(s.reasons[0] for s in ns.values()) == sorted(
+        ["Insufficient cpu"] * 2 + ["node(s) had untolerated taint"] * 2)
+    assert {id(s) for s in ns.distinct()} == {id(fit), id(taint)}
+    assert names_read == []  # counting and the message need no names
+    assert ns.get("n1") is None and ns["n2"] is fit and "n3" in ns
+    assert dict(ns) == {"n0": fit, "n2": fit, "n3": taint, "n4": taint}
+    ns["n1"] = taint
+    ns.add_rows(nodes, [5], [fit])
+    assert len(ns) == 6 and ns["n5"] is fit
+    del ns["n0"]
+    assert list(ns) == ["n2", "n3", "n4", "n1", "n5"]
+    # FitError's message reads the statuses without names
+    names_read.clear()
+    d = Diagnosis(node_to_status=NodeStatuses())
+    d.node_to_status.add_rows(nodes, range(6), [fit] * 6)
+    assert str(FitError({}, 6, d)) == "0/6 nodes are available: 6 Insufficient cpu."
+    assert names_read == []

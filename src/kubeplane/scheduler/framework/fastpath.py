@@ -336,8 +336,11 @@ class FastPath:
     def find_feasible(
         self, state: CycleState, pod_info: PodInfo, arr: NodeArrays, cand: np.ndarray | None, start: int,
         num_to_find: int, nominated_rows: set[int],
-    ) -> tuple[np.ndarray, int, list[tuple[int, Status]], Status | None]:
+    ) -> tuple[np.ndarray, int, list[tuple[list[int], list[Status | None]]], Status | None]:
         """Feasible rows in evaluation order, nodes processed, rejected rows with statuses, Error status.
+
+        The rejected rows come in chunks ``(rows, statuses)``: ``statuses[i]``
+        is the status of ``rows[i]``, None for a row that passed.
 
         ``cand`` restricts the candidates (rows, in snapshot order; None =
         all); evaluation starts at position ``start`` of the candidates and
@@ -357,7 +360,7 @@ class FastPath:
         found_parts: list[np.ndarray] = []
         found = 0
         processed = 0
-        failed: list[tuple[int, Status]] = []
+        failed: list[tuple[list[int], list[Status | None]]] = []
         window = max(num_to_find, 1)
         pos = 0
         while pos < m and found < num_to_find:
@@ -425,10 +428,10 @@ class FastPath:
                     stop = max(i + 1, int(np.searchsorted(before, need - len(extra), side="left")))
                     continue
                 if not st.is_rejected():
-                    failed.extend((r, s) for r, s in zip(py_rows_list[:i], statuses[:i]) if s is not None)
+                    failed.append((py_rows_list[:i], statuses[:i]))
                     return rows[:0], 0, failed, st
                 statuses[i] = st
-            failed.extend((r, s) for r, s in zip(py_rows_list[:stop], statuses[:stop]) if s is not None)
+            failed.append((py_rows_list[:stop], statuses[:stop]))
             if extra:
                 definite = definite.copy()
                 definite[extra] = True
