@@ -363,7 +363,9 @@ class Evaluator:
         if not all_nodes:
             raise RuntimeError("no nodes available")
         absent = absent_status_of(statuses)
-        potential = [ni for ni in all_nodes if statuses.get(ni.name, absent).code == Code.UNSCHEDULABLE]
+        by_name = getattr(statuses, "by_name", None)  # the scheduler's NodeStatuses: one plain dict
+        lookup = (by_name() if by_name is not None else statuses).get
+        potential = [ni for ni in all_nodes if lookup(ni.name, absent).code == Code.UNSCHEDULABLE]
         if not potential:
             if (pod_info.pod.get("status") or {}).get("nominatedNodeName"):
                 self._run(self.clear_nominated_node_name([pod_info.pod]))

@@ -22,7 +22,7 @@ from kubeplane.client.events import EventRecorder
 from kubeplane.client.informer import DeletedFinalStateUnknown, SharedInformerFactory
 from kubeplane.client.interface import Client
 from kubeplane.scheduler.cache import Cache, Snapshot
-from kubeplane.scheduler.framework.fastpath import arrays_for, nodes_for_rows, select_host_index
+from kubeplane.scheduler.framework.fastpath import Rejections, arrays_for, nodes_for_rows, select_host_index
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.registry import in_tree_registry
@@ -73,23 +73,35 @@ def num_feasible_nodes_to_find(percentage: int | None, num_all_nodes: int) -> in
 
 class NodeStatuses(MutableMapping[str, Status]):
     """Filter statuses by node name. The vectorised Filter loop adds them in bulk as
-    snapshot rows (:meth:`add_rows`); they get node names only when read by name,
-    so a cycle that rejects thousands of nodes and still finds a host (or whose
-    failure is only counted, as in the FailedScheduling message) never names them."""
+    snapshot rows (:meth:`add_rejections`); they get node names only when read by
+    name, so a cycle that rejects thousands of nodes and still finds a host (or
+    whose failure is only counted, as in the FailedScheduling message) never
+    names them."""
 
-    __slots__ = ("_named", "_chunks", "_nodes")
+    __slots__ = ("_named", "_chunks", "_nodes", "_chunked", "_distinct")
 
     def __init__(self, statuses: Mapping[str, Status] | None = None) -> None:
         self._named: dict[str, Status] = dict(statuses or {})
         self._chunks: list[tuple[Sequence[int], list[Status | None]]] = []
         self._nodes: Sequence[NodeInfo] = ()
+        self._chunked = 0  # statuses in _chunks
+        self._distinct: dict[int, Status] = {}  # the statuses in _chunks, each once
 
-    def add_rows(self, nodes: Sequence[NodeInfo], rows: Sequence[int], statuses: list[Status | None]) -> None:
-        """``statuses[i]`` is the status of ``nodes[rows[i]]``; None entries are skipped."""
+    def add_rejections(self, nodes: Sequence[NodeInfo], rejections: Rejections) -> None:
+        """The statuses of rows of ``nodes`` (the snapshot's node list)."""
         if self._chunks and nodes is not self._nodes:
             self._resolve()
         self._nodes = nodes
-        self._chunks.append((rows, statuses))
+        self._chunks.extend(rejections.chunks)
+        self._chunked += rejections.count
+        self._distinct.update(rejections.distinct)
+
+    def fill(self, nodes: Sequence[NodeInfo], status: Status) -> None:
+        """``status`` for every node of ``nodes``."""
+        rej = Rejections()
+        rej.add(range(len(nodes)), [status] * len(nodes), len(nodes))  # type: ignore[arg-type]
+        rej.distinct[id(status)] = status
+        self.add_rejections(nodes, rej)
 
     def _resolve(self) -> dict[str, Status]:
         if self._chunks:
@@ -99,10 +111,19 @@ class NodeStatuses(MutableMapping[str, Status]):
                     if st is not None:
                         named[nodes[row].name] = st
             self._chunks = []
+            self._chunked = 0
+            self._distinct = {}
         return self._named
+
+    def by_name(self) -> dict[str, Status]:
+        """Every status by node name, as a plain dict (for many lookups; do not modify)."""
+        return self._resolve()
 
     def __getitem__(self, name: str) -> Status:
         return self._resolve()[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._resolve().get(name, default)
 
     def __setitem__(self, name: str, status: Status) -> None:
         self._resolve()[name] = status
@@ -116,7 +137,7 @@ class NodeStatuses(MutableMapping[str, Status]):
     def __len__(self) -> int:
         if self._named and self._chunks:
             self._resolve()  # a node could be in both
-        return len(self._named) + sum(len(sts) - sts.count(None) for _, sts in self._chunks)
+        return len(self._named) + self._chunked
 
     def values(self) -> list[Status]:  # type: ignore[override]
         """The statuses, without naming their nodes."""
@@ -124,16 +145,14 @@ class NodeStatuses(MutableMapping[str, Status]):
             self._resolve()
         out = list(self._named.values())
         for _, sts in self._chunks:
-            out.extend(sts)
-        return [st for st in out if st is not None] if None in out else out
+            out.extend(st for st in sts if st is not None)
+        return out
 
-    def distinct(self) -> list[Status]:
-        """Each status object once (bulk statuses are shared by many nodes)."""
-        seen = dict(zip(map(id, self._named.values()), self._named.values()))
-        for _, sts in self._chunks:
-            seen.update(zip(map(id, sts), sts))
-        seen.pop(id(None), None)
-        return list(seen.values())
+    def rejecting_plugins(self) -> set[tuple[Code, str]]:
+        """(code, plugin) of every status, each pair once."""
+        pairs = {(st.code, st.plugin) for st in self._distinct.values()}
+        pairs.update((st.code, st.plugin) for st in {id(st): st for st in self._named.values()}.values())
+        return pairs
 
 
 @dataclass
@@ -608,7 +627,7 @@ class Scheduler:
             if not s.is_rejected():
                 raise _CycleError(s)
             # Every node gets the PreFilter status.
-            diagnosis.node_to_status.add_rows(all_nodes, range(len(all_nodes)), [s] * len(all_nodes))
+            diagnosis.node_to_status.fill(all_nodes, s)
             (diagnosis.pending_plugins if s.code == Code.PENDING else diagnosis.unschedulable_plugins).update(
                 plugins or ({s.plugin} if s.plugin else set()))
             diagnosis.pre_filter_msg = s.message()
@@ -695,12 +714,11 @@ class Scheduler:
             state, pod_info, arr, cand, start, num_to_find, nominated_rows)
         if failed:
             node_to_status = diagnosis.node_to_status
-            for rows_failed, statuses in failed:
-                node_to_status.add_rows(all_nodes, rows_failed, statuses)
-            for st in node_to_status.distinct():
-                if st.plugin:
-                    (diagnosis.pending_plugins if st.code == Code.PENDING else diagnosis.unschedulable_plugins).add(
-                        st.plugin)
+            node_to_status.add_rejections(all_nodes, failed)
+            for code, plugin in node_to_status.rejecting_plugins():
+                if plugin:
+                    (diagnosis.pending_plugins if code == Code.PENDING else diagnosis.unschedulable_plugins).add(
+                        plugin)
         if err is not None:
             raise _CycleError(err)
         self.next_start_node_index = (self.next_start_node_index + processed) % len(all_nodes)

@@ -231,6 +231,7 @@ async def test_plugin_durations_recorded_in_sampled_cycles(cluster):
 
 
 def test_node_statuses_name_rows_only_when_read_by_name():
+    from kubeplane.scheduler.framework.fastpath import Rejections
     from kubeplane.scheduler.scheduler import NodeStatuses
 
     names_read = []
@@ -248,22 +249,27 @@ def test_node_statuses_name_rows_only_when_read_by_name():
     fit = Status.unschedulable("Insufficient cpu")
     taint = Status.unresolvable("node(s) had untolerated taint")
     ns = NodeStatuses()
-    ns.add_rows(nodes, [0, 1, 2], [fit, None, fit])
-    ns.add_rows(nodes, range(3, 6), [taint, taint, None])
+    rej = Rejections()
+    rej.add([0, 1, 2], [fit, None, fit], 2)
+    rej.add([3, 4, 5], [taint, taint, None], 2)
+    rej.distinct.update({id(fit): fit, id(taint): taint})
+    ns.add_rejections(nodes, rej)
     assert len(ns) == 4 and sorted(s.reasons[0] for s in ns.values()) == sorted(
         ["Insufficient cpu"] * 2 + ["node(s) had untolerated taint"] * 2)
-    assert {id(s) for s in ns.distinct()} == {id(fit), id(taint)}
+    assert ns.rejecting_plugins() == {(fit.code, fit.plugin), (taint.code, taint.plugin)}
     assert names_read == []  # counting and the message need no names
     assert ns.get("n1") is None and ns["n2"] is fit and "n3" in ns
     assert dict(ns) == {"n0": fit, "n2": fit, "n3": taint, "n4": taint}
     ns["n1"] = taint
-    ns.add_rows(nodes, [5], [fit])
+    more = Rejections()
+    more.add([5], [fit], 1)
+    ns.add_rejections(nodes, more)
     assert len(ns) == 6 and ns["n5"] is fit
     del ns["n0"]
     assert list(ns) == ["n2", "n3", "n4", "n1", "n5"]
     # FitError's message reads the statuses without names
     names_read.clear()
     d = Diagnosis(node_to_status=NodeStatuses())
-    d.node_to_status.add_rows(nodes, range(6), [fit] * 6)
+    d.node_to_status.fill(nodes, fit)
     assert str(FitError({}, 6, d)) == "0/6 nodes are available: 6 Insufficient cpu."
     assert names_read == []

@@ -762,8 +762,9 @@ async def test_fast_filter_states_known_failures_in_bulk_as_filter_would(env: En
         feasible, processed, failed, err = fast.find_feasible(state, pi, arr, None, 0, len(infos), set())
         assert err is None and processed == len(infos)
         assert sorted(infos[r].name for r in feasible.tolist()) == sorted(n for n, s in generic.items() if s is None)
-        got = {infos[r].name: (s.code, tuple(s.reasons), s.plugin)
-               for rows, sts in failed for r, s in zip(rows, sts) if s is not None}
+        got = {infos[r].name: (s.code, tuple(s.reasons), s.plugin) for r, s in failed.pairs()}
+        assert failed.count == len(got)
+        assert {id(s) for _, s in failed.pairs()} == set(failed.distinct)
         want = {n: (s.code, tuple(s.reasons), s.plugin) for n, s in generic.items() if s is not None}
         assert got == want, step
         if len(known) >= 16:

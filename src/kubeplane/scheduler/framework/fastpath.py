@@ -237,6 +237,41 @@ def arrays_for(snapshot: Any) -> NodeArrays:
 _MaskFn = Callable[[Any], Any]
 
 
+def _present(statuses: list[Status | None]) -> int:
+    """How many entries are not None (by identity: ``list.count(None)`` would call
+    ``Status.__eq__`` on every status)."""
+    return len(statuses) - list(map(id, statuses)).count(_NONE_ID)
+
+
+_NONE_ID = id(None)
+
+
+class Rejections:
+    """The rows a Filter loop rejected: chunks ``(rows, statuses)`` where
+    ``statuses[i]`` is the status of ``rows[i]`` (None for a row that passed),
+    how many statuses there are, and each distinct status object once (bulk
+    statuses are shared by many rows), so that callers need not walk every row."""
+
+    __slots__ = ("chunks", "count", "distinct")
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[list[int], list[Status | None]]] = []
+        self.count = 0
+        self.distinct: dict[int, Status] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.count)
+
+    def add(self, rows: list[int], statuses: list[Status | None], count: int) -> None:
+        if count:
+            self.chunks.append((rows, statuses))
+            self.count += count
+
+    def pairs(self) -> list[tuple[int, Status]]:
+        """(row, status) of every rejected row, in order."""
+        return [(r, st) for rows, sts in self.chunks for r, st in zip(rows, sts) if st is not None]
+
+
 class FastPath:
     """Vectorised Filter/Score for one framework (profile)."""
 
@@ -336,11 +371,8 @@ class FastPath:
     def find_feasible(
         self, state: CycleState, pod_info: PodInfo, arr: NodeArrays, cand: np.ndarray | None, start: int,
         num_to_find: int, nominated_rows: set[int],
-    ) -> tuple[np.ndarray, int, list[tuple[list[int], list[Status | None]]], Status | None]:
+    ) -> tuple[np.ndarray, int, Rejections, Status | None]:
         """Feasible rows in evaluation order, nodes processed, rejected rows with statuses, Error status.
-
-        The rejected rows come in chunks ``(rows, statuses)``: ``statuses[i]``
-        is the status of ``rows[i]``, None for a row that passed.
 
         ``cand`` restricts the candidates (rows, in snapshot order; None =
         all); evaluation starts at position ``start`` of the candidates and
@@ -360,7 +392,8 @@ class FastPath:
         found_parts: list[np.ndarray] = []
         found = 0
         processed = 0
-        failed: list[tuple[list[int], list[Status | None]]] = []
+        failed = Rejections()
+        distinct = failed.distinct
         window = max(num_to_find, 1)
         pos = 0
         while pos < m and found < num_to_find:
@@ -410,7 +443,8 @@ class FastPath:
             statuses: list[Status | None] = [None] * len(py_positions)
             todo: Any = range(min(stop, len(py_positions)))
             if stop >= BULK_MIN_ROWS:
-                statuses = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows[:stop], nominated_rows)
+                statuses = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows[:stop],
+                                                        nominated_rows, distinct)
                 statuses.extend([None] * (len(py_positions) - len(statuses)))
                 todo = [i for i, st in enumerate(statuses[:stop]) if st is None]
             for i in todo:
@@ -428,10 +462,15 @@ class FastPath:
                     stop = max(i + 1, int(np.searchsorted(before, need - len(extra), side="left")))
                     continue
                 if not st.is_rejected():
-                    failed.append((py_rows_list[:i], statuses[:i]))
+                    failed.add(py_rows_list[:i], statuses[:i], _present(statuses[:i]))
                     return rows[:0], 0, failed, st
                 statuses[i] = st
-            failed.append((py_rows_list[:stop], statuses[:stop]))
+                distinct[id(st)] = st
+            # (rows found feasible may have moved ``stop`` before rows the bulk step
+            # decided: their statuses stay in ``distinct``, which only matters when
+            # no host is found, and then ``stop`` never moved)
+            # every row before ``stop`` got a status or was found feasible (``extra``)
+            failed.add(py_rows_list[:stop], statuses[:stop], min(stop, len(py_positions)) - len(extra))
             if extra:
                 definite = definite.copy()
                 definite[extra] = True
@@ -457,9 +496,10 @@ class FastPath:
 
     def _bulk_statuses(
         self, plugins: list[Any], fns: list[_MaskFn | None], state: CycleState, pod_info: PodInfo,
-        arr: NodeArrays, rows: np.ndarray, nominated_rows: set[int],
+        arr: NodeArrays, rows: np.ndarray, nominated_rows: set[int], distinct: dict[int, Status],
     ) -> list[Status | None]:
-        """Filter statuses of many rejected rows at once; None where the row needs the per-row path.
+        """Filter statuses of many rejected rows at once, None where the row needs the
+        per-row path. The distinct statuses go to ``distinct``.
 
         A row's status is the one of the first plugin (in profile order) that
         rejects it. Walking the plugins in order, the rows a plugin's mask
@@ -467,8 +507,9 @@ class FastPath:
         bulk (``_status_builder``); a plugin without a mask stops the walk, as
         it might reject any row still undecided. Rows with nominated pods
         always take the per-row path."""
-        out: list[Status | None] = [None] * len(rows)
+        out = np.full(len(rows), None, dtype=object)
         undecided = np.arange(len(rows))
+        nominated = np.fromiter(nominated_rows, dtype=np.intp, count=len(nominated_rows)) if nominated_rows else None
         for pl, f in zip(plugins, fns):
             if not len(undecided) or f is None:
                 break
@@ -479,17 +520,17 @@ class FastPath:
                 continue
             mk = np.asarray(mk, dtype=bool)
             rejected = undecided[~mk]
+            if nominated is not None:
+                rejected = rejected[~np.isin(rows[rejected], nominated)]
             if len(rejected):
                 builder = self._status_builder(pl, state, pod_info, arr)
                 if builder is not None:
-                    for pos, st in zip(rejected.tolist(), builder(rows[rejected])):
-                        out[pos] = st
+                    values, made = builder(rows[rejected])
+                    out[rejected] = values
+                    for st in made:
+                        distinct[id(st)] = st
             undecided = undecided[mk]
-        if nominated_rows:
-            for i, row in enumerate(rows.tolist()):
-                if row in nominated_rows:
-                    out[i] = None
-        return out
+        return out.tolist()
 
     def _status_builder(self, pl: Any, state: CycleState, pod_info: PodInfo,
                         arr: NodeArrays) -> Callable[[np.ndarray], list[Status | None]] | None:
@@ -517,7 +558,7 @@ class FastPath:
             cols, big = arr.cols, arr.big
             name = pl.name
 
-            def fit_statuses(rows: np.ndarray) -> list[Status | None]:
+            def fit_statuses(rows: np.ndarray) -> tuple[Any, list[Status]]:
                 code = (cols[N_PODS, rows] >= cols[A_PODS, rows]).astype(np.int64)
                 for bit, (res, value) in enumerate(checks, 1):
                     short = cols[_COL_OF_ALLOC[res], rows] - cols[_COL_OF_REQ[res], rows] < value
@@ -532,7 +573,7 @@ class FastPath:
                     reasons = ["Too many pods"] if c & 1 else []
                     reasons.extend(f"Insufficient {res}" for bit, (res, _) in enumerate(checks, 1) if c >> bit & 1)
                     made[k] = Status.unschedulable(*reasons, plugin=name)
-                return made[where.reshape(-1)].tolist()
+                return made[where.reshape(-1)], [m for m in made.tolist() if m is not None]
             return fit_statuses
         if cls is NodeUnschedulable:
             return lambda rows: self._statuses_by_group(pl, state, pod_info, infos, rows, np.zeros(len(rows)))
@@ -549,22 +590,23 @@ class FastPath:
         name = pl.name
         names = arr.names
 
-        def known_statuses(rows: np.ndarray) -> list[Status | None]:
+        def known_statuses(rows: np.ndarray) -> tuple[list[Status | None], list[Status]]:
             out = [get(names[r]) for r in rows.tolist()]
             bad: set[int] = set()
-            for st in {id(st): st for st in out if st is not None}.values():
+            made = {id(st): st for st in out if st is not None}
+            for st in made.values():
                 if not st.is_rejected() or st.plugin != name:
                     # only rejections are stated in bulk, attributed to the plugin (the
                     # statuses belong to the plugin: they are not modified here)
                     bad.add(id(st))
             if bad:
                 out = [None if st is not None and id(st) in bad else st for st in out]
-            return out
+            return out, [st for k, st in made.items() if k not in bad]
         return known_statuses
 
     @staticmethod
     def _statuses_by_group(pl: Any, state: CycleState, pod_info: PodInfo, infos: list[NodeInfo],
-                           rows: np.ndarray, groups: np.ndarray) -> list[Status | None]:
+                           rows: np.ndarray, groups: np.ndarray) -> tuple[list[Status | None], list[Status]]:
         made: dict[int, Status | None] = {}
         out: list[Status | None] = []
         for row, g in zip(rows.tolist(), groups.tolist()):
@@ -576,7 +618,7 @@ class FastPath:
                     st = None  # passes or errs: the per-row path reports it
                 made[g] = st
             out.append(made[g])
-        return out
+        return out, [st for st in made.values() if st is not None]
 
     # ------------------------------------------------------------------ score
 
