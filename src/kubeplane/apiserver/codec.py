@@ -86,6 +86,13 @@ def decode_body(body: bytes, content_type: str | None) -> Any:
     raise errors.unsupported_media_type(mt, [JSON, YAML, PROTOBUF])
 
 
+def fresh_tree(content_type: str | None) -> bool:
+    """Whether :func:`decode_body` of this type builds a tree that shares no
+    containers (JSON; YAML aliases may share them), so it may be kept as it is."""
+    mt = media_type(content_type)
+    return mt == JSON or mt.endswith("+json") and mt not in PATCH_TYPES
+
+
 def decode_patch(body: bytes, content_type: str | None) -> tuple[str, Any]:
     mt = media_type(content_type)
     kind = PATCH_TYPES.get(mt)

@@ -392,7 +392,8 @@ class APIHandler:
                         f"no kind \"{obj.get('kind')}\" is registered for version \"{obj.get('apiVersion')}\"")
         warnings = self._check_fields(request, t.res, obj)
         created = await self.registry.create(t.res, obj, t.namespace, dry_run=_dry_run(q),
-                                             field_manager=q.get("fieldManager") or _manager_from_agent(request))
+                                             field_manager=q.get("fieldManager") or _manager_from_agent(request),
+                                             owned=codec.fresh_tree(request.headers.get("Content-Type")))
         return self._respond_object(request, t.res, created, 201, warnings)
 
     async def update(self, request: web.Request, t: Target) -> web.Response:

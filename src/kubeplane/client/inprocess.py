@@ -78,10 +78,10 @@ class InProcessWatch:
 class InProcessClient:
     """Implements :class:`kubeplane.client.interface.Client` over a Registry.
 
-    With ``copies=False`` arguments are handed to the registry as they are and
-    results may share structure with stored objects: only for callers that
-    neither keep nor modify what they pass or receive (the wire server, which
-    decodes fresh arguments and encodes results).
+    With ``copies=False`` arguments are handed over to the registry, which may
+    keep and modify them, and results may share structure with stored objects:
+    only for callers that neither keep nor modify what they pass or receive
+    (the wire server, which decodes fresh arguments and encodes results).
     """
 
     def __init__(self, registry: Registry, *, field_manager: str = "kubeplane", copies: bool = True) -> None:
@@ -89,6 +89,7 @@ class InProcessClient:
         self.field_manager = field_manager
         self._copy = _copy if copies else _same
         self._typed = _typed if copies else typed_view
+        self._owned = not copies
 
     async def get(self, res: ResourceInfo, name: str, namespace: str | None = None, *,
                   subresource: str | None = None) -> Obj:
@@ -120,7 +121,7 @@ class InProcessClient:
         if namespace is None and res.namespaced:
             namespace = (obj.get("metadata") or {}).get("namespace")
         created = await self.registry.create(res, obj, namespace, dry_run=dry_run,
-                                             field_manager=field_manager or self.field_manager)
+                                             field_manager=field_manager or self.field_manager, owned=self._owned)
         return self._typed(res, created)
 
     async def update(self, res: ResourceInfo, obj: Obj, *, subresource: str | None = None,

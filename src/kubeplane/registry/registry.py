@@ -294,10 +294,14 @@ class Registry:
         dry_run: bool = False,
         field_manager: str | None = None,
         _track_fields: bool = True,
+        owned: bool = False,
     ) -> Obj:
+        """Create ``obj``. With ``owned`` the caller hands ``obj`` over (a freshly
+        decoded request body): it is stored as it is modified, not copied."""
         if not isinstance(obj, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
-        obj = deep_copy(obj)
+        if not owned:
+            obj = deep_copy(obj)
         self._check_type_meta(res, obj)
         md = self._check_metadata_shape(obj)
         self._normalise_namespace(res, md, namespace)
