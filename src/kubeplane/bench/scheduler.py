@@ -569,7 +569,9 @@ async def run_workload(
         t0 = time.perf_counter()
         await runner.setup()
 
-        factory = SharedInformerFactory(client)
+        # Split, this factory only feeds the tracker, which never modifies what it
+        # reads: it may share the stored objects instead of copying each event.
+        factory = SharedInformerFactory(InProcessClient(registry, copies=False) if split else client)
         stack.push_async_callback(factory.stop)
         factory.informer_for(PODS).add_event_handler(tracker.on_add, tracker.on_update, tracker.on_delete)
         worker: _SchedulerProcess | None = None

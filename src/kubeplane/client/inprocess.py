@@ -79,9 +79,10 @@ class InProcessClient:
     """Implements :class:`kubeplane.client.interface.Client` over a Registry.
 
     With ``copies=False`` arguments are handed over to the registry, which may
-    keep and modify them, and results may share structure with stored objects:
-    only for callers that neither keep nor modify what they pass or receive
-    (the wire server, which decodes fresh arguments and encodes results).
+    keep and modify them, and results share structure with stored objects
+    (which are never modified in place): only for callers that do not touch
+    what they passed and never modify what they receive (the wire server,
+    which decodes fresh arguments and encodes results; a read-only informer).
     """
 
     def __init__(self, registry: Registry, *, field_manager: str = "kubeplane", copies: bool = True) -> None:

@@ -531,8 +531,9 @@ class Registry:
                 )], group=res.group)
         if subresource == "status":
             strategy.prepare_for_status_update(new, current)
-            # Metadata is not writable through the status endpoint.
-            md_keep = deep_copy(cur_md)
+            # Metadata is not writable through the status endpoint. Only its top level
+            # changes below (resourceVersion, managedFields): the rest is shared.
+            md_keep = dict(cur_md)
             new["metadata"] = md_keep
             md = new["metadata"]
             md.pop("resourceVersion", None)

@@ -13,7 +13,6 @@ import ipaddress
 import itertools
 from typing import Any, Callable
 
-from kubeplane.api.meta import deep_copy
 from kubeplane.api.resources import ResourceInfo
 
 Obj = dict[str, Any]
@@ -50,11 +49,15 @@ class Strategy:
     def initial_status(self, obj: Obj) -> Obj | None:
         return None
 
+    # The parts taken from the stored object are shared, not copied: stored
+    # objects are never modified in place, and nothing modifies these parts of
+    # the new version between here and the store.
+
     def prepare_for_update(self, new: Obj, old: Obj) -> None:
         """Main endpoint: status is owned by the status subresource."""
         if self.has_status:
             if "status" in old:
-                new["status"] = deep_copy(old["status"])
+                new["status"] = old["status"]
             else:
                 new.pop("status", None)
 
@@ -65,7 +68,7 @@ class Strategy:
                 del new[k]
         for k, v in old.items():
             if k not in ("status", "metadata", "apiVersion", "kind"):
-                new[k] = deep_copy(v)
+                new[k] = v
 
     def spec_changed(self, new: Obj, old: Obj) -> bool:
         for k in set(new) | set(old):
