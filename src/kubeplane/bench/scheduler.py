@@ -563,7 +563,10 @@ async def run_workload(
         stack.push_async_callback(client.close)
 
         tracker = PodTracker()
-        runner = _Runner(w, n_nodes, n_pods, client, tracker, progress, stall_timeout_s)
+        # The workload's own writes: its templates build fresh objects and it only
+        # counts what it lists, so it hands them over and reads without copies.
+        feeder = InProcessClient(registry, copies=False)
+        runner = _Runner(w, n_nodes, n_pods, feeder, tracker, progress, stall_timeout_s)
         if pv_interval_ms is not None:
             runner.pv_interval_s = pv_interval_ms / 1000.0
         t0 = time.perf_counter()
