@@ -244,7 +244,11 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         identity: str = "",
+        pop_from_backoff: bool = True,
     ) -> None:
+        """``pop_from_backoff`` is upstream's SchedulerPopFromBackoffQ feature (beta,
+        on by default): when activeQ is empty, a pod still backing off is tried
+        rather than leaving the scheduler idle."""
         self.client = client
         self.clock = clock
         self.rng = rng or random.Random()
@@ -290,7 +294,8 @@ class Scheduler:
             for name, fw in self.frameworks.items()
         }
         self.queue = SchedulingQueue(queue_profiles, clock=clock, initial_backoff=pod_initial_backoff,
-                                     max_backoff=pod_max_backoff, pod_getter=self._pod_by_name)
+                                     max_backoff=pod_max_backoff, pod_getter=self._pod_by_name,
+                                     pop_from_backoff=pop_from_backoff)
         self.queue.nominator = self.nominator
         self.next_start_node_index = 0
         #: use the vectorised Filter/Score (``framework.fastpath``) where it applies
