@@ -26,6 +26,7 @@ awaits the pending ones.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -80,7 +81,9 @@ def pod_priority(pod: Obj | PodInfo) -> int:
     return int((pod.get("spec") or {}).get("priority") or 0)
 
 
+@functools.lru_cache(maxsize=8192)
 def _parse_time(value: str) -> float:
+    """RFC 3339 to a POSIX timestamp; memoized (pods started in the same second share it)."""
     v = value.strip()
     if v.endswith("Z"):
         v = v[:-1] + "+00:00"
