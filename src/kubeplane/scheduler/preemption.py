@@ -148,6 +148,8 @@ def filter_pods_with_pdb_violation(
     violating when any of its PDBs goes below zero. Empty selectors match
     nothing.
     """
+    if not pdbs:
+        return [], list(pods)
     allowed = [int((p.get("status") or {}).get("disruptionsAllowed") or 0) for p in pdbs]
     selectors = []
     for p in pdbs:
