@@ -444,7 +444,7 @@ class FastPath:
             todo: Any = range(min(stop, len(py_positions)))
             if stop >= BULK_MIN_ROWS:
                 statuses = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows[:stop],
-                                                        nominated_rows, distinct)
+                                               nominated_rows, distinct)
                 statuses.extend([None] * (len(py_positions) - len(statuses)))
                 todo = [i for i, st in enumerate(statuses[:stop]) if st is None]
             for i in todo:
@@ -466,10 +466,10 @@ class FastPath:
                     return rows[:0], 0, failed, st
                 statuses[i] = st
                 distinct[id(st)] = st
-            # (rows found feasible may have moved ``stop`` before rows the bulk step
-            # decided: their statuses stay in ``distinct``, which only matters when
-            # no host is found, and then ``stop`` never moved)
-            # every row before ``stop`` got a status or was found feasible (``extra``)
+            # Every row before ``stop`` got a status or was found feasible (``extra``).
+            # A row found feasible may have moved ``stop`` before rows the bulk step
+            # decided; their statuses stay in ``distinct``, which is only read when
+            # no node is feasible, and then ``stop`` never moved.
             failed.add(py_rows_list[:stop], statuses[:stop], min(stop, len(py_positions)) - len(extra))
             if extra:
                 definite = definite.copy()
@@ -533,8 +533,9 @@ class FastPath:
         return out.tolist()
 
     def _status_builder(self, pl: Any, state: CycleState, pod_info: PodInfo,
-                        arr: NodeArrays) -> Callable[[np.ndarray], list[Status | None]] | None:
-        """For rows ``pl``'s mask rejects: the plugin's own Filter status per row (None: unknown).
+                        arr: NodeArrays) -> Callable[[np.ndarray], tuple[Any, list[Status]]] | None:
+        """For rows ``pl``'s mask rejects: the plugin's own Filter status per row (None: unknown),
+        and the distinct statuses among them.
 
         NodeResourcesFit's reasons follow from the column arrays; the
         statuses of NodeUnschedulable and TaintToleration only depend on the
