@@ -26,17 +26,15 @@ awaits the pending ones.
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
 import orjson
 
 from kubeplane.api.resources import resource
 from kubeplane.api.selectors import label_selector_from_dict
-from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
+from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo, pod_start_time  # noqa: F401 - re-exported
 from kubeplane.scheduler.framework.types import Code, CycleState, Obj, Status
 
 NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
@@ -81,26 +79,6 @@ def pod_priority(pod: Obj | PodInfo) -> int:
     return int((pod.get("spec") or {}).get("priority") or 0)
 
 
-@functools.lru_cache(maxsize=8192)
-def _parse_time(value: str) -> float:
-    """RFC 3339 to a POSIX timestamp; memoized (pods started in the same second share it)."""
-    v = value.strip()
-    if v.endswith("Z"):
-        v = v[:-1] + "+00:00"
-    return datetime.fromisoformat(v).timestamp()
-
-
-def pod_start_time(pod: Obj) -> float:
-    """``status.startTime`` as a POSIX timestamp; unset means "now" (later than any start)."""
-    raw = (pod.get("status") or {}).get("startTime")
-    if not raw:
-        return math.inf
-    try:
-        return _parse_time(str(raw))
-    except ValueError:
-        return math.inf
-
-
 def more_important_pod(a: Obj, b: Obj) -> bool:
     """Higher priority first; on equal priority the one started earlier."""
     pa, pb = pod_priority(a), pod_priority(b)
@@ -110,7 +88,7 @@ def more_important_pod(a: Obj, b: Obj) -> bool:
 
 
 def _importance_key(pi: PodInfo) -> tuple[int, float]:
-    return (-pi.priority, pod_start_time(pi.pod))
+    return (-pi.priority, pi.start_time)
 
 
 def earliest_pod_start_time(victims: list[PodInfo]) -> float | None:
@@ -118,13 +96,13 @@ def earliest_pod_start_time(victims: list[PodInfo]) -> float | None:
     if not victims:
         return None
     best_prio = victims[0].priority
-    earliest = pod_start_time(victims[0].pod)
+    earliest = victims[0].start_time
     for v in victims:
         if v.priority == best_prio:
-            earliest = min(earliest, pod_start_time(v.pod))
+            earliest = min(earliest, v.start_time)
         elif v.priority > best_prio:
             best_prio = v.priority
-            earliest = pod_start_time(v.pod)
+            earliest = v.start_time
     return earliest
 
 
@@ -547,7 +525,11 @@ class Evaluator:
         sums without cloning the node or the cycle state. None when a
         node-only plugin rejects the pod: the caller then runs the general
         dry run, which reports that plugin's status."""
-        potential = [p for p in node_info.pods if self.is_preemption_allowed(p, pod_info)]
+        if type(self).is_preemption_allowed is Evaluator.is_preemption_allowed:
+            prio = pod_info.priority
+            potential = [p for p in node_info.pods if p.priority < prio]
+        else:
+            potential = [p for p in node_info.pods if self.is_preemption_allowed(p, pod_info)]
         if not potential:
             return [], 0, Status.unresolvable(MSG_NO_VICTIMS)
         for pl in node_only:
@@ -565,7 +547,10 @@ class Evaluator:
         def fits() -> bool:
             if not count < allowed_pods:
                 return False
-            return all(value <= alloc.get(name, 0) - used.get(name, 0) for name, value in pairs)
+            for name, value in pairs:
+                if value > alloc.get(name, 0) - used.get(name, 0):
+                    return False
+            return True
 
         if not fits():
             # The general dry run's verdict: NodeResourcesFit's status on the node without the

@@ -428,3 +428,16 @@ def test_failed_dry_runs_are_reused_only_while_node_and_pod_shape_are_unchanged(
     _, want = fresh.plugin.evaluator.find_candidates(state, pi, statuses, fresh.snap.node_info_list)
     assert changed == {n: (s.code, tuple(s.reasons), s.plugin) for n, s in want.items()}
     assert set(other) == set(changed)
+
+
+def test_pod_info_start_time_is_parsed_once_and_unset_or_bad_is_latest():
+    import math
+
+    from kubeplane.scheduler.framework.nodeinfo import PodInfo
+
+    pi = PodInfo({"metadata": {"name": "a", "uid": "1"}, "status": {"startTime": "2026-01-01T00:00:10Z"}})
+    assert pi.start_time == 1767225610.0
+    pi.pod["status"]["startTime"] = "2026-01-01T00:00:20Z"  # PodInfo is rebuilt on updates: value kept
+    assert pi.start_time == 1767225610.0
+    assert PodInfo({"metadata": {"name": "b", "uid": "2"}}).start_time == math.inf
+    assert PodInfo({"metadata": {"name": "c", "uid": "3"}, "status": {"startTime": "yesterday"}}).start_time == math.inf

@@ -16,6 +16,8 @@ snapshots.
 from __future__ import annotations
 
 import itertools
+import math
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
@@ -237,6 +239,26 @@ class WeightedAffinityTerm:
 # --------------------------------------------------------------------------- PodInfo
 
 
+@lru_cache(maxsize=8192)
+def parse_time(value: str) -> float:
+    """RFC 3339 to a POSIX timestamp; memoized (pods started in the same second share it)."""
+    v = value.strip()
+    if v.endswith("Z"):
+        v = v[:-1] + "+00:00"
+    return datetime.fromisoformat(v).timestamp()
+
+
+def pod_start_time(pod: Obj) -> float:
+    """``status.startTime`` as a POSIX timestamp; unset means "now" (later than any start)."""
+    raw = (pod.get("status") or {}).get("startTime")
+    if not raw:
+        return math.inf
+    try:
+        return parse_time(str(raw))
+    except ValueError:
+        return math.inf
+
+
 def pod_key(pod: Obj) -> str:
     """The cache key of a pod: its uid, or namespace/name when it has none."""
     meta = pod.get("metadata") or {}
@@ -257,7 +279,7 @@ class PodInfo:
         "non_zero_cpu", "non_zero_memory", "has_affinity", "host_ports", "pvc_names",
         "_tolerations", "_required_node_affinity", "_preferred_node_terms", "_required_affinity_terms",
         "_required_anti_affinity_terms", "_preferred_affinity_terms", "_preferred_anti_affinity_terms",
-        "_resource_claims", "_images",
+        "_resource_claims", "_images", "_start_time",
     )
 
     def __init__(self, pod: Obj) -> None:
@@ -291,6 +313,7 @@ class PodInfo:
         self._preferred_anti_affinity_terms: list[WeightedAffinityTerm] | None = None
         self._resource_claims: list[Obj] | None = None
         self._images: list[str] | None = None
+        self._start_time: float | None = None
 
     def _spec(self) -> Obj:
         return self.pod.get("spec") or {}
@@ -356,6 +379,13 @@ class PodInfo:
         if self._resource_claims is None:
             self._resource_claims = list(self._spec().get("resourceClaims") or ())
         return self._resource_claims
+
+    @property
+    def start_time(self) -> float:
+        """``status.startTime`` as a POSIX timestamp, infinity when unset (parsed once)."""
+        if self._start_time is None:
+            self._start_time = pod_start_time(self.pod)
+        return self._start_time
 
     @property
     def images(self) -> list[str]:
