@@ -26,7 +26,7 @@ from typing import Any, Iterable
 import orjson
 
 from kubeplane.api import errors
-from kubeplane.api.meta import deep_copy
+from kubeplane.api.meta import deep_copy, same_json
 from kubeplane.api.errors import Cause, StatusError
 from kubeplane.api.patch import ListStrategy, is_atomic_map, json_equal, list_strategy
 
@@ -219,18 +219,6 @@ def _flatten_into(value: Any, path: PathT, spath: PathT, schema: _Schema,
 _MISSING = object()
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Certainly ``json_equal`` (may answer False for some equal values: callers then look closer)."""
-    if a is b:
-        return True
-    if a != b:
-        return False
-    try:
-        return orjson.dumps(a) == orjson.dumps(b)
-    except TypeError:
-        return False
-
-
 def _diff_walk(old: Any, new: Any, path: PathT, spath: PathT, schema: _Schema,
                a: dict[PathT, tuple[str, Any]], b: dict[PathT, tuple[str, Any]]) -> None:
     """:func:`_flatten_into` of ``old`` into ``a`` and of ``new`` into ``b``, leaving out the
@@ -242,7 +230,7 @@ def _diff_walk(old: Any, new: Any, path: PathT, spath: PathT, schema: _Schema,
             cpath, cspath = path + (f"f:{k}",), spath + (k,)
             if nc is _MISSING:
                 _flatten_into(oc, cpath, cspath, schema, a)
-            elif not _same(oc, nc):
+            elif not same_json(oc, nc):
                 _diff_walk(oc, nc, cpath, cspath, schema, a, b)
         for k, nc in new.items():
             if k not in old:

@@ -7,6 +7,8 @@ import random
 import string
 from typing import Any, Callable
 
+import orjson
+
 Obj = dict[str, Any]
 
 # Upstream's generateName suffix alphabet: no vowels (no words) and no
@@ -83,12 +85,24 @@ def is_alnum(s: str) -> bool:
     return bool(s) and all(c in string.ascii_lowercase + string.digits for c in s)
 
 
+def same_json(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are certainly the same JSON value: ``==`` alone
+    takes ``True`` for ``1``, their encodings tell them apart. May answer False
+    for equal values it cannot encode; callers then look closer."""
+    if a is b:
+        return True
+    if a != b:
+        return False
+    try:
+        return orjson.dumps(a) == orjson.dumps(b)
+    except TypeError:
+        return False
+
+
 def deep_copy(obj: Any) -> Any:
     """A deep copy of JSON-shaped data; an orjson round trip is several times
     faster than :func:`copy.deepcopy` for API objects."""
     import copy
-
-    import orjson
 
     try:
         return orjson.loads(orjson.dumps(obj))

@@ -22,6 +22,7 @@ import orjson
 
 from kubeplane.api import errors
 from kubeplane.api.errors import Cause
+from kubeplane.api.meta import same_json
 from kubeplane.api.quantity import format_quantity, parse_quantity_with_format
 
 if TYPE_CHECKING:
@@ -284,21 +285,8 @@ def _is_int(v: Any) -> bool:
 IMMUTABLE = "field is immutable"
 
 
-def _unchanged(new: Any, old: Any) -> bool:
-    """``new`` and ``old`` are the same JSON value (``==`` alone takes ``True``
-    for ``1``; the encodings tell them apart)."""
-    if new is old:
-        return True
-    if new != old:
-        return False
-    try:
-        return orjson.dumps(new) == orjson.dumps(old)
-    except TypeError:
-        return False
-
-
 def _immutable(new: Any, old: Any, path: str) -> list[Cause]:
-    if _unchanged(new, old) or _norm(new) == _norm(old):
+    if same_json(new, old) or _norm(new) == _norm(old):
         return []
     return [_invalid(path, new, IMMUTABLE)]
 
@@ -431,13 +419,13 @@ def validate_object_meta(
     elif ns:
         out.append(_forbidden(f"{path}.namespace", "not allowed on this type"))
     out += _nonnegative(meta, "generation", path)
-    if old is None or not _unchanged(meta.get("labels"), prev.get("labels")):
+    if old is None or not same_json(meta.get("labels"), prev.get("labels")):
         out += validate_labels(meta.get("labels"), f"{path}.labels")
-    if old is None or not _unchanged(meta.get("annotations"), prev.get("annotations")):
+    if old is None or not same_json(meta.get("annotations"), prev.get("annotations")):
         out += validate_annotations(meta.get("annotations"), f"{path}.annotations")
-    if old is None or not _unchanged(meta.get("ownerReferences"), prev.get("ownerReferences")):
+    if old is None or not same_json(meta.get("ownerReferences"), prev.get("ownerReferences")):
         out += _validate_owner_references(meta.get("ownerReferences"), f"{path}.ownerReferences")
-    if old is None or not _unchanged(meta.get("finalizers"), prev.get("finalizers")):
+    if old is None or not same_json(meta.get("finalizers"), prev.get("finalizers")):
         out += _validate_finalizers(meta.get("finalizers"), f"{path}.finalizers")
     return out
 
@@ -988,7 +976,7 @@ def _toleration_key(t: Any) -> Any:
 def _validate_pod_update(new: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
     nspec, ospec = _d(new.get("spec")), _d(old.get("spec"))
     out: list[Cause] = []
-    if _unchanged(nspec, ospec):
+    if same_json(nspec, ospec):
         # An unchanged spec (status and metadata updates): only the range check can fail.
         nads = nspec.get("activeDeadlineSeconds")
         if nads is not None and (not _is_int(nads) or not 0 <= nads <= 2147483647):
@@ -1462,7 +1450,7 @@ def _validate_pvc(obj: dict[str, Any]) -> list[Cause]:
 def _validate_pvc_update(new: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
     ns, os_ = _d(new.get("spec")), _d(old.get("spec"))
     out: list[Cause] = []
-    if _unchanged(ns, os_):
+    if same_json(ns, os_):
         return out
     munged = orjson.loads(orjson.dumps(ns))
     bound = _d(old.get("status")).get("phase") == "Bound"
@@ -1866,7 +1854,7 @@ def validate_object(res: "ResourceInfo", obj: dict[str, Any], old: dict[str, Any
     if old is not None:
         out += validate_object_meta_update(meta, old_meta)
     if check is not None and not (old is not None and res.qualified in SPEC_ONLY_CHECKS
-                                  and _unchanged(obj.get("spec"), old.get("spec"))):
+                                  and same_json(obj.get("spec"), old.get("spec"))):
         out += check(obj)
     if old is not None and update_check is not None:
         out += update_check(obj, old)
