@@ -19,7 +19,6 @@ ownership, Update operations taking ownership without conflicts, and the
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Iterable
 

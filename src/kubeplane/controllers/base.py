@@ -18,7 +18,7 @@ from typing import Awaitable, Callable
 from kubeplane.api.errors import StatusError
 from kubeplane.client.events import EventRecorder
 from kubeplane.client.informer import SharedInformerFactory
-from kubeplane.client.interface import Client, Obj
+from kubeplane.client.interface import Client
 
 log = logging.getLogger(__name__)
 

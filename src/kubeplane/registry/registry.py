@@ -26,7 +26,6 @@ from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
 from kubeplane.registry.strategies import DEFAULT_CLASS_ANNOTATION, Strategy, strategy_for
 from kubeplane.storage.interface import (
     CompactedError,
-    Event,
     FutureRevisionError,
     KeyExistsError,
     KeyNotFoundError,

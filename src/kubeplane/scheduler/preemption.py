@@ -34,7 +34,7 @@ import orjson
 
 from kubeplane.api.resources import resource
 from kubeplane.api.selectors import label_selector_from_dict
-from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo, pod_start_time  # noqa: F401 - re-exported
+from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo, pod_start_time
 from kubeplane.scheduler.framework.types import Code, CycleState, Obj, Status
 
 NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
