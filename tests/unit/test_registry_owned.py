@@ -44,3 +44,81 @@ def test_only_json_bodies_are_fresh_trees() -> None:
     assert not codec.fresh_tree("application/yaml")
     assert not codec.fresh_tree("application/vnd.kubernetes.protobuf")
     assert not codec.fresh_tree("application/merge-patch+json")
+
+
+PODS = resource("pods")
+
+
+def _pod(name: str, image: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": image}]}}
+
+
+async def test_update_copies_unless_owned_and_a_retried_owned_update_is_the_same() -> None:
+    store = MemoryStore(history=100)
+    registry = Registry(store, CATALOGUE)
+    await ensure_default_namespaces(registry)
+    try:
+        for name in ("copied", "handed"):
+            await registry.create(PODS, _pod(name, "img:1"), "default", field_manager="m")
+        # not owned: the caller's object is left as it was
+        mine = _pod("copied", "img:2")
+        before = copy.deepcopy(mine)
+        copied = await registry.update(PODS, mine, namespace="default", field_manager="u")
+        assert mine == before
+
+        # owned, and the first attempt loses a race with another writer: the
+        # retry starts again from the handed-over object, not from what the
+        # first attempt made of it
+        real_update = store.update
+        raced = []
+
+        async def racing_update(key, value, expected_revision=None):
+            if not raced and key.endswith("/handed"):
+                raced.append(True)
+                current = await store.get(key)
+                # another manager takes over a field the update leaves as it is
+                racer = {"manager": "racer", "operation": "Update", "apiVersion": "v1",
+                         "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+                         "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}}}
+                md = current.value["metadata"]
+                other = {**current.value, "metadata": {**md, "managedFields": [*md["managedFields"], racer]}}
+                await real_update(key, other, expected_revision=current.mod_revision)
+            return await real_update(key, value, expected_revision=expected_revision)
+
+        store.update = racing_update  # type: ignore[method-assign]
+        handed = await registry.update(PODS, _pod("handed", "img:2"), namespace="default", field_manager="u",
+                                       owned=True)
+        store.update = real_update  # type: ignore[method-assign]
+        assert raced
+        assert handed["spec"] == copied["spec"]
+        assert handed["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+        strip = [{k: v for k, v in e.items() if k != "time"} for e in handed["metadata"]["managedFields"]]
+        want = [{k: v for k, v in e.items() if k != "time"} for e in copied["metadata"]["managedFields"]]
+        # the retry tracked fields against the racing writer's version
+        assert [e for e in strip if e["manager"] == "racer"] == [
+            {"manager": "racer", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}}}]
+        assert [e for e in strip if e["manager"] != "racer"] == want
+    finally:
+        await registry.close()
+        await store.close()
+
+
+async def test_binding_leaves_the_stored_version_unchanged() -> None:
+    store = MemoryStore(history=100)
+    registry = Registry(store, CATALOGUE)
+    await ensure_default_namespaces(registry)
+    try:
+        await registry.create(PODS, _pod("p", "img:1"), "default", field_manager="m")
+        stored = await registry.get(PODS, "p", "default")
+        snapshot = copy.deepcopy(stored)
+        await registry.bind("p", "default", {"target": {"name": "n1"}, "metadata": {"annotations": {"k": "v"}}})
+        assert stored == snapshot  # readers of the old version see it unchanged
+        bound = await registry.get(PODS, "p", "default")
+        assert bound["spec"]["nodeName"] == "n1" and bound["metadata"]["annotations"] == {"k": "v"}
+        assert [c["type"] for c in bound["status"]["conditions"]] == ["PodScheduled"]
+        assert bound["metadata"]["resourceVersion"] != stored["metadata"]["resourceVersion"]
+    finally:
+        await registry.close()
+        await store.close()

@@ -407,6 +407,7 @@ class APIHandler:
         updated = await self.registry.update(
             t.res, obj, name=t.name, namespace=t.namespace, subresource=t.subresource, dry_run=_dry_run(q),
             field_manager=q.get("fieldManager") or _manager_from_agent(request),
+            owned=codec.fresh_tree(request.headers.get("Content-Type")),
         )
         return self._respond_object(request, t.res, updated, 200, warnings)
 

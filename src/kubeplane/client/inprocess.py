@@ -44,8 +44,10 @@ def _same(obj: Any) -> Any:
 
 
 class InProcessWatch:
-    def __init__(self, registry: Registry, res: ResourceInfo, namespace: str | None, opts: WatchOptions) -> None:
+    def __init__(self, registry: Registry, res: ResourceInfo, namespace: str | None, opts: WatchOptions,
+                 typed: Any = _typed) -> None:
         self._res = res
+        self._typed = typed
         self._gen = registry.watch(res, namespace, opts)
         self._closed = False
         self._error: errors.StatusError | None = None
@@ -67,7 +69,7 @@ class InProcessWatch:
             raise
         if typ == "ERROR":
             return WatchEvent(typ, _copy(obj))
-        return WatchEvent(typ, _typed(self._res, obj))
+        return WatchEvent(typ, self._typed(self._res, obj))
 
     async def close(self) -> None:
         if not self._closed:
@@ -135,7 +137,7 @@ class InProcessClient:
             return self._copy(out)
         updated = await self.registry.update(
             res, obj, name=md.get("name"), namespace=md.get("namespace"), subresource=subresource,
-            dry_run=dry_run, field_manager=field_manager or self.field_manager,
+            dry_run=dry_run, field_manager=field_manager or self.field_manager, owned=self._owned,
         )
         return self._typed(res, updated)
 
@@ -178,7 +180,7 @@ class InProcessClient:
             send_initial_events=True if send_initial_events else None,
             timeout_seconds=float(timeout_seconds) if timeout_seconds else None,
         )
-        return InProcessWatch(self.registry, res, namespace, opts)
+        return InProcessWatch(self.registry, res, namespace, opts, self._typed)
 
     async def close(self) -> None:
         await asyncio.sleep(0)

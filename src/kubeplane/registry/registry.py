@@ -378,7 +378,13 @@ class Registry:
         subresource: str | None = None,
         dry_run: bool = False,
         field_manager: str | None = None,
+        owned: bool = False,
     ) -> Obj:
+        """Replace the object named by ``obj`` (or ``name``). With ``owned`` the
+        caller hands ``obj`` over (a freshly decoded request body): each attempt
+        works on a copy of its top level and metadata only, the parts below are
+        stored as they are (defaulting, which may fill them in place, gives the
+        same result when an attempt is repeated)."""
         if not isinstance(obj, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
         md_in = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
@@ -399,7 +405,12 @@ class Registry:
         want_rv = md_in.get("resourceVersion") or ""
 
         def mutate(current: Obj) -> Obj:
-            new = deep_copy(obj)
+            if owned:
+                new = dict(obj)
+                if isinstance(obj.get("metadata"), dict):
+                    new["metadata"] = dict(obj["metadata"])
+            else:
+                new = deep_copy(obj)
             if subresource is None:
                 self._check_type_meta(res, new)
             else:
@@ -853,13 +864,15 @@ class Registry:
             current_node = (pod.get("spec") or {}).get("nodeName")
             if current_node:
                 raise errors.conflict("pods", name, detail=f"pod {name} is already assigned to node \"{current_node}\"")
-            new = deep_copy(pod)
-            new["metadata"].pop("resourceVersion", None)
-            new["spec"]["nodeName"] = node
+            # Copies of the levels that change; the rest is shared with the
+            # stored version, which is never modified in place.
+            new_md = {k: v for k, v in md.items() if k != "resourceVersion"}
+            new = {**pod, "metadata": new_md, "spec": {**(pod.get("spec") or {}), "nodeName": node},
+                   "status": dict(pod.get("status") or {})}
             ann = bmd.get("annotations") if isinstance(bmd, dict) else None
             if ann:
-                new["metadata"].setdefault("annotations", {}).update(ann)
-            status = new.setdefault("status", {})
+                new_md["annotations"] = {**(md.get("annotations") or {}), **ann}
+            status = new["status"]
             conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
             conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                           "lastTransitionTime": self._now()})
