@@ -74,7 +74,9 @@ REASON_NOT_ENOUGH_SPACE = "node(s) did not have enough free storage"
 REASON_PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 
 #: PreBind re-checks bindings at least this often even without informer events.
-DEFAULT_POLL_INTERVAL = 1.0
+#: Every change it reads (its PVs and PVCs, its node, its pod) wakes it at once,
+#: so this is only a safety net; upstream polls every second instead.
+DEFAULT_POLL_INTERVAL = 5.0
 DEFAULT_BIND_TIMEOUT = 600.0
 
 
@@ -108,6 +110,37 @@ def _pv_wait_key(pv: Any) -> str:
 
 def _pvc_wait_key(pvc: Any) -> str:
     return "pvc:" + _ns_name(pvc)
+
+
+def _pv_wait_keys(pv: Any) -> tuple[str, ...]:
+    """A PV's own key and, when it is bound or being bound, its claim's: a newly
+    provisioned PV wakes the PreBind waiting on the claim it was made for."""
+    ref = (pv.get("spec") or {}).get("claimRef") if isinstance(pv, dict) else None
+    if isinstance(ref, dict) and ref.get("name"):
+        return _pv_wait_key(pv), f"pvc:{ref.get('namespace') or ''}/{ref['name']}"
+    return (_pv_wait_key(pv),)
+
+
+def _node_wait_key(node: Any) -> str:
+    return "node:" + (_meta(node).get("name") or "")
+
+
+def _pod_wait_key(pod: Any) -> str:
+    return "pod:" + _ns_name(pod)
+
+
+class _BindWait:
+    """One waiting PreBind: the future the next change of what it reads resolves."""
+
+    __slots__ = ("fut",)
+
+    def __init__(self) -> None:
+        self.fut: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        fut = self.fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
 
 def _ns_name(obj: Mapping[str, Any]) -> str:
@@ -351,8 +384,8 @@ class VolumeBinder:
         self.client = client
         self.bind_timeout = bind_timeout
         self.poll_interval = poll_interval
-        #: PreBinds waiting for their writes to complete, by PV / PVC key
-        self._waiters: dict[str, set[asyncio.Event]] = {}
+        #: PreBinds waiting for their writes to complete, by the keys of what they read
+        self._waiters: dict[str, set[_BindWait]] = {}
         self._volume_facts = VolumeFactsCache()
         #: storage class -> (unclaimed generation, claim shape -> shared index)
         self._shared: dict[str, tuple[int, dict[tuple[Any, ...], SharedVolumeIndex]]] = {}
@@ -386,12 +419,14 @@ class VolumeBinder:
             bind_timeout=bind_timeout,
             poll_interval=poll_interval,
         )
-        for inf, key_of in ((pv_inf, _pv_wait_key), (pvc_inf, _pvc_wait_key)):
-            def wake(obj: Any, key_of: Callable[[Any], str] = key_of) -> None:
+        for res, keys_of in ((PVS, _pv_wait_keys), (PVCS, lambda o: (_pvc_wait_key(o),)),
+                             (NODES, lambda o: (_node_wait_key(o),)), (PODS, lambda o: (_pod_wait_key(o),))):
+            def wake(obj: Any, keys_of: Callable[[Any], tuple[str, ...]] = keys_of) -> None:
                 if binder._waiters:  # most events find no PreBind waiting
-                    binder.notify(key_of(obj))
+                    for key in keys_of(obj):
+                        binder.notify(key)
 
-            inf.add_event_handler(wake, lambda old, new, wake=wake: wake(new), wake)
+            factory.informer_for(res).add_event_handler(wake, lambda old, new, wake=wake: wake(new), wake)
         return binder
 
     # ------------------------------------------------------------------ PreFilter
@@ -807,25 +842,30 @@ class VolumeBinder:
             raise
 
     def notify(self, key: str) -> None:
-        """Wake the PreBinds waiting on one PV or PVC (called from the informer
-        handlers with :func:`_pv_wait_key` / :func:`_pvc_wait_key`)."""
-        for ev in self._waiters.get(key, ()):
-            ev.set()
+        """Wake the PreBinds waiting on one object (called from the informer
+        handlers with the ``_*_wait_key`` keys)."""
+        for w in self._waiters.get(key, ()):
+            w.wake()
 
     async def wait_for_bindings(self, pod: Mapping[str, Any], node_name: str, pod_volumes: PodVolumes) -> None:
-        """Poll until the writes of PreBind are complete. A change of one of the
-        pod's own PVs or PVCs wakes the poll early; any other change (node,
-        pod) is seen at the next poll interval, as upstream polls."""
+        """Check until the writes of PreBind are complete. Informer events of the
+        objects the check reads (the pod's PVs and PVCs, the PV provisioned for a
+        claim, the node, the pod) wake it; it also re-checks every poll interval."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.bind_timeout
-        keys = [_pv_wait_key(b.pv) for b in pod_volumes.static_bindings]
-        keys += [_pvc_wait_key(b.pvc) for b in pod_volumes.static_bindings]
-        keys += [_pvc_wait_key(p.pvc) for p in pod_volumes.dynamic_provisions]
-        while True:
-            ev = asyncio.Event()
-            for k in keys:
-                self._waiters.setdefault(k, set()).add(ev)
-            try:
+        keys = {_pv_wait_key(b.pv) for b in pod_volumes.static_bindings}
+        keys.update(_pvc_wait_key(b.pvc) for b in pod_volumes.static_bindings)
+        keys.update(_pvc_wait_key(p.pvc) for p in pod_volumes.dynamic_provisions)
+        keys.add("node:" + node_name)
+        keys.add(_pod_wait_key(pod))
+        waiter = _BindWait()
+        for k in keys:
+            self._waiters.setdefault(k, set()).add(waiter)
+        try:
+            while True:
+                # A fresh future per wait; the check reads the latest state, so a wake
+                # that came before it (and found the old future done) is not lost.
+                waiter.fut = loop.create_future()
                 try:
                     done = self.check_bindings(pod, node_name, pod_volumes)
                 except VolumeBindingError as err:
@@ -836,17 +876,19 @@ class VolumeBinder:
                 if remaining <= 0:
                     raise VolumeBindingError(
                         f"binding volumes: timed out waiting for the condition after {self.bind_timeout:g}s")
+                timer = loop.call_later(min(self.poll_interval, remaining), waiter.wake)
                 try:
-                    await asyncio.wait_for(ev.wait(), min(self.poll_interval, remaining))
-                except asyncio.TimeoutError:
-                    pass
-            finally:
-                for k in keys:
-                    waiting = self._waiters.get(k)
-                    if waiting is not None:
-                        waiting.discard(ev)
-                        if not waiting:
-                            del self._waiters[k]
+                    await waiter.fut
+                finally:
+                    timer.cancel()
+        finally:
+            waiter.fut = None
+            for k in keys:
+                waiting = self._waiters.get(k)
+                if waiting is not None:
+                    waiting.discard(waiter)
+                    if not waiting:
+                        del self._waiters[k]
 
     def check_bindings(self, pod: Mapping[str, Any], node_name: str, pod_volumes: PodVolumes) -> bool:
         """True once every written object is fully bound; raises when binding cannot succeed."""

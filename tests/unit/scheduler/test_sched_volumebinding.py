@@ -484,6 +484,41 @@ async def test_prebind_wakes_only_for_its_own_volumes() -> None:
     assert binder._waiters == {}
 
 
+async def test_prebind_wakes_for_the_provisioned_pv_its_node_and_its_pod() -> None:
+    """Everything the binding check reads wakes a waiting PreBind at once, long
+    before the poll interval: the PV provisioned for its claim (which the
+    informer may deliver after the claim naming it), its node, its pod."""
+    env = Env()
+    assert env.plugin.binder.poll_interval >= 5
+    env.put("storageclasses", sc("local", provisioner="kubeplane.io/local"))
+    for name in ("c", "d", "e"):
+        env.put("pods", pod(f"p{name}", name))
+        env.put("persistentvolumeclaims", pvc(name))
+    tasks = {}
+    for name, node_name in (("c", "n1"), ("d", "n2"), ("e", "n1")):
+        state = _reserve(env, pod(f"p{name}", name), node_name)
+        tasks[name] = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod(f"p{name}", name)), node_name))
+    await asyncio.sleep(0.01)
+    assert not any(t.done() for t in tasks.values())
+    # The claim names its new PV before the PV informer has it: not done yet.
+    claim_c = pvc("c", volume="pv-c", bound=True, **{ANN_SELECTED_NODE: "n1"})
+    env.put("persistentvolumeclaims", claim_c)
+    await asyncio.sleep(0.01)
+    assert not tasks["c"].done()
+    # The PV arrives, bound to the claim: its event wakes the claim's PreBind.
+    env.put("persistentvolumes", pv("pv-c", on="n1", claim=claim_c, phase="Bound"))
+    assert await asyncio.wait_for(tasks["c"], 1) is None
+    # Node n2 goes away: d's PreBind fails now, not at the next poll.
+    env.inf("nodes").remove(env.get("nodes", "n2"))
+    st = await asyncio.wait_for(tasks["d"], 1)
+    assert st is not None and "failed to get node" in st.message()
+    # Pod pe is deleted: its PreBind stops.
+    env.inf("pods").remove(env.get("pods", "default/pe"))
+    st = await asyncio.wait_for(tasks["e"], 1)
+    assert st is not None and "pod does not exist" in st.message()
+    assert env.plugin.binder._waiters == {}
+
+
 async def test_prebind_provisioning_and_rescheduling_request() -> None:
     env = Env()
     env.put("pods", pod("p", "c"))
