@@ -261,8 +261,9 @@ class Evaluator:
         self.min_candidate_nodes_absolute = min_candidate_nodes_absolute
         self._tasks: set[asyncio.Task[Any]] = set()
         self.errors: list[BaseException] = []
-        #: node name -> (NodeInfo generation, pod shape, status) of failed resource-only dry runs
-        self._unfit_memo: dict[str, tuple[int, Any, Status]] = {}
+        #: node name -> (NodeInfo generation, pod shape, (victims, PDB violations, status)) of
+        #: resource-only dry runs: failed ones, and successful ones while there are no PDBs
+        self._dry_run_memo: dict[str, tuple[int, Any, tuple[list[PodInfo], int, Status]]] = {}
 
     # ------------------------------------------------------------------ policy hooks
 
@@ -368,9 +369,12 @@ class Evaluator:
         no_victims: Status | None = None
         arithmetic = self._resource_only_filters(state, pod_info)
         nominator = self.handle.nominator
-        memo = self._unfit_memo
+        memo = self._dry_run_memo
         if len(memo) > 2 * len(potential) + 1024:
             memo.clear()
+        # With PDBs a dry run's outcome also depends on them: only failures (the pod
+        # does not fit even with every lower-priority pod gone) are reused then.
+        reuse_found = not pdbs
         shape = arithmetic[3] if arithmetic is not None else None
         nominated_nodes: set[str] | None = None
         listing = getattr(nominator, "nominated_nodes", None)
@@ -385,8 +389,15 @@ class Evaluator:
             if shape is not None and not nominated_here:
                 hit = memo.get(original.name)
                 if hit is not None and hit[0] == original.generation and hit[1] == shape:
-                    # Same node state, same kind of preemptor: the same failed dry run.
-                    node_statuses[original.name] = hit[2]
+                    # Same node state, same kind of preemptor: the same dry run.
+                    victims, n_violations, status = hit[2]
+                    if not status.is_success():
+                        node_statuses[original.name] = status
+                        continue
+                    c = Candidate(original.name, Victims(list(victims), n_violations))
+                    (non_violating if n_violations == 0 else violating).append(c)
+                    if non_violating and len(non_violating) + len(violating) >= num_candidates:
+                        break
                     continue
             if not any(allowed(p, pod_info) for p in original.pods):
                 # Nothing to remove: the node stays as it is and cannot become feasible
@@ -399,8 +410,8 @@ class Evaluator:
             found = None
             if arithmetic is not None and not nominated_here:
                 found = self._select_victims_by_resources(state, pod_info, ni, pdbs, *arithmetic[:3])
-                if found is not None and not found[2].is_success():
-                    memo[ni.name] = (ni.generation, shape, found[2])
+                if found is not None and (not found[2].is_success() or (reuse_found and found[0])):
+                    memo[ni.name] = (ni.generation, shape, (list(found[0]), found[1], found[2]))
             if found is None:
                 ni = original.clone()
                 found = self.select_victims_on_node(state.clone(), pod_info, ni, pdbs)

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 
@@ -148,6 +149,22 @@ class NodeStatuses(MutableMapping[str, Status]):
             out.extend(st for st in sts if st is not None)
         return out
 
+    def status_counts(self) -> list[tuple[Status, int]]:
+        """Each distinct status (by identity) with the number of nodes it was given to,
+        counted without naming the nodes."""
+        if self._named and self._chunks:
+            self._resolve()
+        counts: Counter[int] = Counter(map(id, self._named.values()))
+        objs = {id(st): st for st in self._named.values()}
+        for _, sts in self._chunks:
+            counts.update(map(id, sts))
+        objs.update(self._distinct)
+        counts.pop(id(None), None)  # rows that passed
+        if any(i not in objs for i in counts):
+            for _, sts in self._chunks:
+                objs.update((id(st), st) for st in sts if st is not None)
+        return [(objs[i], n) for i, n in counts.items()]
+
     def rejecting_plugins(self) -> set[tuple[Code, str]]:
         """(code, plugin) of every status, each pair once."""
         pairs = {(st.code, st.plugin) for st in self._distinct.values()}
@@ -184,9 +201,12 @@ class FitError(Exception):
             msg += f" {self.diagnosis.pre_filter_msg}."
         else:
             counts: dict[str, int] = {}
-            for status in self.diagnosis.node_to_status.values():
+            statuses = self.diagnosis.node_to_status
+            by_status = (statuses.status_counts() if isinstance(statuses, NodeStatuses)
+                         else [(st, 1) for st in statuses.values()])
+            for status, n in by_status:
                 for reason in status.reasons:
-                    counts[reason] = counts.get(reason, 0) + 1
+                    counts[reason] = counts.get(reason, 0) + n
             histogram = sorted(f"{n} {r}" for r, n in counts.items())
             if histogram:
                 msg += " " + ", ".join(histogram) + "."

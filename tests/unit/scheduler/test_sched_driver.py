@@ -273,3 +273,15 @@ def test_node_statuses_name_rows_only_when_read_by_name():
     d.node_to_status.fill(nodes, fit)
     assert str(FitError({}, 6, d)) == "0/6 nodes are available: 6 Insufficient cpu."
     assert names_read == []
+    # counted by status: named entries and rows together, a status missing from
+    # ``distinct`` still counted, rows that passed not
+    mixed = NodeStatuses({"x": taint})
+    odd = Status.unschedulable("Too many pods", "Insufficient cpu")
+    rej = Rejections()
+    rej.add([0, 1, 2, 3], [fit, None, odd, fit], 3)
+    rej.distinct[id(fit)] = fit
+    mixed.add_rejections(nodes, rej)
+    assert sorted((st.reasons, n) for st, n in mixed.status_counts()) == [
+        (["Insufficient cpu"], 2), (["Too many pods", "Insufficient cpu"], 1), (["node(s) had untolerated taint"], 1)]
+    assert str(FitError({}, 6, Diagnosis(node_to_status=mixed))) == (
+        "0/6 nodes are available: 1 Too many pods, 1 node(s) had untolerated taint, 3 Insufficient cpu.")

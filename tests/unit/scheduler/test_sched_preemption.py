@@ -430,6 +430,51 @@ def test_failed_dry_runs_are_reused_only_while_node_and_pod_shape_are_unchanged(
     assert set(other) == set(changed)
 
 
+def test_successful_dry_runs_are_reused_without_pdbs_only() -> None:
+    """Without PDBs a successful dry run is reused while the node and the pod shape are
+    unchanged: the candidates (victims, their order) equal a fresh evaluator's. With a
+    PDB only failed dry runs are reused."""
+    nodes = [node(f"n{i}") for i in range(12)]
+    pods = [pod(f"e{i}", "1", i % 3, f"n{i % 12}", start=f"2026-01-01T00:00:{i:02d}Z") for i in range(48)]
+
+    def candidates(env: Env, p: dict) -> list[tuple[str, list[str], int]]:
+        state, pi, statuses = env.schedule_fail(p)
+        cands, _ = env.plugin.evaluator.find_candidates(state, pi, statuses, env.snap.node_info_list)
+        return sorted((c.name, [v.name for v in c.victims.pods], c.victims.num_pdb_violations) for c in cands)
+
+    def counted(env: Env) -> list[str]:
+        ev = env.plugin.evaluator
+        calls: list[str] = []
+        original = ev._select_victims_by_resources
+
+        def counting(state, pi, ni, *rest):
+            calls.append(ni.name)
+            return original(state, pi, ni, *rest)
+
+        ev._select_victims_by_resources = counting  # type: ignore[method-assign]
+        return calls
+
+    args = {"minCandidateNodesPercentage": 100}
+    env = Env(nodes, pods, args=args)
+    calls = counted(env)
+    first = candidates(env, pod("h1", "2", 10))
+    assert len(first) == 12 and len(calls) == 12
+    assert candidates(env, pod("h2", "2", 10)) == first and len(calls) == 12
+    env.snap.node_info_map["n3"].add_pod(PodInfo(pod("late", "1", 0, "n3", start="2026-01-01T00:01:00Z")))
+    changed = candidates(env, pod("h3", "2", 10))
+    assert calls[12:] == ["n3"]
+    fresh = Env(nodes, pods + [pod("late", "1", 0, "n3", start="2026-01-01T00:01:00Z")], args=args)
+    assert changed == candidates(fresh, pod("h4", "2", 10))
+
+    pdbs = [{"metadata": {"name": "b", "namespace": "default"}, "spec": {"selector": {"matchLabels": {}}},
+             "status": {"disruptionsAllowed": 1}}]
+    with_pdb = Env(nodes, pods, pdbs, args=args)
+    calls = counted(with_pdb)
+    candidates(with_pdb, pod("h1", "2", 10))
+    candidates(with_pdb, pod("h2", "2", 10))
+    assert len(calls) == 24
+
+
 def test_pod_info_start_time_is_parsed_once_and_unset_or_bad_is_latest():
     import math
 
