@@ -291,10 +291,10 @@ class Cache:
 
     # ------------------------------------------------------------------ pods
 
-    def _add_pod(self, pod: Obj) -> None:
+    def _add_pod(self, pod: Obj, info: PodInfo | None = None) -> None:
         name = _pod_node(pod)
         ni = self._node_info(name)
-        ni.add_pod(PodInfo(pod))
+        ni.add_pod(info if info is not None else PodInfo(pod))
         self._touch(name)
 
     def _remove_pod(self, pod: Obj) -> None:
@@ -315,12 +315,13 @@ class Cache:
         self._remove_pod(old)
         self._add_pod(new)
 
-    def assume_pod(self, pod: Obj) -> None:
-        """Add a pod (with ``spec.nodeName`` set) before it is bound."""
+    def assume_pod(self, pod: Obj, info: PodInfo | None = None) -> None:
+        """Add a pod (with ``spec.nodeName`` set) before it is bound; ``info``, when
+        given, is its PodInfo."""
         key = _pod_key(pod)
         if key in self._pod_states:
             raise CacheError(f"pod {_pod_ref(pod)} is in the cache, so can't be assumed")
-        self._add_pod(pod)
+        self._add_pod(pod, info)
         self._pod_states[key] = _PodState(pod)
         self._assumed.add(key)
 

@@ -206,8 +206,9 @@ def pick_one_node_for_preemption(candidates: list[Candidate]) -> Candidate | Non
 
     remaining = list(candidates)
     for f in (min_pdb, min_highest_priority, min_sum_priorities, min_num_pods, latest_start_time):
-        best = max(f(c) for c in remaining)
-        remaining = [c for c in remaining if f(c) == best]
+        scores = [f(c) for c in remaining]
+        best = max(scores)
+        remaining = [c for c, score in zip(remaining, scores) if score == best]
         if len(remaining) == 1:
             return remaining[0]
     return remaining[0]

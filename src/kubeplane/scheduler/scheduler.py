@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, MutableMapping, S
 import numpy as np
 
 from kubeplane.api.errors import StatusError
-from kubeplane.api.meta import deep_copy, format_time, utcnow
+from kubeplane.api.meta import format_time, utcnow
 from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.client.events import EventRecorder
 from kubeplane.client.informer import DeletedFinalStateUnknown, SharedInformerFactory
@@ -563,16 +563,16 @@ class Scheduler:
         except _CycleError as err:
             await self._handle_failure(fw, pinfo, err.status, None, cycle, None, start)
             return True
-        # Assume: the cache now counts the pod on the chosen node.
-        assumed = deep_copy(pod)
-        assumed["spec"]["nodeName"] = result.suggested_host
+        # Assume: the cache now counts the pod on the chosen node. The assumed pod is a
+        # new object only where it differs (pods from the informer are never modified).
+        assumed = {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": result.suggested_host}}
+        assumed_info = pod_info.for_copy(assumed)
         try:
-            self.cache.assume_pod(assumed)
+            self.cache.assume_pod(assumed, assumed_info)
         except Exception as exc:  # noqa: BLE001
             await self._handle_failure(fw, pinfo, Status.as_status(exc), None, cycle, None, start)
             return True
         self.nominator.delete_nominated_pod_if_exists(pod)
-        assumed_info = PodInfo(assumed)
         s = fw.run_reserve_plugins_reserve(state, assumed_info, result.suggested_host)
         if s is not None and not s.is_success():
             fw.run_reserve_plugins_unreserve(state, assumed_info, result.suggested_host)

@@ -160,3 +160,22 @@ def test_host_port_conflicts_with_wildcard_ip() -> None:
 def test_node_selector_terms(terms: list, labels: dict, name: str, expected: bool) -> None:
     sel = NodeSelector({"nodeSelectorTerms": terms})
     assert sel.matches({"metadata": {"name": name, "labels": labels}}) is expected
+
+
+def test_pod_info_for_the_assumed_copy_shares_what_it_derived() -> None:
+    pod = {"metadata": {"name": "a", "namespace": "ns", "uid": "u1"},
+           "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}},
+                                    "ports": [{"containerPort": 80, "hostPort": 8080}]}],
+                    "tolerations": [{"key": "k", "operator": "Exists"}], "priority": 7}}
+    info = PodInfo(pod)
+    assert info.tolerations  # a lazily derived field, computed before the copy
+    assumed = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}}
+    copy_info = info.for_copy(assumed)
+    fresh = PodInfo(assumed)
+    assert copy_info.pod is assumed and copy_info.node_name == "n1" and info.node_name == ""
+    for attr in ("uid", "name", "namespace", "priority", "requests", "non_zero_cpu", "non_zero_memory",
+                 "host_ports", "pvc_names", "tolerations", "start_time"):
+        assert getattr(copy_info, attr) == getattr(fresh, attr), attr
+    ni = NodeInfo({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "pods": "10"}}})
+    ni.add_pod(copy_info)
+    assert ni.requested["cpu"] == 500 and ni.remove_pod(fresh) is copy_info

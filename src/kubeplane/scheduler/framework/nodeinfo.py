@@ -315,6 +315,17 @@ class PodInfo:
         self._images: list[str] | None = None
         self._start_time: float | None = None
 
+    def for_copy(self, pod: Obj) -> "PodInfo":
+        """The PodInfo of ``pod``, a copy of this pod that differs at most in
+        ``spec.nodeName`` (the scheduler's assumed pod): everything derived from
+        the pod is shared instead of computed again."""
+        out = PodInfo.__new__(PodInfo)
+        for name in PodInfo.__slots__:
+            setattr(out, name, getattr(self, name))
+        out.pod = pod
+        out.node_name = (pod.get("spec") or {}).get("nodeName") or ""
+        return out
+
     def _spec(self) -> Obj:
         return self.pod.get("spec") or {}
 
