@@ -656,6 +656,27 @@ class VolumeBinder:
                 provisions.append(DynamicProvision(pvc))
         return PodVolumes(bindings, provisions)
 
+    def rejects_unpinned_nodes(self, claims: PodVolumeClaims) -> bool:
+        """True when :meth:`find_pod_volumes` certainly rejects, with the one reason
+        ``REASON_BIND_CONFLICT``, every node whose ``kubernetes.io/hostname`` is not
+        in ``claims.pinned_hostnames``: no bound claims, no selected node, and the
+        first delayed claim without a static match on such nodes cannot be
+        provisioned (its class names no usable provisioner)."""
+        if (claims.pinned_hostnames is None or claims.unbound_claims_immediate or claims.bound_claims
+                or not claims.claims_to_find
+                or len(claims.claims_to_find) != len(claims.unbound_claims_delay_binding)):
+            return False
+        if claims.shared_failure is not None:
+            return True
+        if claims.shared_match is None:
+            claims.shared_match = self._find_matching_volumes(
+                claims.claims_to_find, claims.unbound_volumes_delay_binding, {}, claims.volume_indexes, True)
+        _, bindings, unmatched = claims.shared_match
+        if not unmatched or not self._cannot_provision(unmatched[0]):
+            return False
+        claims.shared_failure = list(bindings)
+        return True
+
     def _cannot_provision(self, pvc: Obj) -> bool:
         """The claim's class exists and names no usable provisioner: then
         :meth:`_check_volume_provisions`, reaching it first, fails the same way

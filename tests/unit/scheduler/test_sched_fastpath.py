@@ -401,3 +401,52 @@ def test_filter_pass_except_hook_calls_filter_only_on_listed_nodes(answer_none: 
         assert len(plugin.filtered) == 50
     else:
         assert sorted(plugin.filtered) == ["n03", "n17", "n40"]
+
+
+class _RejectAllButPlugin:
+    """A Filter plugin that rejects every node but a few, stating the rejections
+    in bulk (``EVERY_NODE`` + ``filter_known_statuses``)."""
+
+    name = "RejectAllBut"
+
+    def __init__(self, maybe: set[str], passing: set[str]) -> None:
+        from kubeplane.scheduler.framework.types import Status
+        self.maybe = maybe
+        self.passing = passing
+        self.status = Status.unresolvable("no volume here", plugin=self.name)
+        self.filtered: list[str] = []
+
+    def filter(self, state, pod_info, node_info):
+        self.filtered.append(node_info.name)
+        return None if node_info.name in self.passing else self.status
+
+    def filter_pass_except(self, state, pod_info):
+        from kubeplane.scheduler.framework.types import EVERY_NODE
+        return EVERY_NODE
+
+    def filter_known_statuses(self, state, pod_info):
+        return {f"n{i:02d}": self.status for i in range(50) if f"n{i:02d}" not in self.maybe}
+
+
+@pytest.mark.parametrize("passing", [set(), {"n17"}])
+def test_every_node_answer_states_rejections_in_bulk(passing: set[str]) -> None:
+    from kubeplane.scheduler.scheduler import FitError
+
+    sched = Scheduler(None, rng=random.Random(1), percentage_of_nodes_to_score=100)
+    for i in range(50):
+        sched.cache.add_node({"metadata": {"name": f"n{i:02d}", "labels": {}}, "spec": {},
+                              "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}})
+    fw = sched.frameworks["default-scheduler"]
+    plugin = _RejectAllButPlugin({"n03", "n17"}, passing)
+    fw.filter_plugins.append(plugin)
+    pod = make_pod(random.Random(5), "p", [])
+    pod["spec"] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}
+    if passing:
+        r = sched.schedule_pod(fw, CycleState(), PodInfo(pod))
+        assert r.suggested_host == "n17" and r.feasible_nodes == 1
+    else:
+        with pytest.raises(FitError) as err:
+            sched.schedule_pod(fw, CycleState(), PodInfo(pod))
+        assert str(err.value) == "0/50 nodes are available: 50 no volume here."
+        assert err.value.diagnosis.unschedulable_plugins == {"RejectAllBut"}
+    assert sorted(plugin.filtered) == ["n03", "n17"]  # Filter ran only where the answer was not known

@@ -10,7 +10,7 @@ import pytest
 
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
-from kubeplane.scheduler.framework.types import Code, CycleState
+from kubeplane.scheduler.framework.types import EVERY_NODE, Code, CycleState
 from kubeplane.scheduler.passivecache import new_pv_assume_cache
 from kubeplane.scheduler.plugins.nodevolumelimits import NodeVolumeLimits
 from kubeplane.scheduler.volumebinder import bind_volume_to_claim
@@ -57,8 +57,9 @@ def _random_env(rng: random.Random) -> tuple[Env, list[str], list[dict]]:
     return env, names, claims
 
 
-def _check_pass_except_agrees_with_filter(seed: int) -> bool:
-    """One seeded case; True when the hook answered (a shared plan), False on the fallback."""
+def _check_pass_except_agrees_with_filter(seed: int) -> bool | str:
+    """One seeded case; True when the hook answered with a shared plan, "rejected" when it
+    answered EVERY_NODE (statuses stated at once), False on the fallback."""
     rng = random.Random(seed)
     env, names, claims = _random_env(rng)
     env.handle.snapshot = Snapshot([env.node_info(n) for n in names])
@@ -73,6 +74,21 @@ def _check_pass_except_agrees_with_filter(seed: int) -> bool:
         return False
     exceptions = env.plugin.filter_pass_except(state, pi)
     ref_state, ref_pi, _ = env.cycle(p)
+    if exceptions is EVERY_NODE:
+        known = env.plugin.filter_known_statuses(state, pi)
+        assert known is not None
+        stated = 0
+        for n in names:
+            want = env.plugin.filter(ref_state, ref_pi, env.node_info(n))
+            got = known.get(n)
+            if got is None:
+                continue  # Filter runs on this node
+            stated += 1
+            assert want is not None and (got.code, got.reasons) == (want.code, want.reasons), (n, want, got)
+            assert got.plugin == "VolumeBinding"
+        assert stated
+        return "rejected"
+    assert env.plugin.filter_known_statuses(state, pi) is None
     for n in names:
         want = env.plugin.filter(ref_state, ref_pi, env.node_info(n))
         if exceptions is None or n in exceptions:
@@ -90,8 +106,9 @@ def test_volume_binding_pass_except_agrees_with_filter(seed: int) -> None:
 
 
 def test_volume_binding_pass_except_random_cases_used_the_hook() -> None:
-    """The seeded cases exercise the shared plan, not only the fallback."""
-    assert sum(_check_pass_except_agrees_with_filter(seed) for seed in range(60)) >= 10
+    """The seeded cases exercise the shared plan and the shared rejection, not only the fallback."""
+    answers = [_check_pass_except_agrees_with_filter(seed) for seed in range(60)]
+    assert answers.count(True) >= 10 and answers.count("rejected") >= 3, answers
 
 
 def test_volume_binding_pass_except_static_and_dynamic_shared_plans() -> None:

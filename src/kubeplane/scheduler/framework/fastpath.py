@@ -36,7 +36,9 @@ import orjson
 
 from kubeplane.scheduler.framework.nodeinfo import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import implements
-from kubeplane.scheduler.framework.types import Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Obj, Status
+from kubeplane.scheduler.framework.types import (
+    EVERY_NODE, Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Obj, Status,
+)
 from kubeplane.scheduler.plugins.image_locality import ImageLocality, calculate_priority
 from kubeplane.scheduler.plugins.node_affinity import NodeAffinity
 from kubeplane.scheduler.plugins.node_name import NodeName
@@ -833,9 +835,13 @@ def _mask_from_exceptions(names: Any, arr: NodeArrays) -> _MaskFn | None:
     Filter runs on every node); otherwise a collection of node names outside
     which its Filter certainly succeeds (and need not be called: such a plugin
     must not rely on Filter having run for the node it is reserved on). The
-    listed nodes still go through the plugin's Filter."""
+    listed nodes still go through the plugin's Filter. ``EVERY_NODE``: no node
+    passes for sure."""
     if names is None:
         return None
+    if names is EVERY_NODE:
+        none = np.zeros(len(arr.node_infos), dtype=bool)
+        return lambda sel: none[sel]
     if not names:
         return _all_pass
     mask = np.ones(len(arr.node_infos), dtype=bool)

@@ -171,6 +171,21 @@ class ClusterEventWithHint:
     hint: QueueingHintFn | None = None  # None means "always Queue"
 
 
+class _EveryNode:
+    """See :data:`EVERY_NODE`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EVERY_NODE"
+
+
+#: A ``filter_pass_except`` answer: the plugin's Filter may fail on every node
+#: (no node passes for sure). The plugin's ``filter_known_statuses`` may still
+#: state the rejection of most of them at once.
+EVERY_NODE = _EveryNode()
+
+
 class CycleState:
     """Per-cycle scratch space shared by a pod's plugins (thread-safe)."""
 

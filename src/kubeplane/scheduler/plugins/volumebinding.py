@@ -34,6 +34,7 @@ from kubeplane.api.quantity import parse_quantity
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
 from kubeplane.scheduler.framework.types import (
+    EVERY_NODE,
     MAX_NODE_SCORE,
     ActionType,
     ClusterEvent,
@@ -59,6 +60,7 @@ from kubeplane.volume.matching import (
 from kubeplane.scheduler.volumebinder import (
     CLAIM_HINT_SCOPE,
     DEFAULT_BIND_TIMEOUT,
+    REASON_BIND_CONFLICT,
     PodVolumeClaims,
     PodVolumes,
     VolumeBinder,
@@ -115,10 +117,37 @@ class _State:
     #: the plan of every node outside ``shared_exceptions`` (see ``filter_pass_except``)
     shared_plan: PodVolumes | None = None
     shared_exceptions: set[str] = field(default_factory=set)
+    #: the Filter status of every node outside ``shared_exceptions`` when no shared plan exists
+    shared_rejection: Status | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def clone(self) -> "_State":
         return self  # shared by all phases of one cycle, as upstream
+
+
+class _AllBut(Mapping[str, Status]):
+    """``status`` for every node name but ``exceptions`` (a read-only mapping that
+    answers lookups without listing the nodes)."""
+
+    __slots__ = ("_exceptions", "_status")
+
+    def __init__(self, exceptions: set[str], status: Status) -> None:
+        self._exceptions = exceptions
+        self._status = status
+
+    def __getitem__(self, name: str) -> Status:
+        if name in self._exceptions:
+            raise KeyError(name)
+        return self._status
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return default if name in self._exceptions else self._status
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        raise TypeError("the nodes are not listed")
+
+    def __len__(self) -> int:
+        raise TypeError("the nodes are not listed")
 
 
 def _pod_claim_names(pod: Obj) -> set[str]:
@@ -500,7 +529,11 @@ class VolumeBinding(Plugin):
 
         The binder's shared plan holds on every node whose hostname label has
         no pinned candidate volume; those few nodes (looked up in the
-        snapshot) are the exceptions. None when there is no shared plan."""
+        snapshot) are the exceptions. Without a shared plan, when every such
+        node is rejected for the same reason (a claim with no volume for it
+        that cannot be provisioned: a pod waiting for its PV), ``EVERY_NODE``:
+        :meth:`filter_known_statuses` then states those rejections at once and
+        only the exceptions run Filter. None otherwise."""
         s: _State | None = state.get(STATE_KEY)
         if s is None or self.binder is None:
             return None
@@ -508,22 +541,34 @@ class VolumeBinding(Plugin):
             return set()
         try:
             plan = self.binder.shared_plan(s.claims)
+            rejected = plan is None and self.binder.rejects_unpinned_nodes(s.claims)
         except VolumeBindingError:
             return None
-        if plan is None:
+        if plan is None and not rejected:
             return None
         exceptions: set[str] = set()
         pinned = s.claims.pinned_hostnames
-        if pinned:
+        if pinned or plan is None:
             for ni in self.handle.node_infos():
                 node = ni.node
-                if node is None or (_meta(node).get("labels") or {}).get(HOSTNAME_LABEL) in pinned:
+                if node is None or (pinned and (_meta(node).get("labels") or {}).get(HOSTNAME_LABEL) in pinned):
                     exceptions.add(ni.name)
         with s.lock:
-            s.shared_plan = plan
             s.shared_exceptions = exceptions
+            if plan is None:
+                s.shared_rejection = Status.unresolvable(REASON_BIND_CONFLICT, plugin=self.name)
+                return EVERY_NODE
+            s.shared_plan = plan
             s.has_static_bindings = s.has_static_bindings or bool(plan.static_bindings)
         return exceptions
+
+    def filter_known_statuses(self, state: CycleState, pod_info: PodInfo) -> Mapping[str, Status] | None:
+        """After :meth:`filter_pass_except` answered ``EVERY_NODE``: the rejection of
+        every node outside its exceptions, by node name (read-only)."""
+        s: _State | None = state.get(STATE_KEY)
+        if s is None or s.shared_rejection is None:
+            return None
+        return _AllBut(s.shared_exceptions, s.shared_rejection)
 
     def _plan_for(self, s: _State, node_name: str) -> PodVolumes | None:
         """Filter's plan for ``node_name``, or the shared plan when Filter was skipped there."""
