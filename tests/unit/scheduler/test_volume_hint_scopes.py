@@ -367,3 +367,38 @@ def test_pv_bound_to_a_claim_only_calls_the_hint_of_its_pod() -> None:
     pending = {"metadata": {"name": "pv2"}, "spec": {}, "status": {"phase": "Pending"}}
     q.move_all_to_active_or_backoff(PV_ADD, None, pending)
     assert calls[0] == 1
+
+
+def test_available_pv_only_calls_the_hints_of_pods_whose_claims_it_could_serve() -> None:
+    """Pods waiting for a PV each select theirs by label: an Available PV calls the hint
+    of the pod it can serve (and of pods with a claim not known yet), not of every pod."""
+    claims = Claims()
+    plugins = make_plugins(claims)
+    calls = [0]
+    q = make_queue(plugins, Clock(), calls)
+    for i in range(40):
+        claims.objs[f"ns/c{i}"] = {"metadata": {"name": f"c{i}", "namespace": "ns"},
+                                   "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+                                            "resources": {"requests": {"storage": "1Gi"}},
+                                            "selector": {"matchLabels": {"pv": f"for-{i}"}}}}
+        q.add({"metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"},
+               "spec": {"containers": [{"name": "c"}],
+                        "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": f"c{i}"}}]}})
+    q.add({"metadata": {"name": "early", "namespace": "ns", "uid": "u-early"},  # its claim comes later
+           "spec": {"containers": [{"name": "c"}],
+                    "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "later"}}]}})
+    for _ in range(41):
+        p = q.try_pop()
+        assert p is not None
+        p.unschedulable_plugins = {"VolumeBinding"}
+        q.add_unschedulable_if_not_present(p, q.scheduling_cycle)
+    pv = {"metadata": {"name": "pv-7", "labels": {"pv": "for-7"}},
+          "spec": {"storageClassName": "local", "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]},
+          "status": {"phase": "Available"}}
+    q.move_all_to_active_or_backoff(PV_UPDATE, None, pv)
+    assert calls[0] == 2  # p7 and the pod whose claim is not known
+    assert q.counts()["unschedulable"] == 39
+    other_class = {**pv, "metadata": {"name": "pv-x", "labels": {"pv": "for-8"}},
+                   "spec": {**pv["spec"], "storageClassName": "other"}}
+    q.move_all_to_active_or_backoff(PV_ADD, None, other_class)
+    assert calls[0] == 2 and q.counts()["unschedulable"] == 39

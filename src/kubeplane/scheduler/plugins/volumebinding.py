@@ -306,6 +306,23 @@ def _pv_event_keys(old: Any, new: Any) -> list[tuple[Any, Any]] | None:
 #: pv_change_hint: keyed by (raw namespace, claim name) as the hint compares them
 PV_HINT_SCOPE = HintScope(_pv_keys_of_pod, _pv_event_keys)
 
+#: a pod key (and a key of every Available unclaimed PV's event) for a claim not
+#: known yet, or one whose selector does not compile
+_UNKNOWN_CLAIM = ("unknown-claim",)
+
+
+def _pv_event_keys_by_claim(old: Any, new: Any) -> list[Any] | None:
+    """:func:`_pv_event_keys`, with an Available unclaimed PV keyed by what a claim
+    it could serve has (see ``VolumeBinding._pv_keys_of_pod``): its name, its
+    class, and its class with each of its labels."""
+    keys = _pv_event_keys(old, new)
+    if keys is not None:
+        return keys
+    name, _, _, _, _, cls, _, _, labels = _SCOPE_MEMO.pv_facts(new)
+    out: list[Any] = [_UNKNOWN_CLAIM, ("volume", name), ("class", cls, None)]
+    out.extend(("class", cls, (k, v)) for k, v in labels.items())
+    return out
+
 
 def _csi_driver_keys_of_pod(pod: Obj) -> list[Any]:
     return [(vol.get("csi") or {}).get("driver") for vol in (pod.get("spec") or {}).get("volumes") or ()
@@ -337,6 +354,7 @@ class VolumeBinding(Plugin):
         if "shape" in self.args:
             self.scorer = self._build_scorer(self.args.get("shape") or DEFAULT_SHAPE)
         self._hint_memo = HintMemo()
+        self._pv_hint = self._scoped_pv_hint()
         self.binder: VolumeBinder | None = getattr(handle, "volume_binder", None)
         if self.binder is None and handle.informer_factory is not None:
             self.binder = VolumeBinder.from_informer_factory(
@@ -375,7 +393,7 @@ class VolumeBinding(Plugin):
                                               ActionType.ADD | ActionType.UPDATE),
                                  self.is_schedulable_after_pvc_change),
             ClusterEventWithHint(ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.ADD | ActionType.UPDATE),
-                                 self.is_schedulable_after_pv_change),
+                                 self._pv_hint),
             ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)),
             ClusterEventWithHint(ClusterEvent(EventResource.CSI_NODE, ActionType.ADD | ActionType.UPDATE),
                                  self.is_schedulable_after_csi_node_change),
@@ -395,6 +413,49 @@ class VolumeBinding(Plugin):
         that the PV's own transition to Available (an event of its own) makes
         possible."""
         return pv_change_hint(pod, new, self._claim_lookup, self._hint_memo)
+
+    def _scoped_pv_hint(self) -> Callable[[Obj, Any, Any], QueueingHint]:
+        """:meth:`is_schedulable_after_pv_change` with a scope that also reads the pods'
+        claims: an Available unclaimed PV then concerns only the pods with a claim of
+        its class whose selector it can meet (one matchLabels pair of the claim is
+        looked up in the PV's labels), a claim naming it, or a claim not known yet,
+        instead of every pod with claims. The pod's keys are taken when it enters
+        the unschedulable pool; any change of its claims moves it out of the pool
+        (this plugin's claim hint), so they stay current while it waits there."""
+        def is_schedulable_after_pv_change(pod: Obj, old: Any, new: Any) -> QueueingHint:
+            return pv_change_hint(pod, new, self._claim_lookup, self._hint_memo)
+
+        set_hint_scope(is_schedulable_after_pv_change, HintScope(self._pv_keys_of_pod, _pv_event_keys_by_claim))
+        return is_schedulable_after_pv_change
+
+    def _pv_keys_of_pod(self, pod: Obj) -> list[Any]:
+        ns = _meta(pod).get("namespace")
+        keys: list[Any] = []
+        for name in _pod_claim_names(pod):
+            keys.append((ns, name))  # PVs whose claimRef names the claim
+            claim = self._claim_lookup(ns, name)  # as pv_change_hint looks it up
+            if claim is None:
+                keys.append(_UNKNOWN_CLAIM)
+                continue
+            volume_name, _, cls, _, _, selector, compiled = self._hint_memo.claim_facts(claim)
+            if volume_name:
+                keys.append(("volume", volume_name))
+                continue
+            pair = None
+            if selector is not None:
+                try:
+                    if not compiled:
+                        compiled.append(label_selector_from_dict(selector))
+                    labels = selector.get("matchLabels")
+                except Exception:  # noqa: BLE001 - a malformed selector: the hint decides
+                    keys.append(_UNKNOWN_CLAIM)
+                    continue
+                if isinstance(labels, dict) and labels:
+                    k = min((k for k in labels if isinstance(k, str)), default=None)
+                    if k is not None and isinstance(labels[k], str):
+                        pair = (k, labels[k])
+            keys.append(("class", cls, pair))
+        return keys
 
     def _claim_lookup(self, namespace: str, name: str) -> Obj | None:
         if self.binder is None:
