@@ -204,6 +204,24 @@ async def test_wait_for_first_consumer_waits(env: Env) -> None:
     assert (await env.pv("local-pv"))["spec"].get("claimRef") is None
 
 
+async def test_wait_for_first_consumer_claim_naming_a_pv_binds_when_it_appears(env: Env) -> None:
+    """A claim of a WaitForFirstConsumer class that names its volume binds as soon as
+    the volume is created; other waiting claims of the class stay as they are."""
+    c = env.client
+    await c.create(SCS, make_class("local", mode="WaitForFirstConsumer"))
+    for i in range(20):
+        await c.create(PVCS, make_pvc(f"other-{i}", cls="local"), "default")
+    await c.create(PVCS, make_pvc("named", cls="local", volume_name="later"), "default")
+    await asyncio.sleep(0.05)
+    assert (await env.pvc("named"))["status"]["phase"] == "Pending"
+    await c.create(PVS, make_pv("later", cls="local"))
+    claim = await eventually(lambda: env.bound("named"))
+    assert claim["spec"]["volumeName"] == "later"
+    for i in range(20):
+        other = await env.pvc(f"other-{i}")
+        assert other["status"]["phase"] == "Pending" and not other["spec"].get("volumeName")
+
+
 async def test_completes_scheduler_started_static_binding(env: Env) -> None:
     c = env.client
     await c.create(SCS, make_class("local", mode="WaitForFirstConsumer"))

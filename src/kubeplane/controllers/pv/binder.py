@@ -59,6 +59,8 @@ STORAGE_CLASSES = resource("storageclasses")
 CLAIM_REF_INDEX = "pv-claimref"
 #: PVC informer index: storage class of the claims whose phase is not Bound.
 UNBOUND_CLAIM_CLASS_INDEX = "pvc-unbound-class"
+#: PVC informer index: spec.volumeName of the claims whose phase is not Bound.
+UNBOUND_CLAIM_VOLUME_INDEX = "pvc-unbound-volume"
 
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 
@@ -104,6 +106,12 @@ def unbound_claim_class_index(claim: Obj) -> list[str]:
     return [] if _phase(claim) == "Bound" else [claim_class(claim)]
 
 
+def unbound_claim_volume_index(claim: Obj) -> list[str]:
+    """Index value of a claim not in phase Bound that names a volume: the volume's name."""
+    volume = (claim.get("spec") or {}).get("volumeName")
+    return [volume] if volume and isinstance(volume, str) and _phase(claim) != "Bound" else []
+
+
 def _rv(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -144,7 +152,8 @@ class PersistentVolumeController(Controller):
         self.pvc_informer = self.factory.informer_for(PVCS)
         self.class_informer = self.factory.informer_for(STORAGE_CLASSES)
         for informer, name, fn in ((self.pv_informer, CLAIM_REF_INDEX, claim_ref_index),
-                                   (self.pvc_informer, UNBOUND_CLAIM_CLASS_INDEX, unbound_claim_class_index)):
+                                   (self.pvc_informer, UNBOUND_CLAIM_CLASS_INDEX, unbound_claim_class_index),
+                                   (self.pvc_informer, UNBOUND_CLAIM_VOLUME_INDEX, unbound_claim_volume_index)):
             try:
                 informer.add_indexers({name: fn})
             except ValueError:
@@ -272,18 +281,15 @@ class PersistentVolumeController(Controller):
             return
         cls = volume_class(pv)
         indexer = self.pvc_informer.indexer
-        keys = indexer.index_keys(UNBOUND_CLAIM_CLASS_INDEX, cls)
-        if not keys:
-            return
         sc = self._storage_class(cls)
         if sc is not None and sc.get("volumeBindingMode") == WAIT_FOR_FIRST_CONSUMER:
-            name = _name(pv)
-            for key in keys:
+            # looked up by name: many claims of the class may be waiting
+            for key in indexer.index_keys(UNBOUND_CLAIM_VOLUME_INDEX, _name(pv)):
                 claim = indexer.get_by_key(key)
-                if claim is not None and (claim.get("spec") or {}).get("volumeName") == name:
+                if claim is not None and claim_class(claim) == cls:
                     self.claims.add(key)
             return
-        for key in keys:
+        for key in indexer.index_keys(UNBOUND_CLAIM_CLASS_INDEX, cls):
             self.claims.add(key)
 
     def _class_changed(self, sc: Obj) -> None:
