@@ -252,6 +252,17 @@ def test_create_fast_path_matches_general_tracking():
             assert orjson.dumps(fast) == orjson.dumps(general)  # same trees, same order at every level
             # a second time through the memos
             assert orjson.dumps(ssa._owned_fields_v1(obj, schema, sub)) == orjson.dumps(general)
+    # objects written alike share one tree; another shape gets its own
+    events = [{"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"e{i}", "namespace": "default"},
+               "involvedObject": {"kind": "Pod", "name": f"p{i}", "uid": f"u{i}"}, "reason": f"R{i}",
+               "count": i} for i in range(3)]
+    schema = ssa._schema_of(events[0])
+    trees = [ssa._owned_fields_v1(e, schema, "") for e in events]
+    assert trees[0] is trees[1] is trees[2]
+    assert trees[0] == ssa.fields_to_v1(ssa._tracked(ssa._flatten(events[2], schema), ""))
+    labelled = {**events[0], "metadata": {**events[0]["metadata"], "labels": {"x": "y"}}}
+    other = ssa._owned_fields_v1(labelled, schema, "")
+    assert other is not trees[0] and other["f:metadata"] == {"f:labels": {".": {}, "f:x": {}}}
 
 
 def _reference_compare(old, new, schema, sub):

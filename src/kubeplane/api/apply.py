@@ -651,11 +651,21 @@ def _owned_fields_v1(obj: dict, schema: _Schema, subresource: str) -> dict[str, 
                 top["f:metadata"] = _level_text(kept, False)
             continue
         top[f"f:{k}"] = _owned_text(child, f"f:{k}", (k,), schema)
-    return orjson.loads(_level_text(top, False))
+    # Objects of one kind written alike (the events of a recorder, the pods of a
+    # template) end in the same top level: one decoded tree, shared (stored
+    # objects are never modified in place).
+    key = (schema.group, schema.kind, tuple(top.items()))
+    tree = _tree_memo.get(key)
+    if tree is None:
+        tree = orjson.loads(_level_text(top, False))
+        _memo_put(_tree_memo, key, tree)
+    return tree
 
 
 _EMPTY = "{}"
 _SCALARS = (str, int, float, bool, type(None))
+#: decoded FieldsV1 trees of creates by (group, kind, top-level children's texts)
+_tree_memo: dict[tuple[str, str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
 #: JSON text of flat maps' FieldsV1 by (group, kind, schema path, member, keys)
 _flat_memo: dict[tuple[str, str, PathT, bool, tuple[str, ...]], str] = {}
 _esc_memo: dict[str, str] = {}
