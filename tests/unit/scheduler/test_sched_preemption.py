@@ -391,13 +391,8 @@ def test_arithmetic_dry_run_is_not_used_when_other_filters_depend_on_pods() -> N
     assert env.plugin.evaluator._resource_only_filters(state, pi) is None
 
 
-def test_failed_dry_runs_are_reused_only_while_node_and_pod_shape_are_unchanged() -> None:
-    """A 9-CPU preemptor fits no 4-CPU node: the second identical preemptor reuses every
-    node's failed dry run; a changed node, or a pod of another shape, is evaluated again,
-    and the statuses always equal those of a fresh evaluator."""
-    nodes = [node(f"n{i}") for i in range(30)]
-    pods = [pod(f"e{i}", "1", 0, f"n{i % 30}") for i in range(60)]
-    env = Env(nodes, pods)
+def _count_dry_runs(env: Env) -> list[str]:
+    """Names of the nodes the evaluator's resource-only dry run is computed for, as it runs."""
     ev = env.plugin.evaluator
     calls: list[str] = []
     original = ev._select_victims_by_resources
@@ -407,6 +402,18 @@ def test_failed_dry_runs_are_reused_only_while_node_and_pod_shape_are_unchanged(
         return original(state, pi, ni, *rest)
 
     ev._select_victims_by_resources = counting  # type: ignore[method-assign]
+    return calls
+
+
+def test_failed_dry_runs_are_reused_only_while_node_and_pod_shape_are_unchanged() -> None:
+    """A 9-CPU preemptor fits no 4-CPU node: the second identical preemptor reuses every
+    node's failed dry run; a changed node, or a pod of another shape, is evaluated again,
+    and the statuses always equal those of a fresh evaluator."""
+    nodes = [node(f"n{i}") for i in range(30)]
+    pods = [pod(f"e{i}", "1", 0, f"n{i % 30}") for i in range(60)]
+    env = Env(nodes, pods)
+    ev = env.plugin.evaluator
+    calls = _count_dry_runs(env)
 
     def statuses_for(p: dict) -> dict:
         state, pi, statuses = env.schedule_fail(p)
@@ -442,21 +449,9 @@ def test_successful_dry_runs_are_reused_without_pdbs_only() -> None:
         cands, _ = env.plugin.evaluator.find_candidates(state, pi, statuses, env.snap.node_info_list)
         return sorted((c.name, [v.name for v in c.victims.pods], c.victims.num_pdb_violations) for c in cands)
 
-    def counted(env: Env) -> list[str]:
-        ev = env.plugin.evaluator
-        calls: list[str] = []
-        original = ev._select_victims_by_resources
-
-        def counting(state, pi, ni, *rest):
-            calls.append(ni.name)
-            return original(state, pi, ni, *rest)
-
-        ev._select_victims_by_resources = counting  # type: ignore[method-assign]
-        return calls
-
     args = {"minCandidateNodesPercentage": 100}
     env = Env(nodes, pods, args=args)
-    calls = counted(env)
+    calls = _count_dry_runs(env)
     first = candidates(env, pod("h1", "2", 10))
     assert len(first) == 12 and len(calls) == 12
     assert candidates(env, pod("h2", "2", 10)) == first and len(calls) == 12
@@ -469,7 +464,7 @@ def test_successful_dry_runs_are_reused_without_pdbs_only() -> None:
     pdbs = [{"metadata": {"name": "b", "namespace": "default"}, "spec": {"selector": {"matchLabels": {}}},
              "status": {"disruptionsAllowed": 1}}]
     with_pdb = Env(nodes, pods, pdbs, args=args)
-    calls = counted(with_pdb)
+    calls = _count_dry_runs(with_pdb)
     candidates(with_pdb, pod("h1", "2", 10))
     candidates(with_pdb, pod("h2", "2", 10))
     assert len(calls) == 24
