@@ -303,7 +303,8 @@ def _pv_event_keys(old: Any, new: Any) -> list[tuple[Any, Any]] | None:
     return None
 
 
-#: pv_change_hint: keyed by (raw namespace, claim name) as the hint compares them
+#: pv_change_hint's pod-independent part, keyed by (raw namespace, claim name) as the
+#: hint compares them; each plugin registers the narrower scope of ``_scoped_pv_hint``
 PV_HINT_SCOPE = HintScope(_pv_keys_of_pod, _pv_event_keys)
 
 #: a pod key (and a key of every Available unclaimed PV's event) for a claim not
@@ -423,7 +424,7 @@ class VolumeBinding(Plugin):
         the unschedulable pool; any change of its claims moves it out of the pool
         (this plugin's claim hint), so they stay current while it waits there."""
         def is_schedulable_after_pv_change(pod: Obj, old: Any, new: Any) -> QueueingHint:
-            return pv_change_hint(pod, new, self._claim_lookup, self._hint_memo)
+            return self.is_schedulable_after_pv_change(pod, old, new)
 
         set_hint_scope(is_schedulable_after_pv_change, HintScope(self._pv_keys_of_pod, _pv_event_keys_by_claim))
         return is_schedulable_after_pv_change
@@ -723,7 +724,6 @@ class VolumeBinding(Plugin):
 
 
 set_hint_scope(VolumeBinding.is_schedulable_after_pvc_change, CLAIM_HINT_SCOPE)
-set_hint_scope(VolumeBinding.is_schedulable_after_pv_change, PV_HINT_SCOPE)
 set_hint_scope(VolumeBinding.is_schedulable_after_csi_driver_change, CSI_DRIVER_HINT_SCOPE)
 for _hint in (VolumeBinding.is_schedulable_after_storage_class_change,
               VolumeBinding.is_schedulable_after_csi_node_change,
