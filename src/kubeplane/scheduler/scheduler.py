@@ -77,9 +77,10 @@ class NodeStatuses(MutableMapping[str, Status]):
     snapshot rows (:meth:`add_rejections`); they get node names only when read by
     name, so a cycle that rejects thousands of nodes and still finds a host (or
     whose failure is only counted, as in the FailedScheduling message) never
-    names them."""
+    names them. Rows a cycle that found a host rejected without computing
+    their status (see ``Rejections``) are only counted in ``len``."""
 
-    __slots__ = ("_named", "_chunks", "_nodes", "_chunked", "_distinct")
+    __slots__ = ("_named", "_chunks", "_nodes", "_chunked", "_distinct", "_uncomputed")
 
     def __init__(self, statuses: Mapping[str, Status] | None = None) -> None:
         self._named: dict[str, Status] = dict(statuses or {})
@@ -87,6 +88,7 @@ class NodeStatuses(MutableMapping[str, Status]):
         self._nodes: Sequence[NodeInfo] = ()
         self._chunked = 0  # statuses in _chunks
         self._distinct: dict[int, Status] = {}  # the statuses in _chunks, each once
+        self._uncomputed = 0  # rejected rows resolved from _chunks without a status
 
     def add_rejections(self, nodes: Sequence[NodeInfo], rejections: Rejections) -> None:
         """The statuses of rows of ``nodes`` (the snapshot's node list)."""
@@ -107,10 +109,13 @@ class NodeStatuses(MutableMapping[str, Status]):
     def _resolve(self) -> dict[str, Status]:
         if self._chunks:
             named, nodes = self._named, self._nodes
+            with_status = 0
             for rows, sts in self._chunks:
                 for row, st in zip(rows, sts):
                     if st is not None:
                         named[nodes[row].name] = st
+                        with_status += 1
+            self._uncomputed += self._chunked - with_status
             self._chunks = []
             self._chunked = 0
             self._distinct = {}
@@ -138,7 +143,7 @@ class NodeStatuses(MutableMapping[str, Status]):
     def __len__(self) -> int:
         if self._named and self._chunks:
             self._resolve()  # a node could be in both
-        return len(self._named) + self._chunked
+        return len(self._named) + self._chunked + self._uncomputed
 
     def values(self) -> list[Status]:  # type: ignore[override]
         """The statuses, without naming their nodes."""

@@ -247,8 +247,19 @@ def test_memoized_rows_are_recomputed_after_a_change() -> None:
     infos[2].add_pod({"metadata": {"name": "x", "uid": "x"},
                       "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}]}})
     arr.set_row(2, infos[2])
-    assert get(np.array([5, 2, 7])) == [1, 501, 1]
     assert singles == [2] and len(batches) == 1
+    assert get(np.array([5, 2, 7])) == [1, 501, 1]
+    assert singles == [2]
+    # The same pod confirmed (another object, same requests): nothing a memo reads changed.
+    infos[2].remove_pod({"metadata": {"name": "x", "uid": "x"}})
+    infos[2].add_pod({"metadata": {"name": "x", "uid": "x"}, "spec": {"nodeName": "n2", "containers": [
+        {"name": "c", "resources": {"requests": {"cpu": "500m"}}}]}})
+    arr.set_row(2, infos[2])
+    assert singles == [2]
+    # A new Node object (labels may differ) recomputes the row even with equal columns.
+    infos[2].set_node(dict(infos[2].node, metadata={"name": "n2", "labels": {"a": "b"}}))
+    arr.set_row(2, infos[2])
+    assert singles == [2, 2] and get(slice(2, 3)) == [501]
 
 
 def test_select_host_is_uniform_among_ties_and_prefers_the_maximum() -> None:
@@ -450,3 +461,38 @@ def test_every_node_answer_states_rejections_in_bulk(passing: set[str]) -> None:
         assert str(err.value) == "0/50 nodes are available: 50 no volume here."
         assert err.value.diagnosis.unschedulable_plugins == {"RejectAllBut"}
     assert sorted(plugin.filtered) == ["n03", "n17"]  # Filter ran only where the answer was not known
+
+
+@pytest.mark.parametrize("free", [{"n05"}, set()])
+def test_statuses_of_certain_rejections_are_computed_only_when_the_cycle_fails(
+        free: set[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubeplane.scheduler.plugins.node_resources_fit import NodeResourcesFit
+
+    sched = Scheduler(None, rng=random.Random(1), percentage_of_nodes_to_score=100)
+    for i in range(10):
+        sched.cache.add_node({"metadata": {"name": f"n{i:02d}", "labels": {}}, "spec": {},
+                              "status": {"allocatable": {"cpu": "1", "memory": "8Gi", "pods": "110"}}})
+        if f"n{i:02d}" not in free:
+            sched.cache.add_pod({"metadata": {"name": f"big{i}", "namespace": "default", "uid": f"big{i}"},
+                                 "spec": {"nodeName": f"n{i:02d}", "containers": [
+                                     {"name": "c", "resources": {"requests": {"cpu": "900m"}}}]}})
+    calls: list[str] = []
+    real = NodeResourcesFit.filter
+
+    def spy(self, state, pod_info, node_info):
+        calls.append(node_info.name)
+        return real(self, state, pod_info, node_info)
+    monkeypatch.setattr(NodeResourcesFit, "filter", spy)
+    fw = sched.frameworks["default-scheduler"]
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "p"},
+           "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}]}}
+    if free:
+        r = sched.schedule_pod(fw, CycleState(), PodInfo(pod))
+        # Nine nodes rejected by the resource mask alone: counted, never filtered.
+        assert (r.suggested_host, r.evaluated_nodes, r.feasible_nodes) == ("n05", 10, 1)
+        assert calls == []
+    else:
+        with pytest.raises(FitError) as err:
+            sched.schedule_pod(fw, CycleState(), PodInfo(pod))
+        assert str(err.value).startswith("0/10 nodes are available: 10 Insufficient cpu.")
+        assert sorted(calls) == [f"n{i:02d}" for i in range(10)]

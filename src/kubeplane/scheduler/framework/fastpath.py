@@ -106,7 +106,7 @@ class NodeArrays:
 
     __slots__ = ("node_infos", "names", "index", "cols", "taint_gid", "unsched", "has_ports", "has_images", "big",
                  "taint_groups", "group_taints", "num_tainted", "num_unsched", "num_ports", "num_images",
-                 "num_big", "memos")
+                 "num_big", "memos", "row_inputs")
 
     def __init__(self, node_infos: list[NodeInfo]) -> None:
         n = len(node_infos)
@@ -123,6 +123,8 @@ class NodeArrays:
         self.group_taints: list[list[Obj]] = [[]]
         self.num_tainted = self.num_unsched = self.num_ports = self.num_images = self.num_big = 0
         self.memos: dict[Any, _Memo] = {}
+        #: per row, what its memoized values were computed from: (column values, node object)
+        self.row_inputs: list[tuple[tuple[int, ...], Any] | None] = [None] * n
         for i, ni in enumerate(node_infos):
             self.set_row(i, ni)
 
@@ -131,7 +133,8 @@ class NodeArrays:
         """``compute(rows)`` for the rows ``sel``, reusing values of unchanged rows.
 
         Per-row results of a pure function of (row values, ``key``) are kept
-        across cycles; ``set_row`` recomputes the row in every memo with the
+        across cycles, where a row's values are its columns and its Node
+        object; ``set_row`` recomputes a changed row in every memo with the
         memo's ``compute_one`` (the function is the same for the same key),
         rows never computed are filled on demand: a handful one by one with
         ``compute_one(row)``, more at once with ``compute``. The result may be
@@ -199,6 +202,11 @@ class NodeArrays:
         if big != bool(self.big[i]):
             self.big[i] = big
             self.num_big += 1 if big else -1
+        inputs = self.row_inputs[i]
+        if inputs is not None and inputs[1] is ni.node and inputs[0] == vals:
+            # Nothing a memo reads changed (a confirmed assumed pod, say): every memo stays valid.
+            return
+        self.row_inputs[i] = (vals, ni.node)
         for m in self.memos.values():
             if m.valid[i]:
                 try:
@@ -251,8 +259,13 @@ _NONE_ID = id(None)
 class Rejections:
     """The rows a Filter loop rejected: chunks ``(rows, statuses)`` where
     ``statuses[i]`` is the status of ``rows[i]`` (None for a row that passed),
-    how many statuses there are, and each distinct status object once (bulk
-    statuses are shared by many rows), so that callers need not walk every row."""
+    how many rows were rejected, and each distinct status object once (bulk
+    statuses are shared by many rows), so that callers need not walk every row.
+
+    When the loop found a feasible node, rows that a certain mask rejected
+    are counted but keep None: upstream discards the statuses of a cycle
+    that finds a host and reports only how many nodes it evaluated, so they
+    are never computed. A loop that finds no node computes every status."""
 
     __slots__ = ("chunks", "count", "distinct")
 
@@ -386,7 +399,10 @@ class FastPath:
         skip = state.skip_filter_plugins
         plugins = [pl for pl in fw.filter_plugins if not (skip and pl.name in skip)]
         fns: list[_MaskFn | None] = [self._mask_fn(pl, state, pod_info, arr) for pl in plugins]
+        certain = _certain_masks(plugins, fns, arr)
+        deferred: list[tuple[list[Status | None], int, int]] = []  # (chunk statuses, index, row)
         every_row = any(f is None for f in fns)
+        nominated = np.fromiter(nominated_rows, dtype=np.intp, count=len(nominated_rows)) if nominated_rows else None
         active = [f for f in fns if f is not None and f is not _all_pass]
         n = len(arr.node_infos)
         m = n if cand is None else len(cand)
@@ -414,10 +430,15 @@ class FastPath:
                 for f in active:
                     mk = f(sel)
                     definite = mk if definite is True else definite & mk
-                if nominated_rows:
-                    definite = np.ones(width, dtype=bool) if definite is True else definite.copy()
-                    for r in nominated_rows:
-                        definite[rows == r] = False
+                if nominated is not None:
+                    # Rows with nominated pods take the per-row path.
+                    if cand is None:
+                        hit = nominated[(nominated >= first) & (nominated < end)] - first
+                    else:
+                        hit = np.flatnonzero(np.isin(sel, nominated))
+                    if len(hit):
+                        definite = np.ones(width, dtype=bool) if definite is True else definite.copy()
+                        definite[hit] = False
             if definite is True or definite.all():
                 if width >= need:
                     found_parts.append(rows[:need])
@@ -444,6 +465,7 @@ class FastPath:
             stop = int(np.searchsorted(before, need, side="left"))
             statuses: list[Status | None] = [None] * len(py_positions)
             todo: Any = range(min(stop, len(py_positions)))
+            deferred_here: list[int] = []
             if stop >= BULK_MIN_ROWS:
                 statuses = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows[:stop],
                                                nominated_rows, distinct)
@@ -458,7 +480,10 @@ class FastPath:
                 if row in nominated_rows:
                     st = fw.run_filter_plugins_with_nominated_pods(state, pod_info, ni)
                 else:
-                    st = _filter_row(plugins, fns, row, state, pod_info, ni)
+                    st = _filter_row(plugins, fns, row, state, pod_info, ni, certain)
+                if st.__class__ is int:
+                    deferred_here.append(i)
+                    continue
                 if st is None or st.code == Code.SUCCESS:
                     extra.append(p)
                     stop = max(i + 1, int(np.searchsorted(before, need - len(extra), side="left")))
@@ -472,7 +497,9 @@ class FastPath:
             # A row found feasible may have moved ``stop`` before rows the bulk step
             # decided; their statuses stay in ``distinct``, which is only read when
             # no node is feasible, and then ``stop`` never moved.
-            failed.add(py_rows_list[:stop], statuses[:stop], min(stop, len(py_positions)) - len(extra))
+            chunk = statuses[:stop]
+            failed.add(py_rows_list[:stop], chunk, min(stop, len(py_positions)) - len(extra))
+            deferred.extend((chunk, i, py_rows_list[i]) for i in deferred_here)
             if extra:
                 definite = definite.copy()
                 definite[extra] = True
@@ -488,6 +515,13 @@ class FastPath:
             found += total
             processed += width
             pos += width
+        if found == 0:
+            # The cycle fails: the statuses are reported, so compute the deferred ones.
+            for chunk, i, row in deferred:
+                st = _filter_row(plugins, fns, row, state, pod_info, infos[row])
+                chunk[i] = st
+                if st is not None:
+                    distinct[id(st)] = st
         if not found_parts:
             feasible = np.zeros(0, dtype=np.intp)
         elif len(found_parts) == 1:
@@ -852,18 +886,43 @@ def _mask_from_exceptions(names: Any, arr: NodeArrays) -> _MaskFn | None:
     return lambda sel: mask[sel]
 
 
+def _certain_masks(plugins: list[Any], fns: list[_MaskFn | None], arr: NodeArrays) -> list[Any]:
+    """Per plugin, whether a row its mask does not pass is certainly rejected by its
+    Filter: True, a bool array by row, or False."""
+    out: list[Any] = []
+    for pl, f in zip(plugins, fns):
+        cls = type(pl)
+        if f is None or f is _all_pass:
+            out.append(False)
+        elif cls is NodeUnschedulable or cls is TaintToleration:
+            out.append(True)
+        elif cls is NodeResourcesFit:
+            # Its mask is the Filter's own check, except on rows with huge quantities.
+            out.append(True if arr.num_big == 0 else ~arr.big)
+        else:
+            out.append(False)
+    return out
+
+
 def _filter_row(plugins: list[Any], fns: list[_MaskFn | None], row: int, state: CycleState,
-                pod_info: PodInfo, ni: NodeInfo) -> Status | None:
-    """The framework's per-node Filter, skipping plugins known to pass the row."""
+                pod_info: PodInfo, ni: NodeInfo, certain: list[Any] | None = None) -> Status | int | None:
+    """The framework's per-node Filter, skipping plugins known to pass the row.
+
+    With ``certain`` (see ``_certain_masks``), a row first rejected by a
+    certain mask is not filtered: the index of that plugin is returned."""
     from kubeplane.scheduler.framework.runtime import _as_error
 
-    for pl, f in zip(plugins, fns):
+    for j, (pl, f) in enumerate(zip(plugins, fns)):
         if f is _all_pass:
             continue
         if f is not None:
             mk = f(slice(row, row + 1))
             if mk is True or bool(mk[0]):
                 continue
+            if certain is not None:
+                c = certain[j]
+                if c is True or (c is not False and c[row]):
+                    return j
         s = pl.filter(state, pod_info, ni)
         if s is None or s.code == Code.SUCCESS:
             continue
