@@ -27,7 +27,7 @@ import orjson
 from kubeplane.api import errors
 from kubeplane.api.meta import deep_copy, same_json
 from kubeplane.api.errors import Cause, StatusError
-from kubeplane.api.patch import ListStrategy, is_atomic_map, json_equal, list_strategy
+from kubeplane.api.patch import ListStrategy, json_equal, kind_tables
 
 __all__ = [
     "apply",
@@ -132,16 +132,21 @@ def fields_from_v1(tree: Any) -> set[PathT]:
 # Schema-aware walks
 
 
-@dataclass(frozen=True)
 class _Schema:
-    group: str
-    kind: str
+    """What the walks need to know of one kind: its atomic maps and list strategies."""
+
+    __slots__ = ("group", "kind", "_atomic", "_lists", "_other_lists")
+
+    def __init__(self, group: str, kind: str) -> None:
+        self.group = group
+        self.kind = kind
+        self._atomic, self._lists, self._other_lists = kind_tables(group, kind)
 
     def lst(self, spath: PathT) -> ListStrategy:
-        return list_strategy(self.group, self.kind, spath)
+        return self._lists.get(spath, self._other_lists)
 
     def atomic_map(self, spath: PathT) -> bool:
-        return is_atomic_map(self.group, self.kind, spath)
+        return spath in self._atomic
 
     def key_of(self, item: Any, strategy: ListStrategy) -> str:
         if not isinstance(item, dict):
@@ -163,7 +168,16 @@ class _Schema:
 
 def _schema_of(obj: dict) -> _Schema:
     group = (obj.get("apiVersion") or "").rpartition("/")[0]
-    return _Schema(group, obj.get("kind") or "")
+    kind = obj.get("kind") or ""
+    key = (group, kind)
+    schema = _schemas.get(key)
+    if schema is None:
+        schema = _Schema(group, kind)
+        _memo_put(_schemas, key, schema)
+    return schema
+
+
+_schemas: dict[tuple[str, str], _Schema] = {}
 
 
 def _keyed(items: list, schema: _Schema, strategy: ListStrategy) -> bool:
@@ -226,11 +240,10 @@ def _diff_walk(old: Any, new: Any, path: PathT, spath: PathT, schema: _Schema,
     if isinstance(old, dict) and isinstance(new, dict) and not (spath and schema.atomic_map(spath)):
         for k, oc in old.items():
             nc = new.get(k, _MISSING)
-            cpath, cspath = path + (f"f:{k}",), spath + (k,)
             if nc is _MISSING:
-                _flatten_into(oc, cpath, cspath, schema, a)
+                _flatten_into(oc, path + (f"f:{k}",), spath + (k,), schema, a)
             elif not same_json(oc, nc):
-                _diff_walk(oc, nc, cpath, cspath, schema, a, b)
+                _diff_walk(oc, nc, path + (f"f:{k}",), spath + (k,), schema, a, b)
         for k, nc in new.items():
             if k not in old:
                 _flatten_into(nc, path + (f"f:{k}",), spath + (k,), schema, b)

@@ -14,7 +14,6 @@ None of the functions mutates its inputs.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -229,6 +228,13 @@ def list_strategy(group: str, kind: str, path: Iterable[str]) -> ListStrategy:
 
 def is_atomic_map(group: str, kind: str, path: Iterable[str]) -> bool:
     return tuple(path) in ATOMIC_MAPS.get((group, kind), frozenset())
+
+
+def kind_tables(group: str, kind: str) -> tuple[frozenset[Path], dict[Path, ListStrategy], ListStrategy]:
+    """The atomic map paths, the list strategies by schema path and the strategy of
+    lists not in that table, for one kind (what ``is_atomic_map`` and
+    ``list_strategy`` read)."""
+    return ATOMIC_MAPS.get((group, kind), frozenset()), LIST_STRATEGIES.get((group, kind), _META), _ATOMIC
 
 
 # ---------------------------------------------------------------------------

@@ -29,6 +29,7 @@ Results are exactly those of the generic path:
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -628,9 +629,10 @@ class FastPath:
         names = arr.names
 
         def known_statuses(rows: np.ndarray) -> tuple[list[Status | None], list[Status]]:
-            out = [get(names[r]) for r in rows.tolist()]
+            out = list(map(get, map(names.__getitem__, rows.tolist())))
             bad: set[int] = set()
-            made = {id(st): st for st in out if st is not None}
+            made = dict(zip(map(id, out), out))
+            made.pop(_NONE_ID, None)
             for st in made.values():
                 if not st.is_rejected() or st.plugin != name:
                     # only rejections are stated in bulk, attributed to the plugin (the
@@ -879,10 +881,8 @@ def _mask_from_exceptions(names: Any, arr: NodeArrays) -> _MaskFn | None:
     if not names:
         return _all_pass
     mask = np.ones(len(arr.node_infos), dtype=bool)
-    index = arr.index
-    rows = [index[name] for name in names if name in index]
-    if rows:
-        mask[rows] = False
+    rows = np.fromiter(map(arr.index.get, names, repeat(-1)), dtype=np.intp, count=len(names))
+    mask[rows[rows >= 0]] = False
     return lambda sel: mask[sel]
 
 
