@@ -49,7 +49,7 @@ from kubeplane.scheduler.framework.types import (
     QueueingHint,
     Status,
 )
-from kubeplane.scheduler.framework.hintscope import HINT_SCOPE_ATTR, HintScope, hint_scope
+from kubeplane.scheduler.framework.hintscope import HintScope, hint_scope
 from kubeplane.scheduler.nominator import Nominator, PodGetter
 
 log = logging.getLogger(__name__)
@@ -556,7 +556,14 @@ def pod_requests(pod: Obj) -> dict[str, Fraction]:
     return reqs
 
 
+#: the parts of a pod spec ``pod_requests`` reads
+_REQUEST_FIELDS = ("containers", "initContainers", "overhead")
+
+
 def _is_scale_down(new_pod: Obj, old_pod: Obj) -> bool:
+    new_spec, old_spec = new_pod.get("spec") or {}, old_pod.get("spec") or {}
+    if all(new_spec.get(f) == old_spec.get(f) for f in _REQUEST_FIELDS):
+        return False  # the same requests (most updates change only metadata or status)
     new_reqs = pod_requests(new_pod)
     for name, old_v in pod_requests(old_pod).items():
         new_v = new_reqs.get(name)

@@ -347,9 +347,10 @@ def test_bulk_rejection_statuses_equal_the_plugins_own(seed: int) -> None:
     original = FastPath._bulk_statuses
 
     def counting(self, *args, **kwargs):
-        out = original(self, *args, **kwargs)
+        out, todo = original(self, *args, **kwargs)
+        assert todo == [i for i, st in enumerate(out) if st is None]
         bulk_calls.append(sum(st is not None for st in out))
-        return out
+        return out, todo
 
     FastPath._bulk_statuses = counting
     try:

@@ -30,6 +30,7 @@ Results are exactly those of the generic path:
 from __future__ import annotations
 
 from itertools import repeat
+from operator import is_not
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -73,6 +74,9 @@ MAX_MEMOS = 32
 SMALL_RECOMPUTE = 16
 #: rejected rows in one window from which their statuses are computed in bulk
 BULK_MIN_ROWS = 16
+
+
+_UNSET = object()
 
 
 class _OutOfRange(Exception):
@@ -402,6 +406,7 @@ class FastPath:
         fns: list[_MaskFn | None] = [self._mask_fn(pl, state, pod_info, arr) for pl in plugins]
         certain = _certain_masks(plugins, fns, arr)
         deferred: list[tuple[list[Status | None], int, int]] = []  # (chunk statuses, index, row)
+        builders: dict[int, Any] = {}  # status builders of this cycle by plugin index
         every_row = any(f is None for f in fns)
         nominated = np.fromiter(nominated_rows, dtype=np.intp, count=len(nominated_rows)) if nominated_rows else None
         active = [f for f in fns if f is not None and f is not _all_pass]
@@ -468,10 +473,9 @@ class FastPath:
             todo: Any = range(min(stop, len(py_positions)))
             deferred_here: list[int] = []
             if stop >= BULK_MIN_ROWS:
-                statuses = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows[:stop],
-                                               nominated_rows, distinct)
+                statuses, todo = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows[:stop],
+                                                     nominated_rows, distinct, builders)
                 statuses.extend([None] * (len(py_positions) - len(statuses)))
-                todo = [i for i, st in enumerate(statuses[:stop]) if st is None]
             for i in todo:
                 if i >= stop:
                     break
@@ -534,9 +538,11 @@ class FastPath:
     def _bulk_statuses(
         self, plugins: list[Any], fns: list[_MaskFn | None], state: CycleState, pod_info: PodInfo,
         arr: NodeArrays, rows: np.ndarray, nominated_rows: set[int], distinct: dict[int, Status],
-    ) -> list[Status | None]:
+        builders: dict[int, Any],
+    ) -> tuple[list[Status | None], list[int]]:
         """Filter statuses of many rejected rows at once, None where the row needs the
-        per-row path. The distinct statuses go to ``distinct``.
+        per-row path, and the indices of those rows. The distinct statuses go to
+        ``distinct``; ``builders`` keeps the cycle's status builders by plugin index.
 
         A row's status is the one of the first plugin (in profile order) that
         rejects it. Walking the plugins in order, the rows a plugin's mask
@@ -544,10 +550,12 @@ class FastPath:
         bulk (``_status_builder``); a plugin without a mask stops the walk, as
         it might reject any row still undecided. Rows with nominated pods
         always take the per-row path."""
-        out = np.full(len(rows), None, dtype=object)
-        undecided = np.arange(len(rows))
+        n = len(rows)
+        out = np.full(n, None, dtype=object)
+        decided = np.zeros(n, dtype=bool)
+        undecided = np.arange(n)
         nominated = np.fromiter(nominated_rows, dtype=np.intp, count=len(nominated_rows)) if nominated_rows else None
-        for pl, f in zip(plugins, fns):
+        for j, (pl, f) in enumerate(zip(plugins, fns)):
             if not len(undecided) or f is None:
                 break
             if f is _all_pass:
@@ -560,14 +568,18 @@ class FastPath:
             if nominated is not None:
                 rejected = rejected[~np.isin(rows[rejected], nominated)]
             if len(rejected):
-                builder = self._status_builder(pl, state, pod_info, arr)
+                builder = builders.get(j, _UNSET)
+                if builder is _UNSET:
+                    builder = builders[j] = self._status_builder(pl, state, pod_info, arr)
                 if builder is not None:
                     values, made = builder(rows[rejected])
                     out[rejected] = values
+                    decided[rejected] = np.fromiter(map(is_not, values, repeat(None)), dtype=bool,
+                                                    count=len(rejected))
                     for st in made:
                         distinct[id(st)] = st
             undecided = undecided[mk]
-        return out.tolist()
+        return out.tolist(), np.flatnonzero(~decided).tolist()
 
     def _status_builder(self, pl: Any, state: CycleState, pod_info: PodInfo,
                         arr: NodeArrays) -> Callable[[np.ndarray], tuple[Any, list[Status]]] | None:
