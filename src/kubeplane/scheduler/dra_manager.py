@@ -33,6 +33,7 @@ from kubeplane.api.resources import resource
 from kubeplane.dra.allocator import DeviceMatchCache, claim_device_ids
 from kubeplane.dra.pools import DeviceID, PoolIndex
 from kubeplane.scheduler.assumecache import AssumeCache, AssumeCacheError
+from kubeplane.scheduler.framework.types import PassOnly
 
 log = logging.getLogger(__name__)
 
@@ -468,14 +469,19 @@ class NodeVerdictCache:
             shape = self._shapes.get(key)
             return set(names) if shape is None else names - shape.passing
 
-    def begin(self, key: Any, names: AbstractSet[str]) -> tuple[set[str], Mapping[str, str]]:
+    def begin(self, key: Any, names: AbstractSet[str]) -> tuple[set[str] | PassOnly, Mapping[str, str]]:
         """For a cycle of shape ``key`` (after :meth:`sync`): the nodes of
-        ``names`` without a valid successful verdict, and the valid failed
-        verdicts (node -> reason). The mapping is live: it may gain verdicts
-        recorded later in the cycle, and is only pruned by later syncs."""
+        ``names`` without a valid successful verdict (as ``PassOnly`` of the
+        nodes with one when those are the fewer: a full cluster), and the
+        valid failed verdicts (node -> reason). The mapping is live: it may
+        gain verdicts recorded later in the cycle, and is only pruned by later
+        syncs."""
         with self._lock:
             shape = self._shape(key)
-            return names - shape.passing, shape.failing
+            passing = shape.passing
+            if 2 * len(passing) < len(names):
+                return PassOnly(set(filter(names.__contains__, passing))), shape.failing
+            return names - passing, shape.failing
 
     def failing_statuses(self, key: Any, make: Callable[[str], Any]) -> Mapping[str, Any]:
         """The valid failed verdicts for ``key`` as node -> ``make(reason)``, one

@@ -380,9 +380,10 @@ class _PassExceptPlugin:
 
     name = "PassExcept"
 
-    def __init__(self, rejected: set[str], answer_none: bool = False) -> None:
+    def __init__(self, rejected: set[str], answer_none: bool = False, pass_only: set[str] | None = None) -> None:
         self.rejected = rejected
         self.answer_none = answer_none
+        self.pass_only = pass_only
         self.filtered: list[str] = []
 
     def filter(self, state, pod_info, node_info):
@@ -393,7 +394,27 @@ class _PassExceptPlugin:
         return None
 
     def filter_pass_except(self, state, pod_info):
+        from kubeplane.scheduler.framework.types import PassOnly
+        if self.pass_only is not None:
+            return PassOnly(self.pass_only)
         return None if self.answer_none else self.rejected
+
+
+def test_pass_only_answer_calls_filter_on_every_other_node() -> None:
+    sched = Scheduler(None, rng=random.Random(1), percentage_of_nodes_to_score=100)
+    for i in range(50):
+        sched.cache.add_node({"metadata": {"name": f"n{i:02d}", "labels": {}}, "spec": {},
+                              "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}})
+    fw = sched.frameworks["default-scheduler"]
+    rejected = {f"n{i:02d}" for i in range(50) if i % 10}
+    plugin = _PassExceptPlugin(rejected, pass_only={"n00", "n10", "n20", "gone"})
+    fw.filter_plugins.append(plugin)
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "p"},
+           "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}}
+    r = sched.schedule_pod(fw, CycleState(), PodInfo(pod))
+    assert r.feasible_nodes == 5 and r.suggested_host not in rejected
+    # Filter ran on the 47 nodes outside the answer, not on n00, n10 and n20.
+    assert len(plugin.filtered) == 47 and not {"n00", "n10", "n20"} & set(plugin.filtered)
 
 
 @pytest.mark.parametrize("answer_none", [False, True])

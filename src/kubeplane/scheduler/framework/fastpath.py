@@ -39,7 +39,7 @@ import orjson
 from kubeplane.scheduler.framework.nodeinfo import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import implements
 from kubeplane.scheduler.framework.types import (
-    EVERY_NODE, Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Obj, Status,
+    EVERY_NODE, Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Obj, PassOnly, Status,
 )
 from kubeplane.scheduler.plugins.image_locality import ImageLocality, calculate_priority
 from kubeplane.scheduler.plugins.node_affinity import NodeAffinity
@@ -551,7 +551,8 @@ class FastPath:
         it might reject any row still undecided. Rows with nominated pods
         always take the per-row path."""
         n = len(rows)
-        out = np.full(n, None, dtype=object)
+        # A list, not an object array: numpy would probe every Status assigned from a list.
+        out: list[Status | None] = [None] * n
         decided = np.zeros(n, dtype=bool)
         undecided = np.arange(n)
         nominated = np.fromiter(nominated_rows, dtype=np.intp, count=len(nominated_rows)) if nominated_rows else None
@@ -573,13 +574,16 @@ class FastPath:
                     builder = builders[j] = self._status_builder(pl, state, pod_info, arr)
                 if builder is not None:
                     values, made = builder(rows[rejected])
-                    out[rejected] = values
+                    if isinstance(values, np.ndarray):
+                        values = values.tolist()
+                    for i, st in zip(rejected.tolist(), values):
+                        out[i] = st
                     decided[rejected] = np.fromiter(map(is_not, values, repeat(None)), dtype=bool,
                                                     count=len(rejected))
                     for st in made:
                         distinct[id(st)] = st
             undecided = undecided[mk]
-        return out.tolist(), np.flatnonzero(~decided).tolist()
+        return out, np.flatnonzero(~decided).tolist()
 
     def _status_builder(self, pl: Any, state: CycleState, pod_info: PodInfo,
                         arr: NodeArrays) -> Callable[[np.ndarray], tuple[Any, list[Status]]] | None:
@@ -884,12 +888,17 @@ def _mask_from_exceptions(names: Any, arr: NodeArrays) -> _MaskFn | None:
     which its Filter certainly succeeds (and need not be called: such a plugin
     must not rely on Filter having run for the node it is reserved on). The
     listed nodes still go through the plugin's Filter. ``EVERY_NODE``: no node
-    passes for sure."""
+    passes for sure; ``PassOnly(names)``: only the nodes ``names`` do."""
     if names is None:
         return None
     if names is EVERY_NODE:
         none = np.zeros(len(arr.node_infos), dtype=bool)
         return lambda sel: none[sel]
+    if isinstance(names, PassOnly):
+        only = np.zeros(len(arr.node_infos), dtype=bool)
+        rows = np.fromiter(map(arr.index.get, names.names, repeat(-1)), dtype=np.intp, count=len(names.names))
+        only[rows[rows >= 0]] = True
+        return lambda sel: only[sel]
     if not names:
         return _all_pass
     mask = np.ones(len(arr.node_infos), dtype=bool)

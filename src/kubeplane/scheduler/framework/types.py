@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Collection, Optional
 
 Obj = dict[str, Any]
 
@@ -184,6 +184,20 @@ class _EveryNode:
 #: (no node passes for sure). The plugin's ``filter_known_statuses`` may still
 #: state the rejection of most of them at once.
 EVERY_NODE = _EveryNode()
+
+
+class PassOnly:
+    """A ``filter_pass_except`` answer for when most nodes are exceptions: the
+    plugin's Filter certainly succeeds on the nodes ``names`` and may fail on
+    every other node (``EVERY_NODE`` is ``PassOnly(())``)."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: Collection[str]) -> None:
+        self.names = names
+
+    def __repr__(self) -> str:
+        return f"PassOnly({sorted(self.names)!r})"
 
 
 class CycleState:

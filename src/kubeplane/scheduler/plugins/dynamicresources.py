@@ -50,7 +50,7 @@ from kubeplane.scheduler.dra_manager import RESOURCE_CLAIMS, DRAManager, NodeVer
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, NodeSelector, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
 from kubeplane.scheduler.framework.types import (
-    ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventResource, Obj, PreFilterResult,
+    ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventResource, Obj, PassOnly, PreFilterResult,
     QueueingHint, Status,
 )
 from kubeplane.scheduler.framework.hintscope import HintScope
@@ -454,13 +454,14 @@ class DynamicResources(Plugin):
                 s.node_allocations[node_info.name] = results
         return None
 
-    def filter_pass_except(self, state: CycleState, pod_info: PodInfo) -> set[str] | tuple[()] | None:
+    def filter_pass_except(self, state: CycleState, pod_info: PodInfo) -> set[str] | PassOnly | tuple[()] | None:
         """Nodes where Filter may fail for this pod; it certainly succeeds elsewhere.
 
         Verdicts of earlier pods with the same allocation shape are reused
         while the node's devices did not change (see
         :class:`~kubeplane.scheduler.dra_manager.NodeVerdictCache`); the
-        nodes without such a successful verdict are listed. None (no
+        nodes without such a successful verdict are listed (or, when they
+        are most nodes, ``PassOnly`` of the nodes with one). None (no
         vectorised form) when an allocated claim restricts nodes or pools
         depend on more than the node name."""
         s: _State | None = state.get(STATE_KEY)
