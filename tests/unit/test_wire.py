@@ -252,3 +252,51 @@ async def test_an_unencodable_argument_fails_cleanly(client):
     assert exc.value.code == 400
     assert client._pending == {}
     assert (await client.create(CMS, cm("fine"), "default"))["metadata"]["name"] == "fine"
+
+
+async def test_requests_that_never_wait_cost_no_task_and_waiting_ones_finish_or_cancel(server, client, monkeypatch):
+    tasks: list[asyncio.Task] = []
+    loop = asyncio.get_running_loop()
+    real_create_task = loop.create_task
+
+    def counting(coro, **kw):
+        task = real_create_task(coro, **kw)
+        tasks.append(task)
+        return task
+    monkeypatch.setattr(loop, "create_task", counting)
+    await client.create(CMS, cm("quick"), "default")
+    for _ in range(20):
+        assert (await client.get(CMS, "quick", "default"))["metadata"]["name"] == "quick"
+    server_side = [t for t in tasks if any(n in repr(t.get_coro()) for n in ("_request", "_finish"))]
+    assert server_side == []  # answered in the frame callback
+
+    # A request that waits continues as a task: its reply still arrives ...
+    gate = asyncio.Event()
+    cancelled: list[str] = []
+    real_get = server.client.get
+
+    async def slow_get(res, name, namespace=None, **kw):
+        try:
+            await gate.wait()
+        except asyncio.CancelledError:
+            cancelled.append(name)
+            raise
+        return await real_get(res, name, namespace, **kw)
+    monkeypatch.setattr(server.client, "get", slow_get)
+    pending = asyncio.ensure_future(client.get(CMS, "quick", "default"))
+    await asyncio.sleep(0.05)
+    (conn,) = server._connections
+    assert len(conn.tasks) == 1 and not pending.done()
+    gate.set()
+    assert (await asyncio.wait_for(pending, 5))["metadata"]["name"] == "quick"
+    assert conn.tasks == {}
+    # ... and one waiting when the connection goes is cancelled inside the request.
+    gate.clear()
+    stuck = asyncio.ensure_future(client.get(CMS, "quick", "default"))
+    await asyncio.sleep(0.05)
+    assert len(conn.tasks) == 1
+    await client.close()
+    with pytest.raises(StatusError):
+        await asyncio.wait_for(stuck, 5)
+    await asyncio.sleep(0.05)
+    assert cancelled == ["quick"] and conn.tasks == {}

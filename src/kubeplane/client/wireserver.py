@@ -2,9 +2,11 @@
 
 It lives with the clients rather than in the HTTP front end because it serves
 the Client protocol itself: every request is the in-process client's call
-(without its copies), so the two cannot drift apart. Requests run as tasks, so one slow request never holds up the others on the
-connection; watch bursts are encoded once per frame and sent with flow
-control. Any error, including a malformed frame, becomes a Status or closes
+(without its copies), so the two cannot drift apart. A request starts at
+once, in the frame's callback; one that has to wait continues as a task, so
+one slow request never holds up the others on the connection (most requests
+to an in-memory registry never wait and cost no task). Watch bursts are
+encoded once per frame and sent with flow control. Any error, including a malformed frame, becomes a Status or closes
 that one connection: the server itself never stops on input.
 """
 
@@ -53,7 +55,12 @@ class _Connection:
                 old.cancel()
             self.watches[rid] = loop.create_task(self._watch(rid, group, version, plural, args))
             return
-        self.tasks[rid] = loop.create_task(self._request(rid, op, group, version, plural, args))
+        coro = self._request(rid, op, group, version, plural, args)
+        try:
+            pending = coro.send(None)
+        except StopIteration:
+            return  # answered without waiting
+        self.tasks[rid] = loop.create_task(_finish(coro, pending))
 
     def _on_lost(self, exc: Exception | None) -> None:
         for task in list(self.tasks.values()) + list(self.watches.values()):
@@ -130,6 +137,39 @@ class _Connection:
                 await batches.aclose()
             if self.watches.pop(wid, None) is not None:
                 self._send([wid, ENDED, None])
+
+
+async def _finish(coro: Any, pending: Any) -> Any:
+    """Run ``coro``, started outside a task and now waiting on ``pending``, to its end."""
+    return await _Started(coro, pending)
+
+
+class _Started:
+    """Awaitable continuing a started coroutine: what it waits on goes up to the
+    task, and the task's wake-ups (values and exceptions, cancellation
+    included) go down to the coroutine."""
+
+    __slots__ = ("coro", "pending")
+
+    def __init__(self, coro: Any, pending: Any) -> None:
+        self.coro = coro
+        self.pending = pending
+
+    def __await__(self) -> Any:
+        coro, pending = self.coro, self.pending
+        while True:
+            try:
+                sent = yield pending
+            except BaseException as exc:  # noqa: BLE001 - passed on, cancellation included
+                try:
+                    pending = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    pending = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
 
 
 class WireServer:
