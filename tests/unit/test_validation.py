@@ -830,6 +830,26 @@ def test_pod_spec_validation_memo_returns_the_same_causes_and_fresh_lists():
     assert v.validate_pod_spec(bad, "spec.template.spec")[0].field.startswith("spec.template.spec")
 
 
+def test_pod_spec_memo_is_shared_by_pods_mounting_their_own_claims():
+    from kubeplane.api import validation as v
+
+    def spec(claim: str, volume: str = "data", mount: str = "data") -> dict:
+        return {"volumes": [{"name": volume, "persistentVolumeClaim": {"claimName": claim}}],
+                "containers": [{"name": "c", "image": "i", "volumeMounts": [{"name": mount, "mountPath": "/d"}]}]}
+
+    v._pod_spec_memo.clear()
+    for i in range(5):
+        assert v.validate_pod_spec(spec(f"claim-{i}")) == [] == v._validate_pod_spec(spec(f"claim-{i}"), "spec")
+    assert len(v._pod_spec_memo) == 1
+    # The volumes' own errors and the mounts' references still count.
+    for s in (spec(""), spec("c", volume="other"), spec("c", mount="nope"), spec("c", volume="Bad_Name")):
+        got = v.validate_pod_spec(s)
+        assert got == v._validate_pod_spec(s, "spec") and got
+    assert [c.field for c in v.validate_pod_spec(spec("c", volume="other"))] == \
+        ["spec.containers[0].volumeMounts[0].name"]
+    assert [c.field for c in v.validate_pod_spec(spec(""))] == ["spec.volumes[0].persistentVolumeClaim.claimName"]
+
+
 def test_pod_update_with_an_unchanged_spec_takes_the_short_path_with_the_same_result():
     from kubeplane.api import validation as v
 

@@ -866,37 +866,47 @@ def validate_unique_label_name(name: str, path: str, seen: set[str]) -> list[Cau
     return out
 
 
-#: validate_pod_spec results by (path, spec JSON): pods created from one template share a spec
-_pod_spec_memo: dict[tuple[str, bytes], tuple[Cause, ...]] = {}
+#: the causes of a pod spec but its volumes, by (path, JSON of the spec without volumes, volume
+#: names): pods created from one template share them even when each mounts its own claim
+_pod_spec_memo: dict[tuple[str, bytes, frozenset[str]], tuple[Cause, ...]] = {}
 _POD_SPEC_MEMO_SIZE = 1024
 _POD_SPEC_MEMO_MAX_BYTES = 65536
 
 
 def validate_pod_spec(spec: Any, path: str = "spec") -> list[Cause]:
     """Upstream ``ValidatePodSpec`` (the commonly used parts); a pure function of
-    ``spec``, so results are memoized by the spec's JSON text."""
+    ``spec``. The volumes are validated every time; the rest depends on them only
+    through their names, and its causes are memoized by its JSON text."""
+    if not isinstance(spec, dict):
+        return _validate_pod_spec(spec, path)
+    out, volumes = _validate_volumes(spec.get("volumes"), f"{path}.volumes")
+    rest = {k: v for k, v in spec.items() if k != "volumes"}
     try:
-        text = orjson.dumps(spec)
+        text = orjson.dumps(rest)
     except TypeError:
-        return _validate_pod_spec(spec, path)
+        return out + _validate_pod_spec_rest(spec, path, volumes)
     if len(text) > _POD_SPEC_MEMO_MAX_BYTES:
-        return _validate_pod_spec(spec, path)
-    key = (path, text)
+        return out + _validate_pod_spec_rest(spec, path, volumes)
+    key = (path, text, frozenset(volumes))
     hit = _pod_spec_memo.get(key)
     if hit is None:
-        hit = tuple(_validate_pod_spec(spec, path))
+        hit = tuple(_validate_pod_spec_rest(spec, path, volumes))
         if len(_pod_spec_memo) >= _POD_SPEC_MEMO_SIZE:
             del _pod_spec_memo[next(iter(_pod_spec_memo))]
         _pod_spec_memo[key] = hit
-    return list(hit)
+    return out + list(hit)
 
 
 def _validate_pod_spec(spec: Any, path: str) -> list[Cause]:
     spec = _d(spec)
-    out: list[Cause] = []
-    vol_errs, volumes = _validate_volumes(spec.get("volumes"), f"{path}.volumes")
-    out += vol_errs
+    out, volumes = _validate_volumes(spec.get("volumes"), f"{path}.volumes")
+    return out + _validate_pod_spec_rest(spec, path, volumes)
 
+
+def _validate_pod_spec_rest(spec: Any, path: str, volumes: set[str]) -> list[Cause]:
+    """Everything but the volumes, which it sees through their names."""
+    spec = _d(spec)
+    out: list[Cause] = []
     pod_claims: set[str] = set()
     for i, rc in enumerate(_l(spec.get("resourceClaims"))):
         rc = _d(rc)
