@@ -5,9 +5,11 @@ the Client protocol itself: every request is the in-process client's call
 (without its copies), so the two cannot drift apart. A request starts at
 once, in the frame's callback; one that has to wait continues as a task, so
 one slow request never holds up the others on the connection (most requests
-to an in-memory registry never wait and cost no task). Watch bursts are
-encoded once per frame and sent with flow control. Any error, including a malformed frame, becomes a Status or closes
-that one connection: the server itself never stops on input.
+to an in-memory registry never wait and cost no task). Code on a request's
+path therefore must not need a current task before its first wait. Watch
+bursts are encoded once per frame and sent with flow control. Any error,
+including a malformed frame, becomes a Status or closes that one
+connection: the server itself never stops on input.
 """
 
 from __future__ import annotations
