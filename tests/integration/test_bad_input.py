@@ -6,7 +6,6 @@ import uuid
 
 import aiohttp
 import orjson
-import pytest
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ok"},
        "spec": {"containers": [{"name": "c", "image": "nginx"}]}}

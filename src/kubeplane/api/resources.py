@@ -8,7 +8,7 @@ Behaviour (defaults, validation, printing) is attached by the registry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)

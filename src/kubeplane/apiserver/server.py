@@ -156,7 +156,7 @@ class APIHandler:
             if exc.status == 404:
                 return status_response(StatusError(404, "NotFound", "the server could not find the requested resource"))
             if exc.status == 405:
-                return status_response(errors.method_not_allowed(f"the server does not allow this method on the requested resource"))
+                return status_response(errors.method_not_allowed("the server does not allow this method on the requested resource"))
             if exc.status == 413:
                 return status_response(errors.too_large(self.max_body))
             return status_response(StatusError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason))
@@ -295,7 +295,7 @@ class APIHandler:
                 return await self.create(request, t)
             if m == "DELETE":
                 return await self.delete_collection(request, t)
-            raise errors.method_not_allowed(f"the server does not allow this method on the requested resource")
+            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
         if t.watch_path:
             return await self.watch(request, t, single=t.name)
         sub = t.subresource
