@@ -474,7 +474,7 @@ class FastPath:
             deferred_here: list[int] = []
             if stop >= BULK_MIN_ROWS:
                 statuses, todo = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows[:stop],
-                                                     nominated_rows, distinct, builders)
+                                                     nominated, distinct, builders)
                 statuses.extend([None] * (len(py_positions) - len(statuses)))
             for i in todo:
                 if i >= stop:
@@ -537,7 +537,7 @@ class FastPath:
 
     def _bulk_statuses(
         self, plugins: list[Any], fns: list[_MaskFn | None], state: CycleState, pod_info: PodInfo,
-        arr: NodeArrays, rows: np.ndarray, nominated_rows: set[int], distinct: dict[int, Status],
+        arr: NodeArrays, rows: np.ndarray, nominated: np.ndarray | None, distinct: dict[int, Status],
         builders: dict[int, Any],
     ) -> tuple[list[Status | None], list[int]]:
         """Filter statuses of many rejected rows at once, None where the row needs the
@@ -549,13 +549,12 @@ class FastPath:
         rejects are decided by that plugin when it can state its status in
         bulk (``_status_builder``); a plugin without a mask stops the walk, as
         it might reject any row still undecided. Rows with nominated pods
-        always take the per-row path."""
+        (``nominated``, an array, or None) always take the per-row path."""
         n = len(rows)
         # A list, not an object array: numpy would probe every Status assigned from a list.
         out: list[Status | None] = [None] * n
         decided = np.zeros(n, dtype=bool)
         undecided = np.arange(n)
-        nominated = np.fromiter(nominated_rows, dtype=np.intp, count=len(nominated_rows)) if nominated_rows else None
         for j, (pl, f) in enumerate(zip(plugins, fns)):
             if not len(undecided) or f is None:
                 break
@@ -896,15 +895,19 @@ def _mask_from_exceptions(names: Any, arr: NodeArrays) -> _MaskFn | None:
         return lambda sel: none[sel]
     if isinstance(names, PassOnly):
         only = np.zeros(len(arr.node_infos), dtype=bool)
-        rows = np.fromiter(map(arr.index.get, names.names, repeat(-1)), dtype=np.intp, count=len(names.names))
-        only[rows[rows >= 0]] = True
+        only[_rows_of(names.names, arr)] = True
         return lambda sel: only[sel]
     if not names:
         return _all_pass
     mask = np.ones(len(arr.node_infos), dtype=bool)
-    rows = np.fromiter(map(arr.index.get, names, repeat(-1)), dtype=np.intp, count=len(names))
-    mask[rows[rows >= 0]] = False
+    mask[_rows_of(names, arr)] = False
     return lambda sel: mask[sel]
+
+
+def _rows_of(names: Any, arr: NodeArrays) -> np.ndarray:
+    """The rows of the nodes ``names`` (a sized collection) that the arrays hold."""
+    rows = np.fromiter(map(arr.index.get, names, repeat(-1)), dtype=np.intp, count=len(names))
+    return rows[rows >= 0]
 
 
 def _certain_masks(plugins: list[Any], fns: list[_MaskFn | None], arr: NodeArrays) -> list[Any]:
