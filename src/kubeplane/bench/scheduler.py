@@ -10,10 +10,13 @@ objects; bound pods stay Pending (no node agent).
 
 Measured phase only (the measured ``createPods`` op):
 
-* throughput as upstream's throughputCollector: every second, the number of
-  measured pods bound since the previous sample divided by the time elapsed;
-  ``throughput_avg`` is scheduled / duration, where duration runs from the
-  first measured pod's creation to the last measured pod's binding;
+* throughput as upstream's throughputCollector computes SchedulingThroughput
+  (see :class:`ThroughputCollector`): ``throughput_avg`` is the mean of the
+  1-second samples, ``throughput_p50/p90/p99`` their percentiles;
+  ``throughput_overall`` is the stricter scheduled / duration, where duration
+  runs from the first measured pod's creation to the last measured pod's
+  binding (it also counts the time before the first binding and the last,
+  partial second, which upstream's samples leave out);
 * per-pod latency from just before the create call to the moment the pod
   informer delivers the update that carries ``spec.nodeName``;
 * ``peak_rss_mb``: ``ru_maxrss`` of the process (the sum of both processes'
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 import resource as _resource
@@ -159,39 +163,74 @@ class PodTracker:
 
 
 class ThroughputCollector:
-    """Pods/s sampled each second over the measured phase (upstream's collector)."""
+    """Pods/s sampled each second over the measured phase, as upstream's
+    scheduler_perf throughputCollector samples it.
 
-    def __init__(self, tracker: PodTracker, interval: float = SAMPLE_INTERVAL_S) -> None:
-        self.tracker = tracker
+    A ticker fires every ``interval``. Ticks before the first measured pod is
+    bound are ignored, and so is the first tick after it (sampling and pod
+    creation start independently, so that interval is partial). A tick with
+    no new binding is not a sample of its own: the next tick that sees new
+    bindings divides them by the time since the last sample and records that
+    rate once per interval it spans. The interval in progress when the phase
+    ends is dropped. ``average`` and the percentiles are upstream's (the mean
+    of the samples; nearest-rank percentiles).
+    """
+
+    def __init__(self, count: Callable[[], int], interval: float = SAMPLE_INTERVAL_S,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.count = count
         self.interval = interval
+        self.clock = clock
         self.samples: list[float] = []
         self._task: asyncio.Task | None = None
         self._last_t = 0.0
         self._last_n = 0
+        self._started = False
+        self._skipped = 0
 
     def start(self) -> None:
-        self._last_t = time.perf_counter()
-        self._last_n = self.tracker.counts["measure"]
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._last_t = self.clock()
+        self._last_n = self.count()
+        self._task = asyncio.get_running_loop().create_task(self._run(self._last_t))
 
-    async def _run(self) -> None:
+    async def _run(self, t0: float) -> None:
+        k = 0
         while True:
-            await asyncio.sleep(max(0.0, self._last_t + self.interval - time.perf_counter()))
-            now = time.perf_counter()
-            n = self.tracker.counts["measure"]
-            self.samples.append((n - self._last_n) / (now - self._last_t))
-            self._last_t, self._last_n = now, n
+            k += 1
+            await asyncio.sleep(max(0.0, t0 + k * self.interval - self.clock()))
+            self.tick(self.clock())
+
+    def tick(self, now: float) -> None:
+        """One tick of the ticker at time ``now``."""
+        n = self.count()
+        if n == 0:
+            return
+        if not self._started:
+            self._started = True
+            self._last_n, self._last_t = n, now
+            return
+        new = n - self._last_n
+        if new == 0:
+            self._skipped += 1
+            return
+        rate = new / (now - self._last_t)
+        self.samples.extend([rate] * (self._skipped + 1))
+        self._skipped = 0
+        self._last_n, self._last_t = n, now
 
     async def stop(self) -> None:
-        """Stop; a run shorter than one interval yields one partial sample."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+    def average(self) -> float:
+        return sum(self.samples) / len(self.samples) if self.samples else 0.0
+
+    def percentile(self, q: float) -> float:
         if not self.samples:
-            elapsed = time.perf_counter() - self._last_t
-            n = self.tracker.counts["measure"] - self._last_n
-            if elapsed > 0 and n:
-                self.samples.append(n / elapsed)
+            return 0.0
+        s = sorted(self.samples)
+        return s[math.ceil(len(s) * q / 100.0) - 1]
 
 
 class _Runner:
@@ -210,7 +249,7 @@ class _Runner:
         self.timed_out = False
         self.pv_created: dict[str, float] = {}
         self.churn_created = 0
-        self.collector = ThroughputCollector(tracker)
+        self.collector = ThroughputCollector(lambda: tracker.counts["measure"])
         self._seq = 0
         self.factory: SharedInformerFactory | None = None
         #: with ``split``: waits until the scheduler process's informer of a
@@ -421,7 +460,8 @@ class _Runner:
         last = max(bound_times) if bound_times else end
         duration = max(last - self.measure_start, 1e-9) if self.measure_start else 0.0
         lat = t.latencies_ms("measure")
-        samples = self.collector.samples
+        c = self.collector
+        overall = scheduled / duration if duration else 0.0
         out: dict[str, Any] = {
             "workload": self.w.name,
             "nodes": self.nodes,
@@ -430,11 +470,14 @@ class _Runner:
             "scheduled": scheduled,
             "init_scheduled": t.counts["init"],
             "duration_s": round(duration, 4),
-            "throughput_avg": round(scheduled / duration, 2) if duration else 0.0,
-            "throughput_p50": round(percentile(samples, 50), 2),
-            "throughput_p90": round(percentile(samples, 90), 2),
-            "throughput_p99": round(percentile(samples, 99), 2),
-            "throughput_samples": len(samples),
+            # Upstream's Average when there are samples; a run too short for any
+            # (under about two seconds) reports the overall rate instead.
+            "throughput_avg": round(c.average() if c.samples else overall, 2),
+            "throughput_p50": round(c.percentile(50) if c.samples else overall, 2),
+            "throughput_p90": round(c.percentile(90) if c.samples else overall, 2),
+            "throughput_p99": round(c.percentile(99) if c.samples else overall, 2),
+            "throughput_samples": len(c.samples),
+            "throughput_overall": round(overall, 2),
             "latency_p50_ms": round(percentile(lat, 50), 2),
             "latency_p90_ms": round(percentile(lat, 90), 2),
             "latency_p99_ms": round(percentile(lat, 99), 2),
