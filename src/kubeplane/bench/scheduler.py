@@ -579,7 +579,7 @@ async def run_workload(
     (a temporary directory). ``progress(scheduled, total)`` is called about ten
     times a second during the measured phase. ``split`` runs the scheduler and
     the controllers in a second process. ``pv_interval_ms`` sets the time
-    between two PV creations of SchedulingPVsChurn (default 2 ms).
+    between two PV creations of SchedulingPVsChurn (default 10 ms).
     """
     from kubeplane.apiserver.app import ensure_default_namespaces
     from kubeplane.client.inprocess import InProcessClient

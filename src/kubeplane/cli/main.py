@@ -447,7 +447,7 @@ def nodes(kubeconfig: str | None, context: str | None, verbose: bool, node_count
 @click.option("--split", is_flag=True,
               help="Run the scheduler and controllers in a second process (scheduler workloads).")
 @click.option("--pv-interval-ms", type=click.FloatRange(min=0), default=None,
-              help="SchedulingPVsChurn: milliseconds between two PV creations (default 2).")
+              help="SchedulingPVsChurn: milliseconds between two PV creations (default 10).")
 def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, storage: str, runs: int,
           split: bool, pv_interval_ms: float | None) -> None:
     """Benchmarks, run on demand. WORKLOAD is `api` (API machinery) or a scheduler_perf
