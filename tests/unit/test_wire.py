@@ -300,3 +300,45 @@ async def test_requests_that_never_wait_cost_no_task_and_waiting_ones_finish_or_
         await asyncio.wait_for(stuck, 5)
     await asyncio.sleep(0.05)
     assert cancelled == ["quick"] and conn.tasks == {}
+
+
+class _CountingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:  # type: ignore[override]
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+async def test_frames_sent_in_one_turn_leave_in_one_write() -> None:
+    from kubeplane.client.wire import FrameProtocol
+
+    got: list = []
+    proto = FrameProtocol(got.append, lambda exc: None)
+    tr = _CountingTransport()
+    proto.connection_made(tr)
+    for i in range(5):
+        proto.send([i, OK, {"n": i}])
+    assert tr.writes == []  # nothing written before the turn ends
+    await asyncio.sleep(0)
+    assert len(tr.writes) == 1
+    # The one write holds the five frames in order.
+    reader = FrameProtocol(got.append, lambda exc: None)
+    reader.data_received(tr.writes[0])
+    assert got == [[i, OK, {"n": i}] for i in range(5)]
+    # A message that cannot be encoded raises at once and leaves the queue as it was.
+    proto.send([9, OK, None])
+    with pytest.raises(TypeError):
+        proto.send([10, OK, object()])
+    proto.flush()
+    assert len(tr.writes) == 2
+    # Frames queued when the connection is lost are dropped, not written.
+    proto.send([11, OK, None])
+    proto.connection_lost(None)
+    await asyncio.sleep(0)
+    assert len(tr.writes) == 2

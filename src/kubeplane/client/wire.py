@@ -49,6 +49,10 @@ def encode_frame(message: Any) -> bytes:
 class FrameProtocol(asyncio.Protocol):
     """Splits the byte stream into frames and hands each decoded message on.
 
+    Frames sent during one turn of the event loop leave in one write, at the
+    end of the turn: a burst of replies and watch events then costs one
+    system call here and one read on the peer, instead of one each.
+
     :meth:`drain` waits while the socket's send buffer is full (the peer's
     loop is not reading); a peer that reads but queues events without
     consuming them is not slowed down, as with informers over HTTP."""
@@ -61,6 +65,7 @@ class FrameProtocol(asyncio.Protocol):
         self._paused = False
         self._drain_waiters: list[asyncio.Future] = []
         self.closed = False
+        self._out: list[bytes] = []  # frames not yet written, headers and payloads
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -96,9 +101,26 @@ class FrameProtocol(asyncio.Protocol):
         self.connection_lost(ConnectionError(message))
 
     def send(self, message: Any) -> None:
+        """Queue one frame; raises at once if ``message`` cannot be framed."""
         if self.closed or self.transport is None:
             raise ConnectionResetError("connection closed")
-        self.transport.write(encode_frame(message))
+        payload = orjson.dumps(message)
+        if len(payload) > MAX_FRAME:
+            raise errors.too_large(MAX_FRAME)
+        out = self._out
+        if not out:
+            asyncio.get_running_loop().call_soon(self.flush)
+        out.append(_HEADER.pack(len(payload)))
+        out.append(payload)
+
+    def flush(self) -> None:
+        """Write the queued frames now."""
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        if not self.closed and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -122,6 +144,7 @@ class FrameProtocol(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        self._out = []
         waiters, self._drain_waiters = self._drain_waiters, []
         for w in waiters:
             if not w.done():
@@ -365,5 +388,6 @@ class WireClient:
         self._closed = True
         proto = self._proto
         if proto is not None and proto.transport is not None:
+            proto.flush()
             proto.transport.close()
         await asyncio.sleep(0)

@@ -217,6 +217,7 @@ class WireServer:
             self._server.close()
             for conn in list(self._connections):
                 if conn.proto.transport is not None:
+                    conn.proto.flush()
                     conn.proto.transport.close()
             await self._server.wait_closed()
             self._server = None
