@@ -342,3 +342,35 @@ async def test_frames_sent_in_one_turn_leave_in_one_write() -> None:
     proto.connection_lost(None)
     await asyncio.sleep(0)
     assert len(tr.writes) == 2
+
+
+async def test_a_client_without_managed_fields_never_receives_them(server, client):
+    """``managed_fields=False``: replies, lists and watch events leave out
+    metadata.managedFields; the stored objects keep them, and an update sent
+    from a trimmed object keeps the stored entries."""
+    lean = WireClient(server.path, managed_fields=False, field_manager="lean")
+    try:
+        w = lean.watch(CMS, "default")
+        created = await lean.create(CMS, cm("trim", a="1"), "default")
+        assert "managedFields" not in created["metadata"] and created["data"] == {"a": "1"}
+        ev = await asyncio.wait_for(w.__anext__(), 5)
+        assert ev.type == "ADDED" and "managedFields" not in ev.object["metadata"]
+        assert ev.object["kind"] == "ConfigMap" and ev.object["metadata"]["name"] == "trim"
+        got = await lean.get(CMS, "trim", "default")
+        assert "managedFields" not in got["metadata"]
+        listed = await lean.list(CMS, "default")
+        assert listed["items"] and all("managedFields" not in o["metadata"] for o in listed["items"])
+        # A full client sees what is stored.
+        full = await client.get(CMS, "trim", "default")
+        assert [e["manager"] for e in full["metadata"]["managedFields"]] == ["lean"]
+        got["data"]["b"] = "2"
+        updated = await lean.update(CMS, got)
+        assert "managedFields" not in updated["metadata"]
+        ev = await asyncio.wait_for(w.__anext__(), 5)
+        assert ev.type == "MODIFIED" and "managedFields" not in ev.object["metadata"]
+        full = await client.get(CMS, "trim", "default")
+        (entry,) = full["metadata"]["managedFields"]
+        assert entry["manager"] == "lean" and "f:b" in entry["fieldsV1"]["f:data"]
+        await w.close()
+    finally:
+        await lean.close()

@@ -85,6 +85,15 @@ def is_alnum(s: str) -> bool:
     return bool(s) and all(c in string.ascii_lowercase + string.digits for c in s)
 
 
+def without_managed_fields(obj: Obj) -> Obj:
+    """``obj`` without ``metadata.managedFields``: ``obj`` itself when it has none,
+    else a copy sharing all but the top level and the metadata dict."""
+    md = obj.get("metadata")
+    if not md or "managedFields" not in md:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in md.items() if k != "managedFields"}}
+
+
 def same_json(a: Any, b: Any) -> bool:
     """Whether ``a`` and ``b`` are certainly the same JSON value: ``==`` alone
     takes ``True`` for ``1``, their encodings tell them apart. May answer False

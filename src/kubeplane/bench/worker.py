@@ -32,7 +32,7 @@ async def serve(socket_path: str, seed: int, controllers: tuple[str, ...]) -> No
     from kubeplane.bench.scheduler import count_held, start_scheduler_side
 
     async with AsyncExitStack() as stack:
-        client = WireClient(socket_path)
+        client = WireClient(socket_path, managed_fields=False)
         stack.push_async_callback(client.close)
         factory = SharedInformerFactory(client)
         stack.push_async_callback(factory.stop)

@@ -241,7 +241,7 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
 
     async def go(stop: asyncio.Event) -> None:
-        client = WireClient(api_socket)
+        client = WireClient(api_socket, managed_fields=False)
         comps = Components()
 
         async def command(words: list[str]) -> None:

@@ -10,6 +10,7 @@ Every frame is a 4-byte big-endian length followed by one orjson-encoded list:
 * request ``[id, op, group, version, plural, args]`` where ``op`` is a Client
   method name (or ``cancel`` to stop watch ``id``) and ``args`` its keyword
   arguments;
+  arguments, plus ``omit_managed_fields`` (see ``WireClient.managed_fields``);
 * reply ``[id, 0, result]``, or ``[id, 1, status]`` for a failed request;
 * watch events ``[id, 2, [[type, object], ...]]`` (one burst per frame) and
   ``[id, 3, null]`` when the watch has ended.
@@ -33,6 +34,8 @@ from kubeplane.api.resources import ResourceInfo
 from kubeplane.client.interface import Obj, PatchType, WatchEvent
 
 OK, FAILED, EVENTS, ENDED = 0, 1, 2, 3
+#: request and watch argument: leave metadata.managedFields out of returned objects
+OMIT_MANAGED_FIELDS = "omit_managed_fields"
 
 #: frames larger than this are refused (a protocol error, not a request error)
 MAX_FRAME = 1 << 30
@@ -209,9 +212,16 @@ class WireClient:
     with 503 and open watches end (informers then watch again); the next request
     connects again."""
 
-    def __init__(self, path: str, *, field_manager: str = "kubeplane") -> None:
+    def __init__(self, path: str, *, field_manager: str = "kubeplane", managed_fields: bool = True) -> None:
         self.path = path
         self.field_manager = field_manager
+        #: False: the server leaves metadata.managedFields out of every object it
+        #: returns or streams. For processes that never read them (the scheduler
+        #: and the controllers; upstream's scheduler trims them from its pod
+        #: informer's objects): often half of an object's bytes, which then
+        #: cost neither encoding, decoding nor memory. Updates sent without
+        #: managedFields keep the stored ones.
+        self.managed_fields = managed_fields
         self._ids = itertools.count(1)
         self._proto: FrameProtocol | None = None
         self._connecting: asyncio.Future | None = None
@@ -280,6 +290,8 @@ class WireClient:
             fut.set_exception(errors.StatusError.from_status(body))
 
     async def _call(self, op: str, res: ResourceInfo, args: dict[str, Any]) -> Any:
+        if not self.managed_fields:
+            args[OMIT_MANAGED_FIELDS] = True
         proto = await self._connection()
         rid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
@@ -355,6 +367,8 @@ class WireClient:
         args = {"namespace": namespace, "resource_version": resource_version, "label_selector": label_selector,
                 "field_selector": field_selector, "allow_bookmarks": allow_bookmarks,
                 "timeout_seconds": timeout_seconds, "send_initial_events": send_initial_events}
+        if not self.managed_fields:
+            args[OMIT_MANAGED_FIELDS] = True
         self._watches[wid] = w
         proto = self._proto
         if proto is not None and not proto.closed:

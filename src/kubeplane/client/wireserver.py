@@ -21,8 +21,9 @@ import socket
 from typing import Any
 
 from kubeplane.api import errors
+from kubeplane.api.meta import without_managed_fields
 from kubeplane.client.inprocess import InProcessClient, typed_view
-from kubeplane.client.wire import ENDED, EVENTS, FAILED, OK, FrameProtocol
+from kubeplane.client.wire import ENDED, EVENTS, FAILED, OK, OMIT_MANAGED_FIELDS, FrameProtocol
 from kubeplane.registry.registry import Registry, WatchOptions
 
 log = logging.getLogger(__name__)
@@ -90,10 +91,17 @@ class _Connection:
             if op not in _REQUESTS:
                 raise errors.bad_request(f"unknown operation {op!r}")
             res = self._resource(group, version, plural)
+            omit = args.pop(OMIT_MANAGED_FIELDS, False)
             try:
                 result = await getattr(self.server.client, op)(res, **args)
             except TypeError as err:
                 raise errors.bad_request(f"bad arguments for {op}: {err}") from None
+            if omit and isinstance(result, dict):
+                items = result.get("items")
+                if isinstance(items, list):
+                    result = {**result, "items": [without_managed_fields(o) for o in items]}
+                else:
+                    result = without_managed_fields(result)
             reply = [rid, OK, result]
         except errors.StatusError as err:
             reply = [rid, FAILED, err.to_status()]
@@ -122,8 +130,9 @@ class _Connection:
                 timeout_seconds=float(timeout) if timeout else None,
             )
             batches = self.server.registry.watch_batches(res, args.get("namespace"), opts)
+            view = _view_without_managed if args.get(OMIT_MANAGED_FIELDS) else typed_view
             async for batch in batches:
-                self._send([wid, EVENTS, [[t, o if t == "ERROR" else typed_view(res, o)] for t, o in batch]])
+                self._send([wid, EVENTS, [[t, o if t == "ERROR" else view(res, o)] for t, o in batch]])
                 await self.proto.drain()
                 if any(t == "ERROR" for t, _ in batch):
                     break
@@ -139,6 +148,10 @@ class _Connection:
                 await batches.aclose()
             if self.watches.pop(wid, None) is not None:
                 self._send([wid, ENDED, None])
+
+
+def _view_without_managed(res: Any, obj: Any) -> Any:
+    return without_managed_fields(typed_view(res, obj))
 
 
 async def _finish(coro: Any, pending: Any) -> Any:
