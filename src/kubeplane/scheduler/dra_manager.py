@@ -29,6 +29,8 @@ import threading
 from collections.abc import Set as AbstractSetABC
 from typing import AbstractSet, Any, Callable, Iterable, Iterator, Mapping
 
+import numpy as np
+
 from kubeplane.api.resources import resource
 from kubeplane.dra.allocator import DeviceMatchCache, claim_device_ids
 from kubeplane.dra.pools import DeviceID, PoolIndex
@@ -365,7 +367,7 @@ MAX_SHAPES = 64
 
 
 class _ShapeVerdicts:
-    __slots__ = ("passing", "failing", "statuses", "made", "make")
+    __slots__ = ("passing", "failing", "statuses", "made", "make", "rows", "mask")
 
     def __init__(self) -> None:
         self.passing: set[str] = set()
@@ -374,6 +376,18 @@ class _ShapeVerdicts:
         self.statuses: dict[str, Any] | None = None
         self.made: dict[str, Any] = {}
         self.make: Callable[[str], Any] | None = None
+        # Mirror of ``failing`` as a bool array by row of ``rows`` (see failing_mask).
+        self.rows: Mapping[str, int] | None = None
+        self.mask: np.ndarray | None = None
+
+    def fail(self, node: str, reason: str) -> None:
+        self.failing[node] = reason
+        if self.statuses is not None:
+            self.statuses[node] = self.status_for(reason)
+        if self.mask is not None:
+            i = self.rows.get(node)  # type: ignore[union-attr]
+            if i is not None:
+                self.mask[i] = True
 
     def status_for(self, reason: str) -> Any:
         st = self.made.get(reason)
@@ -383,9 +397,14 @@ class _ShapeVerdicts:
         return st
 
     def drop(self, node: str) -> None:
-        self.failing.pop(node, None)
+        if self.failing.pop(node, None) is None:
+            return
         if self.statuses is not None:
             self.statuses.pop(node, None)
+        if self.mask is not None:
+            i = self.rows.get(node)  # type: ignore[union-attr]
+            if i is not None:
+                self.mask[i] = False
 
 
 class NodeVerdictCache:
@@ -458,9 +477,7 @@ class NodeVerdictCache:
                 shape.passing.add(node)
                 shape.drop(node)
             else:
-                shape.failing[node] = reason
-                if shape.statuses is not None:
-                    shape.statuses[node] = shape.status_for(reason)
+                shape.fail(node, reason)
                 shape.passing.discard(node)
 
     def not_passing(self, key: Any, names: AbstractSet[str]) -> set[str]:
@@ -493,6 +510,19 @@ class NodeVerdictCache:
                 shape.make = make
                 shape.statuses = {node: shape.status_for(reason) for node, reason in shape.failing.items()}
             return shape.statuses
+
+    def failing_mask(self, key: Any, rows: Mapping[str, int], n: int) -> np.ndarray:
+        """The valid failed verdicts for ``key`` as a bool array of length ``n``:
+        True at ``rows[node]`` for each failing node. Built on the first call
+        for ``rows`` (by identity), then kept equal to the mapping of
+        :meth:`begin`; live and read-only for callers."""
+        with self._lock:
+            shape = self._shape(key)
+            if shape.rows is not rows or shape.mask is None or len(shape.mask) != n:
+                mask = np.zeros(n, dtype=bool)
+                mask[[i for i in map(rows.get, shape.failing) if i is not None]] = True
+                shape.rows, shape.mask = rows, mask
+            return shape.mask
 
     def failure(self, key: Any, node: str) -> str | None:
         """The reason of a valid failed verdict for ``key`` on ``node``, if any."""

@@ -748,6 +748,7 @@ async def test_fast_filter_states_known_failures_in_bulk_as_filter_would(env: En
     env.plugin.filter = counting_filter  # type: ignore[method-assign]
     bulk_known = 0
     scheduled = 0
+    unstated = failed_cycles = 0
     for step in range(24):
         name = f"c{step}"
         await env.create(CLAIMS, claim(name, count=rng.choice((1, 2))))
@@ -772,10 +773,17 @@ async def test_fast_filter_states_known_failures_in_bulk_as_filter_would(env: En
         assert err is None and processed == len(infos)
         assert sorted(infos[r].name for r in feasible.tolist()) == sorted(n for n, s in generic.items() if s is None)
         got = {infos[r].name: (s.code, tuple(s.reasons), s.plugin) for r, s in failed.pairs()}
-        assert failed.count == len(got)
-        assert {id(s) for _, s in failed.pairs()} == set(failed.distinct)
         want = {n: (s.code, tuple(s.reasons), s.plugin) for n, s in generic.items() if s is not None}
-        assert got == want, step
+        assert failed.count == len(want), step
+        assert {id(s) for _, s in failed.pairs()} == set(failed.distinct)
+        if feasible.size:
+            # A cycle that finds a host states no status it knows without computing:
+            # the known failures are counted only (upstream discards these statuses).
+            assert got == {n: v for n, v in want.items() if n not in known}, step
+            unstated += len(set(want) - set(got))
+        else:
+            assert got == want, step
+            failed_cycles += len(known) >= 16
         if len(known) >= 16:
             assert not set(calls) & set(known), step
             bulk_known += len(known)
@@ -784,4 +792,5 @@ async def test_fast_filter_states_known_failures_in_bulk_as_filter_would(env: En
             assert env.fw.run_reserve_plugins_reserve(state, pi, chosen) is None
             assert await env.fw.run_pre_bind_plugins(state, pi, chosen) is None
             scheduled += 1
-    assert scheduled > 5 and bulk_known > 100
+    assert scheduled > 5 and bulk_known > 100 and unstated > 50, (scheduled, bulk_known, unstated)
+    assert failed_cycles > 0

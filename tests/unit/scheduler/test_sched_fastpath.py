@@ -347,10 +347,10 @@ def test_bulk_rejection_statuses_equal_the_plugins_own(seed: int) -> None:
     original = FastPath._bulk_statuses
 
     def counting(self, *args, **kwargs):
-        out, todo = original(self, *args, **kwargs)
-        assert todo == [i for i, st in enumerate(out) if st is None]
+        out, todo, sure = original(self, *args, **kwargs)
+        assert sorted(todo + sure) == [i for i, st in enumerate(out) if st is None]
         bulk_calls.append(sum(st is not None for st in out))
-        return out, todo
+        return out, todo, sure
 
     FastPath._bulk_statuses = counting
     try:
@@ -517,4 +517,9 @@ def test_statuses_of_certain_rejections_are_computed_only_when_the_cycle_fails(
         with pytest.raises(FitError) as err:
             sched.schedule_pod(fw, CycleState(), PodInfo(pod))
         assert str(err.value).startswith("0/10 nodes are available: 10 Insufficient cpu.")
-        assert sorted(calls) == [f"n{i:02d}" for i in range(10)]
+        # Now every status is computed (in bulk, from the same arrays as the mask).
+        statuses = err.value.diagnosis.node_to_status
+        assert sorted(statuses) == [f"n{i:02d}" for i in range(10)]
+        assert {(st.plugin, tuple(st.reasons)) for st in statuses.values()} == {
+            ("NodeResourcesFit", ("Insufficient cpu",))}
+        assert calls == []

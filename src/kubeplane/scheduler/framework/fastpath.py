@@ -404,7 +404,7 @@ class FastPath:
         skip = state.skip_filter_plugins
         plugins = [pl for pl in fw.filter_plugins if not (skip and pl.name in skip)]
         fns: list[_MaskFn | None] = [self._mask_fn(pl, state, pod_info, arr) for pl in plugins]
-        certain = _certain_masks(plugins, fns, arr)
+        certain = _certain_masks(plugins, fns, arr, state, pod_info)
         deferred: list[tuple[list[Status | None], int, int]] = []  # (chunk statuses, index, row)
         builders: dict[int, Any] = {}  # status builders of this cycle by plugin index
         every_row = any(f is None for f in fns)
@@ -471,11 +471,12 @@ class FastPath:
             stop = int(np.searchsorted(before, need, side="left"))
             statuses: list[Status | None] = [None] * len(py_positions)
             todo: Any = range(min(stop, len(py_positions)))
-            deferred_here: list[int] = []
+            deferred_here: list[int] = []  # indices of rows certainly rejected, status not computed
             if stop >= BULK_MIN_ROWS:
-                statuses, todo = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows[:stop],
-                                                     nominated, distinct, builders)
+                statuses, todo, sure = self._bulk_statuses(plugins, fns, state, pod_info, arr, py_rows[:stop],
+                                                           nominated, distinct, builders, certain)
                 statuses.extend([None] * (len(py_positions) - len(statuses)))
+                deferred_here.extend(sure)
             for i in todo:
                 if i >= stop:
                     break
@@ -504,7 +505,7 @@ class FastPath:
             # no node is feasible, and then ``stop`` never moved.
             chunk = statuses[:stop]
             failed.add(py_rows_list[:stop], chunk, min(stop, len(py_positions)) - len(extra))
-            deferred.extend((chunk, i, py_rows_list[i]) for i in deferred_here)
+            deferred.extend((chunk, i, py_rows_list[i]) for i in deferred_here if i < stop)
             if extra:
                 definite = definite.copy()
                 definite[extra] = True
@@ -520,10 +521,15 @@ class FastPath:
             found += total
             processed += width
             pos += width
-        if found == 0:
+        if found == 0 and deferred:
             # The cycle fails: the statuses are reported, so compute the deferred ones.
-            for chunk, i, row in deferred:
-                st = _filter_row(plugins, fns, row, state, pod_info, infos[row])
+            drows = np.fromiter((row for _, _, row in deferred), dtype=np.intp, count=len(deferred))
+            sts, todo, _ = self._bulk_statuses(plugins, fns, state, pod_info, arr, drows, nominated, distinct,
+                                               builders)
+            for k in todo:
+                row = int(drows[k])
+                sts[k] = _filter_row(plugins, fns, row, state, pod_info, infos[row])
+            for (chunk, i, _), st in zip(deferred, sts):
                 chunk[i] = st
                 if st is not None:
                     distinct[id(st)] = st
@@ -538,11 +544,14 @@ class FastPath:
     def _bulk_statuses(
         self, plugins: list[Any], fns: list[_MaskFn | None], state: CycleState, pod_info: PodInfo,
         arr: NodeArrays, rows: np.ndarray, nominated: np.ndarray | None, distinct: dict[int, Status],
-        builders: dict[int, Any],
-    ) -> tuple[list[Status | None], list[int]]:
+        builders: dict[int, Any], certain: list[Any] | None = None,
+    ) -> tuple[list[Status | None], list[int], list[int]]:
         """Filter statuses of many rejected rows at once, None where the row needs the
-        per-row path, and the indices of those rows. The distinct statuses go to
-        ``distinct``; ``builders`` keeps the cycle's status builders by plugin index.
+        per-row path, the indices of those rows, and the indices of the rows a
+        ``certain`` mask (see ``_certain_masks``) rejects, which get no status
+        here (None: computed only if the cycle finds no node). The distinct
+        statuses go to ``distinct``; ``builders`` keeps the cycle's status
+        builders by plugin index.
 
         A row's status is the one of the first plugin (in profile order) that
         rejects it. Walking the plugins in order, the rows a plugin's mask
@@ -555,6 +564,7 @@ class FastPath:
         out: list[Status | None] = [None] * n
         decided = np.zeros(n, dtype=bool)
         undecided = np.arange(n)
+        sure_parts: list[np.ndarray] = []
         for j, (pl, f) in enumerate(zip(plugins, fns)):
             if not len(undecided) or f is None:
                 break
@@ -567,6 +577,16 @@ class FastPath:
             rejected = undecided[~mk]
             if nominated is not None:
                 rejected = rejected[~np.isin(rows[rejected], nominated)]
+            c = False if certain is None else certain[j]
+            if c is not False and len(rejected):
+                if c is not True:
+                    is_sure = c[rows[rejected]]
+                    sure_parts.append(rejected[is_sure])
+                    rejected = rejected[~is_sure]
+                else:
+                    sure_parts.append(rejected)
+                    rejected = rejected[:0]
+                decided[sure_parts[-1]] = True
             if len(rejected):
                 builder = builders.get(j, _UNSET)
                 if builder is _UNSET:
@@ -582,7 +602,8 @@ class FastPath:
                     for st in made:
                         distinct[id(st)] = st
             undecided = undecided[mk]
-        return out, np.flatnonzero(~decided).tolist()
+        sure = np.concatenate(sure_parts).tolist() if sure_parts else []
+        return out, np.flatnonzero(~decided).tolist(), sure
 
     def _status_builder(self, pl: Any, state: CycleState, pod_info: PodInfo,
                         arr: NodeArrays) -> Callable[[np.ndarray], tuple[Any, list[Status]]] | None:
@@ -910,9 +931,16 @@ def _rows_of(names: Any, arr: NodeArrays) -> np.ndarray:
     return rows[rows >= 0]
 
 
-def _certain_masks(plugins: list[Any], fns: list[_MaskFn | None], arr: NodeArrays) -> list[Any]:
+def _certain_masks(plugins: list[Any], fns: list[_MaskFn | None], arr: NodeArrays, state: CycleState,
+                   pod_info: PodInfo) -> list[Any]:
     """Per plugin, whether a row its mask does not pass is certainly rejected by its
-    Filter: True, a bool array by row, or False."""
+    Filter: True, a bool array by row, or False.
+
+    Besides the in-tree masks that are the Filter's own checks, a plugin may
+    define ``filter_known_rejections(state, pod_info, rows, n)``, called after
+    its ``filter_pass_except`` in the same cycle: a bool array by row (``rows``
+    maps node names to rows), True where its Filter certainly rejects the row
+    with the status its ``filter_known_statuses`` gives, or None."""
     out: list[Any] = []
     for pl, f in zip(plugins, fns):
         cls = type(pl)
@@ -924,7 +952,9 @@ def _certain_masks(plugins: list[Any], fns: list[_MaskFn | None], arr: NodeArray
             # Its mask is the Filter's own check, except on rows with huge quantities.
             out.append(True if arr.num_big == 0 else ~arr.big)
         else:
-            out.append(False)
+            hook = getattr(pl, "filter_known_rejections", None)
+            known = None if hook is None else hook(state, pod_info, arr.index, len(arr.node_infos))
+            out.append(False if known is None else known)
     return out
 
 

@@ -500,6 +500,17 @@ class DynamicResources(Plugin):
             return None
         return s.verdicts.failing_statuses(s.shape_key, _failure_status)
 
+    def filter_known_rejections(self, state: CycleState, pod_info: PodInfo, rows: Mapping[str, int],
+                                n: int) -> Any:
+        """After :meth:`filter_pass_except`: a bool array by row (``rows`` maps node
+        names to rows, ``n`` rows in all), True where Filter certainly rejects
+        the node with the status :meth:`filter_known_statuses` gives; None when
+        unknown. Live and read-only for callers."""
+        s: _State | None = state.get(STATE_KEY)
+        if s is None or s.known_failures is None or s.verdicts is None:
+            return None
+        return s.verdicts.failing_mask(s.shape_key, rows, n)
+
     def _nodes_by_name(self, nodes: list[NodeInfo]) -> dict[str, NodeInfo]:
         """``nodes`` by name, memoized for the last list seen (the snapshot keeps
         its list while the set of nodes does not change)."""
