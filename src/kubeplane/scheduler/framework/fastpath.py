@@ -405,7 +405,9 @@ class FastPath:
         plugins = [pl for pl in fw.filter_plugins if not (skip and pl.name in skip)]
         fns: list[_MaskFn | None] = [self._mask_fn(pl, state, pod_info, arr) for pl in plugins]
         certain = _certain_masks(plugins, fns, arr, state, pod_info)
-        deferred: list[tuple[list[Status | None], int, int]] = []  # (chunk statuses, index, row)
+        # Per window: (chunk statuses, indices into the chunk, the window's rows by index) of the
+        # rows certainly rejected whose statuses were not computed.
+        deferred: list[tuple[list[Status | None], list[int], list[int]]] = []
         builders: dict[int, Any] = {}  # status builders of this cycle by plugin index
         every_row = any(f is None for f in fns)
         nominated = np.fromiter(nominated_rows, dtype=np.intp, count=len(nominated_rows)) if nominated_rows else None
@@ -505,7 +507,10 @@ class FastPath:
             # no node is feasible, and then ``stop`` never moved.
             chunk = statuses[:stop]
             failed.add(py_rows_list[:stop], chunk, min(stop, len(py_positions)) - len(extra))
-            deferred.extend((chunk, i, py_rows_list[i]) for i in deferred_here if i < stop)
+            if deferred_here:
+                # Indices at or after ``stop`` only arise when a host was found (and the
+                # deferred statuses are never computed).
+                deferred.append((chunk, deferred_here, py_rows_list))
             if extra:
                 definite = definite.copy()
                 definite[extra] = True
@@ -523,16 +528,18 @@ class FastPath:
             pos += width
         if found == 0 and deferred:
             # The cycle fails: the statuses are reported, so compute the deferred ones.
-            drows = np.fromiter((row for _, _, row in deferred), dtype=np.intp, count=len(deferred))
+            drows = np.array([rl[i] for _, idx, rl in deferred for i in idx], dtype=np.intp)
             sts, todo, _ = self._bulk_statuses(plugins, fns, state, pod_info, arr, drows, nominated, distinct,
                                                builders)
             for k in todo:
                 row = int(drows[k])
                 sts[k] = _filter_row(plugins, fns, row, state, pod_info, infos[row])
-            for (chunk, i, _), st in zip(deferred, sts):
-                chunk[i] = st
-                if st is not None:
-                    distinct[id(st)] = st
+            it = iter(sts)
+            for chunk, idx, _ in deferred:
+                for i in idx:
+                    st = chunk[i] = next(it)
+                    if st is not None:
+                        distinct[id(st)] = st
         if not found_parts:
             feasible = np.zeros(0, dtype=np.intp)
         elif len(found_parts) == 1:
