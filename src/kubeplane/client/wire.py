@@ -9,7 +9,6 @@ Every frame is a 4-byte big-endian length followed by one orjson-encoded list:
 
 * request ``[id, op, group, version, plural, args]`` where ``op`` is a Client
   method name (or ``cancel`` to stop watch ``id``) and ``args`` its keyword
-  arguments;
   arguments, plus ``omit_managed_fields`` (see ``WireClient.managed_fields``);
 * reply ``[id, 0, result]``, or ``[id, 1, status]`` for a failed request;
 * watch events ``[id, 2, [[type, object], ...]]`` (one burst per frame) and

@@ -644,11 +644,21 @@ def test_change_log_positions_and_trimming(monkeypatch: pytest.MonkeyPatch) -> N
     vc.record("k", "a", pos, True)
     vc.record("k", "b", pos, False, "full")
     assert vc.not_passing("k", {"a", "b"}) == {"b"} and vc.failure("k", "b") == "full"
+    # The failed verdicts as a mask by row, kept up to date as verdicts change.
+    rows = {"a": 0, "b": 1, "gone": 2}
+    mask = vc.failing_mask("k", rows, 3)
+    assert mask.tolist() == [False, True, False]
+    vc.record("k", "a", pos, False, "busy")
+    assert mask.tolist() == [True, True, False] and vc.failing_mask("k", rows, 3) is mask
+    vc.record("k", "a", pos, True)
+    assert mask.tolist() == [False, True, False]
+    assert vc.failing_mask("k", {"b": 0}, 1).tolist() == [True]  # other rows: built anew
     # An in-flight allocation on "a" invalidates only a's verdict.
     assert mgr.signal_claim_pending_allocation("u1", claim_a)
     assert mgr.changes_since(0) == (1, [(DRIVER, "a")])
     vc.sync(mgr)
     assert vc.not_passing("k", {"a", "b"}) == {"a", "b"} and vc.failure("k", "b") == "full"
+    assert vc.failing_mask("k", rows, 3).tolist() == [False, True, False]
     # A verdict computed from the old snapshot is refused.
     vc.record("k", "a", pos, True)
     assert "a" in vc.not_passing("k", {"a"})
@@ -668,6 +678,7 @@ def test_change_log_positions_and_trimming(monkeypatch: pytest.MonkeyPatch) -> N
     assert lost is None and end == 8
     vc.sync(mgr)
     assert vc.not_passing("k", {"a", "b"}) == {"a", "b"} and vc.failure("k", "b") is None
+    assert not vc.failing_mask("k", rows, 3).any()
     vc.record("k", "b", pos2, True)
     assert vc.not_passing("k", {"b"}) == {"b"}
     vc.record("k", "b", end, True)
