@@ -70,6 +70,7 @@ async def test_measured_pods_are_all_scheduled(name: str, nodes: int, pods: int)
     assert out["throughput_p50"] > 0 and out["peak_rss_mb"] > 10
     assert seen[-1] == (pods, pods)
     assert out["init_scheduled"] == out["init_pods"]
+    assert out["cpu_ms_per_pod"] > 0 and "scheduler_process_cpu_ms_per_pod" not in out
 
 
 @pytest.mark.parametrize("name", ["Unschedulable", "PreemptionAsync"])
@@ -96,6 +97,8 @@ async def test_split_runs_the_scheduler_in_a_second_process(name: str, nodes: in
     # memory is both processes': the scheduler process reported its own
     assert out["scheduler_peak_rss_mb"] > 10
     assert out["peak_rss_mb"] > out["scheduler_peak_rss_mb"]
+    # CPU per measured pod of both processes (the child's in clock ticks: maybe 0 for so few pods)
+    assert out["cpu_ms_per_pod"] > 0 and out["scheduler_process_cpu_ms_per_pod"] >= 0
 
 
 async def test_preemption_binds_high_priority_pods() -> None:
@@ -143,3 +146,29 @@ def test_throughput_collector_without_bindings_has_no_samples() -> None:
     for t in range(5):
         c.tick(float(t))
     assert c.samples == [] and c.average() == 0.0 and c.percentile(50) == 0.0
+
+
+def test_process_cpu_seconds_of_this_process_and_a_child() -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from kubeplane.bench.scheduler import process_cpu_s
+
+    start = process_cpu_s()
+    sum(i * i for i in range(300_000))
+    assert process_cpu_s() > start
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.3: pass\ninput()"], stdin=subprocess.PIPE)
+    try:
+        used = 0.0
+        for _ in range(200):
+            used = process_cpu_s(child.pid) or 0.0
+            if used >= 0.25:
+                break
+            time.sleep(0.02)
+        assert 0.25 <= used < 5
+    finally:
+        child.communicate(b"\n", timeout=10)
+    assert process_cpu_s(2**22 + 12345) is None or os.path.exists(f"/proc/{2**22 + 12345}")

@@ -19,6 +19,11 @@ Measured phase only (the measured ``createPods`` op):
   partial second, which upstream's samples leave out);
 * per-pod latency from just before the create call to the moment the pod
   informer delivers the update that carries ``spec.nodeName``;
+* ``cpu_ms_per_pod``: this process's user + system CPU time over the
+  measured phase per measured pod, and with ``split``
+  ``scheduler_process_cpu_ms_per_pod`` for the scheduler-side process (read
+  from /proc): far steadier than throughput on a shared machine, and it
+  shows which process bounds a workload;
 * ``peak_rss_mb``: ``ru_maxrss`` of the process (the sum of both processes'
   with ``split``).
 """
@@ -92,6 +97,19 @@ def percentile(values: list[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(s) - 1)
     return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
+
+
+def process_cpu_s(pid: int | None = None) -> float | None:
+    """User + system CPU seconds of this process, or of the child ``pid`` (read
+    from /proc; None where that cannot be read)."""
+    if pid is None:
+        return time.process_time()
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _key(namespace: str, name: str) -> str:
@@ -257,6 +275,10 @@ class _Runner:
         self.remote_catch_up: Callable[[Any, int, bool, float], Any] | None = None
         #: overrides the churn workloads' PV creation interval
         self.pv_interval_s: float | None = None
+        #: the scheduler-side process with ``split``, whose CPU time is reported too
+        self.child_pid: int | None = None
+        self.cpu_start: tuple[float | None, float | None] = (None, None)
+        self.cpu_end: tuple[float | None, float | None] = (None, None)
         self.pv_interval_used = 0.0
 
     async def _informer_catch_up(self, res: Any, settled: bool = False, timeout: float = 30.0) -> None:
@@ -335,6 +357,11 @@ class _Runner:
     def _begin_measure(self) -> None:
         self.measure_start = time.perf_counter()
         self.collector.start()
+        self.cpu_start = (process_cpu_s(), process_cpu_s(self.child_pid) if self.child_pid else None)
+
+    def end_measure(self) -> None:
+        """Called once the measured phase is over: takes the CPU time it used."""
+        self.cpu_end = (process_cpu_s(), process_cpu_s(self.child_pid) if self.child_pid else None)
 
     def _next_name(self, phase: str) -> str:
         self._seq += 1
@@ -484,6 +511,10 @@ class _Runner:
             "peak_rss_mb": round(_resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
             "timed_out": self.timed_out,
         }
+        for k, (a, b) in zip(("cpu_ms_per_pod", "scheduler_process_cpu_ms_per_pod"),
+                             zip(self.cpu_start, self.cpu_end)):
+            if a is not None and b is not None and scheduled:
+                out[k] = round((b - a) * 1000.0 / scheduled, 3)
         if any(isinstance(op, Churn) for op in self.w.ops):
             out["churn_created"] = self.churn_created
             out["churn_scheduled"] = t.counts["churn"]
@@ -632,6 +663,7 @@ async def run_workload(
             stack.push_async_callback(worker.stop)
             await worker.child.start()
             runner.remote_catch_up = worker.catch_up
+            runner.child_pid = worker.child.proc.pid if worker.child.proc is not None else None
             factory.start()
             await factory.wait_for_cache_sync()
         else:
@@ -648,6 +680,7 @@ async def run_workload(
             ticker = asyncio.create_task(_tick())
         try:
             await runner.run_pod_ops()
+            runner.end_measure()
         finally:
             await runner.collector.stop()
             if ticker is not None:
