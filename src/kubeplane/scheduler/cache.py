@@ -428,25 +428,22 @@ class Cache:
             existing = snapshot.node_info_map.get(name)
             if existing is None:
                 update_all = True
-                existing = snapshot.node_info_map[name] = NodeInfo.__new__(NodeInfo)
-                clone = ni.clone()
-                existing.assign_from(clone)
+                snapshot.node_info_map[name] = ni.clone()
                 update_affinity = True
                 update_pvcs = True
                 continue
-            clone = ni.clone()
             if snapshot.fast_arrays is not None:
                 snapshot.fast_changed.add(name)
-            if bool(existing.pods_with_affinity) != bool(clone.pods_with_affinity) or bool(
+            if bool(existing.pods_with_affinity) != bool(ni.pods_with_affinity) or bool(
                 existing.pods_with_required_anti_affinity
-            ) != bool(clone.pods_with_required_anti_affinity):
+            ) != bool(ni.pods_with_required_anti_affinity):
                 update_affinity = True
-            if existing.node is not clone.node:
+            if existing.node is not ni.node:
                 snapshot.node_objects_version += 1
-            old_keys, new_keys = existing.pvc_ref_counts.keys(), clone.pvc_ref_counts.keys()
+            old_keys, new_keys = existing.pvc_ref_counts.keys(), ni.pvc_ref_counts.keys()
             if old_keys != new_keys:
                 changed_pvcs.append((set(old_keys), set(new_keys)))
-            existing.assign_from(clone)
+            ni.copy_into(existing)
         if self._nodes:
             snapshot.generation = self._nodes[next(reversed(self._nodes))].generation
         if len(snapshot.node_info_map) > self.node_tree.num_nodes:

@@ -156,19 +156,24 @@ def test_incremental_snapshot_touches_only_newer_nodes(cache: Cache, monkeypatch
     snap = cache.snapshot()
     from kubeplane.scheduler.framework import nodeinfo
     cloned: list[str] = []
-    orig = nodeinfo.NodeInfo.clone
+    orig = nodeinfo.NodeInfo.copy_into
 
-    def spy(self: Any) -> Any:
+    def spy(self: Any, target: Any) -> None:
         cloned.append(self.name)
-        return orig(self)
+        orig(self, target)
 
-    monkeypatch.setattr(nodeinfo.NodeInfo, "clone", spy)
+    monkeypatch.setattr(nodeinfo.NodeInfo, "copy_into", spy)
+    before = snap.get("n3")
     cache.add_pod(pod("a", "n3"))
     cache.update_snapshot(snap)
     assert cloned == ["n3"]
+    # Updated in place, and independent of the cache's NodeInfo.
+    assert snap.get("n3") is before and [p.pod["metadata"]["name"] for p in before.pods] == ["a"]
     cloned.clear()
     cache.update_snapshot(snap)
     assert cloned == []
+    cache.add_pod(pod("b", "n3"))
+    assert len(before.pods) == 1
 
 
 def test_snapshot_node_add_remove_and_affinity_lists(cache: Cache) -> None:

@@ -639,6 +639,12 @@ class NodeInfo:
     def clone(self) -> "NodeInfo":
         """A copy whose lists and maps can be mutated independently (PodInfos shared)."""
         c = NodeInfo.__new__(NodeInfo)
+        self.copy_into(c)
+        return c
+
+    def copy_into(self, c: "NodeInfo") -> None:
+        """Overwrite ``c``'s state with a copy of this one's, as :meth:`clone` makes
+        (``c`` keeps its identity: the snapshot's NodeInfos are updated in place)."""
         c.node = self.node
         c.name = self.name
         c.allocatable = dict(self.allocatable)
@@ -651,12 +657,6 @@ class NodeInfo:
         c.pvc_ref_counts = dict(self.pvc_ref_counts)
         c.image_states = dict(self.image_states)
         c.generation = self.generation
-        return c
-
-    def assign_from(self, other: "NodeInfo") -> None:
-        """Overwrite this object's state with ``other``'s (keeps identity)."""
-        for s in NodeInfo.__slots__:
-            setattr(self, s, getattr(other, s))
 
     def __repr__(self) -> str:
         return f"NodeInfo({self.name!r}, pods={len(self.pods)}, gen={self.generation})"
