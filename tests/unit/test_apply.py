@@ -320,4 +320,29 @@ def test_pruned_compare_and_memoized_fields_equal_the_full_computation(seed):
         assert ssa._fields_from_v1_memo(tree) == (frozenset(ssa.fields_from_v1(tree)), True)  # canonical
         fields = ssa.fields_from_v1(tree)
         assert ssa._fields_to_v1_memo(fields) == tree
-        assert ssa._fields_to_v1_memo(fields) is not ssa._fields_to_v1_memo(fields)  # fresh trees
+        # One shared tree per path set, known by identity as a stored object's tree.
+        shared = ssa._fields_to_v1_memo(fields)
+        assert ssa._fields_to_v1_memo(set(fields)) is shared
+        assert ssa._stored_fields(shared) == (frozenset(fields), True)
+        assert ssa._stored_fields(tree) == (frozenset(fields), True)  # another object, equal content
+
+
+def test_sent_managed_fields_are_read_as_sent_each_time() -> None:
+    """Trees a client sends are not taken for stored ones: the same dict, changed
+    between two writes, is decoded anew."""
+    old = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "d"},
+           "data": {"a": "1", "b": "2"}}
+    tree = {"f:data": {"f:a": {}}}
+    sent = [{"manager": "m", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+             "fieldsV1": tree}]
+
+    def owned(entries: list) -> dict:
+        return {e["manager"]: e["fieldsV1"] for e in entries}
+
+    out = track_update(old, {**old, "metadata": {**old["metadata"], "managedFields": sent}}, "x",
+                           "2026-01-01T00:00:00Z")
+    assert owned(out["metadata"]["managedFields"]) == {"m": {"f:data": {"f:a": {}}}}
+    tree["f:data"]["f:b"] = {}
+    out = track_update(old, {**old, "metadata": {**old["metadata"], "managedFields": sent}}, "x",
+                           "2026-01-01T00:00:00Z")
+    assert owned(out["metadata"]["managedFields"]) == {"m": {"f:data": {"f:a": {}, "f:b": {}}}}

@@ -449,24 +449,54 @@ def _fields_from_v1_memo(tree: Any) -> tuple[frozenset[PathT], bool]:
 
 
 def _fields_to_v1_memo(fields: set[PathT]) -> dict[str, Any]:
-    """:func:`fields_to_v1`, memoized by the path set (a fresh tree each call)."""
+    """:func:`fields_to_v1`, memoized by the path set. The tree is shared by every
+    caller asking for the same paths: it goes into stored objects, which are
+    never modified in place (as the trees of creates, see :func:`_owned_fields_v1`)."""
     key = frozenset(fields)
-    hit = _encoded_memo.get(key)
-    if hit is None:
-        hit = orjson.dumps(fields_to_v1(key))
-        _memo_put(_encoded_memo, key, hit)
-    return orjson.loads(hit)
+    tree = _tree_by_paths.get(key)
+    if tree is None:
+        hit = _encoded_memo.get(key)
+        if hit is None:
+            hit = orjson.dumps(fields_to_v1(key))
+            _memo_put(_encoded_memo, key, hit)
+        tree = orjson.loads(hit)
+        _memo_put(_tree_by_paths, key, tree)
+        _memo_put(_decoded_by_id, id(tree), (tree, key, True))
+    return tree
 
 
-def _decode(entries: Any) -> list[_Manager]:
+#: decoded FieldsV1 trees by path set (see _fields_to_v1_memo)
+_tree_by_paths: dict[frozenset[PathT], dict[str, Any]] = {}
+#: the FieldsV1 trees of stored objects by identity: id -> (tree, paths, canonical).
+#: Stored objects are never modified in place and share unchanged trees across
+#: versions and across objects written alike, so an update usually finds every
+#: manager's tree here without encoding it. The tree is held, so its id stays its own.
+_decoded_by_id: dict[int, tuple[Any, frozenset[PathT], bool]] = {}
+
+
+def _stored_fields(tree: Any) -> tuple[frozenset[PathT], bool]:
+    """:func:`_fields_from_v1_memo` for a tree of a stored object."""
+    hit = _decoded_by_id.get(id(tree))
+    if hit is not None and hit[0] is tree:
+        return hit[1], hit[2]
+    paths, canonical = _fields_from_v1_memo(tree)
+    if isinstance(tree, dict):
+        _memo_put(_decoded_by_id, id(tree), (tree, paths, canonical))
+    return paths, canonical
+
+
+def _decode(entries: Any, stored: bool = False) -> list[_Manager]:
+    """The managers of ``entries``; ``stored``: the managedFields of a stored object
+    (whose trees are never modified in place), not ones a client sent."""
     out: list[_Manager] = []
     if not isinstance(entries, list):
         return out
+    fields_of = _stored_fields if stored else _fields_from_v1_memo
     for e in entries:
         if not isinstance(e, dict) or not e.get("manager") and not e.get("fieldsV1"):
             continue
         tree = e.get("fieldsV1")
-        paths, canonical = _fields_from_v1_memo(tree)
+        paths, canonical = fields_of(tree)
         out.append(_Manager(
             str(e.get("manager") or ""), str(e.get("operation") or "Update"),
             str(e.get("apiVersion") or ""), e.get("time"), str(e.get("subresource") or ""),
@@ -607,7 +637,7 @@ def apply(
     api_version = str(applied.get("apiVersion") or (live or {}).get("apiVersion") or "")
 
     base = _without_managed(live)
-    managers = _decode(((live or {}).get("metadata") or {}).get("managedFields"))
+    managers = _decode(((live or {}).get("metadata") or {}).get("managedFields"), stored=True)
     if live is not None and not managers:
         # Objects that never had managed fields: someone owns what is there.
         added, _, _ = _compare({}, base, schema, "")
@@ -802,7 +832,7 @@ def track_update(
     if isinstance(sent, list) and sent:
         managers = _decode(sent)
     else:
-        managers = _decode(((old or {}).get("metadata") or {}).get("managedFields"))
+        managers = _decode(((old or {}).get("metadata") or {}).get("managedFields"), stored=True)
 
     # Read-only views suffice here: only the metadata dict is replaced.
     before = _shallow_without_managed(old)
