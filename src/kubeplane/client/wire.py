@@ -41,11 +41,16 @@ MAX_FRAME = 1 << 30
 _HEADER = struct.Struct(">I")
 
 
-def encode_frame(message: Any) -> bytes:
+def _frame_parts(message: Any) -> tuple[bytes, bytes]:
+    """The header and payload of ``message``'s frame; raises if it cannot be framed."""
     payload = orjson.dumps(message)
     if len(payload) > MAX_FRAME:
         raise errors.too_large(MAX_FRAME)
-    return _HEADER.pack(len(payload)) + payload
+    return _HEADER.pack(len(payload)), payload
+
+
+def encode_frame(message: Any) -> bytes:
+    return b"".join(_frame_parts(message))
 
 
 class FrameProtocol(asyncio.Protocol):
@@ -106,14 +111,11 @@ class FrameProtocol(asyncio.Protocol):
         """Queue one frame; raises at once if ``message`` cannot be framed."""
         if self.closed or self.transport is None:
             raise ConnectionResetError("connection closed")
-        payload = orjson.dumps(message)
-        if len(payload) > MAX_FRAME:
-            raise errors.too_large(MAX_FRAME)
+        parts = _frame_parts(message)
         out = self._out
         if not out:
             asyncio.get_running_loop().call_soon(self.flush)
-        out.append(_HEADER.pack(len(payload)))
-        out.append(payload)
+        out.extend(parts)
 
     def flush(self) -> None:
         """Write the queued frames now."""
