@@ -22,6 +22,7 @@ from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.client.events import EventRecorder
 from kubeplane.client.informer import DeletedFinalStateUnknown, SharedInformerFactory
 from kubeplane.client.interface import Client
+from kubeplane.runtime import yield_while_ready
 from kubeplane.scheduler.cache import Cache, Snapshot
 from kubeplane.scheduler.framework.fastpath import Rejections, arrays_for, nodes_for_rows, select_host_index
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
@@ -57,6 +58,8 @@ EVENT_RESOURCES: dict[EventResource, ResourceInfo] = {
 }
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
+#: extra event-loop passes a scheduling cycle yields while binding cycles run PreBind
+PRE_BIND_YIELD_PASSES = 8
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
 
@@ -326,6 +329,8 @@ class Scheduler:
         #: use the vectorised Filter/Score (``framework.fastpath``) where it applies
         self.use_fast_path = True
         self._binding_tasks: set[asyncio.Task] = set()
+        #: binding cycles now running PreBind plugins
+        self._in_pre_bind = 0
         self._incoming_exported: dict[tuple[str, str], int] = {}
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
@@ -595,7 +600,14 @@ class Scheduler:
         self._binding_tasks.add(task)
         task.add_done_callback(self._binding_tasks.discard)
         # Let the binding cycle start before the next pod (cooperative fairness).
+        # While binding cycles wait in PreBind, each on a chain of API writes and
+        # informer events (volume binding: the PV controller's writes too),
+        # give that chain more passes: upstream runs it on other goroutines,
+        # and here a chain would otherwise advance one step per cycle, so
+        # pods would bind only once the queue ran dry.
         await asyncio.sleep(0)
+        if self._in_pre_bind:
+            await yield_while_ready(PRE_BIND_YIELD_PASSES)
         return True
 
     def _diag_for(self, s: Status) -> Diagnosis:
@@ -773,7 +785,11 @@ class Scheduler:
                 await self._binding_failed(fw, state, pinfo, pod_info, host, s, cycle, start)
                 return
             self.queue.done(pinfo.pod_uid)
-            s = await fw.run_pre_bind_plugins(state, pod_info, host)
+            self._in_pre_bind += 1
+            try:
+                s = await fw.run_pre_bind_plugins(state, pod_info, host)
+            finally:
+                self._in_pre_bind -= 1
             if s is not None and not s.is_success():
                 await self._binding_failed(fw, state, pinfo, pod_info, host, s, cycle, start)
                 return

@@ -10,6 +10,8 @@ from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.registry.registry import Registry
+from kubeplane.scheduler.framework.plugin import Plugin
+from kubeplane.scheduler.framework.registry import in_tree_registry
 from kubeplane.scheduler.scheduler import FitError, Diagnosis, Scheduler, num_feasible_nodes_to_find
 from kubeplane.scheduler.framework.types import Status
 from kubeplane.storage.memory import MemoryStore
@@ -285,3 +287,52 @@ def test_node_statuses_name_rows_only_when_read_by_name():
         (["Insufficient cpu"], 2), (["Too many pods", "Insufficient cpu"], 1), (["node(s) had untolerated taint"], 1)]
     assert str(FitError({}, 6, Diagnosis(node_to_status=mixed))) == (
         "0/6 nodes are available: 1 Too many pods, 1 node(s) had untolerated taint, 3 Insufficient cpu.")
+
+
+class _ChainPreBind(Plugin):
+    """A PreBind whose work is a chain of dependent steps (as a volume's API
+    writes and informer events are); records the scheduling cycle that was
+    current when each pod's chain finished."""
+
+    name = "ChainPreBind"
+    STEPS = 6
+
+    def __init__(self, args, handle) -> None:
+        super().__init__(args, handle)
+        self.finished_at: list[int] = []
+        self.scheduler: Scheduler | None = None
+
+    async def pre_bind(self, state, pod_info, node_name):
+        for _ in range(self.STEPS):
+            await asyncio.sleep(0)
+        self.finished_at.append(self.scheduler.queue.scheduling_cycle)
+        return None
+
+
+async def test_prebind_chains_advance_while_pods_wait_to_be_scheduled(cluster):
+    """With many pods queued, a binding cycle's PreBind chain is not left to
+    advance one step per scheduling cycle: the first pod finishes PreBind
+    within a few cycles instead of after STEPS of them."""
+    registry = {**in_tree_registry(), _ChainPreBind.name: _ChainPreBind}
+    profile = {"schedulerName": "default-scheduler",
+               "plugins": {"preBind": {"enabled": [{"name": _ChainPreBind.name}]}}}
+    await cluster.create(NODES, node("n1", cpu="100", pods="200"))
+    for i in range(40):
+        await cluster.create(PODS, pod(f"p{i:02d}", cpu="10m"), "default")
+    sched = Scheduler(cluster, profiles=[profile], registry=registry)
+    plugin = next(pl for pl in sched.frameworks["default-scheduler"].pre_bind_plugins
+                  if isinstance(pl, _ChainPreBind))
+    plugin.scheduler = sched
+    task = asyncio.create_task(sched.run())
+    try:
+        await wait_for(lambda: _async_value(len(plugin.finished_at) >= 40))
+        assert sched.queue.scheduling_cycle >= 40
+        # The first chain needs STEPS passes of the loop; a cycle yields one
+        # pass, plus more while PreBind chains are ready to run.
+        assert plugin.finished_at[0] <= 3, plugin.finished_at[:5]
+    finally:
+        await _stop(sched, task)
+
+
+async def _async_value(v):
+    return v
