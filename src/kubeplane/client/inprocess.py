@@ -87,6 +87,9 @@ class InProcessClient:
     which decodes fresh arguments and encodes results; a read-only informer).
     """
 
+    #: the API server's work runs in the caller's event loop
+    shares_event_loop = True
+
     def __init__(self, registry: Registry, *, field_manager: str = "kubeplane", copies: bool = True) -> None:
         self.registry = registry
         self.field_manager = field_manager

@@ -58,7 +58,8 @@ EVENT_RESOURCES: dict[EventResource, ResourceInfo] = {
 }
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
-#: extra event-loop passes a scheduling cycle yields while binding cycles run PreBind
+#: most extra event-loop passes a scheduling cycle yields while binding cycles
+#: run PreBind, with a client whose API server runs elsewhere
 PRE_BIND_YIELD_PASSES = 8
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
@@ -273,10 +274,18 @@ class Scheduler:
         rng: random.Random | None = None,
         identity: str = "",
         pop_from_backoff: bool = True,
+        pre_bind_yield_passes: int | None = None,
     ) -> None:
         """``pop_from_backoff`` is upstream's SchedulerPopFromBackoffQ feature (beta,
         on by default): when activeQ is empty, a pod still backing off is tried
-        rather than leaving the scheduler idle."""
+        rather than leaving the scheduler idle.
+
+        ``pre_bind_yield_passes``: while binding cycles run PreBind, how many
+        extra event-loop passes each scheduling cycle may yield to other ready
+        work (see :meth:`schedule_one`). By default
+        :data:`PRE_BIND_YIELD_PASSES`, or none when the client's API server
+        shares this event loop: there PreBind's steps need no replies from
+        elsewhere, and extra passes only add the loop's own overhead."""
         self.client = client
         self.clock = clock
         self.rng = rng or random.Random()
@@ -331,6 +340,9 @@ class Scheduler:
         self._binding_tasks: set[asyncio.Task] = set()
         #: binding cycles now running PreBind plugins
         self._in_pre_bind = 0
+        if pre_bind_yield_passes is None:
+            pre_bind_yield_passes = 0 if getattr(client, "shares_event_loop", False) else PRE_BIND_YIELD_PASSES
+        self.pre_bind_yield_passes = pre_bind_yield_passes
         self._incoming_exported: dict[tuple[str, str], int] = {}
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
@@ -606,8 +618,8 @@ class Scheduler:
         # and here a chain would otherwise advance one step per cycle, so
         # pods would bind only once the queue ran dry.
         await asyncio.sleep(0)
-        if self._in_pre_bind:
-            await yield_while_ready(PRE_BIND_YIELD_PASSES)
+        if self._in_pre_bind and self.pre_bind_yield_passes:
+            await yield_while_ready(self.pre_bind_yield_passes)
         return True
 
     def _diag_for(self, s: Status) -> Diagnosis:

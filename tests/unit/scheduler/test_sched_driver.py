@@ -12,7 +12,9 @@ from kubeplane.client.inprocess import InProcessClient
 from kubeplane.registry.registry import Registry
 from kubeplane.scheduler.framework.plugin import Plugin
 from kubeplane.scheduler.framework.registry import in_tree_registry
-from kubeplane.scheduler.scheduler import FitError, Diagnosis, Scheduler, num_feasible_nodes_to_find
+from kubeplane.scheduler.scheduler import (
+    PRE_BIND_YIELD_PASSES, FitError, Diagnosis, Scheduler, num_feasible_nodes_to_find,
+)
 from kubeplane.scheduler.framework.types import Status
 from kubeplane.storage.memory import MemoryStore
 
@@ -319,7 +321,7 @@ async def test_prebind_chains_advance_while_pods_wait_to_be_scheduled(cluster):
     await cluster.create(NODES, node("n1", cpu="100", pods="200"))
     for i in range(40):
         await cluster.create(PODS, pod(f"p{i:02d}", cpu="10m"), "default")
-    sched = Scheduler(cluster, profiles=[profile], registry=registry)
+    sched = Scheduler(cluster, profiles=[profile], registry=registry, pre_bind_yield_passes=8)
     plugin = next(pl for pl in sched.frameworks["default-scheduler"].pre_bind_plugins
                   if isinstance(pl, _ChainPreBind))
     plugin.scheduler = sched
@@ -336,3 +338,18 @@ async def test_prebind_chains_advance_while_pods_wait_to_be_scheduled(cluster):
 
 async def _async_value(v):
     return v
+
+
+def test_prebind_yield_passes_default_by_where_the_api_server_runs(cluster):
+    """Extra passes only help when PreBind's steps wait for another process."""
+
+    class Remote:
+        """The same API, as a client of an API server in another process sees it."""
+
+        def __getattr__(self, name):
+            if name == "shares_event_loop":
+                raise AttributeError(name)
+            return getattr(cluster, name)
+
+    assert Scheduler(cluster).pre_bind_yield_passes == 0
+    assert Scheduler(Remote()).pre_bind_yield_passes == PRE_BIND_YIELD_PASSES > 0
