@@ -172,3 +172,33 @@ def test_process_cpu_seconds_of_this_process_and_a_child() -> None:
     finally:
         child.communicate(b"\n", timeout=10)
     assert process_cpu_s(2**22 + 12345) is None or os.path.exists(f"/proc/{2**22 + 12345}")
+
+
+def test_median_run_reports_one_whole_run_and_every_runs_throughput() -> None:
+    from kubeplane.bench.scheduler import median_run
+
+    runs = [{"throughput_avg": a, "throughput_overall": o, "latency_p50_ms": lat, "timed_out": t}
+            for a, o, lat, t in [(300.0, 280.0, 10.0, False), (100.0, 90.0, 30.0, True), (200.0, 190.0, 20.0, False)]]
+    out = median_run(runs)
+    # The 200 pods/s run, whole: its latency, not a median taken key by key.
+    assert (out["throughput_avg"], out["throughput_overall"], out["latency_p50_ms"]) == (200.0, 190.0, 20.0)
+    assert out["runs"] == 3
+    assert out["throughput_avg_runs"] == [300.0, 100.0, 200.0]
+    assert out["throughput_overall_runs"] == [280.0, 90.0, 190.0]
+    assert out["timed_out"] is True  # one run timed out
+    # An even count takes the lower middle run.
+    assert median_run(runs[:2])["throughput_avg"] == 100.0
+    with pytest.raises(ValueError):
+        median_run([])
+
+
+async def test_runs_are_repeated_and_the_median_run_printed(capsys) -> None:
+    import json
+
+    from kubeplane.bench.scheduler import run_cli
+
+    out = await run_cli("SchedulingBasic", nodes=5, pods=5, as_json=True, runs=2)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == out
+    assert out["runs"] == 2 and len(out["throughput_avg_runs"]) == 2
+    assert out["scheduled"] == 5 and not out["timed_out"]

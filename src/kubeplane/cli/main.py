@@ -442,13 +442,15 @@ def nodes(kubeconfig: str | None, context: str | None, verbose: bool, node_count
 @click.option("--pods", type=click.IntRange(min=1), default=None, help="Measured pods (scheduler workloads).")
 @click.option("--storage", type=click.Choice(["memory", "sqlite"]), default="memory", show_default=True,
               help="Storage of the embedded API (scheduler workloads).")
-@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Repetitions per measurement of the api workload; medians are reported.")
+@click.option("--runs", type=click.IntRange(min=1), default=None,
+              help="Repetitions. api: per measurement, medians reported (default 3). Scheduler "
+                   "workloads: whole runs, the one with the median throughput_avg reported with every "
+                   "run's throughput (default 1).")
 @click.option("--split", is_flag=True,
               help="Run the scheduler and controllers in a second process (scheduler workloads).")
 @click.option("--pv-interval-ms", type=click.FloatRange(min=0), default=None,
               help="SchedulingPVsChurn: milliseconds between two PV creations (default 10).")
-def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, storage: str, runs: int,
+def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, storage: str, runs: int | None,
           split: bool, pv_interval_ms: float | None) -> None:
     """Benchmarks, run on demand. WORKLOAD is `api` (API machinery) or a scheduler_perf
     workload: SchedulingBasic, SchedulingPodAntiAffinity, SchedulingPodAffinity,
@@ -464,7 +466,7 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
             if not as_json:
                 click.echo(msg, err=True)
 
-        result = run(runs=runs, progress=progress)
+        result = run(runs=3 if runs is None else runs, progress=progress)
         if as_json:
             click.echo(_json.dumps(result))
             return
@@ -485,7 +487,7 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
     except KeyError as err:
         raise click.BadParameter(str(err.args[0]), param_hint="WORKLOAD") from None
     out = asyncio.run(run_cli(workload, nodes=nodes, pods=pods, storage=storage, as_json=as_json, split=split,
-                              pv_interval_ms=pv_interval_ms))
+                              pv_interval_ms=pv_interval_ms, runs=1 if runs is None else runs))
     if out.get("timed_out"):
         sys.exit(1)
 
