@@ -20,7 +20,6 @@ def configure_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-
 async def yield_while_ready(max_passes: int) -> int:
     """Yield to the event loop while other callbacks are ready to run, at
     most ``max_passes`` passes; returns how many passes were yielded.

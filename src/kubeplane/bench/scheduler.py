@@ -777,6 +777,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as err:
         print(err.args[0], file=sys.stderr)
         return 2
+    if args.runs < 1:
+        print("--runs must be at least 1", file=sys.stderr)
+        return 2
     from kubeplane.runtime import configure_gc
 
     configure_gc()

@@ -58,11 +58,11 @@ EVENT_RESOURCES: dict[EventResource, ResourceInfo] = {
 }
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
 #: most extra event-loop passes a scheduling cycle yields while binding cycles
 #: run PreBind, with a client whose API server runs elsewhere
 PRE_BIND_YIELD_PASSES = 8
-MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
-NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
 
 
 def num_feasible_nodes_to_find(percentage: int | None, num_all_nodes: int) -> int:
@@ -615,8 +615,9 @@ class Scheduler:
         # While binding cycles wait in PreBind, each on a chain of API writes and
         # informer events (volume binding: the PV controller's writes too),
         # give that chain more passes: upstream runs it on other goroutines,
-        # and here a chain would otherwise advance one step per cycle, so
-        # pods would bind only once the queue ran dry.
+        # and here a chain waiting on replies from another process would
+        # otherwise advance one step per cycle, so pods would bind only once
+        # the queue ran dry.
         await asyncio.sleep(0)
         if self._in_pre_bind and self.pre_bind_yield_passes:
             await yield_while_ready(self.pre_bind_yield_passes)
