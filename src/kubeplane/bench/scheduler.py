@@ -721,7 +721,9 @@ def median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
     of the middle two for an even count), with every run's throughput figures
     (``throughput_avg_runs``, ``throughput_overall_runs``, in run order) and
     ``timed_out`` if any run timed out. One whole run is reported rather than
-    medians taken key by key, so its figures stay consistent with each other."""
+    medians taken key by key, so its figures stay consistent with each other
+    (but runs in one process share its peak RSS: ``peak_rss_mb`` is the
+    process's peak up to that run)."""
     if not results:
         raise ValueError("no runs")
     order = sorted(range(len(results)), key=lambda i: results[i]["throughput_avg"])
