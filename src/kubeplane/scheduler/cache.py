@@ -297,23 +297,26 @@ class Cache:
         ni.add_pod(info if info is not None else PodInfo(pod))
         self._touch(name)
 
-    def _remove_pod(self, pod: Obj) -> None:
+    def _remove_pod(self, pod: Obj) -> PodInfo:
         name = _pod_node(pod)
         ni = self._nodes.get(name)
         if ni is None:
             raise CacheError(f"node {name} not found when trying to remove pod {_pod_ref(pod)}")
         try:
-            ni.remove_pod(pod)
+            removed = ni.remove_pod(pod)
         except KeyError as e:
             raise CacheError(str(e)) from None
         if not ni.pods and ni.node is None:
             del self._nodes[name]
         else:
             self._touch(name)
+        return removed
 
     def _update_pod(self, old: Obj, new: Obj) -> None:
-        self._remove_pod(old)
-        self._add_pod(new)
+        removed = self._remove_pod(old)
+        # A new version with the same spec (a confirmed assumed pod, a status
+        # update) keeps what was derived from the spec.
+        self._add_pod(new, removed.for_version(new))
 
     def assume_pod(self, pod: Obj, info: PodInfo | None = None) -> None:
         """Add a pod (with ``spec.nodeName`` set) before it is bound; ``info``, when

@@ -270,3 +270,44 @@ def test_used_pvc_set_is_kept_incrementally_like_a_full_rebuild(seed: int) -> No
         assert kept == snap.used_pvc_set, f"step {step}"
         assert all(snap.is_pvc_used_by_pods(f"ns/{cl}") for p in live.values()
                    for cl in [v["persistentVolumeClaim"]["claimName"] for v in p["spec"]["volumes"]])
+
+
+def _info_of(cache: Cache, node_name: str, name: str):
+    return next(pi for pi in cache.snapshot().get(node_name).pods if pi.name == name)
+
+
+def test_a_new_version_with_the_same_spec_keeps_what_was_derived_from_it(cache: Cache) -> None:
+    p = pod("a", "n1", "500m", anti=True)
+    cache.assume_pod(p)
+    assumed = _info_of(cache, "n1", "a")
+    terms = assumed.required_anti_affinity_terms
+    # The informer's version: same spec, newer metadata and a status.
+    confirmed = copy.deepcopy(p)
+    confirmed["metadata"]["resourceVersion"] = "7"
+    confirmed["status"] = {"startTime": "2026-01-01T00:00:00Z"}
+    cache.add_pod(confirmed)
+    info = _info_of(cache, "n1", "a")
+    assert info.pod is confirmed
+    assert info.requests is assumed.requests and info.required_anti_affinity_terms is terms
+    # The start time comes from the status, so it is read from the new version.
+    assert assumed.start_time == float("inf")
+    assert info.start_time == pytest.approx(1767225600.0)
+    # A spec change: everything is derived again.
+    grown = copy.deepcopy(confirmed)
+    grown["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "700m"
+    cache.update_pod(confirmed, grown)
+    info = _info_of(cache, "n1", "a")
+    assert info.requests is not assumed.requests and info.requests["cpu"] == 700
+    assert cache.snapshot().get("n1").requested["cpu"] == 700
+
+
+def test_for_version_refuses_another_pod_or_spec() -> None:
+    from kubeplane.scheduler.framework.nodeinfo import PodInfo
+
+    info = PodInfo(pod("a", "n1"))
+    other = pod("b", "n1")
+    assert info.for_version(other) is None  # another uid and name, same spec
+    moved = pod("a", "n2")
+    assert info.for_version(moved) is None
+    same = pod("a", "n1")
+    assert info.for_version(same).pod is same

@@ -523,3 +523,31 @@ def test_statuses_of_certain_rejections_are_computed_only_when_the_cycle_fails(
         assert {(st.plugin, tuple(st.reasons)) for st in statuses.values()} == {
             ("NodeResourcesFit", ("Insufficient cpu",))}
         assert calls == []
+
+
+def test_row_with_unchanged_numbers_still_follows_host_ports_and_node() -> None:
+    """A set_row that finds the same numbers and Node skips the row, but not
+    when the host ports in use or the Node (its taints) changed."""
+    infos = [NodeInfo({"metadata": {"name": "n0"}, "spec": {},
+                       "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "3"}}})]
+    arr = NodeArrays(infos)
+    ni = infos[0]
+
+    def pod(ports: bool) -> dict:
+        c = {"name": "c", "resources": {"requests": {"cpu": "500m"}}}
+        if ports:
+            c["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+        return {"metadata": {"name": "x", "uid": "x"}, "spec": {"nodeName": "n0", "containers": [c]}}
+
+    ni.add_pod(pod(ports=True))
+    arr.set_row(0, ni)
+    assert bool(arr.has_ports[0]) and arr.num_ports == 1
+    # The same pod again without its host port: equal numbers, the ports flag clears.
+    ni.remove_pod(pod(ports=True))
+    ni.add_pod(pod(ports=False))
+    arr.set_row(0, ni)
+    assert not bool(arr.has_ports[0]) and arr.num_ports == 0
+    # A new Node object with a taint and equal numbers: the taint group follows.
+    ni.set_node(dict(ni.node, spec={"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]}))
+    arr.set_row(0, ni)
+    assert arr.num_tainted == 1 and int(arr.taint_gid[0]) != 0

@@ -172,6 +172,13 @@ class NodeArrays:
         vals = (alloc.get(CPU, 0), alloc.get(MEMORY, 0), alloc.get(EPHEMERAL_STORAGE, 0), alloc.get(PODS, 0),
                 req.get(CPU, 0), req.get(MEMORY, 0), req.get(EPHEMERAL_STORAGE, 0), len(ni.pods),
                 nz.get(CPU, 0), nz.get(MEMORY, 0))
+        inputs = self.row_inputs[i]
+        if (inputs is not None and inputs[1] is ni.node and inputs[0] == vals
+                and (len(ni.used_ports) > 0) == bool(self.has_ports[i])):
+            # Same numbers, same Node object (so the same taints, flags and images) and
+            # host ports still in use or not: nothing in the row changes (a confirmed
+            # assumed pod, say), and every memo stays valid.
+            return
         big = False
         for v in vals:
             if not -SAFE_LIMIT < v < SAFE_LIMIT:
@@ -207,9 +214,8 @@ class NodeArrays:
         if big != bool(self.big[i]):
             self.big[i] = big
             self.num_big += 1 if big else -1
-        inputs = self.row_inputs[i]
         if inputs is not None and inputs[1] is ni.node and inputs[0] == vals:
-            # Nothing a memo reads changed (a confirmed assumed pod, say): every memo stays valid.
+            # Nothing a memo reads changed: every memo stays valid.
             return
         self.row_inputs[i] = (vals, ni.node)
         for m in self.memos.values():

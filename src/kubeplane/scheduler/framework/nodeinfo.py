@@ -326,6 +326,21 @@ class PodInfo:
         out.node_name = (pod.get("spec") or {}).get("nodeName") or ""
         return out
 
+    def for_version(self, pod: Obj) -> "PodInfo | None":
+        """The PodInfo of ``pod``, another version of this pod, sharing what is
+        derived from the spec when the spec and identity are unchanged (an
+        assumed pod confirmed by the informer, a status update); None when
+        they differ. The start time, read from the status, is read again."""
+        if pod.get("spec") != self.pod.get("spec"):
+            return None
+        meta, mine = pod.get("metadata") or {}, self.pod.get("metadata") or {}
+        if (meta.get("uid"), meta.get("name"), meta.get("namespace")) != (
+                mine.get("uid"), mine.get("name"), mine.get("namespace")):
+            return None
+        out = self.for_copy(pod)
+        out._start_time = None
+        return out
+
     def _spec(self) -> Obj:
         return self.pod.get("spec") or {}
 
