@@ -744,14 +744,18 @@ async def run_cli(workload: str, *, nodes: int | None = None, pods: int | None =
         raise ValueError("runs must be at least 1")
     use_bar = not as_json and sys.stdout.isatty()
     results: list[dict[str, Any]] = []
+
+    async def once(progress: Progress | None) -> None:
+        results.append(await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=progress,
+                                          split=split, pv_interval_ms=pv_interval_ms))
+
     for i in range(runs):
-        label = f"{workload}: pods scheduled" + (f" (run {i + 1}/{runs})" if runs > 1 else "")
         if not use_bar:
-            results.append(await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=None,
-                                              split=split, pv_interval_ms=pv_interval_ms))
+            await once(None)
             continue
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TimeElapsedColumn
 
+        label = f"{workload}: pods scheduled" + (f" (run {i + 1}/{runs})" if runs > 1 else "")
         with Bar("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                  TimeElapsedColumn(), transient=True) as bar:
             task = bar.add_task(label, total=None)
@@ -759,8 +763,7 @@ async def run_cli(workload: str, *, nodes: int | None = None, pods: int | None =
             def cb(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            results.append(await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=cb,
-                                              split=split, pv_interval_ms=pv_interval_ms))
+            await once(cb)
     out = results[0] if runs == 1 else median_run(results)
     if as_json:
         print(json.dumps(out))
