@@ -1036,8 +1036,14 @@ class SchedulingQueue:
 
     def _cross_topology_candidates(self, pod: Obj) -> list[QueuedPodInfo]:
         ns = _meta(pod).get("namespace", "")
+        pool = self._unschedulable
+        # Only the groups whose rejectors include either plugin, in pool order.
+        keys = [k for (_, rejectors), members in pool.groups.items()
+                if "PodTopologySpread" in rejectors or "InterPodAffinity" in rejectors for k in members]
+        keys.sort(key=pool.order.__getitem__)
         out = []
-        for pinfo in self._unschedulable.pods.values():
+        for key in keys:
+            pinfo = pool.pods[key]
             plugins = pinfo.unschedulable_plugins
             if "PodTopologySpread" in plugins and _meta(pinfo.pod).get("namespace", "") == ns:
                 out.append(pinfo)

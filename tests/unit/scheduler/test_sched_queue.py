@@ -606,6 +606,28 @@ def test_assigned_pod_added_moves_cross_topology_rejections_in_namespace() -> No
     assert names(q.pods_in_active_q()) == ["same"]
 
 
+def test_cross_topology_candidates_come_from_the_rejecting_groups_in_pool_order() -> None:
+    """A bound pod concerns pods rejected by PodTopologySpread in its namespace and
+    by InterPodAffinity in any; the pods rejected only by other plugins are not
+    candidates, and the candidates keep the pool's order."""
+    q, _ = make_queue()
+    specs = [("fit1", "a", ("Fit",)), ("ipa-b", "b", ("InterPodAffinity",)),
+             ("pts-a", "a", ("PodTopologySpread",)), ("pts-b", "b", ("PodTopologySpread",)),
+             ("both-b", "b", ("PodTopologySpread", "InterPodAffinity")), ("fit2", "a", ("Fit", "NodePorts")),
+             ("pts-fit-a", "a", ("PodTopologySpread", "Fit")), ("pending-pts", "a", ())]
+    for name, ns, _ in specs:
+        q.add(mkpod(name, ns=ns))
+    for name, _, plugins in specs:
+        pinfo = q.try_pop()
+        assert pinfo is not None and pinfo.pod["metadata"]["name"] == name
+        # pending rejections alone do not make a candidate
+        fail(q, pinfo, *plugins, pending=("PodTopologySpread",) if not plugins else ())
+    bound = mkpod("bound", ns="a")
+    bound["spec"]["nodeName"] = "n1"
+    got = [p.pod["metadata"]["name"] for p in q._cross_topology_candidates(bound)]
+    assert got == ["ipa-b", "pts-a", "both-b", "pts-fit-a"]
+
+
 def test_hints_disabled_uses_move_request_cycle() -> None:
     q, _ = make_queue(queueing_hints_enabled=False)
     q.add(mkpod("a"))
