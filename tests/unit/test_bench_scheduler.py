@@ -202,3 +202,35 @@ async def test_runs_are_repeated_and_the_median_run_printed(capsys) -> None:
     assert printed == out
     assert out["runs"] == 2 and len(out["throughput_avg_runs"]) == 2
     assert out["scheduled"] == 5 and not out["timed_out"]
+
+
+async def test_profile_of_each_process_over_the_measured_phase(tmp_path) -> None:
+    """--split --profile: the API process's and the scheduler process's profiles
+    are written, and where their time went matches what each process runs."""
+    import pstats
+
+    out = await run_workload("SchedulingWithResourceClaimTemplate", nodes=4, pods=10, stall_timeout_s=10,
+                             split=True, profile_prefix=str(tmp_path / "x-"))
+    assert out["scheduled"] == 10 and not out["timed_out"]
+    prof = out["profile"]
+    assert set(prof) == {"api", "scheduler"}
+    assert prof["api"]["file"] == str(tmp_path / "x-api.prof")
+    assert prof["scheduler"]["file"] == str(tmp_path / "x-scheduler.prof")
+    api, sched = prof["api"]["shares_percent"], prof["scheduler"]["shares_percent"]
+    for parts in (api, sched):
+        assert abs(sum(parts.values()) - 100.0) < 1.0
+    # the registry runs in the first process only, the DRA plugin in the second only
+    assert api.get("API: registry, storage, watch", 0) > 0 and "DRA plugin and allocator" not in api
+    assert sched.get("DRA plugin and allocator", 0) > 0 and "API: registry, storage, watch" not in sched
+    funcs = {f[2] for f in pstats.Stats(prof["scheduler"]["file"]).stats}  # type: ignore[attr-defined]
+    assert "schedule_one" in funcs or any("schedule" in f for f in funcs)
+
+
+async def test_profile_in_one_process_and_printed(tmp_path, capsys) -> None:
+    from kubeplane.bench.scheduler import run_cli
+
+    out = await run_cli("SchedulingBasic", nodes=5, pods=5, runs=2, profile_dir=str(tmp_path / "p"))
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["run1-bench.prof", "run2-bench.prof"]
+    assert set(out["profile"]) == {"bench"}
+    printed = capsys.readouterr().out
+    assert "bench process" in printed and "scheduler: framework, queue, cache, other plugins" in printed

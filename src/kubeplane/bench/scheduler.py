@@ -280,6 +280,10 @@ class _Runner:
         self.cpu_start: tuple[float | None, float | None] = (None, None)
         self.cpu_end: tuple[float | None, float | None] = (None, None)
         self.pv_interval_used = 0.0
+        #: with a profile: cProfile of this process over the measured phase,
+        #: and the scheduler process (``split``) told to profile its own
+        self.profiler: Any = None
+        self.profile_child: _SchedulerProcess | None = None
 
     async def _informer_catch_up(self, res: Any, settled: bool = False, timeout: float = 30.0) -> None:
         """Wait until the scheduler's shared informer of ``res`` holds every stored
@@ -343,7 +347,7 @@ class _Runner:
             elif isinstance(op, CreatePods):
                 count = self.init_pods if op.phase == "init" else self.pods
                 if op.phase == "measure":
-                    self._begin_measure()
+                    await self._begin_measure()
                 await self._create_pods(op, count)
                 if op.phase == "init" and not op.skip_wait:
                     await self._wait(lambda: self.tracker.counts["init"] >= count, "init")
@@ -354,14 +358,21 @@ class _Runner:
             elif isinstance(op, SteadyState):
                 await self._steady_state(op)
 
-    def _begin_measure(self) -> None:
+    async def _begin_measure(self) -> None:
+        if self.profile_child is not None:
+            await self.profile_child.profile("start")
+        if self.profiler is not None:
+            self.profiler.enable()
         self.measure_start = time.perf_counter()
         self.collector.start()
         self.cpu_start = (process_cpu_s(), process_cpu_s(self.child_pid) if self.child_pid else None)
 
     def end_measure(self) -> None:
-        """Called once the measured phase is over: takes the CPU time it used."""
+        """Called once the measured phase is over: takes the CPU time it used
+        and stops this process's profiler."""
         self.cpu_end = (process_cpu_s(), process_cpu_s(self.child_pid) if self.child_pid else None)
+        if self.profiler is not None:
+            self.profiler.disable()
 
     def _next_name(self, phase: str) -> str:
         self._seq += 1
@@ -447,7 +458,7 @@ class _Runner:
         await self._wait(lambda: len(self.tracker.unschedulable_seen) >= len(keys), "unschedulable", 30.0)
         # Past the pods' initial backoff: the PV event alone must bring each pod back.
         await asyncio.sleep(op.settle_s)
-        self._begin_measure()
+        await self._begin_measure()
         interval = op.interval_s if self.pv_interval_s is None else self.pv_interval_s
         self.pv_interval_used = interval
         for i, (ns, name) in enumerate(keys):
@@ -460,7 +471,7 @@ class _Runner:
         """Keep ``in_flight`` pods pending; delete each bound pod and create the next."""
         bound_q: asyncio.Queue[str] = asyncio.Queue()
         self.tracker.on_measured_bound = bound_q.put_nowait
-        self._begin_measure()
+        await self._begin_measure()
         created = 0
         for _ in range(min(op.in_flight, self.pods)):
             await self._create_pod(op.template, op.namespace, "measure")
@@ -585,6 +596,12 @@ class _SchedulerProcess:
         if line not in ("ok", "timeout"):
             raise RuntimeError(f"scheduler process: {line}")
 
+    async def profile(self, command: str) -> None:
+        """``start``, or ``stop PATH``: the process's cProfile (written to PATH)."""
+        line = await self.child.request(f"profile {command}", 120.0)
+        if line != "ok":
+            raise RuntimeError(f"scheduler process: {line}")
+
     async def stop(self) -> None:
         for line in await self.child.stop():
             if line.startswith("{"):
@@ -602,6 +619,7 @@ async def run_workload(
     seed: int = 0,
     split: bool = False,
     pv_interval_ms: float | None = None,
+    profile_prefix: str | None = None,
 ) -> dict[str, Any]:
     """Run workload ``name`` once and return its measurements.
 
@@ -611,6 +629,10 @@ async def run_workload(
     times a second during the measured phase. ``split`` runs the scheduler and
     the controllers in a second process. ``pv_interval_ms`` sets the time
     between two PV creations of SchedulingPVsChurn (default 10 ms).
+    ``profile_prefix``: cProfile each process over the measured phase and
+    write ``PREFIXapi.prof`` and ``PREFIXscheduler.prof`` (split) or
+    ``PREFIXbench.prof``; ``profile`` in the result names them with each
+    one's :func:`kubeplane.bench.profile.shares`.
     """
     from kubeplane.apiserver.app import ensure_default_namespaces
     from kubeplane.client.inprocess import InProcessClient
@@ -670,6 +692,11 @@ async def run_workload(
             runner.factory = factory
             await start_scheduler_side(stack, client, factory, w.controllers, seed)
         setup_s = time.perf_counter() - t0
+        if profile_prefix is not None:
+            import cProfile
+
+            runner.profiler = cProfile.Profile()
+            runner.profile_child = worker
 
         ticker = None
         if progress is not None:
@@ -682,12 +709,16 @@ async def run_workload(
             await runner.run_pod_ops()
             runner.end_measure()
         finally:
+            if runner.profiler is not None:
+                runner.profiler.disable()
             await runner.collector.stop()
             if ticker is not None:
                 ticker.cancel()
                 await asyncio.gather(ticker, return_exceptions=True)
                 progress(tracker.counts["measure"], n_pods)
         out = runner.result(time.perf_counter())
+        if profile_prefix is not None:
+            out["profile"] = await _write_profiles(runner, profile_prefix, split)
         out["storage"] = storage
         out["setup_s"] = round(setup_s, 2)
         out["split"] = split
@@ -696,6 +727,19 @@ async def run_workload(
             out["scheduler_peak_rss_mb"] = worker.peak_rss_mb
             out["peak_rss_mb"] = round(out["peak_rss_mb"] + worker.peak_rss_mb, 1)
         return out
+
+
+async def _write_profiles(runner: _Runner, prefix: str, split: bool) -> dict[str, Any]:
+    """Write the measured phase's profiles; their files and :func:`shares`, by process."""
+    from kubeplane.bench.profile import shares
+
+    here = "api" if split else "bench"
+    paths = {here: os.path.abspath(f"{prefix}{here}.prof")}
+    runner.profiler.dump_stats(paths[here])
+    if runner.profile_child is not None:
+        paths["scheduler"] = os.path.abspath(f"{prefix}scheduler.prof")
+        await runner.profile_child.profile(f"stop {paths['scheduler']}")
+    return {name: {"file": path, "shares_percent": shares(path)} for name, path in paths.items()}
 
 
 # -- command line --------------------------------------------------------------
@@ -713,6 +757,8 @@ def _parse(argv: list[str]) -> Any:
     p.add_argument("--split", action="store_true", help="scheduler and controllers in a second process")
     p.add_argument("--pv-interval-ms", type=float, default=None, help="SchedulingPVsChurn: ms between PV creations")
     p.add_argument("--runs", type=int, default=1, help="repetitions; the run with the median average is reported")
+    p.add_argument("--profile", metavar="DIR", default=None,
+                   help="cProfile each process over the measured phase into DIR and report where the time went")
     return p.parse_args(argv)
 
 
@@ -737,17 +783,24 @@ def median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def run_cli(workload: str, *, nodes: int | None = None, pods: int | None = None, storage: str = "memory",
                   as_json: bool = False, split: bool = False, pv_interval_ms: float | None = None,
-                  runs: int = 1) -> dict[str, Any]:
+                  runs: int = 1, profile_dir: str | None = None) -> dict[str, Any]:
     """Run ``runs`` times with a rich progress bar on a terminal (none with
-    ``as_json``) and print the result (with several runs, :func:`median_run`)."""
+    ``as_json``) and print the result (with several runs, :func:`median_run`).
+    With ``profile_dir`` every run writes its profiles there (``runN-`` before
+    the file names when there are several runs)."""
     if runs < 1:
         raise ValueError("runs must be at least 1")
+    if profile_dir is not None:
+        os.makedirs(profile_dir, exist_ok=True)
     use_bar = not as_json and sys.stdout.isatty()
     results: list[dict[str, Any]] = []
 
     async def once(progress: Progress | None) -> None:
+        prefix = None
+        if profile_dir is not None:
+            prefix = os.path.join(profile_dir, f"run{len(results) + 1}-" if runs > 1 else "")
         results.append(await run_workload(workload, nodes=nodes, pods=pods, storage=storage, progress=progress,
-                                          split=split, pv_interval_ms=pv_interval_ms))
+                                          split=split, pv_interval_ms=pv_interval_ms, profile_prefix=prefix))
 
     for i in range(runs):
         if not use_bar:
@@ -768,9 +821,14 @@ async def run_cli(workload: str, *, nodes: int | None = None, pods: int | None =
     if as_json:
         print(json.dumps(out))
     else:
-        width = max(len(k) for k in out)
-        for k, v in out.items():
+        from kubeplane.bench.profile import format_shares
+
+        scalars = {k: v for k, v in out.items() if k != "profile"}
+        width = max(len(k) for k in scalars)
+        for k, v in scalars.items():
             print(f"{k:<{width}}  {v}")
+        for name, prof in out.get("profile", {}).items():
+            print(format_shares(f"{name} process ({prof['file']})", prof["shares_percent"]))
     return out
 
 
@@ -790,5 +848,5 @@ def main(argv: list[str] | None = None) -> int:
     configure_gc()
     out = asyncio.run(run_cli(args.workload, nodes=args.nodes, pods=args.pods, storage=args.storage,
                               as_json=args.json, split=args.split, pv_interval_ms=args.pv_interval_ms,
-                              runs=args.runs))
+                              runs=args.runs, profile_dir=args.profile))
     return 1 if out["timed_out"] else 0

@@ -6,6 +6,8 @@ benchmark's registry over the local wire, and takes line commands on stdin:
 * ``catchup PLURAL COUNT SECONDS [settled]``: answer ``ok`` once the shared
   informer of that resource holds at least COUNT objects (with ``settled``:
   objects past phase Pending), or ``timeout`` after SECONDS;
+* ``profile start`` / ``profile stop PATH``: cProfile this process from now
+  on / write what it profiled to PATH (``ok``);
 * ``stop`` (or end of input): stop everything, print one JSON line with the
   process's peak RSS and exit.
 
@@ -21,6 +23,7 @@ import resource as _resource
 import sys
 import time
 from contextlib import AsyncExitStack
+from typing import Any
 
 from kubeplane.api.resources import resource
 from kubeplane.client.informer import SharedInformerFactory
@@ -38,8 +41,22 @@ async def serve(socket_path: str, seed: int, controllers: tuple[str, ...]) -> No
         stack.push_async_callback(factory.stop)
         await start_scheduler_side(stack, client, factory, controllers, seed)
 
+        profiler: Any = None
+
         async def command(words: list[str]) -> None:
-            if words[0] == "catchup" and len(words) in (4, 5):
+            nonlocal profiler
+            if words[:2] == ["profile", "start"] and len(words) == 2:
+                import cProfile
+
+                profiler = cProfile.Profile()
+                profiler.enable()
+                say("ok")
+            elif words[:2] == ["profile", "stop"] and len(words) >= 3 and profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(" ".join(words[2:]))
+                profiler = None
+                say("ok")
+            elif words[0] == "catchup" and len(words) in (4, 5):
                 inf = factory.informer_for(resource(words[1]))
                 want = int(words[2])
                 deadline = time.monotonic() + float(words[3])

@@ -450,8 +450,11 @@ def nodes(kubeconfig: str | None, context: str | None, verbose: bool, node_count
               help="Run the scheduler and controllers in a second process (scheduler workloads).")
 @click.option("--pv-interval-ms", type=click.FloatRange(min=0), default=None,
               help="SchedulingPVsChurn: milliseconds between two PV creations (default 10).")
+@click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
+              help="Scheduler workloads: cProfile each process over the measured phase, write the "
+                   "profiles to this directory and report where the time went (slows the run).")
 def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, storage: str, runs: int | None,
-          split: bool, pv_interval_ms: float | None) -> None:
+          split: bool, pv_interval_ms: float | None, profile_dir: str | None) -> None:
     """Benchmarks, run on demand. WORKLOAD is `api` (API machinery) or a scheduler_perf
     workload: SchedulingBasic, SchedulingPodAntiAffinity, SchedulingPodAffinity,
     SchedulingNodeAffinity, TopologySpreading, PreemptionBasic, PreemptionAsync, Unschedulable,
@@ -461,6 +464,9 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
 
     if workload == "api":
         from kubeplane.bench.api import run
+
+        if profile_dir is not None:
+            raise click.BadParameter("applies to scheduler workloads only", param_hint="--profile")
 
         def progress(msg: str) -> None:
             if not as_json:
@@ -487,7 +493,8 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
     except KeyError as err:
         raise click.BadParameter(str(err.args[0]), param_hint="WORKLOAD") from None
     out = asyncio.run(run_cli(workload, nodes=nodes, pods=pods, storage=storage, as_json=as_json, split=split,
-                              pv_interval_ms=pv_interval_ms, runs=1 if runs is None else runs))
+                              pv_interval_ms=pv_interval_ms, runs=1 if runs is None else runs,
+                              profile_dir=profile_dir))
     if out.get("timed_out"):
         sys.exit(1)
 
