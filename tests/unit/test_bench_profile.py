@@ -7,7 +7,7 @@ import copy
 import pstats
 
 from kubeplane.api.quantity import parse_quantity
-from kubeplane.bench.profile import CATEGORIES, UNATTRIBUTED, breakdown, category_of, module_of
+from kubeplane.bench.profile import CATEGORIES, IDLE, UNATTRIBUTED, breakdown, category_of, module_of, shares
 
 
 def test_modules_and_parts() -> None:
@@ -56,3 +56,25 @@ def test_breakdown_counts_all_time_once_and_charges_callers() -> None:
     assert parts["kubeplane, other"] > own_kubeplane > 0
     assert parts.get(UNATTRIBUTED, 0) > 0
     assert list(parts.values()) == sorted(parts.values(), reverse=True)
+
+
+def test_time_blocked_in_poll_is_idle_and_left_out_of_the_shares(tmp_path) -> None:
+    import asyncio
+
+    async def mostly_waiting() -> None:
+        for _ in range(5):
+            _work()
+            await asyncio.sleep(0.05)
+
+    prof = cProfile.Profile()
+    prof.enable()
+    asyncio.run(mostly_waiting())
+    prof.disable()
+    parts = breakdown(pstats.Stats(prof))
+    assert parts[IDLE] >= 0.2  # five sleeps of 50 ms in the selector's poll
+    path = tmp_path / "p.prof"
+    prof.dump_stats(str(path))
+    busy, idle = shares(str(path))
+    assert IDLE not in busy and abs(sum(busy.values()) - 100.0) < 1.0
+    assert idle == round(100.0 * parts[IDLE] / sum(parts.values()), 1) and idle > 20.0
+    assert busy["event loop, sockets"] < 100.0

@@ -219,6 +219,8 @@ async def test_profile_of_each_process_over_the_measured_phase(tmp_path) -> None
     api, sched = prof["api"]["shares_percent"], prof["scheduler"]["shares_percent"]
     for parts in (api, sched):
         assert abs(sum(parts.values()) - 100.0) < 1.0
+    for name in ("api", "scheduler"):
+        assert 0.0 <= prof[name]["idle_percent"] < 100.0
     # the registry runs in the first process only, the DRA plugin in the second only
     assert api.get("API: registry, storage, watch", 0) > 0 and "DRA plugin and allocator" not in api
     assert sched.get("DRA plugin and allocator", 0) > 0 and "API: registry, storage, watch" not in sched

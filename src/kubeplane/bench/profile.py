@@ -14,7 +14,9 @@ the time each caller spent in them, until a caller with a part is reached; so
 ``orjson.loads`` called by the wire client counts as the client's and
 ``copy.deepcopy`` called by the registry as the registry's. cProfile slows
 the profiled code by about a half to a whole again, so throughput from a
-profiled run means little; the shares are what it is for.
+profiled run means little; the shares are what it is for. cProfile times by
+the clock, so the time a process sat blocked in the event loop's poll is its
+idle time: it is reported apart, and the shares are of the rest.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 #: the part of time that reached no caller with a part (profiler roots, cycles)
 UNATTRIBUTED = "unattributed"
+#: time blocked in the event loop's poll: the process was idle (cProfile times by the clock)
+IDLE = "idle (waiting in poll)"
+_POLLS = frozenset({"<method 'poll' of 'select.epoll' objects>", "<method 'poll' of 'select.poll' objects>",
+                    "<built-in method select.select>", "<method 'control' of 'select.kqueue' objects>"})
 
 _ROOTS = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}, key=len, reverse=True)
 _STDLIB = os.path.realpath(os.path.dirname(os.__file__))
@@ -82,7 +88,8 @@ def breakdown(stats: pstats.Stats) -> dict[str, float]:
     """Seconds of own time per part (see the module docstring), largest first;
     the values add up to the profile's total time."""
     table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
-    part: dict[Any, str | None] = {f: category_of(module_of(f[0])) for f in table}
+    part: dict[Any, str | None] = {f: IDLE if f[0] == "~" and f[2] in _POLLS else category_of(module_of(f[0]))
+                                   for f in table}
     out: dict[str, float] = defaultdict(float)
     pending: dict[Any, float] = defaultdict(float)
     for f, (_cc, _nc, tt, _ct, _callers) in table.items():
@@ -117,15 +124,19 @@ def breakdown(stats: pstats.Stats) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def shares(path: str) -> dict[str, float]:
-    """:func:`breakdown` of a profile file as percentages of its total, rounded to 0.1."""
+def shares(path: str) -> tuple[dict[str, float], float]:
+    """:func:`breakdown` of a profile file as percentages of the time the process
+    was busy (all but :data:`IDLE`), rounded to 0.1; and the idle share of the
+    whole profiled time."""
     parts = breakdown(pstats.Stats(path))
-    total = sum(parts.values()) or 1.0
-    return {k: round(100.0 * v / total, 1) for k, v in parts.items()}
+    idle = parts.pop(IDLE, 0.0)
+    busy = sum(parts.values())
+    return ({k: round(100.0 * v / (busy or 1.0), 1) for k, v in parts.items()},
+            round(100.0 * idle / ((busy + idle) or 1.0), 1))
 
 
-def format_shares(name: str, parts: dict[str, float]) -> str:
+def format_shares(name: str, parts: dict[str, float], idle: float) -> str:
     width = max((len(k) for k in parts), default=0)
-    lines = [f"{name}: share of profiled CPU time"]
+    lines = [f"{name}: share of the busy time (idle {idle:.1f} % of the measured phase)"]
     lines += [f"  {k:<{width}}  {v:5.1f} %" for k, v in parts.items()]
     return "\n".join(lines)

@@ -632,7 +632,8 @@ async def run_workload(
     ``profile_prefix``: cProfile each process over the measured phase and
     write ``PREFIXapi.prof`` and ``PREFIXscheduler.prof`` (split) or
     ``PREFIXbench.prof``; ``profile`` in the result names them with each
-    one's :func:`kubeplane.bench.profile.shares`.
+    one's :func:`kubeplane.bench.profile.shares` (``shares_percent`` of the
+    busy time, ``idle_percent``).
     """
     from kubeplane.apiserver.app import ensure_default_namespaces
     from kubeplane.client.inprocess import InProcessClient
@@ -739,7 +740,11 @@ async def _write_profiles(runner: _Runner, prefix: str, split: bool) -> dict[str
     if runner.profile_child is not None:
         paths["scheduler"] = os.path.abspath(f"{prefix}scheduler.prof")
         await runner.profile_child.profile(f"stop {paths['scheduler']}")
-    return {name: {"file": path, "shares_percent": shares(path)} for name, path in paths.items()}
+    out: dict[str, Any] = {}
+    for name, path in paths.items():
+        parts, idle = shares(path)
+        out[name] = {"file": path, "shares_percent": parts, "idle_percent": idle}
+    return out
 
 
 # -- command line --------------------------------------------------------------
@@ -828,7 +833,7 @@ async def run_cli(workload: str, *, nodes: int | None = None, pods: int | None =
         for k, v in scalars.items():
             print(f"{k:<{width}}  {v}")
         for name, prof in out.get("profile", {}).items():
-            print(format_shares(f"{name} process ({prof['file']})", prof["shares_percent"]))
+            print(format_shares(f"{name} process ({prof['file']})", prof["shares_percent"], prof["idle_percent"]))
     return out
 
 
