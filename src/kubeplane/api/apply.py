@@ -829,10 +829,13 @@ def track_update(
                 entry["subresource"] = sub
             after["metadata"] = {**after.get("metadata", {}), "managedFields": [entry]}
         return after
-    if isinstance(sent, list) and sent:
+    stored = ((old or {}).get("metadata") or {}).get("managedFields")
+    if isinstance(sent, list) and sent and sent is not stored and sent != stored:
         managers = _decode(sent)
     else:
-        managers = _decode(((old or {}).get("metadata") or {}).get("managedFields"), stored=True)
+        # Nothing sent, or the stored entries sent back as they are (the
+        # status endpoint keeps the stored metadata; a patch copies it).
+        managers = _decode(stored, stored=True)
 
     # Read-only views suffice here: only the metadata dict is replaced.
     before = _shallow_without_managed(old)
