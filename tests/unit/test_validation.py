@@ -1,6 +1,8 @@
 import copy
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kubeplane.api.errors import Cause
 from kubeplane.api.resources import resource
@@ -867,3 +869,29 @@ def test_pod_update_with_an_unchanged_spec_takes_the_short_path_with_the_same_re
     # not JSON-identical, so the full comparison decides (it normalises values as before)
     assert v._validate_pod_update(true_vs_one, one) == []
     assert [c.field for c in v._validate_pod_update({"spec": dict(old["spec"], hostNetwork=True)}, old)] == ["spec"]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2, allow_nan=False) | st.sampled_from(["", "a", "1"]),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.sampled_from(["a", "b"]), kids, max_size=2),
+    max_leaves=8,
+)
+
+
+@given(_JSON, _JSON)
+def test_same_json_is_equality_of_the_encodings(a, b) -> None:
+    import orjson
+
+    from kubeplane.api.meta import same_json
+
+    assert same_json(a, b) == (orjson.dumps(a) == orjson.dumps(b))
+    assert same_json(a, a)
+
+
+def test_same_json_tells_apart_values_python_calls_equal() -> None:
+    from kubeplane.api.meta import same_json
+
+    for a, b in [(1, 1.0), (1, True), (0, False), (0.0, -0.0), ({"a": 1}, {"a": 1.0}), ([True], [1])]:
+        assert not same_json(a, b) and not same_json(b, a)
+    for a, b in [("x", "x"), (7, 7), (True, True), (1.5, 1.5), ({"a": [1, "b"]}, {"a": [1, "b"]})]:
+        assert same_json(a, b)

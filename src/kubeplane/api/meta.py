@@ -102,6 +102,9 @@ def same_json(a: Any, b: Any) -> bool:
         return True
     if a != b:
         return False
+    # Equal strings, and equal ints (not bools), encode alike; a string equals only strings.
+    if a.__class__ is str or (a.__class__ is int and b.__class__ is int):
+        return True
     try:
         return orjson.dumps(a) == orjson.dumps(b)
     except TypeError:
