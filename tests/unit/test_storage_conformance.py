@@ -351,6 +351,59 @@ async def test_watch_close_ends_iteration(store: Store) -> None:
         await w.__anext__()
 
 
+async def test_watchers_of_prefixes_of_every_depth_get_exactly_their_keys(store: Store) -> None:
+    """Shallow and deep prefixes, prefixes ending inside a name, keys of every
+    depth: each watcher gets each change under its prefix once, no other."""
+    prefixes = ["", "/", "/r", "/r/", "/r/g/", "/r/g/p/", "/r/g/p/ns/", "/r/g/p/ns/na", "/r/g/q/", "/r/h/p/", "/x/y/z/w/"]
+    keys = ["/k", "/r/a", "/r/g/b", "/r/g/p/c", "/r/g/p/ns/name", "/r/g/p/ns/other", "/r/g/p/ns2/name", "/r/g/q/ns/name",
+            "/r/h/p/ns/name", "/x/y/z/w/v", "/x/y/z/wv"]
+    watches = {p: store.watch(p, store.revision) for p in prefixes}
+    watches["/r/g/p/#2"] = store.watch("/r/g/p/", store.revision)  # two watchers of one prefix
+    closed = store.watch("/r/g/p/", store.revision)
+    closed.close()
+    for k in keys:
+        await store.create(k, {})
+    for p, w in watches.items():
+        want = [k for k in keys if k.startswith(p.split("#")[0])]
+        got: list[str] = []
+        while len(got) < len(want):
+            got += [e.key for e in await w.next_batch(timeout=2.0) or []]
+        assert got == want, p
+        assert await w.next_batch(timeout=0.05) == []
+        w.close()
+
+
+async def test_watch_batches_wait_with_a_timeout(store: Store) -> None:
+    """next_batch: [] when the timeout passes, the buffered events as soon as one
+    arrives (well before the timeout), None once closed while waiting; a waiting
+    batch leaves no timer behind once answered."""
+    w = store.watch("/", store.revision)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    assert await w.next_batch(timeout=0.05) == []
+    assert loop.time() - t0 >= 0.04
+
+    async def write_soon() -> None:
+        await asyncio.sleep(0.02)
+        await store.create("/a", {})
+        await store.create("/b", {})
+
+    writer = asyncio.create_task(write_soon())
+    t0 = loop.time()
+    batch = await w.next_batch(timeout=5.0)
+    await writer
+    assert batch and batch[0].key == "/a" and loop.time() - t0 < 2.0
+    rest = [] if len(batch) == 2 else await w.next_batch(timeout=1.0)
+    assert [e.key for e in batch + rest] == ["/a", "/b"]
+    timers = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+    assert all(h.when() - loop.time() < 4.0 for h in timers)  # the 5 s timer is gone
+
+    waiting = asyncio.create_task(w.next_batch(timeout=5.0))
+    await asyncio.sleep(0.01)
+    w.close()
+    assert await asyncio.wait_for(waiting, 2) is None
+
+
 async def test_store_close_ends_watches(tmp_path: Path) -> None:
     for kind in KINDS:
         s = await _open(kind, tmp_path / kind)
