@@ -15,7 +15,7 @@ import itertools
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Literal
+from typing import Iterable, Iterator, Literal
 
 from kubeplane.storage.interface import (
     CompactedError,
@@ -103,27 +103,6 @@ def _prefix_end(prefix: str) -> str | None:
     return None
 
 
-def _watch_root(s: str) -> str | None:
-    """``s`` up to its fourth ``/`` (``/registry/<group>/<plural>/`` of a key or a
-    watch prefix), None when it has fewer. A key can only start with a prefix
-    that has a root if both have the same root."""
-    i = -1
-    for _ in range(4):
-        i = s.find("/", i + 1)
-        if i < 0:
-            return None
-    return s[: i + 1]
-
-
-#: the result of a watch's waiter whose timeout passed (see MemoryWatch.next_batch)
-_EXPIRED = object()
-
-
-def _expire(waiter: "asyncio.Future[Any]") -> None:
-    if not waiter.done():
-        waiter.set_result(_EXPIRED)
-
-
 class MemoryWatch:
     """A watch fed by :class:`MemoryCore`; implements the ``Watch`` protocol."""
 
@@ -147,7 +126,7 @@ class MemoryWatch:
             last = self._buf[-1].revision if self._buf else event.revision
             self._buf.clear()
             self._error = CompactedError(last, self._core.compacted_revision, self._core.revision)
-            self._core._unwatch(self)
+            self._core._watchers.discard(self)
         else:
             self._buf.append(event)
         self._wake()
@@ -204,16 +183,15 @@ class MemoryWatch:
                 err, self._error = self._error, None
                 self._closed = True
                 raise err
-            loop = asyncio.get_running_loop()
-            waiter = self._waiter = loop.create_future()
-            # A timer on the waiter itself: cheaper than asyncio.wait per batch.
-            timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+            self._waiter = asyncio.get_running_loop().create_future()
             try:
-                if await waiter is _EXPIRED:
-                    return []
+                if timeout is None:
+                    await self._waiter
+                else:
+                    done, _ = await asyncio.wait({self._waiter}, timeout=timeout)
+                    if not done:
+                        return []
             finally:
-                if timer is not None:
-                    timer.cancel()
                 if self._waiter is not None and not self._waiter.done():
                     self._waiter.cancel()
                 self._waiter = None
@@ -222,7 +200,7 @@ class MemoryWatch:
         """End the watch; a pending or later ``__anext__`` stops iteration."""
         self._closed = True
         self._buf.clear()
-        self._core._unwatch(self)
+        self._core._watchers.discard(self)
         self._wake()
 
 
@@ -249,8 +227,6 @@ class MemoryCore:
         self._slack = max(1, history // 8)
         self._watch_queue = watch_queue
         self._watchers: set[MemoryWatch] = set()
-        #: watchers by the root of their prefix (see _watch_root); ``None``: prefixes too short to have one
-        self._watchers_by_root: dict[str | None, set[MemoryWatch]] = {}
 
     @property
     def revision(self) -> int:
@@ -342,13 +318,9 @@ class MemoryCore:
         self._revision = change.revision
         self._log.append(change)
         event = change.event
-        by_root = self._watchers_by_root
-        root = _watch_root(key)
-        for group in (by_root.get(root) if root is not None else None, by_root.get(None)):
-            if group:
-                for w in tuple(group):
-                    if key.startswith(w.prefix):
-                        w._push(event)
+        for w in tuple(self._watchers):
+            if key.startswith(w.prefix):
+                w._push(event)
         if len(self._log) > self._history + self._slack:
             self.compact(self._revision - self._history)
 
@@ -373,17 +345,7 @@ class MemoryCore:
         backlog = [ch.event for ch in itertools.islice(self._log, start, None) if ch.key.startswith(prefix)]
         w = MemoryWatch(self, prefix, revision, backlog, self._watch_queue)
         self._watchers.add(w)
-        self._watchers_by_root.setdefault(_watch_root(prefix), set()).add(w)
         return w
-
-    def _unwatch(self, w: MemoryWatch) -> None:
-        self._watchers.discard(w)
-        root = _watch_root(w.prefix)
-        group = self._watchers_by_root.get(root)
-        if group is not None:
-            group.discard(w)
-            if not group:
-                del self._watchers_by_root[root]
 
     def close_watches(self) -> None:
         for w in tuple(self._watchers):
