@@ -278,12 +278,14 @@ class PodTopologySpread(Plugin):
         return self.args.get("listObjects") or getattr(self.handle, "list_objects", None)
 
     def _build_default_constraints(self, pod: Obj, action: str) -> list[Constraint]:
-        constraints = filter_constraints(self.default_constraints, _labels(pod), action)
-        if not constraints:
+        # Cheap answers first: no default constraint with this action (the system
+        # defaults are all ScheduleAnyway), or no selector to give them.
+        if not any((c.get("whenUnsatisfiable") or DO_NOT_SCHEDULE) == action for c in self.default_constraints):
             return []
         selector = default_selector(pod, self._list_objects())
         if selector.empty:
             return []
+        constraints = filter_constraints(self.default_constraints, _labels(pod), action)
         for c in constraints:
             c.selector = selector
         return constraints
