@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import heapq
 import logging
 import math
 import threading
@@ -165,8 +166,6 @@ class QueuedPodInfo:
     _key: str = field(init=False, repr=False, default="")
     #: ``spec.priority`` (immutable in the API; cached for QueueSort)
     priority: int = field(init=False, default=0)
-    #: activeQ ordering key, set by the heap when the QueueSort plugin offers one
-    sort_key: tuple = field(init=False, repr=False, default=())
 
     def __post_init__(self) -> None:
         self._key = pod_key(self.pod)
@@ -225,25 +224,16 @@ class QueueProfile:
     sort_key: SortKeyFn | None = None
 
 
-def _sort_key_lt(a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-    return a.sort_key < b.sort_key
-
-
 class _Heap:
-    """Binary heap with O(log n) update/delete by key.
+    """Binary heap ordered by ``lt``, with O(log n) update/delete by key (see
+    :class:`_KeyedHeap` for activeQ under a QueueSort plugin with a sort key)."""
 
-    With ``keyfn`` the order is that of ``keyfn(item)`` (stored in
-    ``item.sort_key`` when the item is added or updated): one tuple
-    comparison per step instead of calls into the QueueSort plugin."""
+    __slots__ = ("_items", "_pos", "_lt")
 
-    __slots__ = ("_items", "_pos", "_lt", "_keyfn")
-
-    def __init__(self, lt: Callable[[QueuedPodInfo, QueuedPodInfo], bool],
-                 keyfn: Callable[[QueuedPodInfo], tuple] | None = None) -> None:
+    def __init__(self, lt: Callable[[QueuedPodInfo, QueuedPodInfo], bool]) -> None:
         self._items: list[QueuedPodInfo] = []
         self._pos: dict[str, int] = {}
-        self._lt = lt if keyfn is None else _sort_key_lt
-        self._keyfn = keyfn
+        self._lt = lt
 
     def __len__(self) -> int:
         return len(self._items)
@@ -262,8 +252,6 @@ class _Heap:
         return list(self._items)
 
     def add_or_update(self, item: QueuedPodInfo) -> None:
-        if self._keyfn is not None:
-            item.sort_key = self._keyfn(item)
         key = item.key
         i = self._pos.get(key)
         if i is None:
@@ -333,6 +321,70 @@ class _Heap:
             i = child
         items[i] = item
         pos[item.key] = i
+
+
+class _KeyedHeap:
+    """activeQ when the QueueSort plugin offers a sort key: a heapq of
+    ``(key, n, pod key, item)`` entries, so sifting runs in C. An update or a
+    delete leaves the old entry behind; it is skipped when it reaches the top
+    and dropped when stale entries come to outnumber live ones. Same interface
+    as :class:`_Heap` (``list`` in no particular order)."""
+
+    __slots__ = ("_heap", "_live", "_keyfn", "_n")
+
+    def __init__(self, keyfn: Callable[[QueuedPodInfo], tuple]) -> None:
+        self._heap: list[tuple[tuple, int, str, QueuedPodInfo]] = []
+        self._live: dict[str, tuple[tuple, int, str, QueuedPodInfo]] = {}
+        self._keyfn = keyfn
+        self._n = 0
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._live
+
+    def get(self, key: str) -> QueuedPodInfo | None:
+        e = self._live.get(key)
+        return None if e is None else e[3]
+
+    def peek(self) -> QueuedPodInfo | None:
+        heap, live = self._heap, self._live
+        while heap and live.get(heap[0][2]) is not heap[0]:
+            heapq.heappop(heap)
+        return heap[0][3] if heap else None
+
+    def list(self) -> list[QueuedPodInfo]:
+        return [e[3] for e in self._live.values()]
+
+    def add_or_update(self, item: QueuedPodInfo) -> None:
+        k = self._keyfn(item)
+        self._n += 1
+        e = (k, self._n, item.key, item)
+        self._live[item.key] = e
+        heapq.heappush(self._heap, e)
+        self._compact()
+
+    def pop(self) -> QueuedPodInfo | None:
+        heap, live = self._heap, self._live
+        while heap:
+            e = heapq.heappop(heap)
+            if live.get(e[2]) is e:
+                del live[e[2]]
+                return e[3]
+        return None
+
+    def delete(self, key: str) -> QueuedPodInfo | None:
+        e = self._live.pop(key, None)
+        if e is None:
+            return None
+        self._compact()
+        return e[3]
+
+    def _compact(self) -> None:
+        if len(self._heap) > 2 * len(self._live) + 64:
+            self._heap = list(self._live.values())
+            heapq.heapify(self._heap)
 
 
 _Group = tuple[str, frozenset[str]]
@@ -682,7 +734,7 @@ class SchedulingQueue:
 
         sort_key = next(iter(self._profiles.values())).sort_key
         if sort_key is not None:
-            self._active = _Heap(active_lt, lambda p: (*sort_key(p), p.seq))
+            self._active: _Heap | _KeyedHeap = _KeyedHeap(lambda p: (*sort_key(p), p.seq))
         else:
             self._active = _Heap(active_lt)
         self._backoff = _Heap(self._backoff_lt_with_priority if pop_from_backoff else self._backoff_lt)

@@ -6,6 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kubeplane.scheduler.framework.types import (
     UNSCHEDULABLE_TIMEOUT,
@@ -820,3 +822,35 @@ def test_crashing_pre_enqueue_gates_the_pod() -> None:
     q.add(mkpod("a"))
     info = q.get(mkpod("a"))
     assert info is not None and info.gating_plugin == "Crash" and "Crash" in info.unschedulable_plugins
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "add", "add", "delete", "pop", "peek"]),
+                          st.integers(0, 11), st.integers(-2, 2)), max_size=300))
+def test_keyed_heap_matches_a_sorted_model(ops: list[tuple[str, int, int]]) -> None:
+    """activeQ's heap under random adds, updates, deletes, pops and peeks (with
+    stale entries piling up and compactions) answers as a sorted dict would."""
+    from kubeplane.scheduler.queue import QueuedPodInfo, _KeyedHeap
+
+    heap = _KeyedHeap(lambda p: (-p.priority, p.seq))
+    model: dict[str, tuple[int, int]] = {}
+    seq = 0
+    for op, i, prio in ops:
+        key = f"default/p{i}"
+        if op == "add":
+            seq += 1
+            heap.add_or_update(QueuedPodInfo(mkpod(f"p{i}", prio=prio), seq=seq))
+            model[key] = (-prio, seq)
+        elif op == "delete":
+            got = heap.delete(key)
+            assert (got is None) == (key not in model)
+            model.pop(key, None)
+        else:
+            want = min(model, key=model.__getitem__) if model else None
+            got = heap.pop() if op == "pop" else heap.peek()
+            assert (got.key if got else None) == want
+            if op == "pop" and want is not None:
+                del model[want]
+        assert len(heap) == len(model) and sorted(p.key for p in heap.list()) == sorted(model)
+        assert all((k in heap) and heap.get(k).key == k for k in model)
+        assert len(heap._heap) <= 2 * len(model) + 65
