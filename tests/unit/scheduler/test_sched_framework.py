@@ -398,3 +398,15 @@ def test_snapshot_lister_through_handle() -> None:
     f = Framework(in_tree_registry(), None, h)
     assert [ni.name for ni in f.handle.node_infos()] == ["a", "b"]
     assert h.framework is f
+
+
+def test_skip_status_is_shared_and_read_only() -> None:
+    from kubeplane.scheduler.framework.types import Code, Status
+
+    s = Status.skip()
+    assert s is Status.skip() and s.is_skip() and s == Status(Code.SKIP) and s.message() == ""
+    with pytest.raises(AttributeError):
+        s.plugin = "SomePlugin"
+    with pytest.raises(AttributeError):
+        s.with_plugin("SomePlugin")
+    assert s.plugin == "" and Status.skip().plugin == ""

@@ -55,7 +55,8 @@ class Status:
 
     @classmethod
     def skip(cls) -> "Status":
-        return cls(Code.SKIP)
+        """The shared, read-only Skip status (plugins return it on every cycle)."""
+        return _SKIP
 
     @classmethod
     def wait(cls, plugin: str = "") -> "Status":
@@ -83,6 +84,34 @@ class Status:
     def with_plugin(self, plugin: str) -> "Status":
         self.plugin = plugin
         return self
+
+
+class _ReadOnlyStatus(Status):
+    """A status shared by every caller: setting a field raises."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a shared {_CODE_NAME.get(self.code, self.code)} status is read-only")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Status):
+            return NotImplemented
+        return (self.code, self.reasons, self.plugin, self.error) == (
+            other.code, other.reasons, other.plugin, other.error)
+
+    __hash__ = None  # type: ignore[assignment]  # as Status: mutable, unhashable
+
+
+def _read_only(code: Code) -> Status:
+    s = object.__new__(_ReadOnlyStatus)
+    for name, value in (("code", code), ("reasons", []), ("plugin", ""), ("error", None)):
+        object.__setattr__(s, name, value)
+    return s
+
+
+_CODE_NAME = {Code.SKIP: "Skip"}
+_SKIP = _read_only(Code.SKIP)
 
 
 def is_success(s: Optional[Status]) -> bool:
