@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import random
 import string
+import time
 from typing import Any, Callable
 
 import orjson
@@ -25,6 +27,40 @@ _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_UTC)
 _ONE_SECOND = _dt.timedelta(seconds=1)
 #: the last formatted second: (whole seconds since the epoch, text)
 _last_formatted: tuple[int, str] = (-1 << 62, "")
+
+
+def now_text() -> str:
+    """``format_time(utcnow())`` read from ``time.time()``: the current second's
+    text is made once."""
+    global _last_formatted
+    second = int(time.time())
+    last = _last_formatted
+    if last[0] == second:
+        return last[1]
+    text = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
+    _last_formatted = (second, text)
+    return text
+
+
+#: random bytes for uids, drawn from the OS in blocks
+_uid_pool = b""
+_uid_pos = 0
+_UID_BLOCK = 16 * 256
+
+
+def new_uid() -> str:
+    """A random (version 4) UUID in its text form, as ``str(uuid.uuid4())``
+    gives, from a block of OS randomness drawn once per 256 uids."""
+    global _uid_pool, _uid_pos
+    if _uid_pos >= len(_uid_pool):
+        _uid_pool = os.urandom(_UID_BLOCK)
+        _uid_pos = 0
+    n = int.from_bytes(_uid_pool[_uid_pos:_uid_pos + 16], "big")
+    _uid_pos += 16
+    # version 4, variant 10xx (RFC 4122)
+    n = (n & ~(0xF000 << 64) | (0x4000 << 64)) & ~(0xC000 << 48) | (0x8000 << 48)
+    h = f"{n:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def format_time(t: _dt.datetime) -> str:

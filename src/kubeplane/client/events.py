@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import uuid
+import time
 from typing import Any
 
 from kubeplane.api.errors import StatusError
-from kubeplane.api.meta import format_time, utcnow
+from kubeplane.api.meta import now_text
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
 
@@ -82,10 +82,11 @@ class EventRecorder:
             self.dropped += 1
             log.debug("%s: event queue full, dropping %s event for %s", self.component, reason, md.get("name"))
             return
-        now = format_time(utcnow())
+        now = now_text()
         ev: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{md.get('name') or 'unknown'}.{uuid.uuid4().hex[:16]}",
+            # As upstream's recorder: the object's name and the time in nanoseconds, in hex.
+            "metadata": {"name": f"{md.get('name') or 'unknown'}.{time.time_ns():x}",
                          "namespace": md.get("namespace") or "default"},
             "involvedObject": _reference(obj, self.kind, self.api_version),
             "reason": reason, "message": message, "type": type_,

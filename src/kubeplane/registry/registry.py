@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
@@ -21,7 +20,7 @@ import orjson
 
 from kubeplane.api import errors
 from kubeplane.api.errors import StatusError
-from kubeplane.api.meta import deep_copy, format_time, random_suffix, utcnow
+from kubeplane.api.meta import deep_copy, format_time, new_uid, now_text, random_suffix, utcnow
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
 from kubeplane.registry.strategies import DEFAULT_CLASS_ANNOTATION, Strategy, strategy_for
 from kubeplane.storage.interface import (
@@ -118,7 +117,7 @@ class Registry:
         return s
 
     def _now(self) -> str:
-        return format_time(self.clock())
+        return now_text() if self.clock is utcnow else format_time(self.clock())
 
     def _key(self, res: ResourceInfo, name: str, namespace: str | None) -> str:
         if res.namespaced and not namespace:
@@ -323,7 +322,7 @@ class Registry:
         self._validate(res, obj, None)
         if res.namespaced:
             await self._check_namespace_usable(res, md["namespace"])
-        md["uid"] = str(uuid.uuid4())
+        md["uid"] = new_uid()
         if _track_fields and field_manager is not None:
             self._track_managed_fields(res, None, obj, field_manager)
         key = res.storage_key(md["name"], md.get("namespace"))
