@@ -265,6 +265,38 @@ def test_create_fast_path_matches_general_tracking():
     assert other is not trees[0] and other["f:metadata"] == {"f:labels": {".": {}, "f:x": {}}}
 
 
+def test_owned_fields_of_objects_differing_in_values_share_levels_not_values() -> None:
+    """Pods that differ only in values (each its own claim and node) get the
+    reference FieldsV1 every time, through memos of their levels' shapes; the
+    memo by JSON text admits a value on its second sight only, so values seen
+    once do not push out the shared ones."""
+    from kubeplane.api import apply as ssa
+
+    def pod(i: int) -> dict:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "default"},
+                "spec": {"nodeName": f"n{i}", "containers": [{"name": "c", "image": "i"}],
+                         "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": f"claim-{i}"}}],
+                         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                             "nodeSelectorTerms": [{"matchExpressions": [
+                                 {"key": "k", "operator": "In", "values": [f"z{i}"]}]}]}}}}}
+
+    schema = ssa._schema_of(pod(0))
+    want = ssa.fields_to_v1(ssa._tracked(ssa._flatten(pod(0), schema), ""))
+    trees = [ssa._owned_fields_v1(pod(i), schema, "") for i in range(200)]
+    assert all(orjson.dumps(t) == orjson.dumps(want) for t in trees)
+    assert trees[0] is trees[-1]  # one shape, one shared tree
+
+    def memoized(value: bytes) -> bool:
+        return any(value in k[4] for k in ssa._owned_memo)
+
+    # each pod's volumes and affinity were seen once: none of them entered the memo
+    assert not any(memoized(f'"claim-{i}"'.encode()) or memoized(f'"z{i}"'.encode()) for i in range(200))
+    # a value seen twice is admitted (objects made from one template)
+    ssa._owned_fields_v1(pod(7), schema, "")
+    assert memoized(b'"claim-7"') and memoized(b'"z7"')
+    assert orjson.dumps(ssa._owned_fields_v1(pod(7), schema, "")) == orjson.dumps(want)
+
+
 def _reference_compare(old, new, schema, sub):
     """The straightforward comparison: flatten both objects completely."""
     from kubeplane.api import apply as ssa

@@ -725,13 +725,25 @@ def _esc(el: str) -> str:
 
 def _level_text(children: dict[str, str], member: bool) -> str:
     """One level of a FieldsV1 tree as JSON text: the ``"."`` member entry first when
-    ``member`` and there are children, then the children in element order."""
+    ``member`` and there are children, then the children in element order.
+
+    Memoized by the children's texts: objects that differ only in values (each
+    pod's claim name, each volume's node) have levels of the same shape."""
     if not children:
         return _EMPTY
-    parts = ['".":{}'] if member else []
-    for el in sorted(children, key=_element_order):
-        parts.append(f"{_esc(el)}:{children[el]}")
-    return "{" + ",".join(parts) + "}"
+    key = (member, *children.items())
+    hit = _level_memo.get(key)
+    if hit is None:
+        parts = ['".":{}'] if member else []
+        for el in sorted(children, key=_element_order):
+            parts.append(f"{_esc(el)}:{children[el]}")
+        hit = "{" + ",".join(parts) + "}"
+        _memo_put(_level_memo, key, hit)
+    return hit
+
+
+#: level texts by (member, children's (element, text) pairs), see _level_text
+_level_memo: dict[tuple, str] = {}
 
 
 def _owned_text(v: Any, last: str, spath: PathT, schema: _Schema) -> str:
@@ -795,8 +807,18 @@ def _memoized(v: Any, spath: PathT, member: bool, schema: _Schema, render: Any, 
     hit = _owned_memo.get(key)
     if hit is None:
         hit = render(v, spath, member, schema, arg)
-        _memo_put(_owned_memo, key, hit)
+        # Admitted on the second sight only: values seen once (a claim name, a
+        # node name) would push out the ones objects share.
+        h = hash(key)
+        if h in _owned_seen:
+            _memo_put(_owned_memo, key, hit)
+        else:
+            _memo_put(_owned_seen, h, None)
     return hit
+
+
+#: hashes of _owned_memo keys seen once
+_owned_seen: dict[int, None] = {}
 
 
 def track_update(
