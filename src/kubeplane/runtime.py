@@ -1,9 +1,10 @@
-"""Process-wide runtime settings of the long-running kubeplane commands, and
-an event-loop fairness helper."""
+"""Process-wide runtime settings of the long-running kubeplane commands, an
+event-loop fairness helper and per-key turn-taking for coroutines."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 
 #: allocations between two young-generation collections, and how many
@@ -42,3 +43,56 @@ async def yield_while_ready(max_passes: int) -> int:
         passes += 1
         await asyncio.sleep(0)
     return passes
+
+
+class KeyedTurns:
+    """Per-key mutual exclusion for coroutines, first come first served.
+
+    ``await turns.acquire(key)`` returns once the caller's turn for ``key``
+    has come; ``turns.release(key)`` hands the turn to the next waiter (or
+    forgets the key). The common case, nobody else on the key, allocates
+    nothing but a dict entry: no lock object, no context manager. A waiter
+    cancelled before its turn leaves the line; one cancelled just after its
+    turn was handed over passes the turn on.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        #: key -> waiters (None while held with nobody waiting)
+        self._held: dict[object, "collections.deque[asyncio.Future[None]] | None"] = {}
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    async def acquire(self, key: object) -> None:
+        held = self._held
+        if key not in held:
+            held[key] = None
+            return
+        waiters = held[key]
+        if waiters is None:
+            waiters = held[key] = collections.deque()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release(key)  # the turn had come: pass it on
+            else:
+                try:
+                    waiters.remove(fut)
+                except ValueError:
+                    pass
+            raise
+
+    def release(self, key: object) -> None:
+        held = self._held
+        waiters = held.get(key)
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        del held[key]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from kubeplane.runtime import yield_while_ready
+import pytest
+
+from kubeplane.runtime import KeyedTurns, yield_while_ready
 
 
 async def _chain(steps: int, done: list[int]) -> None:
@@ -51,3 +53,67 @@ async def test_a_busy_loop_holds_the_caller_back_at_most_max_passes():
 
 async def test_an_idle_loop_costs_no_pass():
     assert await yield_while_ready(8) == 0
+
+
+async def test_keyed_turns_one_holder_per_key_in_arrival_order():
+    turns = KeyedTurns()
+    log: list[str] = []
+
+    async def worker(key: str, name: str) -> None:
+        await turns.acquire(key)
+        try:
+            log.append(f"{name}+")
+            await asyncio.sleep(0.001)
+            log.append(f"{name}-")
+        finally:
+            turns.release(key)
+
+    await asyncio.gather(*(worker("a", f"a{i}") for i in range(4)), worker("b", "b0"))
+    a_events = [e for e in log if e.startswith("a")]
+    assert a_events == ["a0+", "a0-", "a1+", "a1-", "a2+", "a2-", "a3+", "a3-"]
+    # another key does not wait for "a"
+    assert log.index("b0+") < log.index("a0-")
+    assert len(turns) == 0  # every key forgotten
+
+
+async def test_keyed_turns_a_waiter_cancelled_before_its_turn_leaves_the_line():
+    turns = KeyedTurns()
+    await turns.acquire("k")
+    got: list[str] = []
+
+    async def wait(name: str) -> None:
+        await turns.acquire("k")
+        got.append(name)
+        turns.release("k")
+
+    first = asyncio.create_task(wait("first"))
+    second = asyncio.create_task(wait("second"))
+    await asyncio.sleep(0)
+    first.cancel()
+    await asyncio.sleep(0)
+    turns.release("k")
+    await second
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert got == ["second"] and len(turns) == 0
+
+
+async def test_keyed_turns_a_waiter_cancelled_after_its_turn_came_passes_it_on():
+    turns = KeyedTurns()
+    await turns.acquire("k")
+    got: list[str] = []
+
+    async def wait(name: str) -> None:
+        await turns.acquire("k")
+        got.append(name)
+        turns.release("k")
+
+    first = asyncio.create_task(wait("first"))
+    second = asyncio.create_task(wait("second"))
+    await asyncio.sleep(0)
+    turns.release("k")  # the turn goes to "first" ...
+    first.cancel()  # ... which is cancelled before it runs
+    await asyncio.wait_for(second, 2)
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert got == ["second"] and len(turns) == 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
@@ -23,6 +22,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy, format_time, new_uid, now_text, random_suffix, utcnow
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
 from kubeplane.registry.strategies import DEFAULT_CLASS_ANNOTATION, Strategy, strategy_for
+from kubeplane.runtime import KeyedTurns
 from kubeplane.storage.interface import (
     CompactedError,
     FutureRevisionError,
@@ -106,7 +106,8 @@ class Registry:
         self._strategies: dict[tuple[str, str], Strategy] = {}
         self._validator = validator if validator is not None else _default_validator()
         self._background: set[asyncio.Task] = set()
-        self._locks: dict[str, list] = {}
+        #: writers of one key take turns (see _update_loop)
+        self._turns = KeyedTurns()
 
     # -- helpers -----------------------------------------------------------
 
@@ -443,25 +444,14 @@ class Registry:
         exhausting their retries; the revision check still guards against
         writers elsewhere.
         """
-        async with self._key_lock(key):
+        await self._turns.acquire(key)
+        try:
             return await self._update_locked(
                 res, key, name, mutate, want_rv=want_rv, subresource=subresource, dry_run=dry_run,
                 field_manager=field_manager, create_if_missing=create_if_missing,
             )
-
-    @contextlib.asynccontextmanager
-    async def _key_lock(self, key: str):
-        entry = self._locks.get(key)
-        if entry is None:
-            entry = self._locks[key] = [asyncio.Lock(), 0]
-        entry[1] += 1
-        try:
-            async with entry[0]:
-                yield
         finally:
-            entry[1] -= 1
-            if entry[1] == 0:
-                del self._locks[key]
+            self._turns.release(key)
 
     async def _update_locked(
         self,
