@@ -44,3 +44,20 @@ def test_now_text_is_the_current_second_as_format_time_writes_it() -> None:
         assert meta.format_time(meta._EPOCH) == "1970-01-01T00:00:00Z"
         assert meta.now_text() >= text
         time.sleep(0.4)
+
+
+def test_new_uid_from_several_threads_never_repeats() -> None:
+    import threading
+
+    out: list[list[str]] = [[] for _ in range(4)]
+
+    def take(i: int) -> None:
+        out[i].extend(meta.new_uid() for _ in range(2000))
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [u for part in out for u in part]
+    assert len(set(every)) == len(every) == 8000

@@ -6,6 +6,7 @@ import datetime as _dt
 import os
 import random
 import string
+import threading
 import time
 from typing import Any, Callable
 
@@ -46,21 +47,24 @@ def now_text() -> str:
 _uid_pool = b""
 _uid_pos = 0
 _UID_BLOCK = 16 * 256
+_uid_lock = threading.Lock()
 
 
 def new_uid() -> str:
     """A random (version 4) UUID in its text form, as ``str(uuid.uuid4())``
     gives, from a block of OS randomness drawn once per 256 uids."""
     global _uid_pool, _uid_pos
-    if _uid_pos >= len(_uid_pool):
-        _uid_pool = os.urandom(_UID_BLOCK)
-        _uid_pos = 0
-    n = int.from_bytes(_uid_pool[_uid_pos:_uid_pos + 16], "big")
-    _uid_pos += 16
-    # version 4, variant 10xx (RFC 4122)
-    n = (n & ~(0xF000 << 64) | (0x4000 << 64)) & ~(0xC000 << 48) | (0x8000 << 48)
-    h = f"{n:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    with _uid_lock:
+        if _uid_pos >= len(_uid_pool):
+            _uid_pool = os.urandom(_UID_BLOCK)
+            _uid_pos = 0
+        h = _uid_pool[_uid_pos:_uid_pos + 16].hex()
+        _uid_pos += 16
+    # version 4 (the 13th digit), variant 10xx (the top bits of the 17th)
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT_DIGIT[h[16]]}{h[17:20]}-{h[20:]}"
+
+
+_VARIANT_DIGIT = {f"{d:x}": "89ab"[d & 3] for d in range(16)}
 
 
 def format_time(t: _dt.datetime) -> str:

@@ -92,7 +92,7 @@ class _ReadOnlyStatus(Status):
     __slots__ = ()
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"a shared {_CODE_NAME.get(self.code, self.code)} status is read-only")
+        raise AttributeError(f"the shared {self.code.name} status is read-only")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Status):
@@ -110,7 +110,6 @@ def _read_only(code: Code) -> Status:
     return s
 
 
-_CODE_NAME = {Code.SKIP: "Skip"}
 _SKIP = _read_only(Code.SKIP)
 
 
