@@ -76,7 +76,9 @@ async def test_keyed_turns_one_holder_per_key_in_arrival_order():
     assert len(turns) == 0  # every key forgotten
 
 
-async def test_keyed_turns_a_waiter_cancelled_before_its_turn_leaves_the_line():
+async def _two_waiters_behind_a_holder() -> tuple[KeyedTurns, list[str], asyncio.Task, asyncio.Task]:
+    """Key "k" held; tasks "first" and "second" waiting for it, in that order
+    (each records its name once its turn comes, then releases)."""
     turns = KeyedTurns()
     await turns.acquire("k")
     got: list[str] = []
@@ -89,28 +91,22 @@ async def test_keyed_turns_a_waiter_cancelled_before_its_turn_leaves_the_line():
     first = asyncio.create_task(wait("first"))
     second = asyncio.create_task(wait("second"))
     await asyncio.sleep(0)
+    return turns, got, first, second
+
+
+async def test_keyed_turns_a_waiter_cancelled_before_its_turn_leaves_the_line():
+    turns, got, first, second = await _two_waiters_behind_a_holder()
     first.cancel()
     await asyncio.sleep(0)
     turns.release("k")
-    await second
+    await asyncio.wait_for(second, 2)
     with pytest.raises(asyncio.CancelledError):
         await first
     assert got == ["second"] and len(turns) == 0
 
 
 async def test_keyed_turns_a_waiter_cancelled_after_its_turn_came_passes_it_on():
-    turns = KeyedTurns()
-    await turns.acquire("k")
-    got: list[str] = []
-
-    async def wait(name: str) -> None:
-        await turns.acquire("k")
-        got.append(name)
-        turns.release("k")
-
-    first = asyncio.create_task(wait("first"))
-    second = asyncio.create_task(wait("second"))
-    await asyncio.sleep(0)
+    turns, got, first, second = await _two_waiters_behind_a_holder()
     turns.release("k")  # the turn goes to "first" ...
     first.cancel()  # ... which is cancelled before it runs
     await asyncio.wait_for(second, 2)
