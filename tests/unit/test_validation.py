@@ -895,3 +895,27 @@ def test_same_json_tells_apart_values_python_calls_equal() -> None:
         assert not same_json(a, b) and not same_json(b, a)
     for a, b in [("x", "x"), (7, 7), (True, True), (1.5, 1.5), ({"a": [1, "b"]}, {"a": [1, "b"]})]:
         assert same_json(a, b)
+
+
+@pytest.mark.parametrize("containers,init,want", [
+    ([{}], [], "BestEffort"),
+    ([{"requests": {"cpu": "0", "memory": "0Mi"}, "limits": {"cpu": "0.0"}}], [], "BestEffort"),  # zero is unset
+    ([{"requests": {"cpu": "100m"}}], [], "Burstable"),
+    ([{"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1000m", "memory": "1024Mi"}}], [],
+     "Guaranteed"),  # equal quantities written differently
+    ([{"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}], [], "Burstable"),
+    ([{"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}, {}], [], "Burstable"),
+    ([{"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}],
+     [{"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}], "Guaranteed"),
+    ([{"limits": {"cpu": "1"}}], [], "Burstable"),  # memory not limited
+    ([{"requests": {"ephemeral-storage": "1Gi"}}], [], "BestEffort"),  # not a QoS resource
+    ([{"requests": {"cpu": "not-a-quantity"}}], [], "BestEffort"),  # left to validation
+])
+def test_pod_qos_class_as_upstream(containers, init, want) -> None:
+    from kubeplane.registry.strategies import pod_qos_class
+
+    def c(res: dict) -> dict:
+        return {"name": "c", "image": "i", "resources": res}
+
+    spec = {"containers": [c(r) for r in containers], "initContainers": [c(r) for r in init]}
+    assert pod_qos_class(spec) == want

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+from fractions import Fraction
 from typing import Any, Callable
 
+from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import ResourceInfo
 
 Obj = dict[str, Any]
@@ -126,30 +128,45 @@ def default_pod_spec(spec: Obj) -> None:
             v["emptyDir"] = {}
 
 
-def _quantity_positive(q: Any) -> bool:
-    s = str(q).strip()
-    return bool(s) and s not in ("0", "0m") and not s.startswith("-")
+def _positive_quantities(resources: Any) -> dict[str, Fraction]:
+    """The cpu and memory quantities above zero in a requests or limits map
+    (values that do not parse are left out: validation rejects them)."""
+    out: dict[str, Fraction] = {}
+    if isinstance(resources, dict):
+        for name in ("cpu", "memory"):
+            if name in resources:
+                try:
+                    value = parse_quantity(resources[name])
+                except (TypeError, ValueError):
+                    continue
+                if value > 0:
+                    out[name] = value
+    return out
 
 
 def pod_qos_class(spec: Obj) -> str:
-    """Guaranteed / Burstable / BestEffort from cpu and memory requests and limits."""
-    containers = list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
-    any_set = False
+    """Guaranteed / Burstable / BestEffort as upstream computes it: from the cpu
+    and memory requests and limits above zero, summed over the containers and
+    init containers. Guaranteed needs every container to limit both, and the
+    summed requests to equal the summed limits."""
+    requests: dict[str, Fraction] = {}
+    limits: dict[str, Fraction] = {}
     guaranteed = True
-    for c in containers:
-        res = (c or {}).get("resources") or {}
-        req = res.get("requests") or {}
-        lim = res.get("limits") or {}
-        for r in ("cpu", "memory"):
-            if _quantity_positive(req.get(r, "0")) or _quantity_positive(lim.get(r, "0")):
-                any_set = True
-            if not _quantity_positive(lim.get(r, "0")):
-                guaranteed = False
-            elif r in req and str(req[r]) != str(lim[r]):
-                guaranteed = False
-    if not any_set:
+    for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
+        res = c.get("resources") if isinstance(c, dict) else None
+        res = res if isinstance(res, dict) else {}
+        for name, value in _positive_quantities(res.get("requests")).items():
+            requests[name] = requests.get(name, 0) + value
+        found = _positive_quantities(res.get("limits"))
+        for name, value in found.items():
+            limits[name] = limits.get(name, 0) + value
+        if len(found) < 2:
+            guaranteed = False
+    if not requests and not limits:
         return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
+    if guaranteed and len(requests) == len(limits) and all(limits.get(n) == v for n, v in requests.items()):
+        return "Guaranteed"
+    return "Burstable"
 
 
 class PodStrategy(Strategy):
