@@ -139,8 +139,18 @@ def _positive_quantities(resources: Any) -> dict[str, Fraction]:
                     value = parse_quantity(resources[name])
                 except (TypeError, ValueError):
                     continue
-                if value > 0:
+                if value.numerator > 0:
                     out[name] = value
+    return out
+
+
+def _sums(per_container: list[dict[str, Fraction]]) -> dict[str, Fraction]:
+    if len(per_container) == 1:
+        return per_container[0]  # one container: no Fraction arithmetic
+    out: dict[str, Fraction] = {}
+    for found in per_container:
+        for name, value in found.items():
+            out[name] = out[name] + value if name in out else value
     return out
 
 
@@ -149,21 +159,17 @@ def pod_qos_class(spec: Obj) -> str:
     and memory requests and limits above zero, summed over the containers and
     init containers. Guaranteed needs every container to limit both, and the
     summed requests to equal the summed limits."""
-    requests: dict[str, Fraction] = {}
-    limits: dict[str, Fraction] = {}
-    guaranteed = True
+    all_requests: list[dict[str, Fraction]] = []
+    all_limits: list[dict[str, Fraction]] = []
     for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
         res = c.get("resources") if isinstance(c, dict) else None
         res = res if isinstance(res, dict) else {}
-        for name, value in _positive_quantities(res.get("requests")).items():
-            requests[name] = requests.get(name, 0) + value
-        found = _positive_quantities(res.get("limits"))
-        for name, value in found.items():
-            limits[name] = limits.get(name, 0) + value
-        if len(found) < 2:
-            guaranteed = False
+        all_requests.append(_positive_quantities(res.get("requests")))
+        all_limits.append(_positive_quantities(res.get("limits")))
+    requests, limits = _sums(all_requests), _sums(all_limits)
     if not requests and not limits:
         return "BestEffort"
+    guaranteed = all(len(found) == 2 for found in all_limits)
     if guaranteed and len(requests) == len(limits) and all(limits.get(n) == v for n, v in requests.items()):
         return "Guaranteed"
     return "Burstable"
