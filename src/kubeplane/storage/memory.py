@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Literal
+
+from sortedcontainers import SortedList
 
 from kubeplane.storage.interface import (
     CompactedError,
@@ -220,7 +221,9 @@ class MemoryCore:
         self._revision = revision
         self._compacted = revision
         self._current: dict[str, KeyValue] = {kv.key: kv for kv in items}
-        self._keys: list[str] = sorted(self._current)
+        # Sorted for range reads; a SortedList inserts in O(log n) where a
+        # plain list moves every later key on each create.
+        self._keys: SortedList = SortedList(self._current)
         # _log[i].revision == _compacted + 1 + i: one change per revision.
         self._log: list[Change] = []
         self._history = history
@@ -255,14 +258,14 @@ class MemoryCore:
 
     def _key_range(self, prefix: str, start_after: str) -> tuple[int, int]:
         keys = self._keys
-        lo = bisect_left(keys, prefix)
+        lo = keys.bisect_left(prefix)
         if start_after:
-            lo = max(lo, bisect_right(keys, start_after))
+            lo = max(lo, keys.bisect_right(start_after))
         end = _prefix_end(prefix) if prefix else None
         if not prefix:
             hi = len(keys)
         elif end is not None:
-            hi = bisect_left(keys, end, lo)
+            hi = keys.bisect_left(end)
         else:
             hi = lo
             while hi < len(keys) and keys[hi].startswith(prefix):
@@ -277,7 +280,7 @@ class MemoryCore:
             more = bool(limit) and hi - lo > limit
             if more:
                 hi = lo + limit
-            return ListResult([cur[k] for k in self._keys[lo:hi]], at, more)
+            return ListResult([cur[k] for k in self._keys.islice(lo, hi)], at, more)
         # Undo the changes after ``at``: the oldest one per key gives its state at ``at``.
         overrides: dict[str, KeyValue | None] = {}
         log = self._log
@@ -287,7 +290,7 @@ class MemoryCore:
             if k.startswith(prefix) and k > start_after:
                 overrides[k] = ch.prev
         cur = self._current
-        live: Iterator[str] = (k for k in self._keys[lo:hi] if k not in overrides)
+        live: Iterator[str] = (k for k in self._keys.islice(lo, hi) if k not in overrides)
         extra = sorted(k for k, kv in overrides.items() if kv is not None)
         merged = heapq.merge(live, extra)
         take = itertools.islice(merged, limit + 1) if limit else merged
@@ -309,11 +312,10 @@ class MemoryCore:
         key = change.key
         if change.new is None:
             del self._current[key]
-            i = bisect_left(self._keys, key)
-            del self._keys[i]
+            self._keys.remove(key)
         else:
             if key not in self._current:
-                insort(self._keys, key)
+                self._keys.add(key)
             self._current[key] = change.new
         self._revision = change.revision
         self._log.append(change)
