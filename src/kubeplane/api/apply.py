@@ -682,18 +682,26 @@ def _owned_fields_v1(obj: dict, schema: _Schema, subresource: str) -> dict[str, 
     schema path and key sequence, other maps and lists once per JSON text.
     """
     top: dict[str, str] = {}
+    status = subresource == "status"
     for k, child in obj.items():
-        if k in ("apiVersion", "kind"):
+        if k in _TYPE_KEYS or status != (k == "status"):
             continue
-        if (subresource == "status") != (k == "status"):
-            continue
-        if k == "metadata" and isinstance(child, dict):
-            kept = {f"f:{mk}": _owned_text(mv, f"f:{mk}", ("metadata", mk), schema) for mk, mv in child.items()
-                    if ("f:metadata", f"f:{mk}") not in _STRIPPED_TREE_SET}
-            if kept:
-                top["f:metadata"] = _level_text(kept, False)
-            continue
-        top[f"f:{k}"] = _owned_text(child, f"f:{k}", (k,), schema)
+        fk = _FIELD_KEYS.get(k) or _field_key(k)
+        if isinstance(child, dict):
+            if k == "metadata":
+                kept = {}
+                for mk, mv in child.items():
+                    if mk not in _STRIPPED_META:
+                        fmk = _FIELD_KEYS.get(mk) or _field_key(mk)
+                        kept[fmk] = _owned_text(mv, fmk, ("metadata", mk), schema)
+                if kept:
+                    top["f:metadata"] = _level_text(kept, False)
+                continue
+            top[fk] = _owned_text(child, fk, (k,), schema)
+        elif isinstance(child, list):
+            top[fk] = _owned_text(child, fk, (k,), schema)
+        else:
+            top[fk] = _EMPTY
     # Objects of one kind written alike (the events of a recorder, the pods of a
     # template) end in the same top level: one decoded tree, shared (stored
     # objects are never modified in place).
@@ -706,6 +714,19 @@ def _owned_fields_v1(obj: dict, schema: _Schema, subresource: str) -> dict[str, 
 
 
 _EMPTY = "{}"
+_TYPE_KEYS = frozenset({"apiVersion", "kind"})
+#: metadata fields never tracked (see _STRIPPED_TREES)
+_STRIPPED_META = frozenset(path[1][2:] for path in _STRIPPED_TREES)
+#: "f:" + name, for the names objects use
+_FIELD_KEYS: dict[str, str] = {}
+
+
+def _field_key(name: str) -> str:
+    fk = "f:" + name
+    _memo_put(_FIELD_KEYS, name, fk)
+    return fk
+
+
 _SCALARS = (str, int, float, bool, type(None))
 #: decoded FieldsV1 trees of creates by (group, kind, top-level children's texts)
 _tree_memo: dict[tuple[str, str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
