@@ -10,6 +10,7 @@ from fake_client import FakeClient
 from kubeplane.api.resources import Catalogue
 from kubeplane.client.informer import (
     DeletedFinalStateUnknown,
+    HandlerRegistration,
     Indexer,
     Reflector,
     SharedInformer,
@@ -429,6 +430,33 @@ async def test_handler_exception_does_not_stop_delivery(fake):
         await until(lambda: seen == ["bad", "good"])
     finally:
         await inf.stop()
+
+
+async def test_registration_delivers_bursts_in_order_and_survives_a_restart():
+    from kubeplane.client.informer import _Notification
+
+    seen: list[tuple[str, str]] = []
+    reg = HandlerRegistration(lambda o: seen.append(("add", o["n"])),
+                              lambda old, new: seen.append(("update", new["n"])), None)
+    reg._put(_Notification("add", new={"n": "a"}))
+    reg._put(_Notification("update", old={"n": "a"}, new={"n": "b"}))
+    reg._put(_Notification("delete", old={"n": "b"}))  # no delete handler: skipped
+    assert reg.pending == 3
+    reg._start()
+    await until(lambda: reg.pending == 0)
+    assert seen == [("add", "a"), ("update", "b")]
+    # Stopped while waiting for work, then started again: nothing is lost.
+    await reg._stop()
+    reg._put(_Notification("add", new={"n": "c"}))
+    await asyncio.sleep(0)
+    assert seen[-1] == ("update", "b") and reg.pending == 1
+    reg._start()
+    for name in "def":
+        reg._put(_Notification("add", new={"n": name}))
+    reg._mark_sync()
+    assert await reg.wait_for_sync(2)
+    assert [n for _, n in seen[2:]] == ["c", "d", "e", "f"]
+    await reg._stop()
 
 
 async def test_stop_cancels_every_task(fake):

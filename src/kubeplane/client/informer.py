@@ -25,6 +25,7 @@ resourceVersions are opaque strings, compared for equality only.
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import logging
 import random
@@ -411,7 +412,10 @@ class HandlerRegistration:
         self.on_add = on_add
         self.on_update = on_update
         self.on_delete = on_delete
-        self._queue: asyncio.Queue[_Notification] = asyncio.Queue()
+        # A deque with one waiting future: delivery drains whatever has
+        # arrived, and a burst costs one wake-up instead of one per event.
+        self._queue: collections.deque[_Notification] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._synced = False
         self._sync_queued = False
@@ -431,15 +435,20 @@ class HandlerRegistration:
     @property
     def pending(self) -> int:
         """Notifications queued and not yet delivered."""
-        return self._queue.qsize()
+        return len(self._queue)
 
     def _put(self, n: _Notification) -> None:
-        self._queue.put_nowait(n)
+        self._queue.append(n)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _mark_sync(self) -> None:
         if not self._sync_queued:
             self._sync_queued = True
-            self._queue.put_nowait(_Notification("synced"))
+            self._put(_Notification("synced"))
 
     def _start(self) -> None:
         if self._task is None or self._task.done():
@@ -455,8 +464,18 @@ class HandlerRegistration:
                 pass
 
     async def _run(self) -> None:
+        queue = self._queue
+        loop = asyncio.get_running_loop()
         while True:
-            n = await self._queue.get()
+            if not queue:
+                waiter = self._waiter = loop.create_future()
+                try:
+                    await waiter
+                finally:
+                    if self._waiter is waiter:
+                        self._waiter = None
+                continue
+            n = queue.popleft()
             try:
                 if n.kind == "synced":
                     self._synced = True
@@ -471,7 +490,7 @@ class HandlerRegistration:
                 if fn is None:
                     continue
                 result = fn(*args)
-                if inspect.isawaitable(result):
+                if result is not None and inspect.isawaitable(result):
                     await result
             except asyncio.CancelledError:
                 raise
