@@ -47,6 +47,7 @@ def test_only_json_bodies_are_fresh_trees() -> None:
 
 
 PODS = resource("pods")
+PVCS = resource("persistentvolumeclaims")
 
 
 def _pod(name: str, image: str) -> dict:
@@ -122,3 +123,45 @@ async def test_binding_leaves_the_stored_version_unchanged() -> None:
     finally:
         await registry.close()
         await store.close()
+
+
+async def test_writes_leave_no_reference_cycles() -> None:
+    """Creates, updates, status updates, merge patches and server-side applies
+    free what they build by reference counting: the garbage collector finds
+    nothing unreachable afterwards (a nested walk that calls itself is such a
+    cycle, and it keeps everything it built alive until a collection)."""
+    import gc
+
+    from kubeplane.bench.workloads import pod_with_claim, pvc_wffc
+
+    store = MemoryStore()
+    registry = Registry(store, CATALOGUE)
+    await ensure_default_namespaces(registry)
+    client = InProcessClient(registry, copies=False)
+
+    async def writes(i: int) -> None:
+        claim = await client.create(PVCS, pvc_wffc(f"pvc-{i}", "csi"), "default")
+        await client.create(PODS, pod_with_claim(f"pod-{i}", f"pvc-{i}"), "default")
+        c = copy.deepcopy(claim)
+        c["metadata"].setdefault("annotations", {})["volume.kubernetes.io/selected-node"] = "node-1"
+        claim = await client.update(PVCS, c, field_manager="scheduler")
+        c = copy.deepcopy(claim)
+        c["status"] = {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}
+        await client.update(PVCS, c, subresource="status", field_manager="pv-controller")
+        await client.patch(PODS, f"pod-{i}", {"metadata": {"labels": {"x": str(i)}}}, "default",
+                           patch_type="merge", field_manager="kubectl")
+        applied = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pod-{i}", "labels": {"y": "1"}}}
+        await client.patch(PODS, f"pod-{i}", applied, "default", patch_type="apply", field_manager="tool",
+                           force=True)
+
+    await writes(0)  # first use fills caches and memos
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(1, 6):
+            await writes(i)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    await registry.close()
+    await store.close()

@@ -98,34 +98,40 @@ def fields_to_v1(paths: Iterable[PathT]) -> dict[str, Any]:
             node = node.setdefault(el, {})
         members.add(path)
 
-    def render(node: dict[str, Any], prefix: PathT) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if node and prefix in members:
-            out["."] = {}
-        for el in sorted(node, key=_element_order):
-            out[el] = render(node[el], prefix + (el,))
-        return out
+    return _render_v1(tree, (), members)
 
-    return render(tree, ())
+
+# The walks below are module functions rather than nested ones: a nested
+# function that calls itself is a reference cycle, which only the garbage
+# collector frees, and it would keep everything it built alive until then.
+
+
+def _render_v1(node: dict[str, Any], prefix: PathT, members: set[PathT]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if node and prefix in members:
+        out["."] = {}
+    for el in sorted(node, key=_element_order):
+        out[el] = _render_v1(node[el], prefix + (el,), members)
+    return out
 
 
 def fields_from_v1(tree: Any) -> set[PathT]:
     """Decode a FieldsV1 object into a path set."""
     paths: set[PathT] = set()
-
-    def walk(node: dict[str, Any], prefix: PathT) -> None:
-        for el, child in node.items():
-            if el == ".":
-                continue
-            path = prefix + (el,)
-            if not isinstance(child, dict) or not child or "." in child:
-                paths.add(path)
-            if isinstance(child, dict):
-                walk(child, path)
-
     if isinstance(tree, dict):
-        walk(tree, ())
+        _paths_of_v1(tree, (), paths)
     return paths
+
+
+def _paths_of_v1(node: dict[str, Any], prefix: PathT, paths: set[PathT]) -> None:
+    for el, child in node.items():
+        if el == ".":
+            continue
+        path = prefix + (el,)
+        if not isinstance(child, dict) or not child or "." in child:
+            paths.add(path)
+        if isinstance(child, dict):
+            _paths_of_v1(child, path, paths)
 
 
 # ---------------------------------------------------------------------------
@@ -191,6 +197,8 @@ def _keyed(items: list, schema: _Schema, strategy: ListStrategy) -> bool:
 
 _LEAF = "leaf"
 _NODE = "node"
+_NODE_ENTRY = (_NODE, None)
+_SET_MEMBER_ENTRY = (_LEAF, None)
 
 
 def _flatten(value: dict, schema: _Schema) -> dict[PathT, tuple[str, Any]]:
@@ -203,30 +211,27 @@ def _flatten(value: dict, schema: _Schema) -> dict[PathT, tuple[str, Any]]:
 def _flatten_into(value: Any, path: PathT, spath: PathT, schema: _Schema,
                   out: dict[PathT, tuple[str, Any]]) -> None:
     """The entries of :func:`_flatten` for ``value`` found at ``path`` (schema path ``spath``)."""
-
-    def walk(v: Any, path: PathT, spath: PathT) -> None:
-        if isinstance(v, dict) and not (spath and schema.atomic_map(spath)):
-            if path and not (path[-1].startswith("f:") and path[-1][2:] in _VALUE_STRUCTS):
-                out[path] = (_NODE, None)
-            for k, child in v.items():
-                walk(child, path + (f"f:{k}",), spath + (k,))
+    v = value
+    if isinstance(v, dict) and not (spath and schema.atomic_map(spath)):
+        if path and not (path[-1].startswith("f:") and path[-1][2:] in _VALUE_STRUCTS):
+            out[path] = _NODE_ENTRY
+        for k, child in v.items():
+            _flatten_into(child, path + (f"f:{k}",), spath + (k,), schema, out)
+        return
+    if isinstance(v, list):
+        strategy = schema.lst(spath)
+        if strategy.ssa == "map" and _keyed(v, schema, strategy):
+            for item in v:
+                ipath = path + (schema.key_of(item, strategy),)
+                out[ipath] = _NODE_ENTRY
+                for k, child in item.items():
+                    _flatten_into(child, ipath + (f"f:{k}",), spath + ("*", k), schema, out)
             return
-        if isinstance(v, list):
-            strategy = schema.lst(spath)
-            if strategy.ssa == "map" and _keyed(v, schema, strategy):
-                for item in v:
-                    ipath = path + (schema.key_of(item, strategy),)
-                    out[ipath] = (_NODE, None)
-                    for k, child in item.items():
-                        walk(child, ipath + (f"f:{k}",), spath + ("*", k))
-                return
-            if strategy.ssa == "set":
-                for item in v:
-                    out[path + ("v:" + _dumps(item),)] = (_LEAF, None)
-                return
-        out[path] = (_LEAF, v)
-
-    walk(value, path, spath)
+        if strategy.ssa == "set":
+            for item in v:
+                out[path + ("v:" + _dumps(item),)] = _SET_MEMBER_ENTRY
+            return
+    out[path] = (_LEAF, v)
 
 
 _MISSING = object()
@@ -255,30 +260,30 @@ def _diff_walk(old: Any, new: Any, path: PathT, spath: PathT, schema: _Schema,
 def _applied_set(value: dict, schema: _Schema) -> set[PathT]:
     """Fields an applied configuration sets: leaves and list elements."""
     out: set[PathT] = set()
-
-    def walk(v: Any, path: PathT, spath: PathT) -> None:
-        if v is None:
-            return
-        if isinstance(v, dict) and not (spath and schema.atomic_map(spath)):
-            for k, child in v.items():
-                walk(child, path + (f"f:{k}",), spath + (k,))
-            return
-        if isinstance(v, list):
-            strategy = schema.lst(spath)
-            if strategy.ssa == "map":
-                for item in v:
-                    ipath = path + (schema.key_of(item, strategy),)
-                    out.add(ipath)
-                    for k, child in item.items():
-                        walk(child, ipath + (f"f:{k}",), spath + ("*", k))
-                return
-            if strategy.ssa == "set":
-                out.update(path + ("v:" + _dumps(item),) for item in v)
-                return
-        out.add(path)
-
-    walk(value, (), ())
+    _applied_walk(value, (), (), schema, out)
     return out
+
+
+def _applied_walk(v: Any, path: PathT, spath: PathT, schema: _Schema, out: set[PathT]) -> None:
+    if v is None:
+        return
+    if isinstance(v, dict) and not (spath and schema.atomic_map(spath)):
+        for k, child in v.items():
+            _applied_walk(child, path + (f"f:{k}",), spath + (k,), schema, out)
+        return
+    if isinstance(v, list):
+        strategy = schema.lst(spath)
+        if strategy.ssa == "map":
+            for item in v:
+                ipath = path + (schema.key_of(item, strategy),)
+                out.add(ipath)
+                for k, child in item.items():
+                    _applied_walk(child, ipath + (f"f:{k}",), spath + ("*", k), schema, out)
+            return
+        if strategy.ssa == "set":
+            out.update(path + ("v:" + _dumps(item),) for item in v)
+            return
+    out.add(path)
 
 
 def _merge(live: Any, applied: Any, schema: _Schema, spath: PathT) -> Any:
@@ -330,35 +335,44 @@ def _prune(obj: dict, remove: set[PathT], owned: set[PathT], schema: _Schema) ->
     for path in owned:
         for n in range(1, len(path)):
             keep_prefixes.add(path[:n])
+    return _prune_walk(obj, (), (), frozenset(), _PruneSets(remove, owned, keep_prefixes, schema))
 
-    def walk(v: Any, path: PathT, spath: PathT, keys: frozenset[str] = frozenset()) -> Any:
-        if isinstance(v, dict) and not (spath and schema.atomic_map(spath)):
-            out: dict[str, Any] = {}
-            for k, child in v.items():
-                cpath = path + (f"f:{k}",)
-                if k not in keys and cpath in remove and cpath not in keep_prefixes:
-                    continue
-                new = walk(child, cpath, spath + (k,))
-                if (new == {} or new == []) and child not in ({}, []) and cpath not in owned \
-                        and cpath not in keep_prefixes:
-                    continue
-                out[k] = new
-            return out
-        if isinstance(v, list):
-            strategy = schema.lst(spath)
-            if strategy.ssa == "map" and _keyed(v, schema, strategy):
-                items = []
-                for item in v:
-                    ipath = path + (schema.key_of(item, strategy),)
-                    if ipath in remove and ipath not in keep_prefixes:
-                        continue
-                    items.append(walk(item, ipath, spath + ("*",), frozenset(strategy.ssa_keys)))
-                return items
-            if strategy.ssa == "set":
-                return [i for i in v if path + ("v:" + _dumps(i),) not in remove]
-        return v
 
-    return walk(obj, (), ())
+@dataclass(slots=True)
+class _PruneSets:
+    remove: set[PathT]
+    owned: set[PathT]
+    keep_prefixes: set[PathT]
+    schema: _Schema
+
+
+def _prune_walk(v: Any, path: PathT, spath: PathT, keys: frozenset[str], ps: _PruneSets) -> Any:
+    schema = ps.schema
+    if isinstance(v, dict) and not (spath and schema.atomic_map(spath)):
+        out: dict[str, Any] = {}
+        for k, child in v.items():
+            cpath = path + (f"f:{k}",)
+            if k not in keys and cpath in ps.remove and cpath not in ps.keep_prefixes:
+                continue
+            new = _prune_walk(child, cpath, spath + (k,), frozenset(), ps)
+            if (new == {} or new == []) and child not in ({}, []) and cpath not in ps.owned \
+                    and cpath not in ps.keep_prefixes:
+                continue
+            out[k] = new
+        return out
+    if isinstance(v, list):
+        strategy = schema.lst(spath)
+        if strategy.ssa == "map" and _keyed(v, schema, strategy):
+            items = []
+            for item in v:
+                ipath = path + (schema.key_of(item, strategy),)
+                if ipath in ps.remove and ipath not in ps.keep_prefixes:
+                    continue
+                items.append(_prune_walk(item, ipath, spath + ("*",), frozenset(strategy.ssa_keys), ps))
+            return items
+        if strategy.ssa == "set":
+            return [i for i in v if path + ("v:" + _dumps(i),) not in ps.remove]
+    return v
 
 
 # ---------------------------------------------------------------------------
