@@ -38,7 +38,10 @@ class WorkQueue:
         self._failures: dict[str, int] = {}
         self._timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}
         self._shutting_down = False
-        self._wakeup = asyncio.Event()
+        # Workers waiting for a key, first come first served. A new key wakes
+        # one of them, not all: with an Event every add woke every idle worker
+        # and all but one went back to sleep.
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -54,7 +57,15 @@ class WorkQueue:
         if key in self._processing:
             return
         self._queue.append(key)
-        self._wakeup.set()
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            w = waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+                return
 
     def add_after(self, key: str, delay: float) -> None:
         """Add ``key`` after ``delay`` seconds (an earlier pending add wins)."""
@@ -97,8 +108,14 @@ class WorkQueue:
         while not self._queue:
             if self._shutting_down:
                 return None
-            self._wakeup.clear()
-            await self._wakeup.wait()
+            w = asyncio.get_running_loop().create_future()
+            self._waiters.append(w)
+            try:
+                await w
+            except asyncio.CancelledError:
+                if w.done() and not w.cancelled():
+                    self._wake_one()  # woken, then cancelled: the key goes to another worker
+                raise
         key = self._queue.popleft()
         self._dirty.discard(key)
         self._processing.add(key)
@@ -108,7 +125,7 @@ class WorkQueue:
         self._processing.discard(key)
         if key in self._dirty and not self._shutting_down:
             self._queue.append(key)
-            self._wakeup.set()
+            self._wake_one()
 
     def shut_down(self) -> None:
         """Stop accepting keys; waiting workers get ``None``."""
@@ -118,7 +135,10 @@ class WorkQueue:
         for _, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
-        self._wakeup.set()
+        waiters, self._waiters = self._waiters, collections.deque()
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
 
 class Controller:

@@ -67,6 +67,46 @@ async def test_shutdown_releases_waiting_getters() -> None:
     assert len(q) == 0
 
 
+async def test_a_key_wakes_one_idle_worker() -> None:
+    q = WorkQueue()
+    got: list[str] = []
+
+    async def worker() -> None:
+        while True:
+            key = await q.get()
+            if key is None:
+                return
+            got.append(key)
+            q.done(key)
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(4)]
+    await asyncio.sleep(0)
+    assert len(q._waiters) == 4
+    q.add("a")
+    for _ in range(3):
+        await asyncio.sleep(0)
+    # One worker took the key; the three others never left their wait.
+    assert got == ["a"] and len(q._waiters) == 4
+    assert sum(1 for w in q._waiters if w.done()) == 0
+    for k in ("b", "c", "d", "e", "f"):
+        q.add(k)
+    await asyncio.sleep(0.01)
+    assert sorted(got) == ["a", "b", "c", "d", "e", "f"]
+    q.shut_down()
+    assert await asyncio.wait_for(asyncio.gather(*workers), 1) == [None] * 4
+
+
+async def test_a_worker_cancelled_after_its_wake_passes_the_key_on() -> None:
+    q = WorkQueue()
+    first = asyncio.ensure_future(q.get())
+    second = asyncio.ensure_future(q.get())
+    await asyncio.sleep(0)
+    q.add("k")  # wakes the first getter ...
+    first.cancel()  # ... which is cancelled before it runs
+    assert await asyncio.wait_for(second, 1) == "k"
+    assert first.cancelled()
+
+
 @pytest.fixture
 async def client():
     store = MemoryStore(history=100)
