@@ -882,6 +882,7 @@ class VolumeBinder:
         waiter = _BindWait()
         for k in keys:
             self._waiters.setdefault(k, set()).add(waiter)
+        timer: asyncio.TimerHandle | None = None
         try:
             while True:
                 # A fresh future per wait; the check reads the latest state, so a wake
@@ -893,16 +894,18 @@ class VolumeBinder:
                     raise VolumeBindingError(f"binding volumes: {err}") from err
                 if done:
                     return
-                remaining = deadline - loop.time()
+                now = loop.time()
+                remaining = deadline - now
                 if remaining <= 0:
                     raise VolumeBindingError(
                         f"binding volumes: timed out waiting for the condition after {self.bind_timeout:g}s")
-                timer = loop.call_later(min(self.poll_interval, remaining), waiter.wake)
-                try:
-                    await waiter.fut
-                finally:
-                    timer.cancel()
+                # One poll timer at a time: informer wakes do not re-arm it.
+                if timer is None or timer.when() <= now:
+                    timer = loop.call_at(now + min(self.poll_interval, remaining), waiter.wake)
+                await waiter.fut
         finally:
+            if timer is not None:
+                timer.cancel()
             waiter.fut = None
             for k in keys:
                 waiting = self._waiters.get(k)
