@@ -413,20 +413,26 @@ def validate_object_meta(
     if namespaced:
         if not ns:
             out.append(_required(f"{path}.namespace"))
-        else:
+        elif old is None or ns != prev.get("namespace"):
             for msg in is_dns1123_label(ns):
                 out.append(_invalid(f"{path}.namespace", ns, msg))
     elif ns:
         out.append(_forbidden(f"{path}.namespace", "not allowed on this type"))
-    out += _nonnegative(meta, "generation", path)
-    if old is None or not same_json(meta.get("labels"), prev.get("labels")):
-        out += validate_labels(meta.get("labels"), f"{path}.labels")
-    if old is None or not same_json(meta.get("annotations"), prev.get("annotations")):
-        out += validate_annotations(meta.get("annotations"), f"{path}.annotations")
-    if old is None or not same_json(meta.get("ownerReferences"), prev.get("ownerReferences")):
-        out += _validate_owner_references(meta.get("ownerReferences"), f"{path}.ownerReferences")
-    if old is None or not same_json(meta.get("finalizers"), prev.get("finalizers")):
-        out += _validate_finalizers(meta.get("finalizers"), f"{path}.finalizers")
+    if "generation" in meta:
+        out += _nonnegative(meta, "generation", path)
+    # Absent (or empty) maps and lists have nothing to check.
+    labels = meta.get("labels")
+    if labels and (old is None or not same_json(labels, prev.get("labels"))):
+        out += validate_labels(labels, f"{path}.labels")
+    annotations = meta.get("annotations")
+    if annotations and (old is None or not same_json(annotations, prev.get("annotations"))):
+        out += validate_annotations(annotations, f"{path}.annotations")
+    refs = meta.get("ownerReferences")
+    if refs and (old is None or not same_json(refs, prev.get("ownerReferences"))):
+        out += _validate_owner_references(refs, f"{path}.ownerReferences")
+    finalizers = meta.get("finalizers")
+    if finalizers and (old is None or not same_json(finalizers, prev.get("finalizers"))):
+        out += _validate_finalizers(finalizers, f"{path}.finalizers")
     return out
 
 
