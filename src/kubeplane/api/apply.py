@@ -820,8 +820,12 @@ def _map_text(v: dict, base: PathT, member: bool, schema: _Schema) -> str:
 
 
 def _nested_map_text(v: dict, base: PathT, member: bool, schema: _Schema, _unused: Any) -> str:
-    return _level_text({f"f:{k}": _owned_text(child, f"f:{k}", base + (k,), schema) for k, child in v.items()},
-                       member)
+    children: dict[str, str] = {}
+    for k, child in v.items():
+        fk = _FIELD_KEYS.get(k) or _field_key(k)
+        # A scalar (or an empty list) owns no fields below it.
+        children[fk] = _owned_text(child, fk, base + (k,), schema) if isinstance(child, (dict, list)) else _EMPTY
+    return _level_text(children, member)
 
 
 #: FieldsV1 text of nested maps and of lists by (group, kind, schema path, member, JSON text):
