@@ -1,11 +1,46 @@
-"""Process-wide runtime settings of the long-running kubeplane commands, an
-event-loop fairness helper and per-key turn-taking for coroutines."""
+"""Process-wide runtime settings of the long-running kubeplane commands (the
+event loop they run on, garbage collection), an event-loop fairness helper
+and per-key turn-taking for coroutines."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import gc
+import os
+from typing import Any, Callable, Coroutine, TypeVar
+
+T = TypeVar("T")
+
+#: environment variable choosing the event loop of the long-running commands:
+#: ``uvloop`` (the default when it is installed) or ``asyncio`` (the standard
+#: library's selector loop)
+EVENT_LOOP_ENV = "KUBEPLANE_EVENT_LOOP"
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop factory for :func:`run`: uvloop's (libuv; its callbacks,
+    timers and socket transports are native code, a large share of a busy
+    control plane's time with the standard loop) unless ``KUBEPLANE_EVENT_LOOP``
+    says ``asyncio``. None means the standard library's loop."""
+    choice = os.environ.get(EVENT_LOOP_ENV, "").strip().lower()
+    if choice not in ("", "uvloop", "asyncio"):
+        raise ValueError(f"{EVENT_LOOP_ENV} must be 'uvloop' or 'asyncio', not {choice!r}")
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise
+        return None
+    return uvloop.new_event_loop
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` on the loop :func:`loop_factory` picks."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(main)
 
 #: allocations between two young-generation collections, and how many
 #: collections of a generation make one of the next. CPython's defaults
@@ -33,11 +68,14 @@ async def yield_while_ready(max_passes: int) -> int:
     soon as nothing else is ready, so an idle loop costs nothing, and
     ``max_passes`` bounds how long a busy loop can hold the caller back. The
     ready queue read is CPython asyncio's (its base event loop's ``_ready``);
-    on a loop without one this yields nothing.
+    a loop that does not show it (uvloop) is yielded ``max_passes`` times,
+    a few microseconds each when nothing else is ready.
     """
     ready = getattr(asyncio.get_running_loop(), "_ready", None)
     if ready is None:
-        return 0
+        for _ in range(max_passes):
+            await asyncio.sleep(0)
+        return max_passes
     passes = 0
     while ready and passes < max_passes:
         passes += 1

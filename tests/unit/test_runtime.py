@@ -1,4 +1,5 @@
-"""The event-loop fairness helper."""
+"""The event loop of the long-running commands, the event-loop fairness helper
+and per-key turn-taking."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 
 import pytest
 
-from kubeplane.runtime import KeyedTurns, yield_while_ready
+from kubeplane.runtime import EVENT_LOOP_ENV, KeyedTurns, loop_factory, run, yield_while_ready
 
 
 async def _chain(steps: int, done: list[int]) -> None:
@@ -53,6 +54,39 @@ async def test_a_busy_loop_holds_the_caller_back_at_most_max_passes():
 
 async def test_an_idle_loop_costs_no_pass():
     assert await yield_while_ready(8) == 0
+
+
+def test_run_uses_uvloop_unless_asyncio_is_asked_for(monkeypatch):
+    import uvloop
+
+    async def loop_type() -> type:
+        return type(asyncio.get_running_loop())
+
+    monkeypatch.delenv(EVENT_LOOP_ENV, raising=False)
+    assert run(loop_type()) is uvloop.Loop
+    monkeypatch.setenv(EVENT_LOOP_ENV, "uvloop")
+    assert run(loop_type()) is uvloop.Loop
+    monkeypatch.setenv(EVENT_LOOP_ENV, "asyncio")
+    assert loop_factory() is None
+    assert not issubclass(run(loop_type()), uvloop.Loop)
+    monkeypatch.setenv(EVENT_LOOP_ENV, "tokio")
+    with pytest.raises(ValueError, match="KUBEPLANE_EVENT_LOOP"):
+        loop_factory()
+
+
+def test_on_uvloop_a_chain_catches_up_in_max_passes(monkeypatch):
+    """uvloop does not show its ready queue: every pass is yielded."""
+    monkeypatch.delenv(EVENT_LOOP_ENV, raising=False)
+
+    async def main() -> tuple[int, list[int], int]:
+        done: list[int] = []
+        task = asyncio.create_task(_chain(5, done))
+        await asyncio.sleep(0)
+        passes = await yield_while_ready(8)
+        await task
+        return passes, done, await yield_while_ready(2)
+
+    assert run(main()) == (8, [0, 1, 2, 3, 4], 2)
 
 
 async def test_keyed_turns_one_holder_per_key_in_arrival_order():

@@ -848,10 +848,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1:
         print("--runs must be at least 1", file=sys.stderr)
         return 2
-    from kubeplane.runtime import configure_gc
+    from kubeplane.runtime import configure_gc, run
 
     configure_gc()
-    out = asyncio.run(run_cli(args.workload, nodes=args.nodes, pods=args.pods, storage=args.storage,
-                              as_json=args.json, split=args.split, pv_interval_ms=args.pv_interval_ms,
-                              runs=args.runs, profile_dir=args.profile))
+    out = run(run_cli(args.workload, nodes=args.nodes, pods=args.pods, storage=args.storage,
+                      as_json=args.json, split=args.split, pv_interval_ms=args.pv_interval_ms,
+                      runs=args.runs, profile_dir=args.profile))
     return 1 if out["timed_out"] else 0

@@ -82,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--controllers", default="", help="comma-separated: pv, provisioner, resourceclaim")
     args = p.parse_args(argv)
     controllers = tuple(c for c in args.controllers.split(",") if c)
-    from kubeplane.runtime import configure_gc
+    from kubeplane.runtime import configure_gc, run
 
     configure_gc()
-    asyncio.run(serve(args.socket, args.seed, controllers))
+    run(serve(args.socket, args.seed, controllers))
     return 0
 
 

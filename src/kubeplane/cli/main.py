@@ -10,6 +10,7 @@ import sys
 import click
 
 from kubeplane import __version__
+from kubeplane import runtime
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -34,7 +35,7 @@ def _run(main_coro_factory) -> None:
         await main_coro_factory(stop)
 
     try:
-        asyncio.run(runner())
+        runtime.run(runner())
     except KeyboardInterrupt:  # pragma: no cover
         pass
 
@@ -492,7 +493,7 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
         get_workload(workload)
     except KeyError as err:
         raise click.BadParameter(str(err.args[0]), param_hint="WORKLOAD") from None
-    out = asyncio.run(run_cli(workload, nodes=nodes, pods=pods, storage=storage, as_json=as_json, split=split,
+    out = runtime.run(run_cli(workload, nodes=nodes, pods=pods, storage=storage, as_json=as_json, split=split,
                               pv_interval_ms=pv_interval_ms, runs=1 if runs is None else runs,
                               profile_dir=profile_dir))
     if out.get("timed_out"):
