@@ -31,6 +31,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from kubeplane import runtime
 from kubeplane.api.resources import CATALOGUE, resource
 
 PODS = resource("pods")
@@ -325,20 +326,20 @@ def _rss_with_informer(n: int) -> dict[str, float]:
 def run(*, runs: int = 3, progress=print) -> dict[str, Any]:
     result: dict[str, Any] = {"runs": runs}
     progress("in-process creates (SQLite, 8 writers)...")
-    vals = [asyncio.run(_inprocess_creates(4000, 8)) for _ in range(runs)]
+    vals = [runtime.run(_inprocess_creates(4000, 8)) for _ in range(runs)]
     result["creates_per_s_inprocess"] = round(statistics.median(vals))
     result["creates_per_s_inprocess_runs"] = [round(v) for v in vals]
     with tempfile.TemporaryDirectory() as d:
         srv = ServerProc(d)
         try:
             progress("HTTP creates (SQLite, 8 clients)...")
-            vals = [asyncio.run(_http_creates(srv.url, f"http-{i}", 2400, 8)) for i in range(runs)]
+            vals = [runtime.run(_http_creates(srv.url, f"http-{i}", 2400, 8)) for i in range(runs)]
             result["creates_per_s_http"] = round(statistics.median(vals))
             result["creates_per_s_http_runs"] = [round(v) for v in vals]
             progress("filling 10,000 pods...")
-            asyncio.run(_fill(srv.url, "list", 10_000))
+            runtime.run(_fill(srv.url, "list", 10_000))
             progress("listing 10,000 pods...")
-            t, dec, count = asyncio.run(_list_time(srv.url, "list", max(runs, 5)))
+            t, dec, count = runtime.run(_list_time(srv.url, "list", max(runs, 5)))
             if count != 10_000:
                 raise RuntimeError(f"listed {count} pods, expected 10000")
             result["list_10k_pods_s"] = round(t, 4)
@@ -349,7 +350,7 @@ def run(*, runs: int = 3, progress=print) -> dict[str, Any]:
     progress("watch latency (10 watchers, 1000 writes/s)...")
     p50s, p99s, events = [], [], 0
     for _ in range(runs):
-        lat = asyncio.run(_watch_latency(10, 1000.0, 5.0))
+        lat = runtime.run(_watch_latency(10, 1000.0, 5.0))
         p50s.append(_percentile(lat, 50))
         p99s.append(_percentile(lat, 99))
         events += len(lat)
