@@ -420,20 +420,21 @@ def validate_object_meta(
         out.append(_forbidden(f"{path}.namespace", "not allowed on this type"))
     if "generation" in meta:
         out += _nonnegative(meta, "generation", path)
-    # Absent (or empty) maps and lists have nothing to check.
-    labels = meta.get("labels")
-    if labels and (old is None or not same_json(labels, prev.get("labels"))):
-        out += validate_labels(labels, f"{path}.labels")
-    annotations = meta.get("annotations")
-    if annotations and (old is None or not same_json(annotations, prev.get("annotations"))):
-        out += validate_annotations(annotations, f"{path}.annotations")
-    refs = meta.get("ownerReferences")
-    if refs and (old is None or not same_json(refs, prev.get("ownerReferences"))):
-        out += _validate_owner_references(refs, f"{path}.ownerReferences")
-    finalizers = meta.get("finalizers")
-    if finalizers and (old is None or not same_json(finalizers, prev.get("finalizers"))):
-        out += _validate_finalizers(finalizers, f"{path}.finalizers")
+    for key, check in _META_CHECKS:
+        value = meta.get(key)
+        # Absent (or empty) maps and lists have nothing to check.
+        if value and (old is None or not same_json(value, prev.get(key))):
+            out += check(value, f"{path}.{key}")
     return out
+
+
+#: metadata fields checked on their own, by :func:`validate_object_meta`
+_META_CHECKS: tuple[tuple[str, Callable[[Any, str], list[Cause]]], ...] = (
+    ("labels", validate_labels),
+    ("annotations", validate_annotations),
+    ("ownerReferences", _validate_owner_references),
+    ("finalizers", _validate_finalizers),
+)
 
 
 def validate_object_meta_update(new: Any, old: Any, path: str = "metadata") -> list[Cause]:
