@@ -128,9 +128,16 @@ class KeyedTurns:
     def release(self, key: object) -> None:
         held = self._held
         waiters = held.get(key)
-        while waiters:
-            fut = waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                return
-        del held[key]
+        if not (waiters and wake_first(waiters)):
+            del held[key]
+
+
+def wake_first(waiters: "collections.deque[asyncio.Future[None]]") -> bool:
+    """Resolve the first waiting future of ``waiters`` (removing it and any
+    cancelled ones before it); False when none was waiting."""
+    while waiters:
+        fut = waiters.popleft()
+        if not fut.done():
+            fut.set_result(None)
+            return True
+    return False

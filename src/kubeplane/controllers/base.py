@@ -19,6 +19,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.client.events import EventRecorder
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.interface import Client
+from kubeplane.runtime import wake_first
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +58,7 @@ class WorkQueue:
         if key in self._processing:
             return
         self._queue.append(key)
-        self._wake_one()
-
-    def _wake_one(self) -> None:
-        waiters = self._waiters
-        while waiters:
-            w = waiters.popleft()
-            if not w.done():
-                w.set_result(None)
-                return
+        wake_first(self._waiters)
 
     def add_after(self, key: str, delay: float) -> None:
         """Add ``key`` after ``delay`` seconds (an earlier pending add wins)."""
@@ -114,7 +107,7 @@ class WorkQueue:
                 await w
             except asyncio.CancelledError:
                 if w.done() and not w.cancelled():
-                    self._wake_one()  # woken, then cancelled: the key goes to another worker
+                    wake_first(self._waiters)  # woken, then cancelled: the key goes to another worker
                 raise
         key = self._queue.popleft()
         self._dirty.discard(key)
@@ -125,7 +118,7 @@ class WorkQueue:
         self._processing.discard(key)
         if key in self._dirty and not self._shutting_down:
             self._queue.append(key)
-            self._wake_one()
+            wake_first(self._waiters)
 
     def shut_down(self) -> None:
         """Stop accepting keys; waiting workers get ``None``."""
