@@ -9,8 +9,7 @@ import sys
 
 import click
 
-from kubeplane import __version__
-from kubeplane import runtime
+from kubeplane import __version__, runtime
 
 
 def _setup_logging(verbose: bool) -> None:
