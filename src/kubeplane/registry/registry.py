@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
@@ -34,12 +35,49 @@ from kubeplane.storage.interface import (
 
 Obj = dict[str, Any]
 
+log = logging.getLogger("kubeplane.registry")
+
 NAMESPACES = resource("namespaces")
 STORAGE_CLASSES = resource("storageclasses")
 
-#: how often a write that lost an optimistic race (not caused by the client)
-#: is retried, as upstream's GuaranteedUpdate does
-_MAX_RETRIES = 16
+#: how long a write that keeps losing optimistic races it did not cause is
+#: retried against the fresh object before the request gives up (upstream's
+#: GuaranteedUpdate retries for as long as the request lasts)
+RETRY_SECONDS = 30.0
+
+#: namespaces upstream's NamespaceLifecycle admission refuses to delete
+IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
+
+
+class _Retries:
+    """The retries of one write that lost a race with another writer.
+
+    Bounded in time, not in count: ordinary contention always ends, but a
+    writer may lose many races in a row on a hot key. Every few attempts it
+    lets the event loop run so the writers it races with can finish.
+    """
+
+    __slots__ = ("_limit", "_deadline", "_count")
+
+    def __init__(self, limit: float) -> None:
+        self._limit = limit
+        self._deadline: float | None = None
+        self._count = 0
+
+    async def again(self) -> None:
+        """Called before each retry; a 504 Timeout once the time is up."""
+        now = asyncio.get_running_loop().time()
+        if self._deadline is None:
+            self._deadline = now + self._limit
+        elif now >= self._deadline:
+            raise errors.StatusError(
+                504, "Timeout",
+                "Timeout: request did not complete within requested timeout - context deadline exceeded",
+                retry_after=1,
+            )
+        self._count += 1
+        if self._count % 4 == 0:
+            await asyncio.sleep(0)
 
 
 @dataclass(slots=True)
@@ -99,6 +137,7 @@ class Registry:
         *,
         clock: Callable[[], Any] = utcnow,
         validator: Callable[[ResourceInfo, Obj, Obj | None], list[errors.Cause]] | None = None,
+        retry_seconds: float = RETRY_SECONDS,
     ) -> None:
         self.store = store
         self.catalogue = catalogue
@@ -108,6 +147,9 @@ class Registry:
         self._background: set[asyncio.Task] = set()
         #: writers of one key take turns (see _update_loop)
         self._turns = KeyedTurns()
+        self._retry_seconds = retry_seconds
+        #: namespaces whose contents this process is deleting
+        self._finalizing: set[str] = set()
 
     # -- helpers -----------------------------------------------------------
 
@@ -466,8 +508,9 @@ class Registry:
         field_manager: str | None,
         create_if_missing: Callable[[], Any] | None,
     ) -> Obj:
-        for _ in range(_MAX_RETRIES):
-            kv = await self.store.get(key)
+        retries = _Retries(self._retry_seconds)
+        kv = await self.store.get(key)
+        while True:
             if kv is None:
                 if create_if_missing is not None:
                     return await create_if_missing()
@@ -493,13 +536,16 @@ class Registry:
                     return kv2.value
                 kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
                 return kv2.value
-            except RevisionConflictError:
+            except RevisionConflictError as exc:
                 if rv:
                     raise errors.conflict(res.plural, name, res.group) from None
-                continue
+                # The state the write lost to, as upstream retries against the
+                # object its failed transaction returned (a read may still show
+                # the previous committed state while that write commits).
+                kv = exc.current
             except KeyNotFoundError:
                 raise errors.not_found(res.plural, name, res.group) from None
-        raise errors.conflict(res.plural, name, res.group, detail="too many concurrent updates")
+            await retries.again()
 
     def _prepare_update(
         self, res: ResourceInfo, new: Obj, current: Obj, subresource: str | None, field_manager: str | None
@@ -681,8 +727,33 @@ class Registry:
         if grace_period_seconds is not None and grace_period_seconds < 0:
             grace_period_seconds = 0
         key = self._key(res, name, namespace)
-        for _ in range(_MAX_RETRIES):
-            kv = await self.store.get(key)
+        if res.key == NAMESPACES.key and name in IMMORTAL_NAMESPACES:
+            # upstream's NamespaceLifecycle admission
+            raise errors.StatusError(
+                403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                name=name, kind="namespaces",
+            )
+        await self._turns.acquire(key)
+        try:
+            return await self._delete_locked(
+                res, key, name, grace_period_seconds, propagation_policy, preconditions, dry_run)
+        finally:
+            self._turns.release(key)
+
+    async def _delete_locked(
+        self,
+        res: ResourceInfo,
+        key: str,
+        name: str,
+        grace_period_seconds: int | None,
+        propagation_policy: str | None,
+        preconditions: dict[str, str] | None,
+        dry_run: bool,
+    ) -> tuple[Obj, bool]:
+        retries = _Retries(self._retry_seconds)
+        is_ns = res.key == NAMESPACES.key
+        kv = await self.store.get(key)
+        while True:
             if kv is None:
                 raise errors.not_found(res.plural, name, res.group)
             current = kv.value
@@ -699,22 +770,25 @@ class Registry:
                         f"ResourceVersion in object meta: {kv.mod_revision}"))
             new = self._graceful(res, current, grace_period_seconds, propagation_policy)
             if new is current:
-                return current, False  # already terminating: nothing changes
-            if new is not None:
-                if dry_run:
-                    return new, False
-                try:
-                    kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
-                except RevisionConflictError:
-                    continue
-                if res.key == ("", "namespaces"):
-                    self._spawn(self._finalize_namespace(name))
-                return kv2.value, False
-            if dry_run:
-                return _status_success(res, name, md.get("uid")), True
+                # Already terminating: nothing changes. A namespace whose
+                # finalization is not running here (the server restarted) resumes it.
+                if is_ns and not dry_run:
+                    self._start_finalizing(name)
+                return current, False
             try:
+                if new is not None:
+                    if dry_run:
+                        return new, False
+                    kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
+                    if is_ns:
+                        self._start_finalizing(name)
+                    return kv2.value, False
+                if dry_run:
+                    return _status_success(res, name, md.get("uid")), True
                 kv2 = await self.store.delete(key, expected_revision=kv.mod_revision)
-            except RevisionConflictError:
+            except RevisionConflictError as exc:
+                kv = exc.current  # lost to another writer: decide again on its state
+                await retries.again()
                 continue
             except KeyNotFoundError:
                 raise errors.not_found(res.plural, name, res.group) from None
@@ -722,7 +796,6 @@ class Registry:
             if res.key == ("", "pods"):
                 return kv2.value, True
             return _status_success(res, name, md.get("uid")), True
-        raise errors.conflict(res.plural, name, res.group, detail="too many concurrent updates")
 
     def _graceful(self, res: ResourceInfo, current: Obj, grace: int | None,
                   propagation: str | None = None) -> Obj | None:
@@ -755,7 +828,9 @@ class Registry:
                 return new
             if not finalizers and pod_grace is None and not is_ns:
                 return None
-            return current if not is_ns else self._ns_terminating(current)
+            if not is_ns or (current.get("status") or {}).get("phase") == "Terminating":
+                return current
+            return self._ns_terminating(current)
         new = deep_copy(current)
         nmd = new["metadata"]
         nmd.pop("resourceVersion", None)
@@ -779,9 +854,31 @@ class Registry:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    def _start_finalizing(self, name: str) -> None:
+        """Runs :meth:`_finalize_namespace` unless it is already running."""
+        if name not in self._finalizing:
+            self._finalizing.add(name)
+            self._spawn(self._finalize_namespace(name))
+
     async def _finalize_namespace(self, name: str) -> None:
         """The namespace controller's job: delete everything in the namespace,
         then drop the ``kubernetes`` finalizer and the namespace itself."""
+        try:
+            await self._empty_namespace(name)
+            key = NAMESPACES.storage_key(name)
+            await self._turns.acquire(key)
+            try:
+                await self._drop_namespace(key)
+            finally:
+                self._turns.release(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a background task: report, never lose silently
+            log.exception("finalizing namespace %s failed", name)
+        finally:
+            self._finalizing.discard(name)
+
+    async def _empty_namespace(self, name: str) -> None:
         for res in self.catalogue.resources:
             if not res.namespaced:
                 continue
@@ -800,33 +897,37 @@ class Registry:
             if not remaining:
                 break
             await asyncio.sleep(0.1)
-        key = NAMESPACES.storage_key(name)
-        for _ in range(_MAX_RETRIES):
-            kv = await self.store.get(key)
-            if kv is None:
-                return
+
+    async def _drop_namespace(self, key: str) -> None:
+        retries = _Retries(self._retry_seconds)
+        kv = await self.store.get(key)
+        # Only a terminating namespace: one created again under the name stays.
+        while kv is not None and (kv.value.get("metadata") or {}).get("deletionTimestamp"):
             spec_finalizers = [f for f in ((kv.value.get("spec") or {}).get("finalizers") or []) if f != "kubernetes"]
-            if spec_finalizers or (kv.value.get("metadata") or {}).get("finalizers"):
-                new = deep_copy(kv.value)
-                new.setdefault("spec", {})["finalizers"] = spec_finalizers
-                new["metadata"].pop("resourceVersion", None)
-                try:
-                    await self.store.update(key, new, expected_revision=kv.mod_revision)
-                except RevisionConflictError:
-                    continue
-                return
             try:
-                await self.store.delete(key, expected_revision=kv.mod_revision)
+                if spec_finalizers or (kv.value.get("metadata") or {}).get("finalizers"):
+                    new = deep_copy(kv.value)
+                    new.setdefault("spec", {})["finalizers"] = spec_finalizers
+                    new["metadata"].pop("resourceVersion", None)
+                    await self.store.update(key, new, expected_revision=kv.mod_revision)
+                else:
+                    await self.store.delete(key, expected_revision=kv.mod_revision)
                 return
-            except RevisionConflictError:
-                continue
+            except RevisionConflictError as exc:
+                kv = exc.current
             except KeyNotFoundError:
                 return
+            await retries.again()
 
     # -- subresources ------------------------------------------------------
 
     async def bind(self, name: str, namespace: str, binding: Obj, *, dry_run: bool = False) -> Obj:
-        """``pods/binding``: set spec.nodeName once and mark the pod scheduled."""
+        """``pods/binding``: set spec.nodeName once and mark the pod scheduled.
+
+        Success means the write is stored: a race lost to another writer is
+        retried against the state that won, so a pod bound meanwhile gets the
+        409 of upstream's BindingREST, never a second Success.
+        """
         pods = resource("pods")
         if not isinstance(binding, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
@@ -835,45 +936,70 @@ class Registry:
         if not node:
             raise errors.invalid("Binding", name, [errors.required("target.name")])
         bmd = binding.get("metadata") or {}
+        if not isinstance(bmd, dict):
+            raise errors.bad_request("metadata must be an object")
         if bmd.get("name") and bmd["name"] != name:
             raise errors.bad_request("the name of the binding does not match the name on the URL")
         key = self._key(pods, name, namespace)
-        for _ in range(_MAX_RETRIES):
-            kv = await self.store.get(key)
+        await self._turns.acquire(key)
+        try:
+            await self._bind_locked(key, name, node, bmd, dry_run)
+        finally:
+            self._turns.release(key)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    async def _bind_locked(self, key: str, name: str, node: str, bmd: Obj, dry_run: bool) -> None:
+        retries = _Retries(self._retry_seconds)
+        want_uid = bmd.get("uid")
+        want_rv = bmd.get("resourceVersion")
+        kv = await self.store.get(key)
+        while True:
             if kv is None:
                 raise errors.not_found("pods", name)
             pod = kv.value
             md = pod.get("metadata") or {}
-            want_uid = (bmd.get("uid") if isinstance(bmd, dict) else None)
             if want_uid and want_uid != md.get("uid"):
                 raise errors.conflict("pods", name, detail=(
                     f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: {md.get('uid')}"))
+            if want_rv and str(want_rv) != str(kv.mod_revision):
+                raise errors.conflict("pods", name, detail=(
+                    f"Precondition failed: ResourceVersion in precondition: {want_rv}, "
+                    f"ResourceVersion in object meta: {kv.mod_revision}"))
+            spec = pod.get("spec") or {}
+            # upstream names the subresource in these conflicts
             if md.get("deletionTimestamp"):
-                raise errors.conflict("pods", name, detail=f"pod {name} is being deleted, cannot be assigned to a host")
-            current_node = (pod.get("spec") or {}).get("nodeName")
+                raise errors.conflict("pods/binding", name, detail=(
+                    f"pod {name} is being deleted, cannot be assigned to a host"))
+            current_node = spec.get("nodeName")
             if current_node:
-                raise errors.conflict("pods", name, detail=f"pod {name} is already assigned to node \"{current_node}\"")
+                raise errors.conflict("pods/binding", name, detail=(
+                    f'pod {name} is already assigned to node "{current_node}"'))
+            if spec.get("schedulingGates"):
+                raise errors.conflict("pods/binding", name, detail=(
+                    f"pod {name} has non-empty .spec.schedulingGates"))
+            if dry_run:
+                return
             # Copies of the levels that change; the rest is shared with the
             # stored version, which is never modified in place.
             new_md = {k: v for k, v in md.items() if k != "resourceVersion"}
-            new = {**pod, "metadata": new_md, "spec": {**(pod.get("spec") or {}), "nodeName": node},
+            new = {**pod, "metadata": new_md, "spec": {**spec, "nodeName": node},
                    "status": dict(pod.get("status") or {})}
-            ann = bmd.get("annotations") if isinstance(bmd, dict) else None
-            if ann:
+            ann = bmd.get("annotations")
+            if isinstance(ann, dict) and ann:
                 new_md["annotations"] = {**(md.get("annotations") or {}), **ann}
             status = new["status"]
             conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
             conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                           "lastTransitionTime": self._now()})
             status["conditions"] = conds
-            if dry_run:
-                break
             try:
                 await self.store.update(key, new, expected_revision=kv.mod_revision)
-            except RevisionConflictError:
-                continue
-            break
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+                return
+            except RevisionConflictError as exc:
+                kv = exc.current  # decide again on the state that won the race
+            except KeyNotFoundError:
+                raise errors.not_found("pods", name) from None
+            await retries.again()
 
     def to_scale(self, res: ResourceInfo, obj: Obj) -> Obj:
         from kubeplane.api.selectors import label_selector_from_dict
