@@ -37,7 +37,14 @@ class KeyNotFoundError(StorageError):
 
 
 class RevisionConflictError(StorageError):
-    """The expected revision did not match; ``current`` is the stored value."""
+    """The expected revision did not match.
+
+    ``current`` is the state the write was checked against: the latest write
+    accepted for the key, which a durable backend may still be committing (a
+    read can return the previous committed state until then). A writer that
+    retries starts from ``current``, as etcd's failed transaction returns the
+    fresh value; re-reading would see the stale state and conflict again.
+    """
 
     def __init__(self, key: str, expected: int, current: "KeyValue") -> None:
         super().__init__(f"revision conflict on {key}: expected {expected}, have {current.mod_revision}")
