@@ -152,3 +152,34 @@ def test_split_restarts_a_dead_components_process_and_stops_cleanly(tmp_path):
     assert srv.proc.returncode == 0
     assert all(_gone(p) for p in fresh)
     assert not str(sock).startswith(str(deep)) and not os.path.exists(os.path.dirname(sock))
+
+
+def test_orphaning_delete_of_a_whole_workload_never_conflicts(cluster):
+    # kubectl deletes the deployments, their replica sets and pods while the
+    # garbage collector strips owner references from the same objects (and the
+    # controllers update them): every delete must win its race, not 409.
+    _, kubectl = cluster
+    kubectl("create", "namespace", "orphans")
+    for round_ in range(2):
+        for i in range(3):
+            kubectl("-n", "orphans", "create", "deployment", f"d{i}", "--image=nginx", "--replicas=3")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pods = json.loads(kubectl("-n", "orphans", "get", "pods", "-o", "json").out)["items"]
+            if len([p for p in pods if p["spec"].get("nodeName")]) == 9:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"round {round_}: the 9 pods were not scheduled")
+        r = kubectl("-n", "orphans", "delete", "deployments,rs,pods", "--all", "--cascade=orphan",
+                    "--wait=false", check=False)
+        assert r.rc == 0 and "Conflict" not in r.err and "cannot be fulfilled" not in r.err, r
+        deleted = [line for line in r.out.splitlines() if line.endswith(" deleted")]
+        assert len(deleted) == 3 + 3 + 9, r.out
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            left = kubectl("-n", "orphans", "get", "deployments,rs,pods", "-o", "name").out.split()
+            if not left:
+                break
+            time.sleep(0.2)
+        assert left == [], left
