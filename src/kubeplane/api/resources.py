@@ -75,7 +75,9 @@ def _r(group: str, version: str, kind: str, plural: str, namespaced: bool, **kw)
 
 RESOURCES: tuple[ResourceInfo, ...] = (
     # core/v1
-    _r("", "v1", "Namespace", "namespaces", False, short_names=("ns",), subresources=("status",)),
+    # upstream serves no deletecollection on namespaces
+    _r("", "v1", "Namespace", "namespaces", False, short_names=("ns",), subresources=("status",),
+       verbs=("create", "delete", "get", "list", "patch", "update", "watch")),
     _r("", "v1", "Node", "nodes", False, short_names=("no",), subresources=("status",)),
     _r("", "v1", "Pod", "pods", True, short_names=("po",), categories=("all",),
        subresources=("status", "binding", "log")),

@@ -293,7 +293,7 @@ class APIHandler:
                 return await self.list(request, t)
             if m == "POST":
                 return await self.create(request, t)
-            if m == "DELETE":
+            if m == "DELETE" and "deletecollection" in t.res.verbs:
                 return await self.delete_collection(request, t)
             raise errors.method_not_allowed("the server does not allow this method on the requested resource")
         if t.watch_path:
@@ -439,7 +439,9 @@ class APIHandler:
         if body.strip():
             decoded = codec.decode_body(body, request.headers.get("Content-Type"))
             if not isinstance(decoded, dict):
-                raise errors.bad_request("DeleteOptions must be a JSON object")
+                raise errors.bad_request(
+                    f"json: cannot unmarshal {_json_kind(decoded)} into Go value of type v1.DeleteOptions")
+            _check_delete_options(decoded)
             opts = decoded
         q = request.query
         grace = _int_param(q, "gracePeriodSeconds")
@@ -447,15 +449,18 @@ class APIHandler:
             opts["gracePeriodSeconds"] = grace
         if q.get("propagationPolicy"):
             opts["propagationPolicy"] = q["propagationPolicy"]
-        if q.get("orphanDependents") and "propagationPolicy" not in opts:
-            opts["propagationPolicy"] = "Orphan" if _bool_param(q, "orphanDependents") else "Background"
+        orphan = _bool_param(q, "orphanDependents")
+        if orphan is not None:
+            opts["orphanDependents"] = orphan
         if q.getall("dryRun", []):
             opts["dryRun"] = q.getall("dryRun")
-        grace = opts.get("gracePeriodSeconds")
-        if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool)):
-            raise errors.bad_request("gracePeriodSeconds must be an integer")
-        if opts.get("preconditions") is not None and not isinstance(opts["preconditions"], dict):
-            raise errors.bad_request("preconditions must be an object")
+        orphan = opts.pop("orphanDependents", None)
+        if orphan is not None:
+            if opts.get("propagationPolicy") is not None:
+                raise errors.invalid("DeleteOptions", "", [errors.invalid_value(
+                    "propagationPolicy", opts["propagationPolicy"],
+                    "orphanDependents and deletionPropagation cannot be both set")])
+            opts["propagationPolicy"] = "Orphan" if orphan else "Background"
         for v in opts.get("dryRun") or []:
             if v != "All":
                 raise errors.bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
@@ -635,6 +640,72 @@ class APIHandler:
         if typ != "ERROR" and ("kind" not in obj or "apiVersion" not in obj):
             obj = {"apiVersion": res.api_version, "kind": res.kind, **obj}
         return orjson.dumps({"type": typ, "object": obj}) + b"\n"
+
+
+def _json_kind(value: Any) -> str:
+    """How Go's JSON decoder names a value it cannot store in a field."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "string"
+
+
+def _unmarshal_error(value: Any, struct: str, field: str, go_type: str) -> str:
+    kind = _json_kind(value)
+    if kind == "number" and go_type == "int64":
+        kind = f"number {value}"  # an integer type names the literal it could not hold
+    return f"json: cannot unmarshal {kind} into Go struct field {struct}.{field} of type {go_type}"
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+#: DeleteOptions fields with one value: (field, Go type, accepts)
+_DELETE_OPTION_FIELDS: tuple[tuple[str, str, Any], ...] = (
+    ("gracePeriodSeconds", "int64",
+     lambda v: isinstance(v, int) and not isinstance(v, bool) and _INT64[0] <= v <= _INT64[1]),
+    ("orphanDependents", "bool", lambda v: isinstance(v, bool)),
+    ("propagationPolicy", "v1.DeletionPropagation", lambda v: isinstance(v, str)),
+    ("ignoreStoreReadErrorWithClusterBreakingPotential", "bool", lambda v: isinstance(v, bool)),
+)
+
+
+def _check_delete_options(opts: Obj) -> None:
+    """A DeleteOptions body with a field of the wrong type is a 400 naming it,
+    worded as upstream's JSON decoder words it (never an error deeper in)."""
+    for field in ("apiVersion", "kind"):
+        v = opts.get(field)
+        if v is not None and not isinstance(v, str):
+            raise errors.bad_request(
+                "couldn't get version/kind; json parse error: " + _unmarshal_error(v, "", field, "string"))
+    kind = opts.get("kind")
+    if kind not in (None, "", "DeleteOptions"):
+        raise errors.bad_request(f'no kind "{kind}" is registered for version "{opts.get("apiVersion") or ""}"')
+    for field, go_type, ok in _DELETE_OPTION_FIELDS:
+        v = opts.get(field)
+        if v is not None and not ok(v):
+            raise errors.bad_request(_unmarshal_error(v, "DeleteOptions", field, go_type))
+    dry = opts.get("dryRun")
+    if dry is not None:
+        if not isinstance(dry, list):
+            raise errors.bad_request(_unmarshal_error(dry, "DeleteOptions", "dryRun", "[]string"))
+        for v in dry:
+            if v is not None and not isinstance(v, str):
+                raise errors.bad_request(_unmarshal_error(v, "DeleteOptions", "dryRun", "string"))
+    pre = opts.get("preconditions")
+    if pre is not None:
+        if not isinstance(pre, dict):
+            raise errors.bad_request(_unmarshal_error(pre, "DeleteOptions", "preconditions", "v1.Preconditions"))
+        for field, go_type in (("uid", "types.UID"), ("resourceVersion", "string")):
+            v = pre.get(field)
+            if v is not None and not isinstance(v, str):
+                raise errors.bad_request(_unmarshal_error(v, "Preconditions", f"preconditions.{field}", go_type))
 
 
 def _strip_directives(obj: Any) -> Any:
