@@ -40,6 +40,9 @@ class APIServerConfig:
     max_body: int = MAX_BODY_BYTES
     #: how many revisions of history watches and lists can reach back into
     history_revisions: int = 10_000
+    #: how often the system namespaces are re-created if missing (also at once
+    #: when one is deleted)
+    system_namespaces_interval: float = 60.0
 
 
 @dataclass
@@ -51,6 +54,7 @@ class APIServer:
     registry: Registry | None = None
     url: str = ""
     _runner: web.AppRunner | None = field(default=None, repr=False)
+    _keeper: asyncio.Task | None = field(default=None, repr=False)
 
     async def start(self) -> None:
         cfg = self.config
@@ -61,6 +65,8 @@ class APIServer:
                                       history=cfg.history_revisions)
         self.registry = Registry(self.store, CATALOGUE)
         await ensure_default_namespaces(self.registry)
+        self._keeper = asyncio.get_running_loop().create_task(
+            keep_system_namespaces(self.registry, cfg.system_namespaces_interval))
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
@@ -82,6 +88,10 @@ class APIServer:
         log.info("API server listening on %s (storage %s)", self.url, cfg.storage)
 
     async def stop(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.gather(self._keeper, return_exceptions=True)
+            self._keeper = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -92,18 +102,75 @@ class APIServer:
             self.store = None
 
 
+#: namespaces the API server keeps in existence, as upstream's system
+#: namespaces controller (and, for ``default``, its kubernetes service controller) do
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
 async def ensure_default_namespaces(registry: Registry, catalogue: Catalogue = CATALOGUE) -> None:
     """Creates ``default``, ``kube-system``, ``kube-public`` and ``kube-node-lease`` if missing."""
     from kubeplane.api.errors import StatusError
     from kubeplane.api.resources import resource
 
     ns = resource("namespaces")
-    for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
+    for name in SYSTEM_NAMESPACES:
         try:
             await registry.create(ns, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         except StatusError as err:
             if err.code != 409:
                 raise
+
+
+async def keep_system_namespaces(registry: Registry, interval: float = 60.0) -> None:
+    """Re-creates missing system namespaces, forever: every ``interval`` seconds,
+    and at once when the store reports one deleted (a watch on namespaces).
+
+    Without it a namespace gone from storage stays gone, and every create in it
+    is a 404 until a restart.
+    """
+    from kubeplane.api.resources import resource
+    from kubeplane.storage.interface import StorageError
+
+    store = registry.store
+    prefix = resource("namespaces").storage_prefix()
+    watched = {prefix + name for name in SYSTEM_NAMESPACES}
+    loop = asyncio.get_running_loop()
+    watch = None
+    try:
+        while True:
+            if watch is None:
+                try:
+                    # opened before the check, so no deletion after it goes unseen
+                    watch = store.watch(prefix, store.revision)
+                except StorageError as exc:
+                    log.warning("cannot watch namespaces: %s", exc)
+            try:
+                await ensure_default_namespaces(registry)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - keep trying; the next round may succeed
+                log.warning("re-creating the system namespaces failed: %s", exc)
+            deadline = loop.time() + interval
+            while (left := deadline - loop.time()) > 0:
+                if watch is None:
+                    await asyncio.sleep(left)
+                    break
+                try:
+                    events = await watch.next_batch(left)
+                except StorageError:
+                    watch.close()  # fell behind: check now, watch again
+                    watch = None
+                    break
+                if events is None:  # the watch was closed (the store is closing)
+                    watch.close()
+                    watch = None
+                    await asyncio.sleep(max(0.0, deadline - loop.time()))
+                    break
+                if any(ev.type == "DELETED" and ev.key in watched for ev in events):
+                    break
+    finally:
+        if watch is not None:
+            watch.close()
 
 
 async def serve_forever(server: APIServer, stop: asyncio.Event) -> None:
