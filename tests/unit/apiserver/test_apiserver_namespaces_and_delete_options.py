@@ -197,3 +197,35 @@ async def test_system_namespaces_are_rechecked_periodically_without_a_watch(
         assert new["metadata"]["uid"] != old.value["metadata"]["uid"]
     finally:
         await server.stop()
+
+
+
+async def _patch_labels(s: aiohttp.ClientSession, name: str) -> int:
+    async with s.patch(f"/api/v1/namespaces/default/pods/{name}",
+                       data=orjson.dumps({"metadata": {"labels": {"x": "y"}}}),
+                       headers={"Content-Type": "application/merge-patch+json"}) as r:
+        return r.status
+
+
+def _binding(name: str, node: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+            "target": {"kind": "Node", "name": node}}
+
+
+async def test_concurrent_bindings_over_http_store_what_they_answer(api: aiohttp.ClientSession) -> None:
+    # two bindings of one pod and a label patch, all at once, through the HTTP front end
+    false_successes = doubles = 0
+    for i in range(100):
+        name = f"b{i}"
+        assert (await _call(api, "POST", "/api/v1/namespaces/default/pods",
+                            {**POD, "metadata": {"name": name}}))[0] == 201
+        path = f"/api/v1/namespaces/default/pods/{name}/binding"
+        (c1, _), (c2, _), c3 = await asyncio.gather(
+            _call(api, "POST", path, _binding(name, "n1")), _call(api, "POST", path, _binding(name, "n2")),
+            _patch_labels(api, name))
+        _, pod = await _call(api, "GET", f"/api/v1/namespaces/default/pods/{name}")
+        wins = [n for n, c in (("n1", c1), ("n2", c2)) if c == 201]
+        doubles += len(wins) != 1
+        false_successes += sum(n != pod["spec"].get("nodeName") for n in wins)
+        assert sorted((c1, c2)) == [201, 409] and c3 == 200 and pod["metadata"]["labels"] == {"x": "y"}
+    assert (false_successes, doubles) == (0, 0)
