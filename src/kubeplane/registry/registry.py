@@ -512,9 +512,20 @@ class Registry:
         kv = await self.store.get(key)
         while True:
             if kv is None:
-                if create_if_missing is not None:
+                if create_if_missing is None:
+                    raise errors.not_found(res.plural, name, res.group)
+                try:
                     return await create_if_missing()
-                raise errors.not_found(res.plural, name, res.group)
+                except StatusError as err:
+                    if err.reason != "AlreadyExists":
+                        raise
+                # Created meanwhile by another writer: apply to that object, as
+                # upstream's GuaranteedUpdate retries a lost create. Its commit
+                # may still be under way, so wait a moment before reading it.
+                await retries.again()
+                await asyncio.sleep(0.002)
+                kv = await self.store.get(key)
+                continue
             current = kv.value
             new = mutate(current)
             new_md = self._check_metadata_shape(new)
@@ -693,12 +704,18 @@ class Registry:
             if subresource is not None:
                 raise errors.not_found(res.plural, name, res.group)
             new = ssa.apply(None, patch, field_manager, bool(force), self._now())
-            created = True
             # apply() already recorded this manager's fields.
-            return await self.create(res, new, namespace, dry_run=dry_run, _track_fields=False)
+            obj = await self.create(res, new, namespace, dry_run=dry_run, _track_fields=False)
+            created = True
+            return obj
 
         def mutate(current: Obj) -> Obj:
-            return ssa.apply(current, patch, field_manager, bool(force), self._now(), subresource=subresource)
+            out = ssa.apply(current, patch, field_manager, bool(force), self._now(), subresource=subresource)
+            md = out.get("metadata")
+            if not pinned_rv and isinstance(md, dict) and "resourceVersion" in md:
+                # the live object's version, not the client's: the apply is unconditional
+                out = {**out, "metadata": {k: v for k, v in md.items() if k != "resourceVersion"}}
+            return out
 
         obj = await self._update_loop(
             res, key, name, mutate, want_rv=pinned_rv, subresource=subresource, dry_run=dry_run,

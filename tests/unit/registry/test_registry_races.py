@@ -228,3 +228,20 @@ async def test_retries_are_bounded_in_time_and_never_answer_success(store: Store
     assert "nodeName" not in pod["spec"] and "labels" not in pod["metadata"]
     await setup.close()
     await reg.close()
+
+
+async def test_server_side_applies_racing_to_create_one_object_all_succeed(registries: list[Registry]) -> None:
+    for i in range(30):
+        name = f"applied{i}"
+
+        def config(manager: int) -> dict:
+            return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                    "data": {f"k{manager}": "v"}}
+
+        results = await asyncio.gather(*(
+            reg.patch(CMS, name, config(m), "default", patch_type="apply", field_manager=f"m{m}")
+            for m, reg in enumerate(registries)))
+        assert sorted(created for _, created in results) == [False, False, True]
+        cm = await registries[0].get(CMS, name, "default")
+        assert cm["data"] == {"k0": "v", "k1": "v", "k2": "v"}
+        assert {m["manager"] for m in cm["metadata"]["managedFields"]} == {"m0", "m1", "m2"}
