@@ -65,6 +65,7 @@ class APIServer:
                                       history=cfg.history_revisions)
         self.registry = Registry(self.store, CATALOGUE)
         await ensure_default_namespaces(self.registry)
+        await self.registry.resume_namespace_finalization()
         self._keeper = asyncio.get_running_loop().create_task(
             keep_system_namespaces(self.registry, cfg.system_namespaces_interval))
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)

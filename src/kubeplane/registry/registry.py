@@ -871,6 +871,14 @@ class Registry:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    async def resume_namespace_finalization(self) -> None:
+        """Finishes deleting the namespaces left terminating (by a restart
+        while their contents were being deleted)."""
+        for kv in (await self.store.list(NAMESPACES.storage_prefix())).items:
+            md = kv.value.get("metadata") or {}
+            if md.get("deletionTimestamp"):
+                self._start_finalizing(md["name"])
+
     def _start_finalizing(self, name: str) -> None:
         """Runs :meth:`_finalize_namespace` unless it is already running."""
         if name not in self._finalizing:

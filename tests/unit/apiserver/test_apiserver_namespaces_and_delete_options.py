@@ -229,3 +229,31 @@ async def test_concurrent_bindings_over_http_store_what_they_answer(api: aiohttp
         false_successes += sum(n != pod["spec"].get("nodeName") for n in wins)
         assert sorted((c1, c2)) == [201, 409] and c3 == 200 and pod["metadata"]["labels"] == {"x": "y"}
     assert (false_successes, doubles) == (0, 0)
+
+
+async def test_a_namespace_left_terminating_by_a_restart_is_finished(tmp_path: Path) -> None:
+    config = APIServerConfig(data_dir=str(tmp_path), listen="127.0.0.1:0", storage="sqlite")
+    server = APIServer(config)
+    await server.start()
+    try:
+        key = NAMESPACES.storage_key("left")
+        await server.registry.create(NAMESPACES, {"metadata": {"name": "left"}})
+        await server.registry.create(resource("configmaps"), {"metadata": {"name": "c"}}, "left")
+        # terminating as a delete leaves it, but with nobody finalizing it (the process died)
+        ns = dict((await server.store.get(key)).value)
+        ns["metadata"] = {**ns["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}
+        ns["status"] = {"phase": "Terminating"}
+        await server.store.update(key, ns)
+    finally:
+        await server.stop()
+    server = APIServer(config)
+    await server.start()
+    try:
+        for _ in range(500):
+            if await server.store.get(key) is None:
+                break
+            await asyncio.sleep(0.01)
+        assert await server.store.get(key) is None
+        assert (await server.store.list(resource("configmaps").storage_prefix("left"))).items == []
+    finally:
+        await server.stop()
