@@ -245,3 +245,29 @@ async def test_server_side_applies_racing_to_create_one_object_all_succeed(regis
         cm = await registries[0].get(CMS, name, "default")
         assert cm["data"] == {"k0": "v", "k1": "v", "k2": "v"}
         assert {m["manager"] for m in cm["metadata"]["managedFields"]} == {"m0", "m1", "m2"}
+
+
+async def test_writes_racing_a_removal_still_being_committed_are_404s(store: Store, registries: list[Registry]) -> None:
+    # The removal is accepted but (on SQLite) not yet committed: reads still
+    # show the object, writes are checked against its absence.
+    reg = registries[0]
+    for attempt in ("delete-namespace", "bind", "patch", "delete-pod"):
+        await reg.create(NAMESPACES, {"metadata": {"name": "racing"}})
+        await reg.create(PODS, _pod("p"), "racing")
+        ns_key, pod_key = NAMESPACES.storage_key("racing"), PODS.storage_key("p", "racing")
+        removal = asyncio.ensure_future(store.delete(ns_key if attempt == "delete-namespace" else pod_key))
+        await asyncio.sleep(0)
+        with pytest.raises(StatusError) as info:
+            if attempt == "delete-namespace":
+                await reg.delete(NAMESPACES, "racing")
+            elif attempt == "bind":
+                await reg.bind("p", "racing", {"target": {"name": "n"}})
+            elif attempt == "patch":
+                await reg.patch(PODS, "p", {"metadata": {"labels": {"a": "b"}}}, "racing")
+            else:
+                await reg.delete(PODS, "p", "racing")
+        assert info.value.code == 404, (attempt, info.value)
+        await removal
+        for key in (pod_key, ns_key):
+            if await store.get(key) is not None:
+                await store.delete(key)
