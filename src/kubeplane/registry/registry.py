@@ -56,6 +56,8 @@ class WatchOptions:
 
 def _status_success(res: ResourceInfo, name: str, uid: str | None) -> Obj:
     details: Obj = {"name": name, "group": res.group, "kind": res.plural}
+    if not res.group:
+        del details["group"]  # omitempty upstream: the core group is left out
     if uid:
         details["uid"] = uid
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
