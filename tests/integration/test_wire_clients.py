@@ -104,12 +104,14 @@ def test_kubectl_debug_errors_are_clean(kubectl, ns):
     assert "ephemeral containers are disabled for this cluster" in res.err
 
 
-def test_kubectl_explain_and_validate_with_openapi_v2_served(server, kubectl, ns, tmp_path):
+def test_kubectl_explain_and_validate_with_openapi_v2(server, kubectl, ns, tmp_path):
     code, body = _get(server.url + "/openapi/v2", "application/json")
     assert code == 200 and json.loads(body)["swagger"] == "2.0"
-    # what kubectl asks for: the protobuf form only, which is not produced
-    assert _get(server.url + "/openapi/v2", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf")[0] == 406
+    assert _get(server.url + "/openapi/v2", "text/html")[0] == 406
     assert "containerPort" in kubectl("explain", "pods.spec.containers.ports").out
+    # kubectl reads the protobuf form of v2 for this output format
+    v2 = kubectl("explain", "deployments.spec.template.spec.containers.ports", "--output=plaintext-openapiv2")
+    assert "VERSION:  apps/v1" in v2.out and "containerPort\t<integer> -required-" in v2.out
     manifest = tmp_path / "cm.yaml"
     manifest.write_text(f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: v, namespace: {ns}}}\n"
                         "data: {a: b}\nbogus: 1\n")

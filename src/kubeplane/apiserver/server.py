@@ -146,9 +146,14 @@ def _wants_aggregated(request: web.Request) -> str | None:
     return None
 
 
-def _accepts_json(accept: str) -> bool:
-    """Whether the best Accept clause that upstream's OpenAPI handler would
-    serve is JSON (``application/json``, ``application/*`` or ``*/*``)."""
+OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+_OPENAPI_V2_PROTOBUF_SUBTYPES = ("com.github.proto-openapi.spec.v2@v1.0+protobuf",
+                                 "com.github.proto-openapi.spec.v2.v1.0+protobuf")
+
+
+def _openapi_v2_format(accept: str) -> str | None:
+    """"json", "protobuf" or None (406), chosen as upstream's OpenAPI handler
+    does: Accept clauses by quality, the first that names a served type."""
     clauses = []
     for i, part in enumerate(accept.split(",")):
         fields = [f.strip() for f in part.split(";")]
@@ -170,10 +175,10 @@ def _accepts_json(accept: str) -> bool:
         if typ not in ("application", "*"):
             continue
         if sub in ("json", "*"):
-            return True
-        if sub in ("com.github.proto-openapi.spec.v2@v1.0+protobuf", "com.github.proto-openapi.spec.v2.v1.0+protobuf"):
-            continue  # upstream would serve protobuf here; it is not produced, so a later clause may match
-    return False
+            return "json"
+        if sub in _OPENAPI_V2_PROTOBUF_SUBTYPES:
+            return "protobuf"
+    return None
 
 
 class APIHandler:
@@ -272,18 +277,23 @@ class APIHandler:
         return web.Response(body=doc, headers=headers)
 
     async def openapi_v2(self, request: web.Request) -> web.Response:
-        """Swagger 2.0, negotiated as upstream's handler does: the first Accept
-        clause (by quality) that names a served type wins, anything else is a
-        406 with an empty body. Only JSON is produced, so a protobuf clause is
-        passed over and a client that accepts nothing but the protobuf form
-        (kubectl's plaintext-openapiv2 explain) gets the 406; kubectl's
-        explain, apply and validation read v3."""
+        """Swagger 2.0, negotiated as upstream's handler does: JSON or gnostic's
+        protobuf (what client-go's OpenAPISchema() and kubectl's
+        plaintext-openapiv2 explain ask for), anything else a 406 with an empty
+        body."""
         from kubeplane.apiserver import openapi
 
-        if not _accepts_json(request.headers.get("Accept") or "*/*"):
+        fmt = _openapi_v2_format(request.headers.get("Accept") or "*/*")
+        if fmt is None:
             return web.Response(status=406, headers={"Vary": "Accept"})
-        body, etag = openapi.v2_document_bytes()
-        headers = {"Content-Type": "application/json", "Vary": "Accept", "Etag": f'"{etag}"'}
+        # Built once (about a second of CPU), off the event loop.
+        if fmt == "json":
+            body, etag = await asyncio.to_thread(openapi.v2_document_bytes)
+            content_type = "application/json"
+        else:
+            body, etag = await asyncio.to_thread(openapi.v2_document_protobuf)
+            content_type = OPENAPI_V2_PROTOBUF
+        headers = {"Content-Type": content_type, "Vary": "Accept", "Etag": f'"{etag}"'}
         if request.headers.get("If-None-Match") == f'"{etag}"':
             return web.Response(status=304, headers=headers)
         return web.Response(body=body, headers=headers)

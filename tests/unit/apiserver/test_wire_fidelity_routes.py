@@ -165,17 +165,56 @@ async def test_openapi_v2_json(http):
     assert again.status == 304
 
 
-@pytest.mark.parametrize("accept, status", [
-    ("", 200), ("*/*", 200), ("application/*", 200), (f"{PROTO_V2}, application/json;q=0.5", 200),
-    (PROTO_V2, 406), ("text/html", 406), ("application/json;q=0", 406),
+PROTO_V2_TYPE = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+
+
+@pytest.mark.parametrize("accept, status, content_type", [
+    ("", 200, "application/json"), ("*/*", 200, "application/json"), ("application/*", 200, "application/json"),
+    (f"{PROTO_V2}, application/json;q=0.5", 200, PROTO_V2_TYPE),
+    (f"{PROTO_V2};q=0.5, application/json", 200, "application/json"),
+    (PROTO_V2, 200, PROTO_V2_TYPE), (PROTO_V2_TYPE, 200, PROTO_V2_TYPE),
+    ("text/html", 406, None), ("application/json;q=0", 406, None),
 ])
-async def test_openapi_v2_negotiation(http, accept, status):
+async def test_openapi_v2_negotiation(http, accept, status, content_type):
     headers = {"Accept": accept} if accept else {}
     resp = await http.get("/openapi/v2", headers=headers)
     assert resp.status == status
     assert resp.headers["Vary"] == "Accept"
     if status == 406:
         assert await resp.read() == b""
+    else:
+        assert resp.headers["Content-Type"] == content_type
+
+
+async def test_openapi_v2_protobuf_is_gnostic_document(http):
+    from kubeplane.api.protobuf import iter_fields
+
+    resp = await http.get("/openapi/v2", headers={"Accept": PROTO_V2})
+    raw = await resp.read()
+    top = {}
+    for number, _, value in iter_fields(raw):
+        top.setdefault(number, []).append(value)
+    assert top[1] == [b"2.0"]  # swagger
+    info = dict((n, v) for n, _, v in iter_fields(top[2][0]))
+    assert info[1] == b"Kubernetes"
+    # definitions (9): NamedSchema entries; find Pod and read its vendor extension
+    names = {}
+    for _, _, entry in iter_fields(top[9][0]):
+        fields = dict((n, v) for n, _, v in iter_fields(entry))
+        names[fields[1].decode()] = fields[2]
+    assert "io.k8s.api.apps.v1.Deployment" in names
+    pod = names["io.k8s.api.core.v1.Pod"]
+    ext = [v for n, _, v in iter_fields(pod) if n == 31]
+    decoded = {}
+    for e in ext:
+        f = dict((n, v) for n, _, v in iter_fields(e))
+        any_fields = dict((n, v) for n, _, v in iter_fields(f[2]))
+        decoded[f[1].decode()] = any_fields[2].decode()
+    assert "kind: Pod" in decoded["x-kubernetes-group-version-kind"]
+    # paths (8): NamedPathItem entries
+    paths = [dict((n, v) for n, _, v in iter_fields(e))[1].decode()
+             for n, _, e in iter_fields(top[8][0]) if n == 2]
+    assert "/api/v1/namespaces/{namespace}/pods/{name}" in paths
 
 
 # -- version ----------------------------------------------------------------------
