@@ -172,18 +172,20 @@ class Registry:
         else:
             md.pop("namespace", None)
 
-    async def _check_namespace_usable(self, res: ResourceInfo, namespace: str) -> None:
+    async def _check_namespace_usable(self, res: ResourceInfo, namespace: str, name: str = "") -> None:
         if not res.namespaced:
             return
         kv = await self.store.get(NAMESPACES.storage_key(namespace))
         if kv is None:
             raise errors.not_found("namespaces", namespace)
         if (kv.value.get("metadata") or {}).get("deletionTimestamp"):
+            # upstream's admission.NewForbidden: names the object being created
+            what = f'{res.qualified} "{name}"' if name else res.qualified
             raise errors.StatusError(
                 403, "Forbidden",
-                f"{res.plural} is forbidden: unable to create new content in namespace {namespace} "
+                f"{what} is forbidden: unable to create new content in namespace {namespace} "
                 "because it is being terminated",
-                name=namespace, kind="namespaces",
+                name=name, group=res.group, kind=res.plural,
             )
 
     # -- reads -------------------------------------------------------------
@@ -324,7 +326,7 @@ class Registry:
             md.pop("generation", None)
         self._validate(res, obj, None)
         if res.namespaced:
-            await self._check_namespace_usable(res, md["namespace"])
+            await self._check_namespace_usable(res, md["namespace"], md.get("name") or "")
         md["uid"] = new_uid()
         if _track_fields and field_manager is not None:
             self._track_managed_fields(res, None, obj, field_manager)

@@ -232,3 +232,19 @@ async def test_version_fields_as_upstream_1_32(http):
     import platform as _platform
 
     assert info["platform"].split("/")[1] in ("amd64", "arm64", _platform.machine().lower())
+
+
+async def test_create_in_terminating_namespace_forbidden_names_the_object(http):
+    body = orjson.dumps({"apiVersion": "v1", "kind": "Namespace",
+                         "metadata": {"name": "ending", "finalizers": ["example.com/hold"]}})
+    assert (await http.post("/api/v1/namespaces", data=body, headers=JSON)).status == 201
+    assert (await http.delete("/api/v1/namespaces/ending")).status in (200, 202)
+    ns = await _json(http, "/api/v1/namespaces/ending")
+    assert ns["metadata"].get("deletionTimestamp")  # held by its finalizer
+    cm = orjson.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"}})
+    resp = await http.post("/api/v1/namespaces/ending/configmaps", data=cm, headers=JSON)
+    status = orjson.loads(await resp.read())
+    assert resp.status == 403 and status["reason"] == "Forbidden"
+    assert status["message"] == ('configmaps "late" is forbidden: unable to create new content in namespace '
+                                 "ending because it is being terminated")
+    assert status["details"] == {"name": "late", "kind": "configmaps"}
