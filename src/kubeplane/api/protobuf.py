@@ -80,7 +80,7 @@ _Value = Union[int, bytes]
 
 
 # --------------------------------------------------------------------------------------------
-# Table helpers
+# Table helpers, for tables composed by hand and given to register()
 
 
 def s(name: str, keep: bool = False) -> Field:
