@@ -30,6 +30,7 @@ log = logging.getLogger("kubeplane.apiserver")
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # upstream's default request body limit
 
+
 def _platform() -> str:
     """``GOOS/GOARCH`` as Go names them, for the machine the server runs on."""
     arch = platform.machine().lower()
@@ -205,9 +206,10 @@ class APIHandler:
             if exc.status == 404:
                 return status_response(errors.route_not_found())
             if exc.status == 405:
-                err = errors.method_not_allowed("the server does not allow this method on the requested resource")
-                err.name = err.group = err.kind = ""  # a generic server response: empty details
-                return status_response(err)
+                # a generic server response, as go-restful's: details present and empty
+                return status_response(StatusError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
+                    name="", group="", kind=""))
             if exc.status == 413:
                 return status_response(errors.too_large(self.max_body))
             return status_response(StatusError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason))

@@ -248,3 +248,10 @@ async def test_create_in_terminating_namespace_forbidden_names_the_object(http):
     assert status["message"] == ('configmaps "late" is forbidden: unable to create new content in namespace '
                                  "ending because it is being terminated")
     assert status["details"] == {"name": "late", "kind": "configmaps"}
+
+
+async def test_route_405_carries_empty_details(http):
+    resp = await http.post("/version/", data=b"{}", headers=JSON)
+    assert resp.status == 405
+    status = orjson.loads(await resp.read())
+    assert status["reason"] == "MethodNotAllowed" and status["details"] == {}
