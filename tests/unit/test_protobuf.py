@@ -1,4 +1,4 @@
-"""Tests for the Kubernetes protobuf request-body decoder.
+"""Tests for the Kubernetes protobuf request-body decoder (schema driven).
 
 The ``data/protobuf`` fixtures are real bodies captured from kubectl v1.32;
 see ``data/protobuf/README.md``. Fields that kubectl's generators never send
@@ -365,6 +365,106 @@ def test_register_adds_a_kind() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Schema-driven kinds: DeleteOptions, Eviction and every served kind
+
+
+def test_delete_options_from_kubectl_drain() -> None:
+    # Captured from `kubectl drain --grace-period=0` and `--grace-period=5`: a pointer
+    # field set to zero is encoded and must survive.
+    assert protobuf.decode(load("deleteoptions_drain")) == {
+        "apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+    assert protobuf.decode(load("deleteoptions_grace"))["gracePeriodSeconds"] == 5
+
+
+def test_delete_options_full_and_in_any_group_version() -> None:
+    raw = (vi(1, 30) + msg(2, st(1, "uid-1"), st(2, "7")) + vi(3, 0) + st(4, "Foreground")
+           + st(5, "All") + vi(6, 1))
+    expected = {"gracePeriodSeconds": 30, "preconditions": {"uid": "uid-1", "resourceVersion": "7"},
+                "orphanDependents": False, "propagationPolicy": "Foreground", "dryRun": ["All"],
+                "ignoreStoreReadErrorWithClusterBreakingPotential": True}
+    for api_version in ("v1", "apps/v1", "meta.k8s.io/v1", "batch/v1"):
+        assert protobuf.decode(envelope(api_version, "DeleteOptions", raw)) == {
+            "apiVersion": api_version, "kind": "DeleteOptions", **expected}
+
+
+def test_eviction() -> None:
+    raw = msg(1, st(1, "web-0"), st(3, "default")) + msg(2, vi(1, 0), st(4, "Background"))
+    assert protobuf.decode(envelope("policy/v1", "Eviction", raw)) == {
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-0", "namespace": "default"},
+        "deleteOptions": {"gracePeriodSeconds": 0, "propagationPolicy": "Background"},
+    }
+
+
+def test_pod_from_kubectl_debug_copy_to() -> None:
+    assert protobuf.decode(load("pod_debug_copy")) == json.loads((DATA / "pod_debug_copy.json").read_text())
+
+
+def test_every_served_kind_has_a_table() -> None:
+    from kubeplane.api.resources import RESOURCES
+
+    for r in RESOURCES:
+        assert protobuf.kind_table(r.api_version, r.kind) is not None, r.kind
+        assert protobuf.kind_table(r.api_version, r.list_kind) is not None, r.list_kind
+    for api_version, kind in (("v1", "Binding"), ("autoscaling/v1", "Scale"), ("policy/v1", "Eviction")):
+        assert protobuf.kind_table(api_version, kind) is not None, kind
+
+
+def test_binding_from_a_client_go_scheduler() -> None:
+    raw = msg(1, st(1, "p"), st(3, "default"), st(5, "u1")) + msg(2, st(1, "Node"), st(3, "n1"))
+    assert protobuf.decode(envelope("v1", "Binding", raw)) == {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+        "target": {"kind": "Node", "name": "n1"},
+    }
+
+
+def test_storage_class_and_pv_inline_volume_source() -> None:
+    raw = (msg(1, st(1, "fast")) + st(2, "csi.example.com") + entry(3, "type", "ssd")
+           + st(4, "Delete") + st(5, "discard") + vi(6, 1) + st(7, "WaitForFirstConsumer"))
+    assert protobuf.decode(envelope("storage.k8s.io/v1", "StorageClass", raw)) == {
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "fast"},
+        "provisioner": "csi.example.com", "parameters": {"type": "ssd"}, "reclaimPolicy": "Delete",
+        "mountOptions": ["discard"], "allowVolumeExpansion": True, "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    # PersistentVolumeSpec embeds PersistentVolumeSource (field 2) inline; capacity is a Quantity map.
+    spec = msg(2, entry(1, "storage", st(1, "5Gi")),
+               msg(2, msg(3, st(1, "/data"), st(2, "DirectoryOrCreate"))),
+               st(3, "ReadWriteOnce"), st(5, "Retain"), st(6, "fast"))
+    obj = protobuf.decode(envelope("v1", "PersistentVolume", msg(1, st(1, "pv1")) + spec))
+    assert obj["spec"] == {"capacity": {"storage": "5Gi"}, "hostPath": {"path": "/data", "type": "DirectoryOrCreate"},
+                           "accessModes": ["ReadWriteOnce"], "persistentVolumeReclaimPolicy": "Retain",
+                           "storageClassName": "fast"}
+
+
+def test_lease_micro_time_and_resource_claim() -> None:
+    raw = msg(1, st(1, "l")) + msg(2, st(1, "holder"), vi(2, 15), msg(3, vi(1, 1_700_000_000), vi(2, 123_456_000)))
+    assert protobuf.decode(envelope("coordination.k8s.io/v1", "Lease", raw))["spec"] == {
+        "holderIdentity": "holder", "leaseDurationSeconds": 15, "acquireTime": "2023-11-14T22:13:20.123456Z"}
+    request = msg(1, st(1, "gpu"), msg(2, st(1, "gpu.example.com"), st(3, "ExactCount"), vi(4, 2)))
+    claim = msg(1, st(1, "c")) + msg(2, msg(1, request))
+    assert protobuf.decode(envelope("resource.k8s.io/v1", "ResourceClaim", claim))["spec"] == {
+        "devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.example.com", "allocationMode": "ExactCount", "count": 2}}]}}
+
+
+def test_go_duration_format() -> None:
+    assert protobuf.format_go_duration(0) == "0s"
+    assert protobuf.format_go_duration(90 * 10**9) == "1m30s"
+    assert protobuf.format_go_duration(3600 * 10**9) == "1h0m0s"
+    assert protobuf.format_go_duration(1_500_000) == "1.5ms"
+    assert protobuf.format_go_duration(-2_500_000_000) == "-2.5s"
+
+
+def test_schema_data_matches_upstream_field_numbers() -> None:
+    # Spot checks against upstream's generated.proto.
+    pod_spec = protobuf.message_table("k8s.io.api.core.v1.PodSpec")
+    assert (pod_spec[2].name, pod_spec[10].name, pod_spec[34].name) == ("containers", "nodeName", "ephemeralContainers")
+    volume = protobuf.message_table("k8s.io.api.core.v1.Volume")
+    assert volume[2].type == protobuf.INLINE
+    meta = protobuf.message_table("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta")
+    assert meta[9].type == protobuf.TIME and meta[17].repeated
+
+
+# --------------------------------------------------------------------------------------------
 # Errors
 
 
@@ -424,10 +524,11 @@ def test_content_encoding_rejected() -> None:
 
 
 def test_unsupported_kind_is_415() -> None:
+    # Custom resources have no protobuf form (as upstream).
     with pytest.raises(StatusError) as exc:
-        protobuf.decode(envelope("storage.k8s.io/v1", "StorageClass", msg(1, st(1, "fast"))))
+        protobuf.decode(envelope("example.com/v1", "Widget", msg(1, st(1, "w"))))
     message = expect_status(exc, 415, "UnsupportedMediaType")
-    assert "StorageClass" in message and "protobuf is not supported" in message
+    assert "Widget" in message and "protobuf is not supported" in message
     assert "application/json" in message
     assert exc.value.to_status()["code"] == 415
 

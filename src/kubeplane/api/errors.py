@@ -60,20 +60,20 @@ class StatusError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        # Upstream's StatusDetails has only omitempty fields: an empty group
+        # (the core group) is left out, and an error that names no object
+        # still carries ``details: {}``, which clients dereference (kubectl
+        # debug reads details.name of a 404 and crashes without it).
         details: dict[str, Any] = {}
-        if self.name is not None:
-            details["name"] = self.name
-        if self.group is not None:
-            details["group"] = self.group
-        if self.kind is not None:
-            details["kind"] = self.kind
-        if self.uid is not None:
-            details["uid"] = self.uid
+        for key, value in (("name", self.name), ("group", self.group), ("kind", self.kind), ("uid", self.uid)):
+            if value:
+                details[key] = value
         if self.causes:
             details["causes"] = [c.to_dict() for c in self.causes]
         if self.retry_after is not None:
             details["retryAfterSeconds"] = self.retry_after
-        if details:
+        has_details = details or any(v is not None for v in (self.name, self.group, self.kind, self.uid))
+        if has_details:
             status["details"] = details
         return status
 
@@ -110,6 +110,13 @@ def not_found(resource: str, name: str, group: str = "") -> StatusError:
         404, "NotFound", f'{_qualified(resource, group)} "{name}" not found',
         name=name, group=group, kind=resource,
     )
+
+
+def route_not_found() -> StatusError:
+    """The 404 for a path no route serves (upstream's generic server response:
+    its details are present and empty)."""
+    return StatusError(404, "NotFound", "the server could not find the requested resource",
+                       name="", group="", kind="")
 
 
 def already_exists(resource: str, name: str, group: str = "") -> StatusError:

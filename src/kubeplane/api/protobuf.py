@@ -1,20 +1,27 @@
 """Decode Kubernetes protobuf request bodies into JSON-style dicts.
 
-kubectl's imperative generators (``kubectl create namespace|configmap|secret|
-deployment|service|job|...``) POST ``application/vnd.kubernetes.protobuf`` and
-never fall back to JSON, so the API server has to read them.
+client-go sends ``application/vnd.kubernetes.protobuf`` whenever its content
+type is set to protobuf, as kubectl's typed clients do: the imperative
+generators (``kubectl create namespace|configmap|deployment|...``), the
+DeleteOptions of ``kubectl drain``, ``kubectl debug --copy-to`` and helm, and
+any controller or scheduler built on client-go. None of them fall back to
+JSON, so the API server reads every built-in kind (and the meta/v1 option
+kinds) in protobuf.
 
 Wire format: the 4-byte magic ``k8s\\x00`` followed by a ``runtime.Unknown``
 message (``typeMeta`` = 1 {apiVersion = 1, kind = 2}, ``raw`` = 2,
 ``contentEncoding`` = 3, ``contentType`` = 4). ``raw`` is the object encoded
 with the field numbers of the public ``generated.proto`` files.
 
-The decoder is generic (varint, 64-bit, length-delimited, 32-bit wire types);
-each supported type is described by a declarative table mapping field numbers
-to JSON names and value types. The output follows the JSON serialization of
-the same object: camelCase names, ``omitempty`` zero values dropped, bytes as
-base64, ``Time`` as RFC 3339, ``Quantity`` as a string and ``IntOrString`` as
-an int or a string. Unknown field numbers are skipped, as protobuf readers do.
+The decoder is generic (varint, 64-bit, length-delimited, 32-bit wire types)
+and schema driven: the field table of each message comes from
+``protobuf_schema.json``, which :mod:`kubeplane.api.gen_protobuf` derives
+from upstream's ``generated.proto`` files and Go struct tags. The output
+follows the JSON serialization of the same object: JSON names, zero values
+of ``omitempty`` non-pointer fields dropped, inline structs merged, bytes as
+base64, ``Time`` as RFC 3339, ``Quantity`` as a string, ``IntOrString`` as an
+int or a string, ``Duration`` as Go prints it. Unknown field numbers are
+skipped, as protobuf readers do.
 """
 
 from __future__ import annotations
@@ -23,7 +30,10 @@ import base64
 import datetime as _dt
 import json
 import struct
+import threading
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources as importlib_resources
 from typing import Any, Union
 
 from kubeplane.api import errors
@@ -39,8 +49,14 @@ STRING, BYTES, INT32, INT64, UINT32, BOOL, DOUBLE = "string", "bytes", "int32", 
 TIME, MICROTIME, QUANTITY, INTORSTR, RAWJSON = "time", "microtime", "quantity", "intorstr", "rawjson"
 MESSAGE, INLINE, MAP = "message", "inline", "map"
 
+UINT64, SINT32, SINT64, FLOAT = "uint64", "sint32", "sint64", "float"
+FIXED32, FIXED64, SFIXED32, SFIXED64 = "fixed32", "fixed64", "sfixed32", "sfixed64"
+DURATION, RAWEXT = "duration", "rawext"
+
 _SCALAR_WIRE = {STRING: _LEN, BYTES: _LEN, INT32: _VARINT, INT64: _VARINT, UINT32: _VARINT,
-                BOOL: _VARINT, DOUBLE: _I64}
+                UINT64: _VARINT, SINT32: _VARINT, SINT64: _VARINT, BOOL: _VARINT, DOUBLE: _I64,
+                FLOAT: _I32, FIXED32: _I32, FIXED64: _I64, SFIXED32: _I32, SFIXED64: _I64}
+_PACKABLE = {k for k, w in _SCALAR_WIRE.items() if w != _LEN}
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,7 @@ _Value = Union[int, bytes]
 
 
 # --------------------------------------------------------------------------------------------
-# Table helpers
+# Table helpers, for tables composed by hand and given to register()
 
 
 def s(name: str, keep: bool = False) -> Field:
@@ -124,428 +140,71 @@ def mp(name: str, value: str = STRING, table: Table | None = None) -> Field:
 
 
 # --------------------------------------------------------------------------------------------
-# apimachinery meta/v1
+# Schema: field tables generated from upstream's generated.proto and Go struct tags
 
-OWNER_REFERENCE: Table = {
-    1: s("kind", keep=True), 3: s("name", keep=True), 4: s("uid", keep=True),
-    5: s("apiVersion", keep=True), 6: b("controller", keep=True), 7: b("blockOwnerDeletion", keep=True),
-}
-MANAGED_FIELDS_ENTRY: Table = {
-    1: s("manager"), 2: s("operation"), 3: s("apiVersion"), 4: t("time"), 6: s("fieldsType"),
-    7: Field("fieldsV1", RAWJSON), 8: s("subresource"),
-}
-OBJECT_META: Table = {
-    1: s("name"), 2: s("generateName"), 3: s("namespace"), 4: s("selfLink"), 5: s("uid"),
-    6: s("resourceVersion"), 7: i64("generation"), 8: t("creationTimestamp"), 9: t("deletionTimestamp"),
-    10: i64("deletionGracePeriodSeconds", keep=True), 11: mp("labels"), 12: mp("annotations"),
-    13: rm("ownerReferences", OWNER_REFERENCE), 14: rs("finalizers"), 17: rm("managedFields", MANAGED_FIELDS_ENTRY),
-}
-LABEL_SELECTOR_REQUIREMENT: Table = {1: s("key", keep=True), 2: s("operator", keep=True), 3: rs("values")}
-LABEL_SELECTOR: Table = {1: mp("matchLabels"), 2: rm("matchExpressions", LABEL_SELECTOR_REQUIREMENT)}
-CONDITION: Table = {
-    1: s("type", keep=True), 2: s("status", keep=True), 3: i64("observedGeneration"),
-    4: t("lastTransitionTime"), 5: s("reason", keep=True), 6: s("message", keep=True),
-}
+_REPEATED, _KEEP, _INLINE = 1, 2, 4
+_schema_lock = threading.Lock()
 
-# --------------------------------------------------------------------------------------------
-# core/v1: references, env, resources
 
-LOCAL_OBJECT_REFERENCE: Table = {1: s("name")}
-OBJECT_REFERENCE: Table = {
-    1: s("kind"), 2: s("namespace"), 3: s("name"), 4: s("uid"), 5: s("apiVersion"),
-    6: s("resourceVersion"), 7: s("fieldPath"),
-}
-OBJECT_FIELD_SELECTOR: Table = {1: s("apiVersion"), 2: s("fieldPath", keep=True)}
-RESOURCE_FIELD_SELECTOR: Table = {1: s("containerName"), 2: s("resource", keep=True), 3: q("divisor")}
-KEY_SELECTOR: Table = {1: inline(LOCAL_OBJECT_REFERENCE), 2: s("key", keep=True), 3: b("optional", keep=True)}
-ENV_VAR_SOURCE: Table = {
-    1: m("fieldRef", OBJECT_FIELD_SELECTOR), 2: m("resourceFieldRef", RESOURCE_FIELD_SELECTOR),
-    3: m("configMapKeyRef", KEY_SELECTOR), 4: m("secretKeyRef", KEY_SELECTOR),
-}
-ENV_VAR: Table = {1: s("name", keep=True), 2: s("value"), 3: m("valueFrom", ENV_VAR_SOURCE)}
-ENV_FROM_REF: Table = {1: inline(LOCAL_OBJECT_REFERENCE), 2: b("optional", keep=True)}
-ENV_FROM_SOURCE: Table = {1: s("prefix"), 2: m("configMapRef", ENV_FROM_REF), 3: m("secretRef", ENV_FROM_REF)}
-RESOURCE_CLAIM: Table = {1: s("name", keep=True), 2: s("request")}
-RESOURCE_REQUIREMENTS: Table = {
-    1: mp("limits", QUANTITY), 2: mp("requests", QUANTITY), 3: rm("claims", RESOURCE_CLAIM),
-}
-CONTAINER_PORT: Table = {
-    1: s("name"), 2: i32("hostPort"), 3: i32("containerPort", keep=True), 4: s("protocol"), 5: s("hostIP"),
-}
-VOLUME_MOUNT: Table = {
-    1: s("name", keep=True), 2: b("readOnly"), 3: s("mountPath", keep=True), 4: s("subPath"),
-    5: s("mountPropagation", keep=True), 6: s("subPathExpr"), 7: s("recursiveReadOnly", keep=True),
-}
-VOLUME_DEVICE: Table = {1: s("name", keep=True), 2: s("devicePath", keep=True)}
+@lru_cache(maxsize=1)
+def _schema() -> tuple[dict[str, str], dict[str, Table]]:
+    """(kind key -> message name, message name -> table), built once from package data.
 
-# probes and lifecycle
-HTTP_HEADER: Table = {1: s("name", keep=True), 2: s("value", keep=True)}
-EXEC_ACTION: Table = {1: rs("command")}
-HTTP_GET_ACTION: Table = {
-    1: s("path"), 2: ios("port"), 3: s("host"), 4: s("scheme"), 5: rm("httpHeaders", HTTP_HEADER),
-}
-TCP_SOCKET_ACTION: Table = {1: ios("port"), 2: s("host")}
-GRPC_ACTION: Table = {1: i32("port", keep=True), 2: s("service", keep=True)}
-SLEEP_ACTION: Table = {1: i64("seconds", keep=True)}
-PROBE_HANDLER: Table = {
-    1: m("exec", EXEC_ACTION), 2: m("httpGet", HTTP_GET_ACTION), 3: m("tcpSocket", TCP_SOCKET_ACTION),
-    4: m("grpc", GRPC_ACTION),
-}
-PROBE: Table = {
-    1: inline(PROBE_HANDLER), 2: i32("initialDelaySeconds"), 3: i32("timeoutSeconds"), 4: i32("periodSeconds"),
-    5: i32("successThreshold"), 6: i32("failureThreshold"), 7: i64("terminationGracePeriodSeconds", keep=True),
-}
-LIFECYCLE_HANDLER: Table = {
-    1: m("exec", EXEC_ACTION), 2: m("httpGet", HTTP_GET_ACTION), 3: m("tcpSocket", TCP_SOCKET_ACTION),
-    4: m("sleep", SLEEP_ACTION),
-}
-LIFECYCLE: Table = {
-    1: m("postStart", LIFECYCLE_HANDLER), 2: m("preStop", LIFECYCLE_HANDLER), 3: s("stopSignal", keep=True),
-}
+    Every table is created empty first and filled after, so message fields can
+    point at any table, whatever the order (and cycles cost nothing).
+    """
+    with _schema_lock:
+        raw = importlib_resources.files(__package__).joinpath("protobuf_schema.json").read_bytes()
+        data = json.loads(raw)
+        tables: dict[str, Table] = {name: {} for name in data["messages"]}
+        for name, rows in data["messages"].items():
+            table = tables[name]
+            for number, json_name, typ, ref, flags in rows:
+                map_value = None
+                if typ.startswith("map:"):
+                    map_value = typ[4:]
+                sub = tables.get(ref) if ref else None
+                keep = bool(flags & _KEEP)
+                if flags & _INLINE:
+                    table[number] = Field("", INLINE, sub)
+                elif map_value is not None:
+                    table[number] = Field(json_name, MAP, sub, value=map_value)
+                else:
+                    table[number] = Field(json_name, typ, sub, repeated=bool(flags & _REPEATED), keep=keep)
+        return data["kinds"], tables
 
-# security contexts
-CAPABILITIES: Table = {1: rs("add"), 2: rs("drop")}
-SE_LINUX_OPTIONS: Table = {1: s("user"), 2: s("role"), 3: s("type"), 4: s("level")}
-WINDOWS_OPTIONS: Table = {
-    1: s("gmsaCredentialSpecName", keep=True), 2: s("gmsaCredentialSpec", keep=True),
-    3: s("runAsUserName", keep=True), 4: b("hostProcess", keep=True),
-}
-PROFILE: Table = {1: s("type", keep=True), 2: s("localhostProfile", keep=True)}
-SECURITY_CONTEXT: Table = {
-    1: m("capabilities", CAPABILITIES), 2: b("privileged", keep=True), 3: m("seLinuxOptions", SE_LINUX_OPTIONS),
-    4: i64("runAsUser", keep=True), 5: b("runAsNonRoot", keep=True), 6: b("readOnlyRootFilesystem", keep=True),
-    7: b("allowPrivilegeEscalation", keep=True), 8: i64("runAsGroup", keep=True), 9: s("procMount", keep=True),
-    10: m("windowsOptions", WINDOWS_OPTIONS), 11: m("seccompProfile", PROFILE), 12: m("appArmorProfile", PROFILE),
-}
-SYSCTL: Table = {1: s("name", keep=True), 2: s("value", keep=True)}
-POD_SECURITY_CONTEXT: Table = {
-    1: m("seLinuxOptions", SE_LINUX_OPTIONS), 2: i64("runAsUser", keep=True), 3: b("runAsNonRoot", keep=True),
-    4: ri64("supplementalGroups"), 5: i64("fsGroup", keep=True), 6: i64("runAsGroup", keep=True),
-    7: rm("sysctls", SYSCTL), 8: m("windowsOptions", WINDOWS_OPTIONS), 9: s("fsGroupChangePolicy", keep=True),
-    10: m("seccompProfile", PROFILE), 11: m("appArmorProfile", PROFILE),
-    12: s("supplementalGroupsPolicy", keep=True), 13: s("seLinuxChangePolicy", keep=True),
-}
 
-CONTAINER: Table = {
-    1: s("name", keep=True), 2: s("image"), 3: rs("command"), 4: rs("args"), 5: s("workingDir"),
-    6: rm("ports", CONTAINER_PORT), 7: rm("env", ENV_VAR), 8: m("resources", RESOURCE_REQUIREMENTS),
-    9: rm("volumeMounts", VOLUME_MOUNT), 10: m("livenessProbe", PROBE), 11: m("readinessProbe", PROBE),
-    12: m("lifecycle", LIFECYCLE), 13: s("terminationMessagePath"), 14: s("imagePullPolicy"),
-    15: m("securityContext", SECURITY_CONTEXT), 16: b("stdin"), 17: b("stdinOnce"), 18: b("tty"),
-    19: rm("envFrom", ENV_FROM_SOURCE), 20: s("terminationMessagePolicy"), 21: rm("volumeDevices", VOLUME_DEVICE),
-    22: m("startupProbe", PROBE), 24: s("restartPolicy", keep=True),
-}
+def message_table(name: str) -> Table:
+    """The field table of one upstream message, e.g. ``k8s.io.api.core.v1.PodSpec``."""
+    table = _schema()[1].get(name)
+    if table is None:
+        raise KeyError(name)
+    return table
 
-# volumes
-KEY_TO_PATH: Table = {1: s("key", keep=True), 2: s("path", keep=True), 3: i32("mode", keep=True)}
-DOWNWARD_API_FILE: Table = {
-    1: s("path", keep=True), 2: m("fieldRef", OBJECT_FIELD_SELECTOR),
-    3: m("resourceFieldRef", RESOURCE_FIELD_SELECTOR), 4: i32("mode", keep=True),
-}
-HOST_PATH_SOURCE: Table = {1: s("path", keep=True), 2: s("type", keep=True)}
-EMPTY_DIR_SOURCE: Table = {1: s("medium"), 2: q("sizeLimit")}
-SECRET_VOLUME_SOURCE: Table = {
-    1: s("secretName"), 2: rm("items", KEY_TO_PATH), 3: i32("defaultMode", keep=True), 4: b("optional", keep=True),
-}
-CONFIG_MAP_VOLUME_SOURCE: Table = {
-    1: inline(LOCAL_OBJECT_REFERENCE), 2: rm("items", KEY_TO_PATH), 3: i32("defaultMode", keep=True),
-    4: b("optional", keep=True),
-}
-PVC_SOURCE: Table = {1: s("claimName", keep=True), 2: b("readOnly")}
-NFS_SOURCE: Table = {1: s("server", keep=True), 2: s("path", keep=True), 3: b("readOnly")}
-DOWNWARD_API_SOURCE: Table = {1: rm("items", DOWNWARD_API_FILE), 2: i32("defaultMode", keep=True)}
-CSI_SOURCE: Table = {
-    1: s("driver", keep=True), 2: b("readOnly", keep=True), 3: s("fsType", keep=True),
-    4: mp("volumeAttributes"), 5: m("nodePublishSecretRef", LOCAL_OBJECT_REFERENCE),
-}
-PROJECTION_REF: Table = {1: inline(LOCAL_OBJECT_REFERENCE), 2: rm("items", KEY_TO_PATH), 4: b("optional", keep=True)}
-SA_TOKEN_PROJECTION: Table = {1: s("audience"), 2: i64("expirationSeconds", keep=True), 3: s("path", keep=True)}
-VOLUME_PROJECTION: Table = {
-    1: m("secret", PROJECTION_REF), 2: m("downwardAPI", {1: rm("items", DOWNWARD_API_FILE)}),
-    3: m("configMap", PROJECTION_REF), 4: m("serviceAccountToken", SA_TOKEN_PROJECTION),
-}
-PROJECTED_SOURCE: Table = {1: rm("sources", VOLUME_PROJECTION), 2: i32("defaultMode", keep=True)}
-IMAGE_SOURCE: Table = {1: s("reference"), 2: s("pullPolicy")}
-VOLUME_SOURCE: Table = {
-    1: m("hostPath", HOST_PATH_SOURCE), 2: m("emptyDir", EMPTY_DIR_SOURCE), 6: m("secret", SECRET_VOLUME_SOURCE),
-    7: m("nfs", NFS_SOURCE), 10: m("persistentVolumeClaim", PVC_SOURCE), 16: m("downwardAPI", DOWNWARD_API_SOURCE),
-    19: m("configMap", CONFIG_MAP_VOLUME_SOURCE), 26: m("projected", PROJECTED_SOURCE), 28: m("csi", CSI_SOURCE),
-    30: m("image", IMAGE_SOURCE),
-}
-VOLUME: Table = {1: s("name", keep=True), 2: inline(VOLUME_SOURCE)}
 
-# scheduling-related pod fields
-TOLERATION: Table = {
-    1: s("key"), 2: s("operator"), 3: s("value"), 4: s("effect"), 5: i64("tolerationSeconds", keep=True),
-}
-NODE_SELECTOR_REQUIREMENT: Table = {1: s("key", keep=True), 2: s("operator", keep=True), 3: rs("values")}
-NODE_SELECTOR_TERM: Table = {
-    1: rm("matchExpressions", NODE_SELECTOR_REQUIREMENT), 2: rm("matchFields", NODE_SELECTOR_REQUIREMENT),
-}
-NODE_SELECTOR: Table = {1: rm("nodeSelectorTerms", NODE_SELECTOR_TERM)}
-PREFERRED_SCHEDULING_TERM: Table = {1: i32("weight", keep=True), 2: m("preference", NODE_SELECTOR_TERM)}
-NODE_AFFINITY: Table = {
-    1: m("requiredDuringSchedulingIgnoredDuringExecution", NODE_SELECTOR),
-    2: rm("preferredDuringSchedulingIgnoredDuringExecution", PREFERRED_SCHEDULING_TERM),
-}
-POD_AFFINITY_TERM: Table = {
-    1: m("labelSelector", LABEL_SELECTOR), 2: rs("namespaces"), 3: s("topologyKey", keep=True),
-    4: m("namespaceSelector", LABEL_SELECTOR), 5: rs("matchLabelKeys"), 6: rs("mismatchLabelKeys"),
-}
-WEIGHTED_POD_AFFINITY_TERM: Table = {1: i32("weight", keep=True), 2: m("podAffinityTerm", POD_AFFINITY_TERM)}
-POD_AFFINITY: Table = {
-    1: rm("requiredDuringSchedulingIgnoredDuringExecution", POD_AFFINITY_TERM),
-    2: rm("preferredDuringSchedulingIgnoredDuringExecution", WEIGHTED_POD_AFFINITY_TERM),
-}
-AFFINITY: Table = {
-    1: m("nodeAffinity", NODE_AFFINITY), 2: m("podAffinity", POD_AFFINITY), 3: m("podAntiAffinity", POD_AFFINITY),
-}
-TOPOLOGY_SPREAD_CONSTRAINT: Table = {
-    1: i32("maxSkew", keep=True), 2: s("topologyKey", keep=True), 3: s("whenUnsatisfiable", keep=True),
-    4: m("labelSelector", LABEL_SELECTOR), 5: i32("minDomains", keep=True), 6: s("nodeAffinityPolicy", keep=True),
-    7: s("nodeTaintsPolicy", keep=True), 8: rs("matchLabelKeys"),
-}
-HOST_ALIAS: Table = {1: s("ip", keep=True), 2: rs("hostnames")}
-POD_DNS_CONFIG_OPTION: Table = {1: s("name"), 2: s("value", keep=True)}
-POD_DNS_CONFIG: Table = {1: rs("nameservers"), 2: rs("searches"), 3: rm("options", POD_DNS_CONFIG_OPTION)}
-POD_READINESS_GATE: Table = {1: s("conditionType", keep=True)}
-POD_OS: Table = {1: s("name", keep=True)}
-POD_SCHEDULING_GATE: Table = {1: s("name", keep=True)}
+def kind_table(api_version: str, kind: str) -> Table | None:
+    """The table a ``(apiVersion, kind)`` body is decoded with, or None."""
+    explicit = KINDS.get((api_version, kind))
+    if explicit is not None:
+        return explicit
+    kinds, tables = _schema()
+    name = kinds.get(f"{api_version}/{kind}") or kinds.get(f"*/{kind}")
+    return tables.get(name) if name else None
 
-POD_SPEC: Table = {
-    1: rm("volumes", VOLUME), 2: rm("containers", CONTAINER), 3: s("restartPolicy"),
-    4: i64("terminationGracePeriodSeconds", keep=True), 5: i64("activeDeadlineSeconds", keep=True),
-    6: s("dnsPolicy"), 7: mp("nodeSelector"), 8: s("serviceAccountName"), 9: s("serviceAccount"),
-    10: s("nodeName"), 11: b("hostNetwork"), 12: b("hostPID"), 13: b("hostIPC"),
-    14: m("securityContext", POD_SECURITY_CONTEXT), 15: rm("imagePullSecrets", LOCAL_OBJECT_REFERENCE),
-    16: s("hostname"), 17: s("subdomain"), 18: m("affinity", AFFINITY), 19: s("schedulerName"),
-    20: rm("initContainers", CONTAINER), 21: b("automountServiceAccountToken", keep=True),
-    22: rm("tolerations", TOLERATION), 23: rm("hostAliases", HOST_ALIAS), 24: s("priorityClassName"),
-    25: i32("priority", keep=True), 26: m("dnsConfig", POD_DNS_CONFIG), 27: b("shareProcessNamespace", keep=True),
-    28: rm("readinessGates", POD_READINESS_GATE), 29: s("runtimeClassName", keep=True),
-    30: b("enableServiceLinks", keep=True), 31: s("preemptionPolicy", keep=True), 32: mp("overhead", QUANTITY),
-    33: rm("topologySpreadConstraints", TOPOLOGY_SPREAD_CONSTRAINT), 35: b("setHostnameAsFQDN", keep=True),
-    36: m("os", POD_OS), 37: b("hostUsers", keep=True), 38: rm("schedulingGates", POD_SCHEDULING_GATE),
-    40: m("resources", RESOURCE_REQUIREMENTS),
-}
 
-# pod status
-POD_CONDITION: Table = {
-    1: s("type", keep=True), 2: s("status", keep=True), 3: t("lastProbeTime"), 4: t("lastTransitionTime"),
-    5: s("reason"), 6: s("message"), 7: i64("observedGeneration"),
-}
-CONTAINER_STATE: Table = {
-    1: m("waiting", {1: s("reason"), 2: s("message")}),
-    2: m("running", {1: t("startedAt")}),
-    3: m("terminated", {
-        1: i32("exitCode", keep=True), 2: i32("signal"), 3: s("reason"), 4: s("message"),
-        5: t("startedAt"), 6: t("finishedAt"), 7: s("containerID"),
-    }),
-}
-CONTAINER_STATUS: Table = {
-    1: s("name", keep=True), 2: m("state", CONTAINER_STATE), 3: m("lastState", CONTAINER_STATE),
-    4: b("ready", keep=True), 5: i32("restartCount", keep=True), 6: s("image", keep=True),
-    7: s("imageID", keep=True), 8: s("containerID"), 9: b("started", keep=True),
-    10: mp("allocatedResources", QUANTITY), 11: m("resources", RESOURCE_REQUIREMENTS),
-    15: s("stopSignal", keep=True),
-}
-IP_ENTRY: Table = {1: s("ip", keep=True)}
-POD_STATUS: Table = {
-    1: s("phase"), 2: rm("conditions", POD_CONDITION), 3: s("message"), 4: s("reason"), 5: s("hostIP"),
-    6: s("podIP"), 7: t("startTime"), 8: rm("containerStatuses", CONTAINER_STATUS), 9: s("qosClass"),
-    10: rm("initContainerStatuses", CONTAINER_STATUS), 11: s("nominatedNodeName"), 12: rm("podIPs", IP_ENTRY),
-    13: rm("ephemeralContainerStatuses", CONTAINER_STATUS), 14: rm("hostIPs", IP_ENTRY),
-    15: s("resize"), 17: i64("observedGeneration"),
-}
-POD: Table = {1: m("metadata", OBJECT_META), 2: m("spec", POD_SPEC), 3: m("status", POD_STATUS)}
-POD_TEMPLATE_SPEC: Table = {1: m("metadata", OBJECT_META), 2: m("spec", POD_SPEC)}
+#: tables registered at run time, by (apiVersion, kind); they take precedence
+KINDS: dict[tuple[str, str], Table] = {}
 
-# --------------------------------------------------------------------------------------------
-# core/v1 kinds
 
-NAMESPACE_CONDITION: Table = {
-    1: s("type", keep=True), 2: s("status", keep=True), 4: t("lastTransitionTime"), 5: s("reason"), 6: s("message"),
-}
-NAMESPACE: Table = {
-    1: m("metadata", OBJECT_META), 2: m("spec", {1: rs("finalizers")}),
-    3: m("status", {1: s("phase"), 2: rm("conditions", NAMESPACE_CONDITION)}),
-}
-CONFIG_MAP: Table = {
-    1: m("metadata", OBJECT_META), 2: mp("data"), 3: mp("binaryData", BYTES), 4: b("immutable", keep=True),
-}
-SECRET: Table = {
-    1: m("metadata", OBJECT_META), 2: mp("data", BYTES), 3: s("type"), 4: mp("stringData"),
-    5: b("immutable", keep=True),
-}
-SERVICE_ACCOUNT: Table = {
-    1: m("metadata", OBJECT_META), 2: rm("secrets", OBJECT_REFERENCE),
-    3: rm("imagePullSecrets", LOCAL_OBJECT_REFERENCE), 4: b("automountServiceAccountToken", keep=True),
-}
-SCOPED_RESOURCE_SELECTOR_REQUIREMENT: Table = {
-    1: s("scopeName", keep=True), 2: s("operator", keep=True), 3: rs("values"),
-}
-RESOURCE_QUOTA: Table = {
-    1: m("metadata", OBJECT_META),
-    2: m("spec", {
-        1: mp("hard", QUANTITY), 2: rs("scopes"),
-        3: m("scopeSelector", {1: rm("matchExpressions", SCOPED_RESOURCE_SELECTOR_REQUIREMENT)}),
-    }),
-    3: m("status", {1: mp("hard", QUANTITY), 2: mp("used", QUANTITY)}),
-}
-SERVICE_PORT: Table = {
-    1: s("name"), 2: s("protocol"), 3: i32("port", keep=True), 4: ios("targetPort"), 5: i32("nodePort"),
-    6: s("appProtocol", keep=True),
-}
-PORT_STATUS: Table = {1: i32("port", keep=True), 2: s("protocol", keep=True), 3: s("error", keep=True)}
-LOAD_BALANCER_INGRESS: Table = {
-    1: s("ip"), 2: s("hostname"), 3: s("ipMode", keep=True), 4: rm("ports", PORT_STATUS),
-}
-LOAD_BALANCER_STATUS: Table = {1: rm("ingress", LOAD_BALANCER_INGRESS)}
-SERVICE_SPEC: Table = {
-    1: rm("ports", SERVICE_PORT), 2: mp("selector"), 3: s("clusterIP"), 4: s("type"), 5: rs("externalIPs"),
-    7: s("sessionAffinity"), 8: s("loadBalancerIP"), 9: rs("loadBalancerSourceRanges"), 10: s("externalName"),
-    11: s("externalTrafficPolicy"), 12: i32("healthCheckNodePort"), 13: b("publishNotReadyAddresses"),
-    14: m("sessionAffinityConfig", {1: m("clientIP", {1: i32("timeoutSeconds", keep=True)})}),
-    17: s("ipFamilyPolicy", keep=True), 18: rs("clusterIPs"), 19: rs("ipFamilies"),
-    20: b("allocateLoadBalancerNodePorts", keep=True), 21: s("loadBalancerClass", keep=True),
-    22: s("internalTrafficPolicy", keep=True), 23: s("trafficDistribution", keep=True),
-}
-SERVICE: Table = {
-    1: m("metadata", OBJECT_META), 2: m("spec", SERVICE_SPEC),
-    3: m("status", {1: m("loadBalancer", LOAD_BALANCER_STATUS), 2: rm("conditions", CONDITION)}),
-}
+def __getattr__(attr: str) -> Any:
+    # OBJECT_META and friends, for code that composes its own tables.
+    names = {"OBJECT_META": "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+             "LABEL_SELECTOR": "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector",
+             "POD_TEMPLATE_SPEC": "k8s.io.api.core.v1.PodTemplateSpec"}
+    if attr in names:
+        return message_table(names[attr])
+    raise AttributeError(attr)
 
-# --------------------------------------------------------------------------------------------
-# apps/v1
-
-DEPLOYMENT_CONDITION: Table = {
-    1: s("type", keep=True), 2: s("status", keep=True), 4: s("reason"), 5: s("message"),
-    6: t("lastUpdateTime"), 7: t("lastTransitionTime"),
-}
-DEPLOYMENT: Table = {
-    1: m("metadata", OBJECT_META),
-    2: m("spec", {
-        1: i32("replicas", keep=True), 2: m("selector", LABEL_SELECTOR), 3: m("template", POD_TEMPLATE_SPEC),
-        4: m("strategy", {1: s("type"), 2: m("rollingUpdate", {1: ios("maxUnavailable"), 2: ios("maxSurge")})}),
-        5: i32("minReadySeconds"), 6: i32("revisionHistoryLimit", keep=True), 7: b("paused"),
-        9: i32("progressDeadlineSeconds", keep=True),
-    }),
-    3: m("status", {
-        1: i64("observedGeneration"), 2: i32("replicas"), 3: i32("updatedReplicas"), 4: i32("availableReplicas"),
-        5: i32("unavailableReplicas"), 6: rm("conditions", DEPLOYMENT_CONDITION), 7: i32("readyReplicas"),
-        8: i32("collisionCount", keep=True), 9: i32("terminatingReplicas", keep=True),
-    }),
-}
-
-# --------------------------------------------------------------------------------------------
-# batch/v1
-
-JOB_CONDITION: Table = {
-    1: s("type", keep=True), 2: s("status", keep=True), 3: t("lastProbeTime"), 4: t("lastTransitionTime"),
-    5: s("reason"), 6: s("message"),
-}
-JOB_SPEC: Table = {
-    1: i32("parallelism", keep=True), 2: i32("completions", keep=True), 3: i64("activeDeadlineSeconds", keep=True),
-    4: m("selector", LABEL_SELECTOR), 5: b("manualSelector", keep=True), 6: m("template", POD_TEMPLATE_SPEC),
-    7: i32("backoffLimit", keep=True), 8: i32("ttlSecondsAfterFinished", keep=True),
-    9: s("completionMode", keep=True), 10: b("suspend", keep=True), 12: i32("backoffLimitPerIndex", keep=True),
-    13: i32("maxFailedIndexes", keep=True), 14: s("podReplacementPolicy", keep=True), 16: s("managedBy", keep=True),
-}
-JOB_STATUS: Table = {
-    1: rm("conditions", JOB_CONDITION), 2: t("startTime"), 3: t("completionTime"), 4: i32("active"),
-    5: i32("succeeded"), 6: i32("failed"), 7: s("completedIndexes"),
-    8: m("uncountedTerminatedPods", {1: rs("succeeded"), 2: rs("failed")}), 9: i32("ready", keep=True),
-    10: s("failedIndexes", keep=True), 11: i32("terminating", keep=True),
-}
-JOB: Table = {1: m("metadata", OBJECT_META), 2: m("spec", JOB_SPEC), 3: m("status", JOB_STATUS)}
-CRON_JOB: Table = {
-    1: m("metadata", OBJECT_META),
-    2: m("spec", {
-        1: s("schedule", keep=True), 2: i64("startingDeadlineSeconds", keep=True), 3: s("concurrencyPolicy"),
-        4: b("suspend", keep=True), 5: m("jobTemplate", {1: m("metadata", OBJECT_META), 2: m("spec", JOB_SPEC)}),
-        6: i32("successfulJobsHistoryLimit", keep=True), 7: i32("failedJobsHistoryLimit", keep=True),
-        8: s("timeZone", keep=True),
-    }),
-    3: m("status", {1: rm("active", OBJECT_REFERENCE), 4: t("lastScheduleTime"), 5: t("lastSuccessfulTime")}),
-}
-
-# --------------------------------------------------------------------------------------------
-# policy/v1, scheduling.k8s.io/v1
-
-POD_DISRUPTION_BUDGET: Table = {
-    1: m("metadata", OBJECT_META),
-    2: m("spec", {
-        1: ios("minAvailable"), 2: m("selector", LABEL_SELECTOR), 3: ios("maxUnavailable"),
-        4: s("unhealthyPodEvictionPolicy", keep=True),
-    }),
-    3: m("status", {
-        1: i64("observedGeneration"), 2: mp("disruptedPods", TIME), 3: i32("disruptionsAllowed", keep=True),
-        4: i32("currentHealthy", keep=True), 5: i32("desiredHealthy", keep=True), 6: i32("expectedPods", keep=True),
-        7: rm("conditions", CONDITION),
-    }),
-}
-PRIORITY_CLASS: Table = {
-    1: m("metadata", OBJECT_META), 2: i32("value", keep=True), 3: b("globalDefault"), 4: s("description"),
-    5: s("preemptionPolicy", keep=True),
-}
-
-# --------------------------------------------------------------------------------------------
-# rbac.authorization.k8s.io/v1
-
-POLICY_RULE: Table = {
-    1: rs("verbs"), 2: rs("apiGroups"), 3: rs("resources"), 4: rs("resourceNames"), 5: rs("nonResourceURLs"),
-}
-SUBJECT: Table = {1: s("kind", keep=True), 2: s("apiGroup"), 3: s("name", keep=True), 4: s("namespace")}
-ROLE_REF: Table = {1: s("apiGroup", keep=True), 2: s("kind", keep=True), 3: s("name", keep=True)}
-ROLE: Table = {1: m("metadata", OBJECT_META), 2: rm("rules", POLICY_RULE)}
-CLUSTER_ROLE: Table = {
-    1: m("metadata", OBJECT_META), 2: rm("rules", POLICY_RULE),
-    3: m("aggregationRule", {1: rm("clusterRoleSelectors", LABEL_SELECTOR)}),
-}
-ROLE_BINDING: Table = {1: m("metadata", OBJECT_META), 2: rm("subjects", SUBJECT), 3: m("roleRef", ROLE_REF)}
-
-# --------------------------------------------------------------------------------------------
-# networking.k8s.io/v1
-
-INGRESS_BACKEND: Table = {
-    1: m("resource", {1: s("apiGroup", keep=True), 2: s("kind", keep=True), 3: s("name", keep=True)}),
-    4: m("service", {1: s("name", keep=True), 2: m("port", {1: s("name"), 2: i32("number")})}),
-}
-HTTP_INGRESS_PATH: Table = {1: s("path"), 2: m("backend", INGRESS_BACKEND), 3: s("pathType", keep=True)}
-INGRESS_RULE: Table = {
-    1: s("host"), 2: inline({1: m("http", {1: rm("paths", HTTP_INGRESS_PATH)})}),
-}
-INGRESS: Table = {
-    1: m("metadata", OBJECT_META),
-    2: m("spec", {
-        1: m("defaultBackend", INGRESS_BACKEND), 2: rm("tls", {1: rs("hosts"), 2: s("secretName")}),
-        3: rm("rules", INGRESS_RULE), 4: s("ingressClassName", keep=True),
-    }),
-    3: m("status", {1: m("loadBalancer", {1: rm("ingress", LOAD_BALANCER_INGRESS)})}),
-}
-
-# --------------------------------------------------------------------------------------------
-# Registry: (apiVersion, kind) -> table
-
-KINDS: dict[tuple[str, str], Table] = {
-    ("v1", "Namespace"): NAMESPACE,
-    ("v1", "ConfigMap"): CONFIG_MAP,
-    ("v1", "Secret"): SECRET,
-    ("v1", "Service"): SERVICE,
-    ("v1", "ServiceAccount"): SERVICE_ACCOUNT,
-    ("v1", "ResourceQuota"): RESOURCE_QUOTA,
-    ("v1", "Pod"): POD,
-    ("apps/v1", "Deployment"): DEPLOYMENT,
-    ("batch/v1", "Job"): JOB,
-    ("batch/v1", "CronJob"): CRON_JOB,
-    ("policy/v1", "PodDisruptionBudget"): POD_DISRUPTION_BUDGET,
-    ("scheduling.k8s.io/v1", "PriorityClass"): PRIORITY_CLASS,
-    ("rbac.authorization.k8s.io/v1", "Role"): ROLE,
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"): CLUSTER_ROLE,
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): ROLE_BINDING,
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): ROLE_BINDING,
-    ("networking.k8s.io/v1", "Ingress"): INGRESS,
-}
 
 # --------------------------------------------------------------------------------------------
 # Wire reader
@@ -630,26 +289,37 @@ def _scalar(kind: str, wire: int, raw: _Value, path: str) -> Any:
     if kind == BYTES:
         assert isinstance(raw, bytes)
         return base64.b64encode(raw).decode("ascii")
-    if kind == DOUBLE:
-        assert isinstance(raw, bytes)
-        return struct.unpack("<d", raw)[0]
-    assert isinstance(raw, int)
+    if isinstance(raw, bytes):  # fixed-width kinds
+        fmt = {DOUBLE: "<d", FLOAT: "<f", FIXED32: "<I", FIXED64: "<Q", SFIXED32: "<i", SFIXED64: "<q"}[kind]
+        return struct.unpack(fmt, raw)[0]
     if kind == INT32:
         return _signed(raw, 32)
     if kind == INT64:
         return _signed(raw, 64)
     if kind == UINT32:
         return raw & 0xFFFFFFFF
+    if kind == UINT64:
+        return raw & 0xFFFFFFFFFFFFFFFF
+    if kind in (SINT32, SINT64):
+        return (raw >> 1) ^ -(raw & 1)
     return raw != 0  # BOOL
 
 
 def _packed(kind: str, raw: bytes, path: str) -> list[Any]:
-    """Decode a packed repeated varint field."""
+    """Decode a packed repeated numeric field."""
     values: list[Any] = []
     pos = 0
+    wire = _SCALAR_WIRE[kind]
+    width = 8 if wire == _I64 else 4
     while pos < len(raw):
-        value, pos = _varint(raw, pos)
-        values.append(_scalar(kind, _VARINT, value, path))
+        if wire == _VARINT:
+            value, pos = _varint(raw, pos)
+            values.append(_scalar(kind, _VARINT, value, path))
+        else:
+            if pos + width > len(raw):
+                raise errors.bad_request(f"protobuf: truncated packed field {path}")
+            values.append(_scalar(kind, wire, raw[pos:pos + width], path))
+            pos += width
     return values
 
 
@@ -721,6 +391,60 @@ def _raw_json(raw: bytes, path: str) -> Any:
     return {}
 
 
+def _duration(raw: bytes, path: str) -> str:
+    """meta/v1 Duration (field 1: int64 nanoseconds), printed as Go's time.Duration does."""
+    nanos = 0
+    for number, wire, value in iter_fields(raw):
+        if number == 1:
+            _expect(wire, _VARINT, path)
+            assert isinstance(value, int)
+            nanos = _signed(value, 64)
+    return format_go_duration(nanos)
+
+
+def format_go_duration(nanos: int) -> str:
+    """Go's ``time.Duration.String``: ``1h2m3.5s``, ``1.5ms``, ``0s``."""
+    if nanos == 0:
+        return "0s"
+    sign = "-" if nanos < 0 else ""
+    n = abs(nanos)
+    if n < 1_000_000_000:
+        for unit, size in (("ms", 1_000_000), ("\u00b5s", 1_000), ("ns", 1)):
+            if n >= size:
+                return sign + _fraction(n, size) + unit
+    hours, rest = divmod(n, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    out = sign
+    if hours:
+        out += f"{hours}h"
+    if hours or minutes:
+        out += f"{minutes}m"
+    return out + _fraction(rest, 1_000_000_000) + "s"
+
+
+def _fraction(n: int, size: int) -> str:
+    whole, frac = divmod(n, size)
+    if not frac:
+        return str(whole)
+    digits = len(str(size)) - 1
+    return f"{whole}." + f"{frac:0{digits}d}".rstrip("0")
+
+
+def _raw_extension(raw: bytes, path: str) -> Any:
+    """runtime.RawExtension (field 1: the embedded object's bytes, JSON or protobuf)."""
+    for number, wire, value in iter_fields(raw):
+        if number == 1:
+            _expect(wire, _LEN, path)
+            assert isinstance(value, bytes)
+            if value.startswith(MAGIC):
+                return decode(value)
+            try:
+                return json.loads(value) if value else None
+            except ValueError:
+                raise errors.bad_request(f"protobuf: field {path} does not hold a JSON or protobuf object") from None
+    return None
+
+
 def _single(kind: str, table: Table | None, wire: int, raw: _Value, path: str) -> Any:
     """Decode one value (a scalar, a well-known type or a nested message)."""
     if kind in _SCALAR_WIRE:
@@ -735,6 +459,10 @@ def _single(kind: str, table: Table | None, wire: int, raw: _Value, path: str) -
         return _int_or_string(raw, path)
     if kind == RAWJSON:
         return _raw_json(raw, path)
+    if kind == DURATION:
+        return _duration(raw, path)
+    if kind == RAWEXT:
+        return _raw_extension(raw, path)
     assert table is not None, f"no table for message field {path}"
     return decode_message(raw, table, path)
 
@@ -785,7 +513,7 @@ def decode_message(buf: bytes, table: Table, path: str = "") -> dict[str, Any]:
                 entries[key] = value
         elif f.repeated:
             items = out.setdefault(f.name, [])
-            if f.type in (INT32, INT64, UINT32, BOOL) and wire == _LEN:
+            if f.type in _PACKABLE and wire == _LEN:
                 assert isinstance(raw, bytes)
                 items.extend(_packed(f.type, raw, here))
             else:
@@ -849,11 +577,14 @@ def decode(body: bytes) -> dict[str, Any]:
             content_encoding = _scalar(STRING, wire, value, "contentEncoding")
     if content_encoding:
         raise errors.bad_request(f"protobuf: unsupported content encoding {content_encoding!r}")
-    table = KINDS.get((api_version, kind))
+    table = kind_table(api_version, kind)
     if table is None:
         raise _unsupported_kind(api_version, kind)
     obj: dict[str, Any] = {"apiVersion": api_version, "kind": kind}
-    obj.update(decode_message(raw, table))
+    try:
+        obj.update(decode_message(raw, table))
+    except RecursionError:
+        raise errors.bad_request("protobuf: the object is nested too deeply") from None
     return obj
 
 
@@ -863,6 +594,6 @@ def register(api_version: str, kind: str, table: Table) -> None:
 
 
 __all__ = [
-    "KINDS", "MAGIC", "MEDIA_TYPE", "Field", "Table", "decode", "decode_message", "is_protobuf",
-    "iter_fields", "register",
+    "KINDS", "MAGIC", "MEDIA_TYPE", "Field", "Table", "decode", "decode_message", "format_go_duration",
+    "is_protobuf", "iter_fields", "kind_table", "message_table", "register",
 ]

@@ -7,6 +7,8 @@ lists. Both are built from the resource catalogue.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from typing import Any
 
 from kubeplane.api.resources import Catalogue, ResourceInfo
@@ -71,6 +73,15 @@ def aggregated(catalogue: Catalogue, core: bool, api_version: str = "apidiscover
     return {"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items}
 
 
+def storage_version_hash(group: str, version: str, kind: str) -> str:
+    """Upstream's opaque storage version hash: base64 of the first 8 bytes of
+    sha256("group/version/kind") of the version objects are stored in. Clients
+    (the storage version migrator, garbage collectors) compare it for equality
+    to notice a change of storage version."""
+    digest = hashlib.sha256(f"{group}/{version}/{kind}".encode()).digest()
+    return base64.b64encode(digest[:8]).decode("ascii")
+
+
 def api_versions(server_address: str) -> Obj:
     return {
         "kind": "APIVersions",
@@ -119,6 +130,9 @@ def api_resource_list(catalogue: Catalogue, group: str, version: str) -> Obj | N
             entry["shortNames"] = list(r.short_names)
         if r.categories:
             entry["categories"] = list(r.categories)
+        # Each resource is served and stored in its one version. Only the
+        # legacy APIResource has the field; aggregated discovery (v2) does not.
+        entry["storageVersionHash"] = storage_version_hash(r.group, r.version, r.kind)
         out.append(entry)
         for s in r.subresources:
             kind = _sub_kind(r, s)

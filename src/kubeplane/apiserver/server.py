@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import platform
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -28,16 +30,29 @@ log = logging.getLogger("kubeplane.apiserver")
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # upstream's default request body limit
 
+
+def _platform() -> str:
+    """``GOOS/GOARCH`` as Go names them, for the machine the server runs on."""
+    arch = platform.machine().lower()
+    arch = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386", "ppc64le": "ppc64le",
+            "s390x": "s390x"}.get(arch, arch)
+    return f"{sys.platform.rstrip('0123456789')}/{arch}"
+
+
+# Upstream's version.Info of v1.32 (the same fields, in the same order). The
+# server's identity is build metadata ("+kubeplane"), as distributions such as
+# k3s mark theirs: a pre-release suffix would make semver ranges like helm's
+# kubeVersion ">=1.25.0" reject the server.
 VERSION_INFO = {
     "major": "1",
     "minor": "32",
-    "gitVersion": "v1.32.0-kubeplane",
+    "gitVersion": "v1.32.0+kubeplane",
     "gitCommit": "kubeplane-" + __version__,
     "gitTreeState": "clean",
     "buildDate": "2026-01-01T00:00:00Z",
-    "goVersion": "python",
-    "compiler": "cpython",
-    "platform": "linux/amd64",
+    "goVersion": f"python{platform.python_version()}",
+    "compiler": platform.python_implementation().lower(),
+    "platform": _platform(),
 }
 
 HANDLER_KEY: "web.AppKey[APIHandler]" = web.AppKey("handler")
@@ -132,6 +147,41 @@ def _wants_aggregated(request: web.Request) -> str | None:
     return None
 
 
+OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+_OPENAPI_V2_PROTOBUF_SUBTYPES = ("com.github.proto-openapi.spec.v2@v1.0+protobuf",
+                                 "com.github.proto-openapi.spec.v2.v1.0+protobuf")
+
+
+def _openapi_v2_format(accept: str) -> str | None:
+    """"json", "protobuf" or None (406), chosen as upstream's OpenAPI handler
+    does: Accept clauses by quality, the first that names a served type."""
+    clauses = []
+    for i, part in enumerate(accept.split(",")):
+        fields = [f.strip() for f in part.split(";")]
+        media = fields[0].lower()
+        if not media:
+            continue
+        q = 1.0
+        for param in fields[1:]:
+            if param.startswith("q="):
+                try:
+                    q = float(param[2:])
+                except ValueError:
+                    q = 0.0
+        clauses.append((-q, i, media))
+    for q, _, media in sorted(clauses):
+        if q == 0:
+            break
+        typ, _, sub = media.partition("/")
+        if typ not in ("application", "*"):
+            continue
+        if sub in ("json", "*"):
+            return "json"
+        if sub in _OPENAPI_V2_PROTOBUF_SUBTYPES:
+            return "protobuf"
+    return None
+
+
 class APIHandler:
     def __init__(self, registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_BODY_BYTES,
                  server_address: str = "127.0.0.1:6443") -> None:
@@ -154,9 +204,12 @@ class APIHandler:
             return status_response(err)
         except web.HTTPException as exc:
             if exc.status == 404:
-                return status_response(StatusError(404, "NotFound", "the server could not find the requested resource"))
+                return status_response(errors.route_not_found())
             if exc.status == 405:
-                return status_response(errors.method_not_allowed("the server does not allow this method on the requested resource"))
+                # a generic server response, as go-restful's: details present and empty
+                return status_response(StatusError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
+                    name="", group="", kind=""))
             if exc.status == 413:
                 return status_response(errors.too_large(self.max_body))
             return status_response(StatusError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason))
@@ -219,16 +272,33 @@ class APIHandler:
         elif len(parts) == 3 and parts[0] == "apis":
             doc = openapi.v3_document_bytes(parts[1], parts[2])
         if doc is None:
-            raise StatusError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.route_not_found()
         headers = {"Content-Type": "application/json"}
         if request.query.get("hash"):
             headers["Cache-Control"] = "public, immutable"
         return web.Response(body=doc, headers=headers)
 
     async def openapi_v2(self, request: web.Request) -> web.Response:
-        # kubeplane does not produce the protobuf OpenAPI v2 document; clients
-        # tolerate a 404 (they fall back to v3 or merge patches).
-        raise StatusError(404, "NotFound", "the server could not find the requested resource")
+        """Swagger 2.0, negotiated as upstream's handler does: JSON or gnostic's
+        protobuf (what client-go's OpenAPISchema() and kubectl's
+        plaintext-openapiv2 explain ask for), anything else a 406 with an empty
+        body."""
+        from kubeplane.apiserver import openapi
+
+        fmt = _openapi_v2_format(request.headers.get("Accept") or "*/*")
+        if fmt is None:
+            return web.Response(status=406, headers={"Vary": "Accept"})
+        # Built once (about a second of CPU), off the event loop.
+        if fmt == "json":
+            body, etag = await asyncio.to_thread(openapi.v2_document_bytes)
+            content_type = "application/json"
+        else:
+            body, etag = await asyncio.to_thread(openapi.v2_document_protobuf)
+            content_type = OPENAPI_V2_PROTOBUF
+        headers = {"Content-Type": content_type, "Vary": "Accept", "Etag": f'"{etag}"'}
+        if request.headers.get("If-None-Match") == f'"{etag}"':
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=body, headers=headers)
 
     # -- resource routing ------------------------------------------------
 
@@ -261,7 +331,7 @@ class APIHandler:
         if not rest.strip("/"):
             doc = discovery.api_resource_list(self.catalogue, "", version)
             if doc is None:
-                raise StatusError(404, "NotFound", "the server could not find the requested resource")
+                raise errors.route_not_found()
             return json_response(doc)
         return await self._dispatch(request, "", version, rest)
 
@@ -276,16 +346,16 @@ class APIHandler:
         else:
             return await self._dispatch(request, group, version, rest)
         if doc is None:
-            raise StatusError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.route_not_found()
         return json_response(doc)
 
     async def _dispatch(self, request: web.Request, group: str, version: str, rest: str) -> web.StreamResponse:
         t = self._resolve(group, version, rest)
         if t is None:
-            raise StatusError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.route_not_found()
         m = request.method
         if t.res.namespaced and t.namespace is None and t.name is not None:
-            raise StatusError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.route_not_found()
         if t.name is None:
             if m == "GET":
                 if t.watch_path or _bool_param(request.query, "watch"):
@@ -731,17 +801,26 @@ def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_B
     app = web.Application(middlewares=[h.middleware], client_max_size=max_body + 1024 * 1024)
     app[HANDLER_KEY] = h
     r = app.router
-    r.add_get("/version", h.version)
+    # Upstream serves these documents from go-restful web services whose one
+    # route is "/", so the path with a trailing slash is the same document
+    # (kr8s asks for /version/). /api/v1/ and /apis/g/v/ reach the catch-all
+    # routes below with an empty rest. Health paths are exact matches
+    # upstream: /healthz/ is a 404 there too.
+    for path in ("/version", "/version/"):
+        r.add_get(path, h.version)
     for path in ("/healthz", "/livez", "/readyz"):
         r.add_get(path, h.health)
-    r.add_get("/api", h.api_root)
-    r.add_get("/apis", h.apis_root)
+    for path in ("/api", "/api/"):
+        r.add_get(path, h.api_root)
+    for path in ("/apis", "/apis/"):
+        r.add_get(path, h.apis_root)
     r.add_get("/openapi/v3", h.openapi_v3_index)
     r.add_get("/openapi/v3/{path:.+}", h.openapi_v3_doc)
     r.add_get("/openapi/v2", h.openapi_v2)
     r.add_route("*", "/api/{version}", h.core_group_version)
     r.add_route("*", "/api/{version}/{rest:.*}", h.core_group_version)
     r.add_route("*", "/apis/{group}", h.named_group)
+    r.add_route("*", "/apis/{group}/", h.named_group)
     r.add_route("*", "/apis/{group}/{version}", h.named_group)
     r.add_route("*", "/apis/{group}/{version}/{rest:.*}", h.named_group)
     return app

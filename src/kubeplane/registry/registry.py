@@ -94,6 +94,8 @@ class WatchOptions:
 
 def _status_success(res: ResourceInfo, name: str, uid: str | None) -> Obj:
     details: Obj = {"name": name, "group": res.group, "kind": res.plural}
+    if not res.group:
+        del details["group"]  # omitempty upstream: the core group is left out
     if uid:
         details["uid"] = uid
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
@@ -212,18 +214,20 @@ class Registry:
         else:
             md.pop("namespace", None)
 
-    async def _check_namespace_usable(self, res: ResourceInfo, namespace: str) -> None:
+    async def _check_namespace_usable(self, res: ResourceInfo, namespace: str, name: str = "") -> None:
         if not res.namespaced:
             return
         kv = await self.store.get(NAMESPACES.storage_key(namespace))
         if kv is None:
             raise errors.not_found("namespaces", namespace)
         if (kv.value.get("metadata") or {}).get("deletionTimestamp"):
+            # upstream's admission.NewForbidden: names the object being created
+            what = f'{res.qualified} "{name}"' if name else res.qualified
             raise errors.StatusError(
                 403, "Forbidden",
-                f"{res.plural} is forbidden: unable to create new content in namespace {namespace} "
+                f"{what} is forbidden: unable to create new content in namespace {namespace} "
                 "because it is being terminated",
-                name=namespace, kind="namespaces",
+                name=name, group=res.group, kind=res.plural,
             )
 
     # -- reads -------------------------------------------------------------
@@ -364,7 +368,7 @@ class Registry:
             md.pop("generation", None)
         self._validate(res, obj, None)
         if res.namespaced:
-            await self._check_namespace_usable(res, md["namespace"])
+            await self._check_namespace_usable(res, md["namespace"], md.get("name") or "")
         md["uid"] = new_uid()
         if _track_fields and field_manager is not None:
             self._track_managed_fields(res, None, obj, field_manager)

@@ -126,7 +126,7 @@ async def test_a_second_bind_of_a_bound_pod_is_a_conflict(registries: list[Regis
     err = await _bind(reg, "p", "m")
     assert isinstance(err, StatusError) and err.code == 409
     assert err.to_status()["message"] == 'Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "n"'
-    assert err.to_status()["details"] == {"name": "p", "group": "", "kind": "pods/binding"}
+    assert err.to_status()["details"] == {"name": "p", "kind": "pods/binding"}
     gated = _pod("g")
     gated["spec"]["schedulingGates"] = [{"name": "wait"}]
     await reg.create(PODS, gated, "default")
