@@ -335,3 +335,33 @@ def test_go_durations():
     for bad in ("5", "abc", "5x", ""):
         with pytest.raises(ValueError):
             parse_go_duration(bad)
+
+
+async def test_http_client_sends_a_throttled_request_again(make_server, monkeypatch):
+    from kubeplane.api.resources import resource
+    from kubeplane.apiserver import serving
+    from kubeplane.client.http import HttpClient
+    from kubeplane.client.kubeconfig import ClientConfig
+
+    srv = await make_server(max_mutating_requests_inflight=1)
+    gate = Gate(srv.registry, "create")
+    throttled = asyncio.Event()
+    real = serving.too_many_requests
+
+    def counting():
+        throttled.set()
+        return real()
+
+    monkeypatch.setattr(serving, "too_many_requests", counting)
+    c = HttpClient(ClientConfig(server=srv.url))
+    try:
+        first = asyncio.ensure_future(c.create(resource("configmaps"), CM, "default"))
+        await gate.wait_arrived(1)
+        second = asyncio.ensure_future(c.create(resource("configmaps"), {**CM, "metadata": {"name": "d"}},
+                                                "default"))
+        await asyncio.wait_for(throttled.wait(), 10)
+        gate.open.set()  # the held create finishes; the throttled one is sent again after Retry-After
+        assert (await first)["metadata"]["name"] == "c"
+        assert (await asyncio.wait_for(second, 10))["metadata"]["name"] == "d"
+    finally:
+        await c.close()
