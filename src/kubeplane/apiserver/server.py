@@ -579,7 +579,7 @@ class APIHandler:
             field_selector=field_selector,
             allow_bookmarks=bool(_bool_param(q, "allowWatchBookmarks")),
             send_initial_events=send_initial,
-            timeout_seconds=float(timeout) if timeout and timeout > 0 else None,
+            timeout_seconds=float(timeout) if timeout else None,
             bookmark_interval=self.watch_bookmark_interval,
             announce_start=True,
         )
