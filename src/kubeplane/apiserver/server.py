@@ -356,10 +356,8 @@ class APIHandler:
         from kubeplane.api.meta import utcnow
         from kubeplane.apiserver import tables
 
-        include = request.query.get("includeObject") or "Metadata"
-        if include not in ("None", "Metadata", "Object"):
-            raise errors.bad_request(f'includeObject: Unsupported value: "{include}"')
-        return tables.build_table(res, items, now=utcnow(), include_object=include, list_metadata=list_meta)
+        return tables.build_table(res, items, now=utcnow(), include_object=_include_object(request),
+                                  list_metadata=list_meta)
 
     async def get(self, request: web.Request, t: Target) -> web.Response:
         obj = await self.registry.get(t.res, t.name, t.namespace)
@@ -584,6 +582,8 @@ class APIHandler:
             announce_start=True,
         )
         table = _wants_table(request)
+        if table:
+            _include_object(request)  # a bad value is a 400 before streaming, not an ERROR event
         batches = self.registry.watch_batches(t.res, t.namespace, opts)
         try:
             # The registry announces the watch with an empty batch once every
@@ -651,6 +651,13 @@ class APIHandler:
         if typ != "ERROR" and ("kind" not in obj or "apiVersion" not in obj):
             obj = {"apiVersion": res.api_version, "kind": res.kind, **obj}
         return orjson.dumps({"type": typ, "object": obj}) + b"\n"
+
+
+def _include_object(request: web.Request) -> str:
+    include = request.query.get("includeObject") or "Metadata"
+    if include not in ("None", "Metadata", "Object"):
+        raise errors.bad_request(f'includeObject: Unsupported value: "{include}"')
+    return include
 
 
 def _strip_directives(obj: Any) -> Any:

@@ -122,3 +122,22 @@ async def test_headers_go_out_before_the_first_event(conn):
     line = await asyncio.wait_for(reader.readline(), 5)
     assert line.startswith(b"HTTP/1.1 200")
     writer.close()
+
+
+async def test_bad_parameters_are_a_status_before_streaming(conn):
+    table = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}
+    srv = conn.server
+    host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    for path, headers, code in (
+        (CMS + "?watch=true&includeObject=Everything", table, 400),
+        (CMS + "?watch=true&timeoutSeconds=soon", None, 400),
+        (CMS + "?watch=true&sendInitialEvents=maybe", None, 400),
+        (CMS + "?watch=true&sendInitialEvents=true", None, 422),  # needs resourceVersionMatch=NotOlderThan
+    ):
+        writer.write(request("GET", path, f"{host}:{port}", headers))
+        resp = await read_response(reader)
+        assert resp.status == code, (path, resp.status, resp.body)
+        assert "transfer-encoding" not in resp.headers
+    writer.close()
+    await still_usable(conn)
