@@ -233,7 +233,12 @@ class BoundedRequestHandler(RequestHandler):
     ``header_timeout`` of the request's first byte (of the connection, for its
     first request) and within ``max_header_bytes``. The idle keep-alive limit
     is aiohttp's ``keepalive_timeout``; while headers are arriving, the header
-    deadline governs instead."""
+    deadline governs instead.
+
+    This extends aiohttp's RequestHandler through some of its internals
+    (the message queue, the waiter, _process_keepalive, _ErrInfo): aiohttp
+    is pinned to one version for that, and the tests of this module exercise
+    each of them."""
 
     def __init__(self, manager: Any, *, header_timeout: float = 32.0, max_header_bytes: int = 1 << 20,
                  **kwargs: Any) -> None:

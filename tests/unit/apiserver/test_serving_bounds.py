@@ -102,6 +102,20 @@ async def test_header_deadline_counts_from_the_first_byte_of_each_request(make_s
     w.close()
 
 
+async def test_a_later_request_on_a_connection_has_its_own_header_deadline(make_server):
+    srv = await make_server(header_timeout=0.5, idle_timeout=60)
+    r, w, host = await connect(srv)
+    w.write(request("GET", "/version", host))
+    assert (await read_response(r)).status == 200
+    await asyncio.sleep(0.6)  # idle, not yet sending: the idle limit applies, not the header one
+    w.write(f"GET /version HTTP/1.1\r\nHost: {host}\r\n".encode())
+    await w.drain()
+    t0 = time.monotonic()
+    assert await closed_within(r, 5) == b""
+    assert 0.4 <= time.monotonic() - t0 < 3
+    w.close()
+
+
 async def test_idle_keepalive_connection_is_closed(make_server):
     srv = await make_server(header_timeout=30, idle_timeout=0.5)
     r, w, host = await connect(srv)
