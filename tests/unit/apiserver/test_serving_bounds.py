@@ -76,7 +76,7 @@ async def test_partial_headers_are_closed_at_the_header_deadline(make_server):
         assert await closed_within(r, 5) == b""  # closed without a response, as Go's server does
         w.close()
     elapsed = time.monotonic() - t0
-    assert 0.4 <= elapsed < 3, elapsed
+    assert 0.4 <= elapsed < 4.5, elapsed
 
 
 async def test_a_silent_connection_is_closed_at_the_header_deadline(make_server):
@@ -84,7 +84,7 @@ async def test_a_silent_connection_is_closed_at_the_header_deadline(make_server)
     r, w, _ = await connect(srv)
     t0 = time.monotonic()
     assert await closed_within(r, 5) == b""
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 4.5
     w.close()
 
 
@@ -112,7 +112,7 @@ async def test_a_later_request_on_a_connection_has_its_own_header_deadline(make_
     await w.drain()
     t0 = time.monotonic()
     assert await closed_within(r, 5) == b""
-    assert 0.4 <= time.monotonic() - t0 < 3
+    assert 0.4 <= time.monotonic() - t0 < 4.5
     w.close()
 
 
@@ -123,7 +123,7 @@ async def test_idle_keepalive_connection_is_closed(make_server):
     assert (await read_response(r)).status == 200
     t0 = time.monotonic()
     assert await closed_within(r, 5) == b""
-    assert 0.3 <= time.monotonic() - t0 < 3
+    assert 0.3 <= time.monotonic() - t0 < 4.5
     w.close()
 
 
@@ -167,7 +167,7 @@ async def test_slow_handler_gets_504_and_its_write_still_completes(make_server):
     t0 = time.monotonic()
     w.write(request("POST", CMS, host, {"Content-Type": "application/json"}, orjson.dumps(CM)))
     resp = await read_response(r)
-    assert 0.4 <= time.monotonic() - t0 < 3
+    assert 0.4 <= time.monotonic() - t0 < 4.5
     assert resp.status == 504
     status = orjson.loads(resp.body)
     assert status["reason"] == "Timeout" and status["code"] == 504
@@ -192,7 +192,7 @@ async def test_timeout_parameter_shortens_the_deadline_and_is_validated(make_ser
     t0 = time.monotonic()
     w.write(request("GET", CMS + "/x?timeout=300ms", host))
     resp = await read_response(r)
-    assert resp.status == 504 and time.monotonic() - t0 < 3
+    assert resp.status == 504 and time.monotonic() - t0 < 4.5
     gate.open.set()
     w.write(request("GET", CMS + "/x?timeout=abc", host))
     resp = await read_response(r)
@@ -213,7 +213,7 @@ async def test_stalled_body_gets_504_and_the_connection_closes(make_server):
     resp = await read_response(r)
     assert resp.status == 504 and orjson.loads(resp.body)["reason"] == "Timeout"
     assert await closed_within(r, 3) == b""
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 4.5
     w.close()
     # Nothing was stored.
     r, w, host = await connect(srv)
@@ -298,13 +298,38 @@ async def test_watch_without_timeout_ends_between_min_and_twice_min(make_server)
         resp = await read_response(r, timeout=10)
         durations.append(time.monotonic() - t0)
         assert resp.status == 200
-    assert all(0.45 <= d <= 1.5 for d in durations), durations
+    assert all(0.45 <= d <= 2.5 for d in durations), durations
     # An explicit timeoutSeconds is kept.
     t0 = time.monotonic()
     w.write(request("GET", CMS + "?watch=true&timeoutSeconds=2", host))
     await read_response(r, timeout=10)
     assert 1.9 <= time.monotonic() - t0 < 4
     w.close()
+
+
+async def test_watch_timeout_is_drawn_from_min_to_twice_min(make_server, monkeypatch):
+    from kubeplane.apiserver import server as server_module
+
+    srv = await make_server(min_request_timeout=100)
+    seen = []
+    real = srv.registry.watch_batches
+
+    def spy(res, namespace, opts):
+        seen.append(opts.timeout_seconds)
+        return real(res, namespace, opts)
+
+    srv.registry.watch_batches = spy
+    r, w, host = await connect(srv)
+    for draw in (0.0, 0.999999):
+        monkeypatch.setattr(server_module.random, "random", lambda d=draw: d)
+        w.write(request("GET", CMS + "?watch=true&timeoutSeconds=0", host))  # 0 means none asked
+        await asyncio.wait_for(r.readline(), 5)
+        w.close()
+        r, w, host = await connect(srv)
+    w.write(request("GET", CMS + "?watch=true&timeoutSeconds=7", host))
+    await asyncio.wait_for(r.readline(), 5)
+    w.close()
+    assert seen[0] == pytest.approx(100) and seen[1] == pytest.approx(200, abs=0.01) and seen[2] == 7
 
 
 async def test_watch_is_not_cut_by_the_request_timeout(make_server):
