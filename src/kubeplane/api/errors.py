@@ -20,7 +20,10 @@ class Cause:
     field: str
 
     def to_dict(self) -> dict[str, str]:
-        return {"reason": self.reason, "message": self.message, "field": self.field}
+        out = {"reason": self.reason, "message": self.message}
+        if self.field:  # upstream omits an empty field
+            out["field"] = self.field
+        return out
 
 
 class StatusError(Exception):
@@ -171,6 +174,23 @@ def unsupported_media_type(content_type: str, accepted: list[str]) -> StatusErro
 
 def too_large(limit: int) -> StatusError:
     return StatusError(413, "RequestEntityTooLarge", f"the request body exceeds the limit of {limit} bytes")
+
+
+def too_large_body(limit: int, how: str) -> StatusError:
+    return StatusError(413, "RequestEntityTooLarge", f"the request body exceeds the limit of {limit} bytes {how}")
+
+
+def timeout(message: str, retry_after: int | None = None) -> StatusError:
+    """Upstream's NewTimeoutError: 504, reason Timeout, the message prefixed."""
+    return StatusError(504, "Timeout", f"Timeout: {message}", retry_after=retry_after)
+
+
+def too_large_resource_version(requested: int, current: int, retry_after: int | None = 1) -> StatusError:
+    """A request for a revision the server has not reached (upstream's
+    NewTooLargeResourceVersionError)."""
+    err = timeout(f"Too large resource version: {requested}, current: {current}", retry_after)
+    err.causes.append(Cause("ResourceVersionTooLarge", "Too large resource version", ""))
+    return err
 
 
 def internal(message: str) -> StatusError:

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from kubeplane.api.resources import CATALOGUE, Catalogue
 from kubeplane.apiserver.server import MAX_BODY_BYTES, build_app
+from kubeplane.apiserver.serving import BoundedAppRunner, ServingLimits
 from kubeplane.registry.registry import Registry
 from kubeplane.storage import open_store
 from kubeplane.storage.interface import Store
@@ -43,6 +44,8 @@ class APIServerConfig:
     #: how often the system namespaces are re-created if missing (also at once
     #: when one is deleted)
     system_namespaces_interval: float = 60.0
+    #: in-flight, timeout and header limits of the HTTP server
+    limits: ServingLimits = field(default_factory=ServingLimits)
 
 
 @dataclass
@@ -76,8 +79,9 @@ class APIServer:
         bound_port = sock.getsockname()[1]
         shown_host = f"[{host}]" if ":" in host else host
         address = f"{shown_host}:{bound_port}"
-        app = build_app(self.registry, CATALOGUE, max_body=cfg.max_body, server_address=address)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        app = build_app(self.registry, CATALOGUE, max_body=cfg.max_body, server_address=address, limits=cfg.limits)
+        self._runner = BoundedAppRunner(app, cfg.limits, access_log=None, handle_signals=False,
+                                        shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.SockSite(self._runner, sock, shutdown_timeout=1.0)
         await site.start()

@@ -18,6 +18,89 @@ try:  # the C loader is much faster; fall back when libyaml is missing
 except AttributeError:  # pragma: no cover
     _YamlLoader = yaml.SafeLoader
 
+#: what a YAML body may expand to through its aliases, in bytes of scalars
+#: (and a few per node): twice the request body limit, as YAML is terser than
+#: the JSON it becomes
+MAX_EXPANDED_BYTES = 2 * 3 * 1024 * 1024
+
+# sigs.k8s.io/yaml (go-yaml) rejects "excessive aliasing": past 1,000 decoded
+# nodes and 100 of them from aliases, aliases may make up 99% of the nodes of
+# a document up to 400,000 nodes, scaling down to 10% at 4,000,000 and beyond.
+_ALIAS_RATIO_LOW = 400_000
+_ALIAS_RATIO_HIGH = 4_000_000
+_COUNT_CAP = 1 << 40  # counts stop growing here: far past every limit
+
+
+def _allowed_alias_ratio(decoded: int) -> float:
+    if decoded <= _ALIAS_RATIO_LOW:
+        return 0.99
+    if decoded >= _ALIAS_RATIO_HIGH:
+        return 0.10
+    return 0.99 - 0.89 * (decoded - _ALIAS_RATIO_LOW) / (_ALIAS_RATIO_HIGH - _ALIAS_RATIO_LOW)
+
+
+def check_expansion(root: yaml.Node, max_bytes: int = MAX_EXPANDED_BYTES) -> None:
+    """Rejects a composed YAML document whose aliases expand it too much,
+    before anything is constructed from it.
+
+    The composer shares an anchored node between its aliases, so a document
+    is a graph; this walks each node once, remembering the expanded size of
+    each subtree, so its cost is that of the text, not of the expansion."""
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, expanded bytes)
+    started: set[int] = set()
+    distinct = 0
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, finish = stack.pop()
+        nid = id(node)
+        value = node.value
+        if finish:
+            started.discard(nid)
+            count, size = 1, 0
+            if isinstance(node, yaml.MappingNode):
+                for k, v in value:
+                    kc, ks = sizes[id(k)]
+                    vc, vs = sizes[id(v)]
+                    count += kc + vc
+                    size += ks + vs
+            else:
+                for child in value:
+                    cc, cs = sizes[id(child)]
+                    count += cc
+                    size += cs
+            sizes[nid] = (min(count, _COUNT_CAP), min(size + 2, _COUNT_CAP))
+            continue
+        if nid in sizes:
+            continue
+        if nid in started:
+            raise errors.bad_request("error converting YAML to JSON: yaml: an anchor's value contains itself")
+        distinct += 1
+        if isinstance(node, yaml.ScalarNode):
+            sizes[nid] = (1, len(value) + 3)
+            continue
+        started.add(nid)
+        stack.append((node, True))
+        if isinstance(node, yaml.MappingNode):
+            for k, v in value:
+                stack.append((v, False))
+                stack.append((k, False))
+        else:
+            stack.extend((child, False) for child in value)
+    decoded, size = sizes[id(root)]
+    aliased = decoded - distinct
+    if aliased > 100 and decoded > 1000 and aliased / decoded > _allowed_alias_ratio(decoded):
+        raise errors.bad_request("error converting YAML to JSON: yaml: document contains excessive aliasing")
+    if size > max_bytes:
+        raise errors.too_large_body(max_bytes, "after expanding its YAML aliases")
+
+
+class _CheckedYamlLoader(_YamlLoader):  # type: ignore[misc, valid-type]
+    """The same loader, checking a document's alias expansion before constructing it."""
+
+    def construct_document(self, node: Any) -> Any:
+        check_expansion(node)
+        return super().construct_document(node)
+
 JSON = "application/json"
 YAML = "application/yaml"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
@@ -47,8 +130,11 @@ def decode_json(body: bytes) -> Any:
 
 
 def decode_yaml(body: bytes) -> Any:
+    # Only a document with an anchor ("&name") and an alias ("*name") can
+    # expand: others are no larger than their text and skip the check.
+    loader = _CheckedYamlLoader if b"&" in body and b"*" in body else _YamlLoader
     try:
-        docs = list(yaml.load_all(body, Loader=_YamlLoader))
+        docs = list(yaml.load_all(body, Loader=loader))
     except yaml.YAMLError as exc:
         raise errors.bad_request(f"error converting YAML to JSON: {_one_line(str(exc))}") from None
     except (ValueError, TypeError, RecursionError) as exc:

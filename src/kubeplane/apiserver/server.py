@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import platform
+import random
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from kubeplane.api import errors
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import Catalogue, ResourceInfo
 from kubeplane.apiserver import codec, discovery
+from kubeplane.apiserver.serving import InflightLimiter, ServingLimits, deadline_middleware
 from kubeplane.registry.registry import Registry, WatchOptions
 
 log = logging.getLogger("kubeplane.apiserver")
@@ -56,6 +58,10 @@ VERSION_INFO = {
 }
 
 HANDLER_KEY: "web.AppKey[APIHandler]" = web.AppKey("handler")
+INFLIGHT_KEY: "web.AppKey[InflightLimiter]" = web.AppKey("inflight")
+#: set on a request once its streamed response has been prepared: from then on
+#: an error can only go inside the stream, never as a second response
+STREAMING_KEY: "web.RequestKey[web.StreamResponse]" = web.RequestKey("streaming", web.StreamResponse)
 
 TABLE_CONTENT_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
@@ -190,6 +196,8 @@ class APIHandler:
         self.max_body = max_body
         self.server_address = server_address
         self.watch_bookmark_interval = 5.0
+        #: seconds; a watch without timeoutSeconds ends in [min, 2*min] (0: never)
+        self.min_request_timeout = 0.0
         self.stopping = asyncio.Event()
         # id(obj) -> (obj, type, encoded line); holding obj keeps the id unique.
         self._encoded: OrderedDict[int, tuple[Obj, str, bytes]] = OrderedDict()
@@ -200,9 +208,20 @@ class APIHandler:
     async def middleware(self, request: web.Request, handler):
         try:
             return await handler(request)
-        except StatusError as err:
-            return status_response(err)
-        except web.HTTPException as exc:
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception as exc:
+            streaming = request.get(STREAMING_KEY)
+            if streaming is not None and streaming.prepared:
+                # Headers are out: a second response would corrupt the stream.
+                log.error("error after the response to %s %s started: %r", request.method, request.path, exc)
+                return streaming
+            return self._error_response(request, exc)
+
+    def _error_response(self, request: web.Request, exc: Exception) -> web.Response:
+        if isinstance(exc, StatusError):
+            return status_response(exc)
+        if isinstance(exc, web.HTTPException):
             if exc.status == 404:
                 return status_response(errors.route_not_found())
             if exc.status == 405:
@@ -213,11 +232,9 @@ class APIHandler:
             if exc.status == 413:
                 return status_response(errors.too_large(self.max_body))
             return status_response(StatusError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason))
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - the server must survive any input
-            log.exception("internal error serving %s %s", request.method, request.path)
-            return status_response(errors.internal(f"an error on the server has prevented the request from succeeding: {exc!r}"))
+        # The server must survive any input.
+        log.error("internal error serving %s %s", request.method, request.path, exc_info=exc)
+        return status_response(errors.internal(f"an error on the server has prevented the request from succeeding: {exc!r}"))
 
     async def read_body(self, request: web.Request) -> bytes:
         if request.content_length is not None and request.content_length > self.max_body:
@@ -409,10 +426,8 @@ class APIHandler:
         from kubeplane.api.meta import utcnow
         from kubeplane.apiserver import tables
 
-        include = request.query.get("includeObject") or "Metadata"
-        if include not in ("None", "Metadata", "Object"):
-            raise errors.bad_request(f'includeObject: Unsupported value: "{include}"')
-        return tables.build_table(res, items, now=utcnow(), include_object=include, list_metadata=list_meta)
+        return tables.build_table(res, items, now=utcnow(), include_object=_include_object(request),
+                                  list_metadata=list_meta)
 
     async def get(self, request: web.Request, t: Target) -> web.Response:
         obj = await self.registry.get(t.res, t.name, t.namespace)
@@ -625,6 +640,10 @@ class APIHandler:
             extra = f"metadata.name={single}"
             field_selector = f"{field_selector},{extra}" if field_selector else extra
         timeout = _int_param(q, "timeoutSeconds")
+        if not timeout and self.min_request_timeout > 0:
+            # As upstream: a watch without timeoutSeconds ends after a random
+            # time in [min, 2*min] so clients re-watch and spread the load.
+            timeout = self.min_request_timeout * (1.0 + random.random())
         send_initial = _bool_param(q, "sendInitialEvents")
         opts = WatchOptions(
             resource_version=q.get("resourceVersion", ""),
@@ -635,51 +654,48 @@ class APIHandler:
             send_initial_events=send_initial,
             timeout_seconds=float(timeout) if timeout else None,
             bookmark_interval=self.watch_bookmark_interval,
+            announce_start=True,
         )
         table = _wants_table(request)
+        if table:
+            _include_object(request)  # a bad value is a 400 before streaming, not an ERROR event
         batches = self.registry.watch_batches(t.res, t.namespace, opts)
-        agen = batches.__aiter__()
-        # Wait briefly for the first batch so a bad request (selector, version)
-        # still gets a proper error status instead of a 200 stream.
-        first_task: asyncio.Future | None = asyncio.ensure_future(agen.__anext__())
-        first: list[tuple[str, Obj]] | None = None
-        ended = False
         try:
-            done, _ = await asyncio.wait({first_task}, timeout=0.05)
+            # The registry announces the watch with an empty batch once every
+            # error that can come before it (selectors, a version too large)
+            # has been raised: those get a Status response of their own.
+            # After the headers, an error can only be an ERROR event.
+            first = await batches.__anext__()
+        except StopAsyncIteration:
+            first = []
         except BaseException:
-            first_task.cancel()
+            await batches.aclose()
             raise
-        if done:
-            task, first_task = first_task, None
-            try:
-                first = task.result()
-            except StopAsyncIteration:
-                ended = True
         resp = web.StreamResponse(status=200)
         resp.headers["Content-Type"] = TABLE_CONTENT_TYPE if table else "application/json"
         resp.enable_chunked_encoding()
+        request[STREAMING_KEY] = resp
         try:
             await resp.prepare(request)
-            if first is not None:
-                if await self._write_batch(resp, request, t.res, first, table):
-                    ended = True
-            if first_task is not None and not ended:
-                try:
-                    batch = await first_task
-                except StopAsyncIteration:
-                    ended = True
-                else:
-                    ended = await self._write_batch(resp, request, t.res, batch, table)
+            ended = bool(first) and await self._write_batch(resp, request, t.res, first, table)
             if not ended:
-                async for batch in agen:
-                    if await self._write_batch(resp, request, t.res, batch, table):
-                        break
+                try:
+                    async for batch in batches:
+                        if await self._write_batch(resp, request, t.res, batch, table):
+                            break
+                except StatusError as err:
+                    await self._write_batch(resp, request, t.res, [("ERROR", err.to_status())], table)
+                except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the stream ends with an ERROR event, not a 2nd response
+                    log.exception("watch of %s failed", request.path)
+                    await self._write_batch(resp, request, t.res, [("ERROR", errors.internal(
+                        f"an error on the server has prevented the request from succeeding: {exc!r}").to_status())],
+                        table)
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            if first_task is not None:
-                first_task.cancel()
             await batches.aclose()
         return resp
 
@@ -778,6 +794,13 @@ def _check_delete_options(opts: Obj) -> None:
                 raise errors.bad_request(_unmarshal_error(v, "Preconditions", f"preconditions.{field}", go_type))
 
 
+def _include_object(request: web.Request) -> str:
+    include = request.query.get("includeObject") or "Metadata"
+    if include not in ("None", "Metadata", "Object"):
+        raise errors.bad_request(f'includeObject: Unsupported value: "{include}"')
+    return include
+
+
 def _strip_directives(obj: Any) -> Any:
     """Drops strategic-merge-patch directives before checking field names."""
     if isinstance(obj, dict):
@@ -795,11 +818,17 @@ def _manager_from_agent(request: web.Request) -> str:
 
 
 def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_BODY_BYTES,
-              server_address: str = "127.0.0.1:6443") -> web.Application:
+              server_address: str = "127.0.0.1:6443", limits: ServingLimits | None = None) -> web.Application:
+    limits = limits or ServingLimits()
     h = APIHandler(registry, catalogue, max_body=max_body, server_address=server_address)
+    h.min_request_timeout = limits.min_request_timeout
+    inflight = InflightLimiter(limits.max_requests_inflight, limits.max_mutating_requests_inflight)
     # aiohttp's own limit is set above ours so our Status reply is the one sent.
-    app = web.Application(middlewares=[h.middleware], client_max_size=max_body + 1024 * 1024)
+    app = web.Application(middlewares=[deadline_middleware(limits.request_timeout), inflight.middleware,
+                                       h.middleware],
+                          client_max_size=max_body + 1024 * 1024)
     app[HANDLER_KEY] = h
+    app[INFLIGHT_KEY] = inflight
     r = app.router
     # Upstream serves these documents from go-restful web services whose one
     # route is "/", so the path with a trailing slash is the same document

@@ -52,6 +52,54 @@ _server_options = [
 ]
 
 
+def _limit_option(name: str, key: str, convert, **kw):
+    """An option of the serving limits: kept in the context, not passed as a parameter."""
+
+    def store(ctx: click.Context, param: click.Parameter, value):
+        try:
+            ctx.meta.setdefault("serving_limits", {})[key] = convert(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+        return value
+
+    return click.option(name, callback=store, expose_value=False, **kw)
+
+
+def _seconds(value: str) -> float:
+    from kubeplane.apiserver.serving import parse_go_duration
+
+    seconds = parse_go_duration(value)
+    if seconds < 0:
+        raise ValueError(f"must not be negative: {value!r}")
+    return seconds
+
+
+_server_options += [
+    _limit_option("--max-requests-inflight", "max_requests_inflight", int, type=click.IntRange(min=0),
+                  default=400, show_default=True,
+                  help="Read-only requests served at once (0: no limit); more get 429. Watches are not counted."),
+    _limit_option("--max-mutating-requests-inflight", "max_mutating_requests_inflight", int,
+                  type=click.IntRange(min=0), default=200, show_default=True,
+                  help="Mutating requests served at once (0: no limit); more get 429."),
+    _limit_option("--request-timeout", "request_timeout", _seconds, default="1m0s", show_default=True,
+                  help="Duration after which a request that is not long-running gets 504 Timeout (0: none)."),
+    _limit_option("--min-request-timeout", "min_request_timeout", float, type=click.IntRange(min=0),
+                  default=1800, show_default=True,
+                  help="Seconds; a watch without timeoutSeconds ends after a random time in [this, 2*this]."),
+    # Not upstream flags (its values are fixed); for tests.
+    _limit_option("--header-timeout", "header_timeout", _seconds, default="32s", hidden=True),
+    _limit_option("--idle-timeout", "idle_timeout", _seconds, default="1m30s", hidden=True),
+    _limit_option("--max-header-bytes", "max_header_bytes", int, type=click.IntRange(min=1024),
+                  default=1 << 20, hidden=True),
+]
+
+
+def _serving_limits():
+    from kubeplane.apiserver.serving import ServingLimits
+
+    return ServingLimits(**click.get_current_context().meta.get("serving_limits", {}))
+
+
 def server_options(f):
     for opt in reversed(_server_options):
         f = opt(f)
@@ -80,7 +128,7 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from None
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=kubeconfig,
-                                         history_revisions=history_revisions))
+                                         history_revisions=history_revisions, limits=_serving_limits()))
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
@@ -150,7 +198,7 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
         kubeconfig = os.path.join(data_dir, "kubeconfig")
     sched_kwargs = _scheduler_kwargs(scheduler_config)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=None,
-                                       history_revisions=history_revisions))
+                                       history_revisions=history_revisions, limits=_serving_limits()))
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
 
     async def go(stop: asyncio.Event) -> None:
@@ -300,6 +348,54 @@ _client_options = [
     click.option("--context", default=None, help="Kubeconfig context to use."),
     click.option("-v", "--verbose", is_flag=True, help="Debug logging."),
 ]
+
+
+def _limit_option(name: str, key: str, convert, **kw):
+    """An option of the serving limits: kept in the context, not passed as a parameter."""
+
+    def store(ctx: click.Context, param: click.Parameter, value):
+        try:
+            ctx.meta.setdefault("serving_limits", {})[key] = convert(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+        return value
+
+    return click.option(name, callback=store, expose_value=False, **kw)
+
+
+def _seconds(value: str) -> float:
+    from kubeplane.apiserver.serving import parse_go_duration
+
+    seconds = parse_go_duration(value)
+    if seconds < 0:
+        raise ValueError(f"must not be negative: {value!r}")
+    return seconds
+
+
+_server_options += [
+    _limit_option("--max-requests-inflight", "max_requests_inflight", int, type=click.IntRange(min=0),
+                  default=400, show_default=True,
+                  help="Read-only requests served at once (0: no limit); more get 429. Watches are not counted."),
+    _limit_option("--max-mutating-requests-inflight", "max_mutating_requests_inflight", int,
+                  type=click.IntRange(min=0), default=200, show_default=True,
+                  help="Mutating requests served at once (0: no limit); more get 429."),
+    _limit_option("--request-timeout", "request_timeout", _seconds, default="1m0s", show_default=True,
+                  help="Duration after which a request that is not long-running gets 504 Timeout (0: none)."),
+    _limit_option("--min-request-timeout", "min_request_timeout", float, type=click.IntRange(min=0),
+                  default=1800, show_default=True,
+                  help="Seconds; a watch without timeoutSeconds ends after a random time in [this, 2*this]."),
+    # Not upstream flags (its values are fixed); for tests.
+    _limit_option("--header-timeout", "header_timeout", _seconds, default="32s", hidden=True),
+    _limit_option("--idle-timeout", "idle_timeout", _seconds, default="1m30s", hidden=True),
+    _limit_option("--max-header-bytes", "max_header_bytes", int, type=click.IntRange(min=1024),
+                  default=1 << 20, hidden=True),
+]
+
+
+def _serving_limits():
+    from kubeplane.apiserver.serving import ServingLimits
+
+    return ServingLimits(**click.get_current_context().meta.get("serving_limits", {}))
 
 
 def client_options(f):

@@ -42,6 +42,21 @@ _REASONS = {
 }
 
 
+#: as client-go's default: a request throttled with 429 is sent again up to 10 times
+MAX_THROTTLE_RETRIES = 10
+
+
+def _throttled(resp: aiohttp.ClientResponse) -> float | None:
+    """Seconds to wait before sending a 429'd request again, or None."""
+    if resp.status != 429:
+        return None
+    try:
+        seconds = int(resp.headers.get("Retry-After", "1"))
+    except ValueError:
+        seconds = 1
+    return float(min(max(seconds, 0), 10))
+
+
 def _error_from_body(code: int, body: bytes) -> StatusError:
     try:
         doc = orjson.loads(body)
@@ -148,26 +163,32 @@ class HttpClient:
         if body is not None:
             data = _dump(body)
             headers["Content-Type"] = content_type
-        async with session.request(
-            method,
-            self._base + path,
-            params=params or None,
-            data=data,
-            headers=headers,
-            timeout=self._request_timeout,
-            **self._request_kwargs(),
-        ) as resp:
-            raw = await resp.read()
-            if resp.status >= 300:
-                raise _error_from_body(resp.status, raw)
-            if not raw:
-                return {}
-            try:
-                return orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                raise StatusError(
-                    500, "InternalError", f"invalid JSON in {method} {path} response: {raw[:200]!r}"
-                ) from None
+        for attempt in range(MAX_THROTTLE_RETRIES + 1):
+            async with session.request(
+                method,
+                self._base + path,
+                params=params or None,
+                data=data,
+                headers=headers,
+                timeout=self._request_timeout,
+                **self._request_kwargs(),
+            ) as resp:
+                raw = await resp.read()
+                wait = _throttled(resp)
+            if wait is None or attempt == MAX_THROTTLE_RETRIES:
+                break
+            # As client-go: a 429 was not served, so any verb may be sent again.
+            await asyncio.sleep(wait)
+        if resp.status >= 300:
+            raise _error_from_body(resp.status, raw)
+        if not raw:
+            return {}
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise StatusError(
+                500, "InternalError", f"invalid JSON in {method} {path} response: {raw[:200]!r}"
+            ) from None
 
     async def get(
         self, res: ResourceInfo, name: str, namespace: str | None = None, *, subresource: str | None = None

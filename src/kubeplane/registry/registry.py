@@ -90,6 +90,9 @@ class WatchOptions:
     send_initial_events: bool | None = None
     timeout_seconds: float | None = None
     bookmark_interval: float = 5.0
+    #: yield one empty batch once the watch is established (every error that
+    #: can come before it has been raised), so a server can send its headers
+    announce_start: bool = False
 
 
 def _status_success(res: ResourceInfo, name: str, uid: str | None) -> Obj:
@@ -310,7 +313,7 @@ class Registry:
                 ) from None
             raise errors.gone(str(exc)) from None
         except FutureRevisionError as exc:
-            raise errors.StatusError(504, "Timeout", str(exc)) from None
+            raise errors.too_large_resource_version(exc.requested, exc.current, None) from None
         metadata: Obj = {"resourceVersion": str(list_revision)}
         if more:
             metadata["continue"] = _encode_continue(list_revision, last_key)
@@ -321,11 +324,7 @@ class Registry:
         deadline = loop.time() + timeout
         while self.store.revision < rv:
             if loop.time() >= deadline:
-                raise errors.StatusError(
-                    504, "Timeout",
-                    f"Too large resource version: {rv}, current resource version: {self.store.revision}",
-                    retry_after=1,
-                )
+                raise errors.too_large_resource_version(rv, self.store.revision)
             await asyncio.sleep(0.01)
 
     # -- create ------------------------------------------------------------
@@ -1139,6 +1138,8 @@ class Registry:
         deadline = loop.time() + opts.timeout_seconds if opts.timeout_seconds else None
         last_rv = start
         try:
+            if opts.announce_start:
+                yield []
             first: list[tuple[str, Obj]] = [("ADDED", obj) for obj in initial]
             if opts.send_initial_events and opts.allow_bookmarks:
                 first.append(("BOOKMARK", self._bookmark(res, last_rv, initial_end=True)))
