@@ -350,54 +350,6 @@ _client_options = [
 ]
 
 
-def _limit_option(name: str, key: str, convert, **kw):
-    """An option of the serving limits: kept in the context, not passed as a parameter."""
-
-    def store(ctx: click.Context, param: click.Parameter, value):
-        try:
-            ctx.meta.setdefault("serving_limits", {})[key] = convert(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc)) from None
-        return value
-
-    return click.option(name, callback=store, expose_value=False, **kw)
-
-
-def _seconds(value: str) -> float:
-    from kubeplane.apiserver.serving import parse_go_duration
-
-    seconds = parse_go_duration(value)
-    if seconds < 0:
-        raise ValueError(f"must not be negative: {value!r}")
-    return seconds
-
-
-_server_options += [
-    _limit_option("--max-requests-inflight", "max_requests_inflight", int, type=click.IntRange(min=0),
-                  default=400, show_default=True,
-                  help="Read-only requests served at once (0: no limit); more get 429. Watches are not counted."),
-    _limit_option("--max-mutating-requests-inflight", "max_mutating_requests_inflight", int,
-                  type=click.IntRange(min=0), default=200, show_default=True,
-                  help="Mutating requests served at once (0: no limit); more get 429."),
-    _limit_option("--request-timeout", "request_timeout", _seconds, default="1m0s", show_default=True,
-                  help="Duration after which a request that is not long-running gets 504 Timeout (0: none)."),
-    _limit_option("--min-request-timeout", "min_request_timeout", float, type=click.IntRange(min=0),
-                  default=1800, show_default=True,
-                  help="Seconds; a watch without timeoutSeconds ends after a random time in [this, 2*this]."),
-    # Not upstream flags (its values are fixed); for tests.
-    _limit_option("--header-timeout", "header_timeout", _seconds, default="32s", hidden=True),
-    _limit_option("--idle-timeout", "idle_timeout", _seconds, default="1m30s", hidden=True),
-    _limit_option("--max-header-bytes", "max_header_bytes", int, type=click.IntRange(min=1024),
-                  default=1 << 20, hidden=True),
-]
-
-
-def _serving_limits():
-    from kubeplane.apiserver.serving import ServingLimits
-
-    return ServingLimits(**click.get_current_context().meta.get("serving_limits", {}))
-
-
 def client_options(f):
     for opt in reversed(_client_options):
         f = opt(f)
