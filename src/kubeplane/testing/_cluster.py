@@ -325,7 +325,8 @@ class Cluster:
     # -- apply ---------------------------------------------------------------------
 
     def apply(self, manifest: Manifest, *, namespace: str | None = None, field_manager: str = FIELD_MANAGER,
-              force: bool = True, validate: str = "Strict", recursive: bool = False) -> list[dict]:
+              force: bool = True, validate: str = "Strict", recursive: bool = False,
+              subresource: str | None = None) -> list[dict]:
         """``kubectl apply --server-side --force-conflicts -f MANIFEST``: every
         object of ``manifest`` (YAML or JSON text, a file, a directory of
         ``.yaml``/``.yml``/``.json`` files, subdirectories with ``recursive``,
@@ -337,19 +338,23 @@ class Cluster:
         to ``namespace`` (default ``default``). Unknown fields are refused as
         kubectl's default ``--validate=strict`` does (``validate="Warn"``
         logs them, ``"Ignore"`` lets them through). Returns the applied
-        objects as the server stored them. Errors are
+        objects as the server stored them. ``subresource="status"`` applies
+        to the status subresource instead (``kubectl apply --subresource``),
+        as a controller or kubelet would. Errors are
         :class:`kubeplane.api.errors.StatusError` (with ``code`` and
         ``reason``) or :class:`ManifestError`."""
-        return self._call(self._apply(manifest, namespace, field_manager, force, validate, recursive), "apply")
+        return self._call(self._apply(manifest, namespace, field_manager, force, validate, recursive,
+                                      subresource), "apply")
 
     async def apply_async(self, manifest: Manifest, *, namespace: str | None = None,
                           field_manager: str = FIELD_MANAGER, force: bool = True, validate: str = "Strict",
-                          recursive: bool = False) -> list[dict]:
+                          recursive: bool = False, subresource: str | None = None) -> list[dict]:
         """:meth:`apply` for coroutines (from any event loop)."""
-        return await self._acall(self._apply(manifest, namespace, field_manager, force, validate, recursive))
+        return await self._acall(self._apply(manifest, namespace, field_manager, force, validate, recursive,
+                                             subresource))
 
     async def _apply(self, manifest: Manifest, namespace: str | None, field_manager: str, force: bool,
-                     validate: str, recursive: bool) -> list[dict]:
+                     validate: str, recursive: bool, subresource: str | None = None) -> list[dict]:
         from kubeplane.api.resources import CATALOGUE
         from kubeplane.apiserver import openapi
 
@@ -385,7 +390,7 @@ class Cluster:
                                            kind=res.kind, version=res.version)
                 for text in problems:
                     log.warning("%s %s: %s", res.kind, name, text)
-            out.append(await self._client.patch(res, name, doc, ns, patch_type="apply",
+            out.append(await self._client.patch(res, name, doc, ns, patch_type="apply", subresource=subresource,
                                                 field_manager=field_manager, force=force))
         return out
 
