@@ -315,7 +315,11 @@ class Cluster:
         earlier)."""
         if not self.running:
             raise RuntimeError("the cluster is not running")
-        from kubernetes import client as k8s
+        try:
+            from kubernetes import client as k8s
+        except ImportError as err:
+            raise ImportError("api_client() needs the official client: pip install 'kubeplane[testing]' "
+                              "(or kubernetes)") from err
 
         cfg = k8s.Configuration(host=self.url)
         api = k8s.ApiClient(cfg)
