@@ -173,3 +173,19 @@ def test_namespace_names_are_valid(test_name, prefix):
     name = namespace_name(test_name)
     assert name.startswith(prefix) and len(name) <= 63
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)
+
+
+def test_the_readme_example_runs(tmp_path):
+    """The README's pytest example and ini file, as a user would copy them."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Testing against kubeplane from Python"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    ini = re.search(r"```ini\n(.*?)```", section, re.S).group(1)
+    assert "def test_web_deployment(kube_cluster, kube_namespace, kube_config_file)" in code
+    (tmp_path / "pytest.ini").write_text(ini)
+    (tmp_path / "test_web.py").write_text(code)
+    run = run_pytest(tmp_path, "-q", "test_web.py")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
