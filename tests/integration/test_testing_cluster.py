@@ -319,3 +319,29 @@ async def test_async_methods_of_a_threaded_cluster_from_another_loop():
         got = await c.wait_for_async("configmaps", "bridged", timeout=5)
         assert got["metadata"]["name"] == "bridged"
         assert (await c.get_async("configmaps", "bridged"))["kind"] == "ConfigMap"
+
+
+def _failing_stop(c: Cluster) -> None:
+    """Make the server's stop fail after it has stopped."""
+    server = c._server
+    original = server.stop
+
+    async def stop() -> None:
+        await original()
+        raise OSError("store close failed")
+
+    server.stop = stop
+
+
+def test_a_failing_stop_is_raised_unless_the_block_raised():
+    before = set(threading.enumerate())
+    with pytest.raises(OSError, match="store close failed"):
+        with Cluster() as c:
+            _failing_stop(c)
+            port, tmpdir = port_of(c.url), os.path.dirname(c.kubeconfig)
+    assert_released(port, tmpdir, before)
+    with pytest.raises(KeyError, match="the block's"):
+        with Cluster() as c:
+            _failing_stop(c)
+            raise KeyError("the block's")
+    assert not c.running

@@ -99,6 +99,7 @@ class Cluster:
         self._thread: threading.Thread | None = None
         self._stop_event: asyncio.Event | None = None
         self._start_error: BaseException | None = None
+        self._stop_error: BaseException | None = None
         self._tmpdir: str | None = None
         self._server: Any = None
         self._comps: Any = None
@@ -131,8 +132,14 @@ class Cluster:
             raise err
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.stop()
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self.stop()
+        except Exception:
+            if exc_type is None:
+                raise
+            # The block's own exception is the one to see.
+            log.exception("stopping the kubeplane test cluster failed")
 
     def start(self) -> "Cluster":
         """``with Cluster() as c`` without the ``with``: call :meth:`stop` after."""
@@ -152,7 +159,10 @@ class Cluster:
                 pass
         if thread is not None:
             thread.join()
+        err, self._stop_error = self._stop_error, None
         self._finish()
+        if err is not None:
+            raise err
 
     def _thread_main(self, ready: threading.Event) -> None:
         from kubeplane import runtime
@@ -164,7 +174,7 @@ class Cluster:
             if not ready.is_set():
                 self._start_error = err
             else:
-                log.exception("the kubeplane test cluster's event loop failed")
+                self._stop_error = err
         finally:
             ready.set()
 
@@ -182,7 +192,10 @@ class Cluster:
         try:
             await self._stop_event.wait()
         finally:
-            await self._astop()
+            try:
+                await self._astop()
+            except BaseException as err:  # noqa: BLE001 - raised by stop() in the starting thread
+                self._stop_error = err
 
     # -- the asynchronous form: the caller's event loop ----------------------
 
