@@ -345,3 +345,11 @@ def test_a_failing_stop_is_raised_unless_the_block_raised():
             _failing_stop(c)
             raise KeyError("the block's")
     assert not c.running
+
+
+def test_a_start_slower_than_start_timeout_fails_cleanly():
+    before = set(threading.enumerate())
+    with pytest.raises(TimeoutError, match="did not start within 0.001s"):
+        with Cluster(scheduler=True, controllers=True, nodes=3, start_timeout=0.001):
+            pass
+    assert [t for t in threading.enumerate() if t not in before] == []

@@ -243,6 +243,9 @@ class Cluster:
                 self.url = self._server.url
                 self.kubeconfig = kubeconfig
                 await self._install()
+        except TimeoutError:
+            await self._astop()
+            raise TimeoutError(f"the cluster did not start within {self.start_timeout:g}s") from None
         except BaseException:
             await self._astop()
             raise
