@@ -3,6 +3,7 @@ separate pytest run over a test module that uses only the fixtures."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 FIXTURE_TESTS = '''
+import ast
 import os
 import subprocess
 import sys
@@ -149,15 +151,25 @@ def test_bad_options_are_usage_errors(tmp_path):
     assert run.returncode != 0 and "kube_nodes must be a number, not 'many'" in run.stdout + run.stderr
 
 
-def test_loading_the_plugin_imports_nothing_heavy():
-    code = ("import sys, kubeplane.testing.pytest_plugin, kubeplane.testing; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'kubernetes', 'numpy') "
-            "or m.startswith(('kubeplane.apiserver', 'kubeplane.registry', 'kubeplane.scheduler'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+def imported_after(code: str) -> list[str]:
+    """The kubeplane modules (and heavy dependencies) a fresh interpreter has after ``code``."""
+    probe = (f"import sys; {code}; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+             "('kubeplane', 'aiohttp', 'kubernetes', 'numpy')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"),
                                                                           os.environ.get("PYTHONPATH", "")])))
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    return ast.literal_eval(out.stdout)
+
+
+def test_loading_the_plugin_imports_nothing_heavy():
+    assert imported_after("import kubeplane.testing.pytest_plugin") == \
+        ["kubeplane", "kubeplane.testing", "kubeplane.testing.pytest_plugin"]
+    # The package's names load on use; the official client only in api_client().
+    loaded = imported_after("from kubeplane.testing import Cluster")
+    assert "kubeplane.testing._cluster" in loaded
+    assert not [m for m in loaded if m.split(".")[0] in ("aiohttp", "kubernetes", "numpy")
+                or m.startswith(("kubeplane.apiserver", "kubeplane.registry", "kubeplane.scheduler"))]
 
 
 @pytest.mark.parametrize("test_name, prefix", [
