@@ -353,3 +353,13 @@ def test_a_start_slower_than_start_timeout_fails_cleanly():
         with Cluster(scheduler=True, controllers=True, nodes=3, start_timeout=0.001):
             pass
     assert [t for t in threading.enumerate() if t not in before] == []
+
+
+@pytest.mark.parametrize("choice", ["uvloop", "asyncio"])
+def test_the_thread_runs_the_loop_kubeplane_runtime_picks(monkeypatch, choice):
+    import uvloop
+
+    monkeypatch.setenv("KUBEPLANE_EVENT_LOOP", choice)
+    with Cluster() as c:
+        assert isinstance(c._loop, uvloop.Loop) == (choice == "uvloop")
+        assert c.get("namespaces", "default")["metadata"]["name"] == "default"
