@@ -363,3 +363,17 @@ def test_the_thread_runs_the_loop_kubeplane_runtime_picks(monkeypatch, choice):
     with Cluster() as c:
         assert isinstance(c._loop, uvloop.Loop) == (choice == "uvloop")
         assert c.get("namespaces", "default")["metadata"]["name"] == "default"
+
+
+def test_components_are_chosen_one_by_one():
+    with Cluster(controllers=True, nodes=2) as c:
+        nodes = c.wait_for("nodes", label_selector="", condition="Ready", timeout=10)
+        assert [n["metadata"]["name"] for n in nodes] == ["node-0", "node-1"]
+        c.apply(DEPLOYMENT)
+        # The ReplicaSet controller makes the pods; with no scheduler they stay unbound.
+        c.wait_for("replicasets", label_selector="app=web", jsonpath="{.status.replicas}=3", timeout=10)
+        pods = c.wait_for("pods", label_selector="app=web", condition=lambda pod: pod["status"]["phase"] == "Pending")
+        assert len(pods) == 3 and all("nodeName" not in p["spec"] for p in pods)
+        # A condition runs in the cluster's event loop: calling the cluster from it is refused, not a deadlock.
+        with pytest.raises(RuntimeError, match="get_async"):
+            c.wait_for("pods", label_selector="app=web", condition=lambda pod: c.get("pods", pod["metadata"]["name"]))

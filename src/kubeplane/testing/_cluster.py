@@ -479,6 +479,8 @@ class Cluster:
           so, has observed the object's current generation;
         - ``condition=callable``: ``callable(obj)`` is true (a KeyError,
           IndexError, TypeError or AttributeError inside it means "not yet");
+          it runs in the cluster's event loop, so it must be quick and must
+          not call the cluster's methods;
         - ``jsonpath="{.status.phase}=Running"``: the path's single value,
           printed as kubectl prints it, equals the value;
           ``jsonpath="{.status.podIP}"``: the path finds a value;
