@@ -123,9 +123,35 @@ def jsonpath_predicate(text: str) -> Predicate:
 
 
 def _split_jsonpath(text: str) -> tuple[str, str | None]:
+    """The expression and the wanted value (None: any) of kubectl's
+    ``{.path}=value`` / ``{.path}``; like kubectl, the braces and the leading
+    dot may be left out (``.status.phase=Running``, ``status.phase``) and the
+    value may be quoted."""
     text = text.strip()
-    if not text.startswith("{"):
-        raise ValueError(f"jsonpath expression must be enclosed in braces: {text!r}")
+    if text.startswith("{"):
+        expr, rest = _braced(text)
+        if rest and not rest.startswith("="):
+            raise ValueError(f"jsonpath wait format must be {{.path}}=value or {{.path}}, got {text!r}")
+        value = rest[1:] if rest else None
+    else:
+        parts = _split_single_equals(text)
+        if len(parts) > 2:
+            raise ValueError(f"jsonpath wait format must be {{.path}}=value or {{.path}}, got {text!r}")
+        expr, value = parts[0], (parts[1] if len(parts) == 2 else None)
+    expr = expr.strip()
+    if not expr:
+        raise ValueError("jsonpath expression cannot be empty")
+    if not expr.startswith((".", "[")):
+        expr = "." + expr
+    if value is not None:
+        value = value.strip("'\"")
+        if not value:
+            raise ValueError("jsonpath wait has to have a value after equal sign, like {.status.readyReplicas}=3")
+    return expr, value
+
+
+def _braced(text: str) -> tuple[str, str]:
+    """``{...}rest`` to (inside, rest), minding quotes and nested braces."""
     depth = 0
     quote = ""
     for i, ch in enumerate(text):
@@ -139,13 +165,28 @@ def _split_jsonpath(text: str) -> tuple[str, str | None]:
         elif ch == "}":
             depth -= 1
             if depth == 0:
-                rest = text[i + 1:]
-                if not rest:
-                    return text[1:i], None
-                if not rest.startswith("="):
-                    raise ValueError(f"jsonpath wait format must be {{.path}}=value or {{.path}}, got {text!r}")
-                return text[1:i], rest[1:]
+                return text[1:i], text[i + 1:]
     raise ValueError(f"unclosed jsonpath expression: {text!r}")
+
+
+def _split_single_equals(text: str) -> list[str]:
+    """Split on ``=`` but not on ``==`` (kubectl's splitJSONPathInput)."""
+    parts: list[str] = []
+    cur: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] == "=":
+            if text[i + 1:i + 2] == "=":
+                cur.append("==")
+                i += 2
+                continue
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(text[i])
+        i += 1
+    parts.append("".join(cur))
+    return parts
 
 
 def format_value(v: Any) -> str:

@@ -68,8 +68,22 @@ def test_jsonpath_refuses_ambiguous_and_nested_values():
         met(jsonpath="{.spec.containers[*].name}=a")
     with pytest.raises(ValueError, match="nested object"):
         met(jsonpath="{.status}=x")
-    with pytest.raises(ValueError, match="braces"):
-        met(jsonpath=".status.phase=Running")
+    with pytest.raises(ValueError, match="value after equal sign"):
+        met(jsonpath="{.status.phase}=")
+    with pytest.raises(ValueError, match="cannot be empty"):
+        met(jsonpath="{}")
+    with pytest.raises(ValueError, match="unclosed"):
+        met(jsonpath="{.status.phase=Running")
+
+
+def test_jsonpath_relaxed_forms_as_kubectl():
+    # Braces and the leading dot may go, the value may be quoted, == stays inside filters.
+    assert met(jsonpath=".status.phase=Running")
+    assert met(jsonpath="status.phase=Running")
+    assert met(jsonpath="{status.phase}='Running'")
+    assert met(jsonpath='.status.conditions[?(@.type=="Ready")].status="True"')
+    assert not met(jsonpath="status.phase=Pending")
+    assert met(jsonpath="status.phase")
 
 
 def test_jsonpath_finds():
