@@ -12,8 +12,8 @@ For every configuration it reports the median over ``--runs`` processes of
 and the minimum and maximum of ``start_s``, and ``start_cpu_s`` and
 ``total_cpu_s``, the CPU time the process spent over the same spans (less
 disturbed than wall time on a busy machine). Python's bytecode cache is used
-as an installed package would have it: one discarded run first writes it
-(unless ``--no-bytecode-cache``, which makes every run compile the sources).
+as an installed package has it: one discarded run first writes it (even
+where PYTHONDONTWRITEBYTECODE is set).
 
     python benchmarks/testing_startup.py --runs 11
     python benchmarks/testing_startup.py --runs 5 --json
@@ -65,20 +65,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=11, help="fresh processes per configuration (default 11)")
     ap.add_argument("--config", choices=sorted(CONFIGS), action="append", help="only these configurations")
-    ap.add_argument("--no-bytecode-cache", action="store_true", help="compile the sources in every run")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     env = dict(os.environ)
-    if args.no_bytecode_cache:
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env["PYTHONPYCACHEPREFIX"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"kp-nocache-{os.getpid()}")
-    else:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     results: dict[str, dict] = {}
     for name in args.config or list(CONFIGS):
         opts = CONFIGS[name]
-        if not args.no_bytecode_cache:
-            one_run(opts, env)  # writes the bytecode cache; not counted
+        one_run(opts, env)  # writes the bytecode cache; not counted
         runs = [one_run(opts, env) for _ in range(args.runs)]
         starts = [r["start_s"] for r in runs]
         results[name] = {
