@@ -114,6 +114,12 @@ data: {one: "1", two: "2"}
         assert "labels" not in again[0]["metadata"]
         managers = {m["manager"] for m in again[0]["metadata"]["managedFields"]}
         assert managers == {"kubeplane-testing", "someone-else"}
+        # Without force, taking another manager's field is a conflict, as kubectl apply --server-side.
+        with pytest.raises(StatusError) as err:
+            c.apply("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {other: y}\n",
+                    force=False)
+        assert err.value.code == 409 and err.value.reason == "Conflict"
+        assert c.get("configmaps", "settings")["data"]["other"] == "x"
 
         # Files and directories, several documents, namespaces.
         (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n")
