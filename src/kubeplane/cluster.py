@@ -44,6 +44,39 @@ def build_controllers(client: Client, factory: SharedInformerFactory, opts: Cont
     ]
 
 
+def node_agent(client: Client, factory: SharedInformerFactory, node_count: int, node_cpu: str = "4",
+               node_memory: str = "32Gi", node_pods: int = 110, zones: int = 0, node_prefix: str = "node",
+               gpus: int = 0) -> Any:
+    """The simulated nodes ``PREFIX-0`` .. ``PREFIX-<count-1>`` as one agent."""
+    from kubeplane.controllers.nodeagent import NodeAgent, NodeSpec
+
+    names = [f"{node_prefix}-{i}" for i in range(node_count)]
+    spec = NodeSpec(cpu=node_cpu, memory=node_memory, pods=node_pods, zones=zones, gpus=gpus)
+    return NodeAgent(client, names, spec, factory)
+
+
+async def start_components(comps: "Components", client: Client, node_args: tuple | None, sched_kwargs: dict,
+                           *, controllers: bool = True, scheduler: bool = True) -> None:
+    """Controllers, simulated nodes (``node_args`` as :func:`node_agent` takes
+    them after the factory; None for none) and the scheduler on ``client``,
+    sharing one informer factory, added to ``comps`` in start order."""
+    from kubeplane.client.informer import SharedInformerFactory
+
+    factory = SharedInformerFactory(client)
+    agent = node_agent(client, factory, *node_args) if node_args is not None else None
+    if controllers:
+        for ctrl in build_controllers(client, factory, ControllerOptions()):
+            await comps.start(ctrl)
+    if agent is not None:
+        await comps.start(agent)
+    if scheduler:
+        from kubeplane.scheduler.scheduler import Scheduler
+
+        sched = Scheduler(client, informer_factory=factory, **sched_kwargs)
+        comps.run(sched.run(), "scheduler")
+        comps.items.append(sched)
+
+
 @dataclass
 class Components:
     """Started components, stopped in reverse order."""

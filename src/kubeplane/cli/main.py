@@ -162,11 +162,9 @@ def _node_options(f):
 
 
 def _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus=0):
-    from kubeplane.controllers.nodeagent import NodeAgent, NodeSpec
+    from kubeplane.cluster import node_agent
 
-    names = [f"{node_prefix}-{i}" for i in range(node_count)]
-    spec = NodeSpec(cpu=node_cpu, memory=node_memory, pods=node_pods, zones=zones, gpus=gpus)
-    return NodeAgent(client, names, spec, factory)
+    return node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus)
 
 
 @main.command()
@@ -226,18 +224,9 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
 
 async def _start_components(comps, client, node_args: tuple, sched_kwargs: dict) -> None:
     """Controllers, simulated nodes and the scheduler on ``client``, sharing one informer factory."""
-    from kubeplane.client.informer import SharedInformerFactory
-    from kubeplane.cluster import ControllerOptions, build_controllers
-    from kubeplane.scheduler.scheduler import Scheduler
+    from kubeplane.cluster import start_components
 
-    factory = SharedInformerFactory(client)
-    agent = _node_agent(client, factory, *node_args)
-    for ctrl in build_controllers(client, factory, ControllerOptions()):
-        await comps.start(ctrl)
-    await comps.start(agent)
-    scheduler = Scheduler(client, informer_factory=factory, **sched_kwargs)
-    comps.run(scheduler.run(), "scheduler")
-    comps.items.append(scheduler)
+    await start_components(comps, client, node_args, sched_kwargs)
 
 
 async def _start_split(comps, registry, data_dir: str, node_args: tuple, scheduler_config: str | None,
