@@ -83,7 +83,7 @@ class APIServer:
         self._runner = BoundedAppRunner(app, cfg.limits, access_log=None, handle_signals=False,
                                         shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.SockSite(self._runner, sock, shutdown_timeout=1.0)
+        site = web.SockSite(self._runner, sock)
         await site.start()
         self.url = f"http://{address}"
         if cfg.kubeconfig:
