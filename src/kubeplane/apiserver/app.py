@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from kubeplane.api.resources import CATALOGUE, Catalogue
+from kubeplane.apiserver.metrics import APIServerMetrics, instrument_store
 from kubeplane.apiserver.server import MAX_BODY_BYTES, build_app
 from kubeplane.registry.registry import Registry
 from kubeplane.storage import open_store
+from kubeplane.startup import DataDirLock, KubeconfigFile, bind_socket, format_address
 from kubeplane.storage.interface import Store
 
 log = logging.getLogger("kubeplane.apiserver")
@@ -40,6 +40,8 @@ class APIServerConfig:
     max_body: int = MAX_BODY_BYTES
     #: how many revisions of history watches and lists can reach back into
     history_revisions: int = 10_000
+    #: lock the data directory even with memory storage (``up`` keeps its kubeconfig there)
+    lock_data_dir: bool = False
 
 
 @dataclass
@@ -50,38 +52,59 @@ class APIServer:
     store: Store | None = None
     registry: Registry | None = None
     url: str = ""
+    metrics: APIServerMetrics | None = None
     _runner: web.AppRunner | None = field(default=None, repr=False)
+    _lock: DataDirLock | None = field(default=None, repr=False)
+    _kubeconfig: KubeconfigFile | None = field(default=None, repr=False)
 
     async def start(self) -> None:
+        """Lock the data directory, open the store, bind, serve; then write the
+        kubeconfig. Raises :class:`~kubeplane.startup.StartupError` (a one-line
+        reason) when the directory is in use or the address cannot be bound."""
         cfg = self.config
         host, port = parse_listen(cfg.listen)
-        if cfg.storage == "sqlite":
-            os.makedirs(cfg.data_dir, exist_ok=True)
-        self.store = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
-                                      history=cfg.history_revisions)
+        if cfg.storage == "sqlite" or cfg.lock_data_dir:
+            # One server per data directory: a second one would hand out the
+            # same resourceVersions and replace the first one's kubeconfig.
+            self._lock = DataDirLock(cfg.data_dir)
+            self._lock.acquire()
+        try:
+            await self._start(host, port)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self, host: str, port: int) -> None:
+        cfg = self.config
+        sock = bind_socket(host, port)  # before opening the store: a busy port fails fast
+        try:
+            self.store = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
+                                          history=cfg.history_revisions)
+        except BaseException:
+            sock.close()
+            raise
+        self.metrics = APIServerMetrics()
+        instrument_store(self.store, self.metrics)
         self.registry = Registry(self.store, CATALOGUE)
         await ensure_default_namespaces(self.registry)
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-        sock.setblocking(False)
         bound_port = sock.getsockname()[1]
-        shown_host = f"[{host}]" if ":" in host else host
-        address = f"{shown_host}:{bound_port}"
-        app = build_app(self.registry, CATALOGUE, max_body=cfg.max_body, server_address=address)
+        address = format_address(host, bound_port)
+        app = build_app(self.registry, CATALOGUE, max_body=cfg.max_body, server_address=address,
+                        metrics=self.metrics)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.SockSite(self._runner, sock, shutdown_timeout=1.0)
         await site.start()
         self.url = f"http://{address}"
         if cfg.kubeconfig:
-            from kubeplane.client.kubeconfig import write_kubeconfig
-
-            write_kubeconfig(cfg.kubeconfig, self.url)
+            self._kubeconfig = KubeconfigFile(cfg.kubeconfig)
+            self._kubeconfig.publish(self.url)
         log.info("API server listening on %s (storage %s)", self.url, cfg.storage)
 
     async def stop(self) -> None:
+        if self._kubeconfig is not None:
+            self._kubeconfig.withdraw()  # first: a kubeconfig must not name a stopping server
+            self._kubeconfig = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -90,6 +113,9 @@ class APIServer:
         if self.store is not None:
             await self.store.close()
             self.store = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 async def ensure_default_namespaces(registry: Registry, catalogue: Catalogue = CATALOGUE) -> None:

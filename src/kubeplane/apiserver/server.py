@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
@@ -23,6 +23,9 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import Catalogue, ResourceInfo
 from kubeplane.apiserver import codec, discovery
 from kubeplane.registry.registry import Registry, WatchOptions
+
+if TYPE_CHECKING:
+    from kubeplane.apiserver.metrics import APIServerMetrics
 
 log = logging.getLogger("kubeplane.apiserver")
 
@@ -140,6 +143,7 @@ class APIHandler:
         self.max_body = max_body
         self.server_address = server_address
         self.watch_bookmark_interval = 5.0
+        self.metrics: Any = None  # APIServerMetrics, set by build_app
         self.stopping = asyncio.Event()
         # id(obj) -> (obj, type, encoded line); holding obj keeps the id unique.
         self._encoded: OrderedDict[int, tuple[Obj, str, bytes]] = OrderedDict()
@@ -612,6 +616,8 @@ class APIHandler:
                            batch: list[tuple[str, Obj]], table: bool) -> bool:
         """Writes a burst of events with one socket write; True after an ERROR."""
         await resp.write(b"".join(self._watch_line(request, res, ev, table) for ev in batch))
+        if self.metrics is not None:
+            self.metrics.watch_event_counter(res).inc(len(batch))
         return any(ev[0] == "ERROR" for ev in batch)
 
     def _watch_line(self, request: web.Request, res: ResourceInfo, ev: tuple[str, Obj], table: bool) -> bytes:
@@ -654,13 +660,19 @@ def _manager_from_agent(request: web.Request) -> str:
 
 
 def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_BODY_BYTES,
-              server_address: str = "127.0.0.1:6443") -> web.Application:
+              server_address: str = "127.0.0.1:6443", metrics: "APIServerMetrics | None" = None) -> web.Application:
+    from kubeplane.apiserver.metrics import APIServerMetrics
+
     h = APIHandler(registry, catalogue, max_body=max_body, server_address=server_address)
+    if metrics is None:
+        metrics = APIServerMetrics(catalogue)
+    h.metrics = metrics
     # aiohttp's own limit is set above ours so our Status reply is the one sent.
-    app = web.Application(middlewares=[h.middleware], client_max_size=max_body + 1024 * 1024)
+    app = web.Application(middlewares=[metrics.middleware(), h.middleware], client_max_size=max_body + 1024 * 1024)
     app[HANDLER_KEY] = h
     r = app.router
     r.add_get("/version", h.version)
+    r.add_get("/metrics", metrics.handle)
     for path in ("/healthz", "/livez", "/readyz"):
         r.add_get(path, h.health)
     r.add_get("/api", h.api_root)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import Awaitable, Callable
+import time
+import weakref
+from typing import Awaitable, Callable, Iterator
 
 from kubeplane.api.errors import StatusError
 from kubeplane.client.events import EventRecorder
@@ -24,6 +26,9 @@ from kubeplane.runtime import wake_first
 log = logging.getLogger(__name__)
 
 SyncFunc = Callable[[str], Awaitable[None]]
+
+#: every live work queue, for :class:`WorkQueueCollector`
+_QUEUES: "weakref.WeakSet[WorkQueue]" = weakref.WeakSet()
 
 
 class WorkQueue:
@@ -43,6 +48,12 @@ class WorkQueue:
         # one of them, not all: with an Event every add woke every idle worker
         # and all but one went back to sleep.
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Metrics, read when scraped (WorkQueueCollector): plain counters and
+        # the monotonic time each key in processing was taken.
+        self.adds = 0
+        self.retries = 0
+        self._started: dict[str, float] = {}
+        _QUEUES.add(self)
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -55,6 +66,7 @@ class WorkQueue:
         if self._shutting_down or key in self._dirty:
             return
         self._dirty.add(key)
+        self.adds += 1
         if key in self._processing:
             return
         self._queue.append(key)
@@ -88,6 +100,7 @@ class WorkQueue:
         return min(self.base_delay * (2 ** min(n, 60)), self.max_delay)
 
     def add_rate_limited(self, key: str) -> None:
+        self.retries += 1
         self.add_after(key, self.when(key))
 
     def forget(self, key: str) -> None:
@@ -112,10 +125,12 @@ class WorkQueue:
         key = self._queue.popleft()
         self._dirty.discard(key)
         self._processing.add(key)
+        self._started[key] = time.monotonic()
         return key
 
     def done(self, key: str) -> None:
         self._processing.discard(key)
+        self._started.pop(key, None)
         if key in self._dirty and not self._shutting_down:
             self._queue.append(key)
             wake_first(self._waiters)
@@ -132,6 +147,51 @@ class WorkQueue:
         for w in waiters:
             if not w.done():
                 w.set_result(None)
+
+
+class WorkQueueCollector:
+    """client-go's work-queue metrics (workqueue_depth, workqueue_adds_total,
+    workqueue_retries_total, workqueue_unfinished_work_seconds,
+    workqueue_longest_running_processor_seconds) by queue ``name``, for every
+    live queue of this process, computed when scraped."""
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        depth = GaugeMetricFamily("workqueue_depth", "Current depth of workqueue", labels=["name"])
+        adds = CounterMetricFamily("workqueue_adds", "Total number of adds handled by workqueue", labels=["name"])
+        retries = CounterMetricFamily("workqueue_retries", "Total number of retries handled by workqueue",
+                                      labels=["name"])
+        unfinished = GaugeMetricFamily(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has been done that is in progress and hasn't been observed by "
+            "work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by "
+            "observing the rate at which this increases.", labels=["name"])
+        longest = GaugeMetricFamily(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running.", labels=["name"])
+        now = time.monotonic()
+        totals: dict[str, list[float]] = {}
+        for q in list(_QUEUES):
+            if q.shutting_down:
+                continue
+            t = totals.setdefault(q.name, [0, 0, 0, 0.0, 0.0])
+            t[0] += len(q)
+            t[1] += q.adds
+            t[2] += q.retries
+            ages = [now - s for s in q._started.values()]
+            t[3] += sum(ages)
+            t[4] = max([t[4], *ages])
+        for name, (d, a, r, u, lng) in sorted(totals.items()):
+            depth.add_metric([name], d)
+            adds.add_metric([name], a)
+            retries.add_metric([name], r)
+            unfinished.add_metric([name], u)
+            longest.add_metric([name], lng)
+        return iter([depth, adds, retries, unfinished, longest])
 
 
 class Controller:

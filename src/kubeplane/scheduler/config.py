@@ -627,8 +627,76 @@ def load_config(path: str | None, registry: Mapping[str, type[Plugin]]) -> Sched
     return parse_config(text, registry, source=path)
 
 
+def go_duration(seconds: float) -> str:
+    """``seconds`` as Go's time.Duration prints it (``15s``, ``1m30s``, ``1.5s``, ``0s``)."""
+    if seconds == 0:
+        return "0s"
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    out = sign
+    if hours:
+        out += f"{int(hours)}h"
+    if hours or minutes:
+        out += f"{int(minutes)}m"
+    text = f"{secs:.9f}".rstrip("0").rstrip(".")
+    return out + (text or "0") + "s"
+
+
+def componentconfig(cfg: SchedulerConfig) -> dict[str, Any]:
+    """The effective configuration as a kubescheduler.config.k8s.io/v1
+    KubeSchedulerConfiguration: every default applied, and for each profile
+    the plugins that run at each extension point (score plugins with their
+    weights), as ``/configz`` serves it."""
+    le, cc = cfg.leader_election, cfg.client_connection
+    profiles = []
+    for p in cfg.profiles:
+        plugins: dict[str, Any] = {}
+        for point, names in p.enabled.items():
+            if point == "score":
+                enabled = [{"name": n, "weight": p.score_weights.get(n, 1)} for n in names]
+            else:
+                enabled = [{"name": n} for n in names]
+            plugins[point] = {"enabled": enabled}
+        prof: dict[str, Any] = {"schedulerName": p.scheduler_name}
+        if p.percentage_of_nodes_to_score is not None:
+            prof["percentageOfNodesToScore"] = p.percentage_of_nodes_to_score
+        prof["plugins"] = plugins
+        prof["pluginConfig"] = [{"name": pc["name"], "args": dict(pc["args"])} for pc in p.plugin_config]
+        profiles.append(prof)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "parallelism": cfg.parallelism,
+        "leaderElection": {
+            "leaderElect": le.leader_elect,
+            "leaseDuration": go_duration(le.lease_duration),
+            "renewDeadline": go_duration(le.renew_deadline),
+            "retryPeriod": go_duration(le.retry_period),
+            "resourceLock": le.resource_lock,
+            "resourceName": le.resource_name,
+            "resourceNamespace": le.resource_namespace,
+        },
+        "clientConnection": {
+            "kubeconfig": cc.kubeconfig,
+            "acceptContentTypes": cc.accept_content_types,
+            "contentType": cc.content_type,
+            "qps": cc.qps,
+            "burst": cc.burst,
+        },
+        "enableProfiling": cfg.enable_profiling,
+        "enableContentionProfiling": cfg.enable_contention_profiling,
+        "percentageOfNodesToScore": cfg.percentage_of_nodes_to_score,
+        "podInitialBackoffSeconds": cfg.pod_initial_backoff_seconds,
+        "podMaxBackoffSeconds": cfg.pod_max_backoff_seconds,
+        "profiles": profiles,
+        "delayCacheUntilActive": cfg.delay_cache_until_active,
+    }
+
+
 __all__ = [
     "API_VERSION", "ClientConnectionConfig", "ConfigError", "DEFAULT_SCHEDULER_NAME", "KIND",
     "LeaderElectionConfig", "SchedulerConfig", "SchedulerProfile", "expand_plugins", "load_config",
-    "parse_config", "parse_duration",
+    "componentconfig", "go_duration", "parse_config", "parse_duration",
 ]

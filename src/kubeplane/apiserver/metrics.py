@@ -1,0 +1,326 @@
+"""The API server's Prometheus metrics, with kube-apiserver's (v1.32) names,
+labels and buckets, served at ``/metrics``.
+
+Every :class:`APIServerMetrics` owns a ``CollectorRegistry``, so several API
+servers in one process (tests) keep separate counts.
+
+The request path is hot: the middleware derives the labels from the path with
+string splits and a catalogue lookup (no routing), and keeps one cached pair
+of metric children per label set, so a request costs two dictionary lookups
+and two child updates. In-flight counts and stored-object counts are read at
+scrape time, not maintained per request.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
+
+from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo
+
+# Upstream exposes no ``*_created`` series.
+disable_created_metrics()
+
+#: kube-apiserver's buckets for apiserver_request_duration_seconds and etcd_request_duration_seconds
+REQUEST_DURATION_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10,
+                            15, 20, 30, 45, 60)
+
+COMPONENT = "apiserver"
+
+#: non-resource paths reported with the path as ``subresource``, as upstream
+#: reports its health endpoints; other non-resource paths get an empty one
+#: (the label set must stay bounded whatever paths clients send)
+_NON_RESOURCE_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version", "/metrics", "/api", "/apis",
+                                 "/openapi/v2", "/openapi/v3"})
+#: subresources that upstream serves with the CONNECT verb
+_CONNECT_SUBRESOURCES = frozenset({"exec", "attach", "portforward", "proxy"})
+#: namespace paths whose third segment is a namespace subresource, not a resource
+_NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
+_READONLY_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_TRUE = frozenset({"1", "t", "true"})
+
+#: Called with each ``/metrics`` request before it is answered; raise an
+#: aiohttp HTTP exception (403) to refuse it. Authentication does not exist
+#: yet, so the default lets everyone read; once requests carry a user, the
+#: hook restricts scrapes to the ``system:monitoring`` group as upstream's
+#: default RBAC does.
+MetricsAuthorizer = Callable[[web.Request], Awaitable[None]]
+
+
+class APIServerMetrics:
+    """kube-apiserver's metrics in a registry of their own."""
+
+    def __init__(self, catalogue: Catalogue = CATALOGUE) -> None:
+        self.catalogue = catalogue
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "apiserver_request",
+            "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, "
+            "scope, component, and HTTP response code.",
+            ["verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component", "code"],
+            registry=r)
+        self.request_duration = Histogram(
+            "apiserver_request_duration_seconds",
+            "Response latency distribution in seconds for each verb, dry run value, group, version, resource, "
+            "subresource, scope and component.",
+            ["verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component"],
+            buckets=REQUEST_DURATION_BUCKETS, registry=r)
+        self.watch_events = Counter(
+            "apiserver_watch_events", "Number of events sent in watch clients",
+            ["group", "version", "kind"], registry=r)
+        self.storage_duration = Histogram(
+            "etcd_request_duration_seconds", "Etcd request latency in seconds for each operation and object type.",
+            ["operation", "type"], buckets=REQUEST_DURATION_BUCKETS, registry=r)
+        #: [readOnly, mutating] requests being served now (long-running watches excluded, as upstream)
+        self.inflight = [0, 0]
+        self.store: Any = None
+        self.authorize: MetricsAuthorizer | None = None
+        r.register(_ScrapeTimeCollector(self))
+        self._children: dict[tuple, tuple[Any, dict[int, Any]]] = {}
+        self._watch_children: dict[ResourceInfo, Any] = {}
+        self._storage_children: dict[tuple[str, str], Any] = {}
+
+    # -- requests ----------------------------------------------------------
+
+    def observe_request(self, labels: tuple, code: int, seconds: float) -> None:
+        """One finished request: ``labels`` from :func:`request_labels`."""
+        entry = self._children.get(labels)
+        if entry is None:
+            entry = (self.request_duration.labels(*labels, COMPONENT), {})
+            self._children[labels] = entry
+        hist, counters = entry
+        counter = counters.get(code)
+        if counter is None:
+            counter = counters[code] = self.requests.labels(*labels, COMPONENT, str(code))
+        counter.inc()
+        hist.observe(seconds)
+
+    def watch_event_counter(self, res: ResourceInfo) -> Any:
+        child = self._watch_children.get(res)
+        if child is None:
+            child = self._watch_children[res] = self.watch_events.labels(res.group, res.version, res.kind)
+        return child
+
+    def storage_timer(self, operation: str, type_label: str) -> Any:
+        child = self._storage_children.get((operation, type_label))
+        if child is None:
+            child = self._storage_children[(operation, type_label)] = self.storage_duration.labels(
+                operation, type_label)
+        return child
+
+    # -- exposition --------------------------------------------------------
+
+    def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """``GET /metrics``."""
+        if self.authorize is not None:
+            await self.authorize(request)
+        body, content_type = self.exposition(request.headers.get("Accept", ""))
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    def middleware(self) -> Any:
+        """The aiohttp middleware that counts and times every request; put it
+        outermost so it sees the status code that is finally sent."""
+        catalogue = self.catalogue
+        observe = self.observe_request
+        inflight = self.inflight
+        clock = time.perf_counter
+
+        @web.middleware
+        async def metrics_middleware(request: web.Request, handler):
+            labels = request_labels(request, catalogue)
+            verb = labels[0]
+            slot = -1 if verb == "WATCH" or verb == "CONNECT" else (0 if request.method in _READONLY_METHODS else 1)
+            if slot >= 0:
+                inflight[slot] += 1
+            code = 500
+            start = clock()
+            try:
+                resp = await handler(request)
+                code = resp.status
+                return resp
+            except web.HTTPException as exc:
+                code = exc.status
+                raise
+            finally:
+                if slot >= 0:
+                    inflight[slot] -= 1
+                observe(labels, code, clock() - start)
+
+        return metrics_middleware
+
+
+class _ScrapeTimeCollector:
+    """Gauges read when scraped: in-flight requests and stored objects."""
+
+    def __init__(self, metrics: APIServerMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        m = self.metrics
+        inflight = GaugeMetricFamily(
+            "apiserver_current_inflight_requests",
+            "Maximal number of currently used inflight request limit of this apiserver per request kind in last "
+            "second.", labels=["request_kind"])
+        inflight.add_metric(["readOnly"], m.inflight[0])
+        inflight.add_metric(["mutating"], m.inflight[1])
+        yield inflight
+        count = getattr(m.store, "count", None)
+        if count is None:
+            return
+        objects = GaugeMetricFamily(
+            "apiserver_storage_objects", "Number of stored objects at the time of last check split by kind.",
+            labels=["resource"])
+        seen: set[tuple[str, str]] = set()
+        for res in m.catalogue.resources:
+            if res.key in seen:
+                continue
+            seen.add(res.key)
+            objects.add_metric([res.qualified], count(res.storage_prefix()))
+        yield objects
+
+
+def request_labels(request: web.Request, catalogue: Catalogue) -> tuple[str, str, str, str, str, str, str]:
+    """(verb, dry_run, group, version, resource, subresource, scope) as
+    kube-apiserver reports a request: LIST/GET/WATCH for reads, APPLY for
+    server-side apply patches, DELETECOLLECTION, CONNECT; scope ``resource``
+    for named objects and creates, ``namespace`` or ``cluster`` for
+    collections, empty for non-resource paths. Paths that name no served
+    resource get empty resource labels, so clients cannot grow the label set."""
+    method = request.method
+    path = request.path
+    parts = path.split("/")
+    n = len(parts)
+    if n >= 3 and parts[1] == "api":
+        group, version, rest = "", parts[2], parts[3:]
+    elif n >= 4 and parts[1] == "apis":
+        group, version, rest = parts[2], parts[3], parts[4:]
+    else:
+        return _non_resource(method, path)
+    if rest and rest[-1] == "":
+        rest = [p for p in rest if p]
+    if not rest:
+        return _non_resource(method, path)
+    watch = False
+    if rest[0] == "watch":
+        watch = True
+        rest = rest[1:]
+    namespace = ""
+    if len(rest) >= 2 and rest[0] == "namespaces":
+        namespace = rest[1]
+        if len(rest) > 2 and rest[2] not in _NAMESPACE_SUBRESOURCES:
+            rest = rest[2:]
+    if not rest or len(rest) > 3:
+        return _non_resource(method, path)
+    res = catalogue.by_gvr(group, version, rest[0])
+    if res is None:
+        return _non_resource(method, path)
+    name = rest[1] if len(rest) > 1 else ""
+    sub = rest[2] if len(rest) > 2 else ""
+    if sub and sub not in res.subresources:
+        sub = ""
+    dry_run = ""
+    if request.query_string:
+        q = request.query
+        if not watch and method == "GET" and q.get("watch", "").lower() in _TRUE:
+            watch = True
+        values = q.getall("dryRun", ())
+        if values:
+            dry_run = "All" if all(v == "All" for v in values) else "invalid"
+    if method == "GET":
+        verb = "WATCH" if watch else ("GET" if name else "LIST")
+    elif method == "PATCH":
+        ctype = request.headers.get("Content-Type", "")
+        verb = "APPLY" if ctype.startswith("application/apply-patch") else "PATCH"
+    elif method == "DELETE" and not name:
+        verb = "DELETECOLLECTION"
+    elif sub in _CONNECT_SUBRESOURCES:
+        verb = "CONNECT"
+    else:
+        verb = method if method in _METHODS else "other"
+    if name or method == "POST":
+        scope = "resource"
+    elif namespace:
+        scope = "namespace"
+    else:
+        scope = "cluster"
+    return verb, dry_run, res.group, res.version, res.plural, sub, scope
+
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT"})
+
+
+def _non_resource(method: str, path: str) -> tuple[str, str, str, str, str, str, str]:
+    if path in _NON_RESOURCE_PATHS:
+        sub = path
+    elif path.startswith("/openapi/v3/"):
+        sub = "/openapi/v3"
+    else:
+        sub = ""
+    return (method if method in _METHODS else "other"), "", "", "", "", sub, ""
+
+
+def storage_type(key: str) -> str:
+    """The ``type`` label of a storage key ``/registry/<group>/<plural>/...``:
+    ``pods`` or ``deployments.apps``, as upstream names resources."""
+    if not key.startswith("/registry/"):
+        return ""
+    i = key.find("/", 10)
+    if i < 0:
+        return ""
+    group = key[10:i]
+    j = key.find("/", i + 1)
+    plural = key[i + 1:j] if j >= 0 else key[i + 1:]
+    return plural if group == "core" else f"{plural}.{group}"
+
+
+def instrument_store(store: Any, metrics: APIServerMetrics) -> None:
+    """Time ``store``'s reads and writes into etcd_request_duration_seconds and
+    let ``/metrics`` count its objects. The store's methods are wrapped on the
+    instance: the object (its type, its other methods) stays what it was."""
+    metrics.store = store
+    types: dict[str, str] = {}
+    clock = time.perf_counter
+
+    def label(key: str) -> str:
+        # Keys of one resource share the first three path segments.
+        head = key[:key.find("/", key.find("/", 10) + 1) + 1] if key.startswith("/registry/") else key
+        t = types.get(head)
+        if t is None:
+            t = storage_type(key)
+            if len(types) < 4096:
+                types[head] = t
+        return t
+
+    def timed(operation: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def call(key: str, *args: Any, **kwargs: Any) -> Any:
+            start = clock()
+            try:
+                return await fn(key, *args, **kwargs)
+            finally:
+                metrics.storage_timer(operation, label(key)).observe(clock() - start)
+
+        call.__wrapped__ = fn  # type: ignore[attr-defined]
+        call.__doc__ = fn.__doc__
+        return call
+
+    for operation in ("get", "list", "create", "update", "delete"):
+        fn = getattr(store, operation, None)
+        if fn is not None:
+            setattr(store, operation, timed(operation, fn))
+
+
+__all__ = ["APIServerMetrics", "COMPONENT", "MetricsAuthorizer", "REQUEST_DURATION_BUCKETS", "instrument_store",
+           "request_labels", "storage_type"]
