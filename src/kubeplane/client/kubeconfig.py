@@ -157,7 +157,7 @@ def _resolve_paths(doc: dict[str, Any], base: str) -> None:
             if isinstance(plugin, dict):
                 command = plugin.get("command")
                 if isinstance(command, str) and os.sep in command and not os.path.isabs(command):
-                    plugin["command"] = os.path.join(base, command)
+                    plugin["command"] = os.path.normpath(os.path.join(base, command))
 
 
 def _merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
