@@ -247,7 +247,7 @@ class MetricsServer:
         sock = bind_socket(host, port, backlog=128)
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
-        await web.SockSite(runner, sock, shutdown_timeout=1.0).start()
+        await web.SockSite(runner, sock).start()
         self._runner = runner
         self.url = f"http://{format_address(host, sock.getsockname()[1])}"
         log.info("serving %s on %s", self.what, self.url)
