@@ -153,8 +153,8 @@ def test_metrics_and_configz(cluster):
     assert re.search(r'^workqueue_adds_total\{name="\S+"\} \d', text, re.M), text[:2000]
     with urllib.request.urlopen(base + "/configz", timeout=10) as r:
         conf = json.loads(r.read())
-    assert conf["componentconfig"]["kind"] == "KubeSchedulerConfiguration"
-    assert conf["componentconfig"]["profiles"][0]["schedulerName"] == "default-scheduler"
+    assert conf["componentconfig"]["LeaderElection"]["ResourceName"] == "kube-scheduler"
+    assert conf["componentconfig"]["Profiles"][0]["SchedulerName"] == "default-scheduler"
     with urllib.request.urlopen(base + "/healthz", timeout=10) as r:
         assert r.read() == b"ok"
     kubectl("delete", "pod", "measured", "--wait=false")

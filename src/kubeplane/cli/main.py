@@ -295,8 +295,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                 await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg)
             # Written last and atomically: the kubeconfig appearing means the cluster is usable.
             published.publish(server.url)
-            log.info("kubeplane is up: API server at %s, %d simulated node(s)", server.url, node_count)
-            click.echo(f"  kubectl --kubeconfig {kubeconfig} get nodes", err=True)
+            log.info("kubeplane is up: API server at %s, %d simulated node(s); try: kubectl --kubeconfig %s get nodes",
+                     server.url, node_count, kubeconfig)
             await stop.wait()
         finally:
             published.withdraw()  # first: nothing may look ready while stopping
@@ -360,7 +360,7 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
     try:
         await child.start()
     except RuntimeError as exc:  # the child logged why (e.g. its metrics address is in use)
-        raise StartupError(str(exc)) from None
+        raise StartupError(f"{exc}; its error is logged above") from None
     comps.items.append(child)
     comps.run(child.supervise(), "components-supervisor")
 

@@ -644,54 +644,72 @@ def go_duration(seconds: float) -> str:
     return out + (text or "0") + "s"
 
 
+_GO_NAMES = {"qps": "QPS", "apiVersion": "APIVersion", "kubeconfig": "Kubeconfig"}
+
+
+def _go_name(key: str) -> str:
+    return _GO_NAMES.get(key) or (key[:1].upper() + key[1:])
+
+
+def _go_fields(value: Any) -> Any:
+    """A versioned (camelCase) value with the field names of its Go type."""
+    if isinstance(value, dict):
+        return {_go_name(k): _go_fields(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_go_fields(v) for v in value]
+    return value
+
+
 def componentconfig(cfg: SchedulerConfig) -> dict[str, Any]:
-    """The effective configuration as a kubescheduler.config.k8s.io/v1
-    KubeSchedulerConfiguration: every default applied, and for each profile
-    the plugins that run at each extension point (score plugins with their
-    weights), as ``/configz`` serves it."""
+    """The effective configuration as kube-scheduler's ``/configz`` shows it:
+    the defaulted, validated internal KubeSchedulerConfiguration, whose Go
+    fields carry no JSON names (``Parallelism``, ``LeaderElection``, durations
+    as Go prints them), with each profile's plugins as they run at each
+    extension point (score plugins with their weights)."""
     le, cc = cfg.leader_election, cfg.client_connection
     profiles = []
     for p in cfg.profiles:
         plugins: dict[str, Any] = {}
         for point, names in p.enabled.items():
-            if point == "score":
-                enabled = [{"name": n, "weight": p.score_weights.get(n, 1)} for n in names]
-            else:
-                enabled = [{"name": n} for n in names]
-            plugins[point] = {"enabled": enabled}
-        prof: dict[str, Any] = {"schedulerName": p.scheduler_name}
-        if p.percentage_of_nodes_to_score is not None:
-            prof["percentageOfNodesToScore"] = p.percentage_of_nodes_to_score
-        prof["plugins"] = plugins
-        prof["pluginConfig"] = [{"name": pc["name"], "args": dict(pc["args"])} for pc in p.plugin_config]
-        profiles.append(prof)
+            plugins[_go_name(point)] = {
+                "Enabled": [{"Name": n, "Weight": p.score_weights.get(n, 1) if point == "score" else 0}
+                            for n in names],
+                "Disabled": None,
+            }
+        profiles.append({
+            "SchedulerName": p.scheduler_name,
+            "PercentageOfNodesToScore": p.percentage_of_nodes_to_score,
+            "Plugins": plugins,
+            "PluginConfig": [{"Name": pc["name"], "Args": _go_fields(dict(pc["args"]))} for pc in p.plugin_config],
+        })
     return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "parallelism": cfg.parallelism,
-        "leaderElection": {
-            "leaderElect": le.leader_elect,
-            "leaseDuration": go_duration(le.lease_duration),
-            "renewDeadline": go_duration(le.renew_deadline),
-            "retryPeriod": go_duration(le.retry_period),
-            "resourceLock": le.resource_lock,
-            "resourceName": le.resource_name,
-            "resourceNamespace": le.resource_namespace,
+        "Parallelism": cfg.parallelism,
+        "LeaderElection": {
+            "LeaderElect": le.leader_elect,
+            "LeaseDuration": go_duration(le.lease_duration),
+            "RenewDeadline": go_duration(le.renew_deadline),
+            "RetryPeriod": go_duration(le.retry_period),
+            "ResourceLock": le.resource_lock,
+            "ResourceName": le.resource_name,
+            "ResourceNamespace": le.resource_namespace,
         },
-        "clientConnection": {
-            "kubeconfig": cc.kubeconfig,
-            "acceptContentTypes": cc.accept_content_types,
-            "contentType": cc.content_type,
-            "qps": cc.qps,
-            "burst": cc.burst,
+        "ClientConnection": {
+            "Kubeconfig": cc.kubeconfig,
+            "AcceptContentTypes": cc.accept_content_types,
+            "ContentType": cc.content_type,
+            "QPS": cc.qps,
+            "Burst": cc.burst,
         },
-        "enableProfiling": cfg.enable_profiling,
-        "enableContentionProfiling": cfg.enable_contention_profiling,
-        "percentageOfNodesToScore": cfg.percentage_of_nodes_to_score,
-        "podInitialBackoffSeconds": cfg.pod_initial_backoff_seconds,
-        "podMaxBackoffSeconds": cfg.pod_max_backoff_seconds,
-        "profiles": profiles,
-        "delayCacheUntilActive": cfg.delay_cache_until_active,
+        "HealthzBindAddress": "",
+        "MetricsBindAddress": "",
+        "EnableProfiling": cfg.enable_profiling,
+        "EnableContentionProfiling": cfg.enable_contention_profiling,
+        "PercentageOfNodesToScore": cfg.percentage_of_nodes_to_score,
+        "PodInitialBackoffSeconds": cfg.pod_initial_backoff_seconds,
+        "PodMaxBackoffSeconds": cfg.pod_max_backoff_seconds,
+        "Profiles": profiles,
+        "Extenders": None,
+        "DelayCacheUntilActive": cfg.delay_cache_until_active,
     }
 
 

@@ -23,15 +23,16 @@ def test_componentconfig_shows_defaults_and_profiles():
                                      {"schedulerName": "other", "plugins": {"score": {"disabled": [{"name": "*"}]}}}]},
                        in_tree_registry())
     doc = componentconfig(cfg)
-    assert doc["apiVersion"] == "kubescheduler.config.k8s.io/v1" and doc["kind"] == "KubeSchedulerConfiguration"
-    assert doc["parallelism"] == 16
-    assert doc["leaderElection"]["leaseDuration"] == "30s" and doc["leaderElection"]["renewDeadline"] == "10s"
-    assert doc["leaderElection"]["resourceName"] == "kube-scheduler"
-    assert [p["schedulerName"] for p in doc["profiles"]] == ["default-scheduler", "other"]
-    score = {p["name"]: p["weight"] for p in doc["profiles"][0]["plugins"]["score"]["enabled"]}
+    # As kube-scheduler's /configz: the internal type, whose Go fields have no JSON names.
+    assert doc["Parallelism"] == 16 and doc["PodInitialBackoffSeconds"] == 1 and doc["PodMaxBackoffSeconds"] == 10
+    assert doc["LeaderElection"]["LeaseDuration"] == "30s" and doc["LeaderElection"]["RenewDeadline"] == "10s"
+    assert doc["LeaderElection"]["ResourceName"] == "kube-scheduler"
+    assert doc["ClientConnection"]["QPS"] == 50 and doc["EnableProfiling"] is True
+    assert [p["SchedulerName"] for p in doc["Profiles"]] == ["default-scheduler", "other"]
+    score = {p["Name"]: p["Weight"] for p in doc["Profiles"][0]["Plugins"]["Score"]["Enabled"]}
     assert score["NodeResourcesFit"] == 1 and score["TaintToleration"] == 3
-    assert doc["profiles"][1]["plugins"]["score"]["enabled"] == []
-    assert {"name": "DefaultPreemption"} in doc["profiles"][0]["plugins"]["postFilter"]["enabled"]
+    assert doc["Profiles"][1]["Plugins"]["Score"]["Enabled"] == []
+    assert {"Name": "DefaultPreemption", "Weight": 0} in doc["Profiles"][0]["Plugins"]["PostFilter"]["Enabled"]
 
 
 async def test_metrics_server_serves_configz_metrics_and_healthz():
@@ -48,7 +49,7 @@ async def test_metrics_server_serves_configz_metrics_and_healthz():
             async with s.get(server.url + "/healthz") as r:
                 assert r.status == 200
         assert list(doc) == ["componentconfig"]
-        assert doc["componentconfig"]["profiles"][0]["schedulerName"] == "default-scheduler"
+        assert doc["componentconfig"]["Profiles"][0]["SchedulerName"] == "default-scheduler"
         assert 'scheduler_schedule_attempts_total{profile="default-scheduler",result="scheduled"} 1.0' in text
         assert "# TYPE workqueue_depth gauge" in text
     finally:
