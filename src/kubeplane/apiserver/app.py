@@ -68,6 +68,9 @@ class APIServer:
             # same resourceVersions and replace the first one's kubeconfig.
             self._lock = DataDirLock(cfg.data_dir)
             self._lock.acquire()
+            if cfg.kubeconfig:
+                # A kubeconfig a killed server left must not look ready until this one is.
+                KubeconfigFile(cfg.kubeconfig).remove_stale()
         try:
             await self._start(host, port)
         except BaseException:
@@ -78,11 +81,15 @@ class APIServer:
         cfg = self.config
         sock = bind_socket(host, port)  # before opening the store: a busy port fails fast
         try:
-            self.store = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
-                                          history=cfg.history_revisions)
+            await self._serve(sock, host)
         except BaseException:
             sock.close()
             raise
+
+    async def _serve(self, sock, host: str) -> None:
+        cfg = self.config
+        self.store = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
+                                      history=cfg.history_revisions)
         self.metrics = APIServerMetrics()
         instrument_store(self.store, self.metrics)
         self.registry = Registry(self.store, CATALOGUE)

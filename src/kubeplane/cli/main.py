@@ -6,7 +6,6 @@ import asyncio
 import logging
 import signal
 import sys
-
 from typing import NoReturn
 
 import click

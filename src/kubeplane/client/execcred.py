@@ -171,7 +171,8 @@ class ExecCredentialProvider:
             proc = await asyncio.create_subprocess_exec(
                 cfg.command, *cfg.args, env=env,
                 stdin=None if interactive else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=None if interactive else asyncio.subprocess.PIPE)
+                # stderr is the user's, as in client-go: the plugin's messages and prompts reach them
+                stdout=asyncio.subprocess.PIPE, stderr=None)
         except FileNotFoundError:
             hint = f"\n\n{cfg.install_hint}" if cfg.install_hint else ""
             raise ExecCredentialError(
@@ -180,9 +181,9 @@ class ExecCredentialProvider:
             raise ExecCredentialError(f"getting credentials: exec: {exc.strerror or exc}") from None
         try:
             if interactive:
-                out, err = await proc.communicate()
+                out, _ = await proc.communicate()
             else:
-                out, err = await asyncio.wait_for(proc.communicate(), self.timeout)
+                out, _ = await asyncio.wait_for(proc.communicate(), self.timeout)
         except asyncio.TimeoutError:
             proc.kill()
             await proc.wait()
@@ -194,9 +195,8 @@ class ExecCredentialProvider:
                 await proc.wait()
             raise
         if proc.returncode != 0:
-            detail = (err or b"").decode("utf-8", "replace").strip()[:1000]
             raise ExecCredentialError(f"getting credentials: exec: executable {cfg.command} failed with exit code "
-                                      f"{proc.returncode}" + (f": {detail}" if detail else ""))
+                                      f"{proc.returncode}")
         return self._decode(out[:MAX_OUTPUT])
 
     def _decode(self, out: bytes) -> Credentials:

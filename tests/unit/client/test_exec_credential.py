@@ -195,12 +195,13 @@ async def test_cluster_info_is_provided_when_asked(tmp_path, api):
     assert info["spec"]["cluster"] == {"server": api.url, "config": {"audience": "kubeplane"}}
 
 
-async def test_failures_are_clear(tmp_path, api):
+async def test_failures_are_clear(tmp_path, api, capfd):
     plugin = write_plugin(tmp_path)
     cfg = kubeconfig(tmp_path, api.url, stanza(tmp_path, plugin, PLUGIN_FAIL="1"))
     async with HttpClient.from_kubeconfig(cfg) as client:
-        with pytest.raises(ExecCredentialError, match="failed with exit code 3: no credentials for you"):
+        with pytest.raises(ExecCredentialError, match=f"executable {plugin} failed with exit code 3$"):
             await client.get(PODS, "a", "default")
+    assert "no credentials for you" in capfd.readouterr().err  # the plugin's stderr is the user's
     missing = stanza(tmp_path, plugin)
     missing["command"] = "kubeplane-no-such-plugin"
     missing["installHint"] = "install it from example.com"
