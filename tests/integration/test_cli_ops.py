@@ -180,3 +180,29 @@ def test_klog_lines_and_verbosity(tmp_path):
         other = start_server(tmp_path / flags[0].strip("-="), storage="memory", extra=flags)
         other.stop()
         assert other.proc.returncode == 0, other.log()
+
+
+def test_a_killed_servers_lock_and_kubeconfig_do_not_linger(tmp_path):
+    first = start_server(tmp_path, storage="sqlite")
+    stale_url = first.url
+    first.stop(signal.SIGKILL)  # no chance to clean up: the kernel drops the lock, the kubeconfig stays
+    assert first.kubeconfig.exists()
+    log_path = tmp_path / "second.log"
+    with open(log_path, "wb") as logf:
+        second = subprocess.Popen([*CLI, "apiserver", "--listen", "127.0.0.1:0", "--data-dir", str(first.data_dir),
+                                   "--kubeconfig", str(first.kubeconfig)], stdout=logf, stderr=subprocess.STDOUT)
+    try:
+        def fresh() -> bool:
+            try:
+                doc = yaml.safe_load(first.kubeconfig.read_text())
+            except (OSError, yaml.YAMLError):
+                return False
+            return bool(doc) and doc["clusters"][0]["cluster"]["server"] != stale_url
+
+        wait_for(fresh, 30, "the second server's kubeconfig")
+        assert second.poll() is None
+        assert "removed the stale kubeconfig" in log_path.read_text()
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(30)
+    assert second.returncode == 0 and not first.kubeconfig.exists()

@@ -180,7 +180,7 @@ class HttpClient:
             headers["Content-Type"] = content_type
         for attempt in (0, 1):
             kw = self._request_kwargs()
-            creds = await self._credentials(headers, kw)
+            creds = await self._credentials(headers, kw) if self._exec is not None else None
             async with session.request(
                 method,
                 self._base + path,
