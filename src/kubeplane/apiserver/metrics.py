@@ -13,6 +13,7 @@ scrape time, not maintained per request.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Awaitable, Callable
 
@@ -151,10 +152,14 @@ class APIServerMetrics:
             except web.HTTPException as exc:
                 code = exc.status
                 raise
+            except asyncio.CancelledError:
+                code = 0  # the client went away: no answer was sent, nothing to count
+                raise
             finally:
                 if slot >= 0:
                     inflight[slot] -= 1
-                observe(labels, code, clock() - start)
+                if code:
+                    observe(labels, code, clock() - start)
 
         return metrics_middleware
 
@@ -172,8 +177,8 @@ class _ScrapeTimeCollector:
         m = self.metrics
         inflight = GaugeMetricFamily(
             "apiserver_current_inflight_requests",
-            "Maximal number of currently used inflight request limit of this apiserver per request kind in last "
-            "second.", labels=["request_kind"])
+            "Number of requests this apiserver is serving now, per request kind (long-running watches excluded).",
+            labels=["request_kind"])
         inflight.add_metric(["readOnly"], m.inflight[0])
         inflight.add_metric(["mutating"], m.inflight[1])
         yield inflight
