@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from bisect import bisect_left
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.utils import floatToGoString
 
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo
 
-# Upstream exposes no ``*_created`` series.
-disable_created_metrics()
-
 #: kube-apiserver's buckets for apiserver_request_duration_seconds and etcd_request_duration_seconds
-REQUEST_DURATION_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10,
+REQUEST_DURATION_BUCKETS: tuple[float, ...] = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10,
                             15, 20, 30, 45, 60)
 
 COMPONENT = "apiserver"
@@ -53,66 +52,86 @@ _TRUE = frozenset({"1", "t", "true"})
 MetricsAuthorizer = Callable[[web.Request], Awaitable[None]]
 
 
+class _Histogram:
+    """One histogram series: per-bucket counts (the last one is +Inf) and the sum.
+    Plain attributes, no lock: every observation happens on the event loop."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(REQUEST_DURATION_BUCKETS) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        # bucket i counts values <= bound i: bisect_left finds the first bound >= value
+        self.counts[bisect_left(REQUEST_DURATION_BUCKETS, value)] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out, total = [], 0
+        for bound, n in zip((*REQUEST_DURATION_BUCKETS, float("inf")), self.counts):
+            total += n
+            out.append((floatToGoString(bound), total))
+        return out
+
+
+class _Counter:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, n: int = 1) -> None:
+        self.value += n
+
+
+_REQUEST_LABELS = ["verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component"]
+
+
 class APIServerMetrics:
-    """kube-apiserver's metrics in a registry of their own."""
+    """kube-apiserver's metrics in a registry of their own.
+
+    The series are plain counters and bucket lists updated on the event loop
+    (a request costs a dictionary lookup, a bisection and three additions)
+    and turned into Prometheus families when scraped."""
 
     def __init__(self, catalogue: Catalogue = CATALOGUE) -> None:
         self.catalogue = catalogue
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter(
-            "apiserver_request",
-            "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, "
-            "scope, component, and HTTP response code.",
-            ["verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component", "code"],
-            registry=r)
-        self.request_duration = Histogram(
-            "apiserver_request_duration_seconds",
-            "Response latency distribution in seconds for each verb, dry run value, group, version, resource, "
-            "subresource, scope and component.",
-            ["verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component"],
-            buckets=REQUEST_DURATION_BUCKETS, registry=r)
-        self.watch_events = Counter(
-            "apiserver_watch_events", "Number of events sent in watch clients",
-            ["group", "version", "kind"], registry=r)
-        self.storage_duration = Histogram(
-            "etcd_request_duration_seconds", "Etcd request latency in seconds for each operation and object type.",
-            ["operation", "type"], buckets=REQUEST_DURATION_BUCKETS, registry=r)
         #: [readOnly, mutating] requests being served now (long-running watches excluded, as upstream)
         self.inflight = [0, 0]
         self.store: Any = None
         self.authorize: MetricsAuthorizer | None = None
-        r.register(_ScrapeTimeCollector(self))
-        self._children: dict[tuple, tuple[Any, dict[int, Any]]] = {}
-        self._watch_children: dict[ResourceInfo, Any] = {}
-        self._storage_children: dict[tuple[str, str], Any] = {}
+        #: request labels -> (duration histogram, {code: count})
+        self._requests: dict[tuple, tuple[_Histogram, dict[int, int]]] = {}
+        self._watch_events: dict[ResourceInfo, _Counter] = {}
+        self._storage: dict[tuple[str, str], _Histogram] = {}
+        self.registry.register(_Collector(self))
 
     # -- requests ----------------------------------------------------------
 
     def observe_request(self, labels: tuple, code: int, seconds: float) -> None:
         """One finished request: ``labels`` from :func:`request_labels`."""
-        entry = self._children.get(labels)
+        entry = self._requests.get(labels)
         if entry is None:
-            entry = (self.request_duration.labels(*labels, COMPONENT), {})
-            self._children[labels] = entry
-        hist, counters = entry
-        counter = counters.get(code)
-        if counter is None:
-            counter = counters[code] = self.requests.labels(*labels, COMPONENT, str(code))
-        counter.inc()
-        hist.observe(seconds)
+            entry = self._requests[labels] = (_Histogram(), {})
+        hist, codes = entry
+        codes[code] = codes.get(code, 0) + 1
+        hist.counts[bisect_left(REQUEST_DURATION_BUCKETS, seconds)] += 1
+        hist.sum += seconds
 
-    def watch_event_counter(self, res: ResourceInfo) -> Any:
-        child = self._watch_children.get(res)
+    def watch_event_counter(self, res: ResourceInfo) -> _Counter:
+        """apiserver_watch_events_total of ``res``: call ``inc(n)`` for n events sent."""
+        child = self._watch_events.get(res)
         if child is None:
-            child = self._watch_children[res] = self.watch_events.labels(res.group, res.version, res.kind)
+            child = self._watch_events[res] = _Counter()
         return child
 
-    def storage_timer(self, operation: str, type_label: str) -> Any:
-        child = self._storage_children.get((operation, type_label))
+    def storage_timer(self, operation: str, type_label: str) -> _Histogram:
+        """etcd_request_duration_seconds of one operation on one resource: call ``observe(seconds)``."""
+        child = self._storage.get((operation, type_label))
         if child is None:
-            child = self._storage_children[(operation, type_label)] = self.storage_duration.labels(
-                operation, type_label)
+            child = self._storage[(operation, type_label)] = _Histogram()
         return child
 
     # -- exposition --------------------------------------------------------
@@ -164,8 +183,9 @@ class APIServerMetrics:
         return metrics_middleware
 
 
-class _ScrapeTimeCollector:
-    """Gauges read when scraped: in-flight requests and stored objects."""
+class _Collector:
+    """Turns the series into Prometheus families when scraped; in-flight
+    requests and stored objects are read at that moment."""
 
     def __init__(self, metrics: APIServerMetrics) -> None:
         self.metrics = metrics
@@ -175,6 +195,21 @@ class _ScrapeTimeCollector:
 
     def collect(self):
         m = self.metrics
+        requests = CounterMetricFamily(
+            "apiserver_request",
+            "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, "
+            "scope, component, and HTTP response code.", labels=[*_REQUEST_LABELS, "code"])
+        durations = HistogramMetricFamily(
+            "apiserver_request_duration_seconds",
+            "Response latency distribution in seconds for each verb, dry run value, group, version, resource, "
+            "subresource, scope and component.", labels=_REQUEST_LABELS)
+        for labels, (hist, codes) in list(m._requests.items()):
+            values = [*labels, COMPONENT]
+            for code, n in sorted(codes.items()):
+                requests.add_metric([*values, str(code)], n)
+            durations.add_metric(values, hist.cumulative(), hist.sum)
+        yield requests
+        yield durations
         inflight = GaugeMetricFamily(
             "apiserver_current_inflight_requests",
             "Number of requests this apiserver is serving now, per request kind (long-running watches excluded).",
@@ -182,6 +217,17 @@ class _ScrapeTimeCollector:
         inflight.add_metric(["readOnly"], m.inflight[0])
         inflight.add_metric(["mutating"], m.inflight[1])
         yield inflight
+        watch = CounterMetricFamily("apiserver_watch_events", "Number of events sent in watch clients",
+                                    labels=["group", "version", "kind"])
+        for res, counter in list(m._watch_events.items()):
+            watch.add_metric([res.group, res.version, res.kind], counter.value)
+        yield watch
+        storage = HistogramMetricFamily(
+            "etcd_request_duration_seconds", "Etcd request latency in seconds for each operation and object type.",
+            labels=["operation", "type"])
+        for (operation, type_label), hist in list(m._storage.items()):
+            storage.add_metric([operation, type_label], hist.cumulative(), hist.sum)
+        yield storage
         count = getattr(m.store, "count", None)
         if count is None:
             return
