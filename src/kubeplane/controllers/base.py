@@ -15,6 +15,7 @@ import collections
 import logging
 import time
 import weakref
+from bisect import bisect_left
 from typing import Awaitable, Callable, Iterator
 
 from kubeplane.api.errors import StatusError
@@ -29,6 +30,9 @@ SyncFunc = Callable[[str], Awaitable[None]]
 
 #: every live work queue, for :class:`WorkQueueCollector`
 _QUEUES: "weakref.WeakSet[WorkQueue]" = weakref.WeakSet()
+
+#: client-go's buckets for the work queues' durations: 10ns to 10s, by factors of 10
+DURATION_BUCKETS = tuple(10e-9 * 10**i for i in range(10))
 
 
 class WorkQueue:
@@ -53,6 +57,12 @@ class WorkQueue:
         self.adds = 0
         self.retries = 0
         self._started: dict[str, float] = {}
+        self._queued_at: dict[str, float] = {}
+        #: bucket counts (the last is +Inf) and sums of the time keys waited and were worked on
+        self.queue_durations = [0] * (len(DURATION_BUCKETS) + 1)
+        self.work_durations = [0] * (len(DURATION_BUCKETS) + 1)
+        self.queue_duration_sum = 0.0
+        self.work_duration_sum = 0.0
         _QUEUES.add(self)
 
     def __len__(self) -> int:
@@ -70,6 +80,7 @@ class WorkQueue:
         if key in self._processing:
             return
         self._queue.append(key)
+        self._queued_at[key] = time.monotonic()
         wake_first(self._waiters)
 
     def add_after(self, key: str, delay: float) -> None:
@@ -125,14 +136,25 @@ class WorkQueue:
         key = self._queue.popleft()
         self._dirty.discard(key)
         self._processing.add(key)
-        self._started[key] = time.monotonic()
+        now = self._started[key] = time.monotonic()
+        queued = self._queued_at.pop(key, None)
+        if queued is not None:
+            waited = now - queued
+            self.queue_durations[bisect_left(DURATION_BUCKETS, waited)] += 1
+            self.queue_duration_sum += waited
         return key
 
     def done(self, key: str) -> None:
         self._processing.discard(key)
-        self._started.pop(key, None)
+        started = self._started.pop(key, None)
+        now = time.monotonic()
+        if started is not None:
+            worked = now - started
+            self.work_durations[bisect_left(DURATION_BUCKETS, worked)] += 1
+            self.work_duration_sum += worked
         if key in self._dirty and not self._shutting_down:
             self._queue.append(key)
+            self._queued_at[key] = now
             wake_first(self._waiters)
 
     def shut_down(self) -> None:
@@ -140,6 +162,7 @@ class WorkQueue:
         self._shutting_down = True
         self._queue.clear()
         self._dirty.clear()
+        self._queued_at.clear()
         for _, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -151,7 +174,8 @@ class WorkQueue:
 
 class WorkQueueCollector:
     """client-go's work-queue metrics (workqueue_depth, workqueue_adds_total,
-    workqueue_retries_total, workqueue_unfinished_work_seconds,
+    workqueue_retries_total, workqueue_queue_duration_seconds,
+    workqueue_work_duration_seconds, workqueue_unfinished_work_seconds,
     workqueue_longest_running_processor_seconds) by queue ``name``, for every
     live queue of this process, computed when scraped."""
 
@@ -159,7 +183,8 @@ class WorkQueueCollector:
         return []
 
     def collect(self) -> Iterator:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
 
         depth = GaugeMetricFamily("workqueue_depth", "Current depth of workqueue", labels=["name"])
         adds = CounterMetricFamily("workqueue_adds", "Total number of adds handled by workqueue", labels=["name"])
@@ -173,25 +198,46 @@ class WorkQueueCollector:
         longest = GaugeMetricFamily(
             "workqueue_longest_running_processor_seconds",
             "How many seconds has the longest running processor for workqueue been running.", labels=["name"])
+        queue_duration = HistogramMetricFamily(
+            "workqueue_queue_duration_seconds", "How long in seconds an item stays in workqueue before being "
+            "requested.", labels=["name"])
+        work_duration = HistogramMetricFamily(
+            "workqueue_work_duration_seconds", "How long in seconds processing an item from workqueue takes.",
+            labels=["name"])
         now = time.monotonic()
-        totals: dict[str, list[float]] = {}
+        n = len(DURATION_BUCKETS) + 1
+        totals: dict[str, list] = {}
         for q in list(_QUEUES):
             if q.shutting_down:
                 continue
-            t = totals.setdefault(q.name, [0, 0, 0, 0.0, 0.0])
+            t = totals.setdefault(q.name, [0, 0, 0, 0.0, 0.0, [0] * n, 0.0, [0] * n, 0.0])
             t[0] += len(q)
             t[1] += q.adds
             t[2] += q.retries
             ages = [now - s for s in q._started.values()]
             t[3] += sum(ages)
             t[4] = max([t[4], *ages])
-        for name, (d, a, r, u, lng) in sorted(totals.items()):
+            t[5] = [a + b for a, b in zip(t[5], q.queue_durations)]
+            t[6] += q.queue_duration_sum
+            t[7] = [a + b for a, b in zip(t[7], q.work_durations)]
+            t[8] += q.work_duration_sum
+
+        def cumulative(counts: list[int]) -> list[tuple[str, float]]:
+            out, total = [], 0
+            for bound, c in zip((*DURATION_BUCKETS, float("inf")), counts):
+                total += c
+                out.append((floatToGoString(bound), total))
+            return out
+
+        for name, (d, a, r, u, lng, qd, qs, wd, ws) in sorted(totals.items()):
             depth.add_metric([name], d)
             adds.add_metric([name], a)
             retries.add_metric([name], r)
             unfinished.add_metric([name], u)
             longest.add_metric([name], lng)
-        return iter([depth, adds, retries, unfinished, longest])
+            queue_duration.add_metric([name], cumulative(qd), qs)
+            work_duration.add_metric([name], cumulative(wd), ws)
+        return iter([depth, adds, retries, queue_duration, work_duration, unfinished, longest])
 
 
 class Controller:

@@ -34,5 +34,9 @@ async def test_depth_adds_retries_and_running_work():
     q.done(key)
     assert values(reg, "workqueue_retries_total") == {"wqtest-a": 1}
     assert values(reg, "workqueue_longest_running_processor_seconds") == {"wqtest-a": 0}
+    # durations: x waited in the queue, then was worked on for 20 ms or more
+    assert values(reg, "workqueue_queue_duration_seconds_count") == {"wqtest-a": 1}
+    assert values(reg, "workqueue_work_duration_seconds_count") == {"wqtest-a": 1}
+    assert values(reg, "workqueue_work_duration_seconds_sum")["wqtest-a"] >= 0.02
     q.shut_down()
     assert values(reg, "workqueue_depth") == {}
