@@ -5,7 +5,6 @@ wait for their API server, klog lines, private files, `kubeplane version`."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
@@ -13,7 +12,6 @@ import stat
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
