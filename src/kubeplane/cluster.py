@@ -56,12 +56,19 @@ def node_agent(client: Client, factory: SharedInformerFactory, node_count: int, 
 
 
 async def start_components(comps: "Components", client: Client, node_args: tuple | None, sched_kwargs: dict,
-                           *, controllers: bool = True, scheduler: bool = True) -> None:
+                           *, controllers: bool = True, scheduler: bool = True, metrics_listen: str = "",
+                           scheduler_config: Any = None) -> None:
     """Controllers, simulated nodes (``node_args`` as :func:`node_agent` takes
     them after the factory; None for none) and the scheduler on ``client``,
-    sharing one informer factory, added to ``comps`` in start order."""
+    sharing one informer factory, added to ``comps`` in start order. With
+    ``metrics_listen``, their metrics server (scheduler metrics, work queues,
+    /configz) is started first."""
     from kubeplane.client.informer import SharedInformerFactory
 
+    metrics = None
+    if metrics_listen:
+        server, metrics = components_metrics_server(metrics_listen, scheduler_config, with_scheduler=scheduler)
+        await comps.start(server)
     factory = SharedInformerFactory(client)
     agent = node_agent(client, factory, *node_args) if node_args is not None else None
     if controllers:
@@ -72,7 +79,7 @@ async def start_components(comps: "Components", client: Client, node_args: tuple
     if scheduler:
         from kubeplane.scheduler.scheduler import Scheduler
 
-        sched = Scheduler(client, informer_factory=factory, **sched_kwargs)
+        sched = Scheduler(client, informer_factory=factory, metrics=metrics, **sched_kwargs)
         comps.run(sched.run(), "scheduler")
         comps.items.append(sched)
 
@@ -256,3 +263,83 @@ def say(line: str) -> None:
 
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+class MetricsServer:
+    """An aiohttp app on its own TCP address, as a component (:class:`Components`);
+    a busy address fails :meth:`start` with a one-line
+    :class:`~kubeplane.startup.StartupError`."""
+
+    def __init__(self, app: Any, listen: str, what: str = "metrics") -> None:
+        self.app = app
+        self.listen = listen
+        self.what = what
+        self.url = ""
+        self._runner: Any = None
+
+    async def start(self) -> None:
+        from aiohttp import web
+
+        from kubeplane.apiserver.app import parse_listen
+        from kubeplane.startup import bind_socket, format_address
+
+        host, port = parse_listen(self.listen)
+        sock = bind_socket(host, port, backlog=128)
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        self._runner = runner
+        self.url = f"http://{format_address(host, sock.getsockname()[1])}"
+        log.info("serving %s on %s", self.what, self.url)
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+
+class _Exposition:
+    """``exposition(accept)`` over one registry, as SchedulerMetrics offers it."""
+
+    def __init__(self, registry: Any) -> None:
+        self.registry = registry
+
+    def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        from prometheus_client.exposition import choose_encoder
+
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+
+def components_metrics_server(listen: str, scheduler_config: Any = None, *, with_scheduler: bool = True,
+                              with_workqueues: bool = True) -> tuple[MetricsServer, Any]:
+    """The components' metrics endpoint, as kube-scheduler's and
+    kube-controller-manager's secure ports serve it: ``/metrics`` (the
+    scheduler's metrics and/or the controllers' work-queue metrics),
+    ``/healthz`` (``/livez``, ``/readyz``) and, with the scheduler, ``/configz``.
+    Returns the server (start it) and the SchedulerMetrics to give the
+    scheduler (None without one)."""
+    from prometheus_client import CollectorRegistry
+
+    from kubeplane.controllers.base import WorkQueueCollector
+    from kubeplane.scheduler.metrics import SchedulerMetrics, metrics_app
+
+    sched_metrics = None
+    configz = None
+    if with_scheduler:
+        from kubeplane.scheduler.config import componentconfig, load_config
+        from kubeplane.scheduler.framework.registry import in_tree_registry
+
+        sched_metrics = SchedulerMetrics()
+        registry = sched_metrics.registry
+        exposition: Any = sched_metrics
+        cfg = scheduler_config if scheduler_config is not None else load_config(None, in_tree_registry())
+        configz = {"componentconfig": componentconfig(cfg)}
+    else:
+        registry = CollectorRegistry(auto_describe=True)
+        exposition = _Exposition(registry)
+    if with_workqueues:
+        registry.register(WorkQueueCollector())
+    what = "scheduler metrics and /configz" if with_scheduler else "controller metrics"
+    return MetricsServer(metrics_app(exposition, configz=configz), listen, what), sched_metrics
+

@@ -153,7 +153,21 @@ class LeaderElector:
     # ------------------------------------------------------------------ one attempt
 
     async def try_acquire_or_renew(self) -> bool:
-        """One attempt to take or renew the lease; True when this candidate holds it afterwards."""
+        """One attempt to take or renew the lease; True when this candidate holds it afterwards.
+        Any failure to reach the API server (not only an error Status) is
+        logged and counts as a failed attempt, as in client-go: the candidate
+        keeps trying while the API server is away."""
+        try:
+            return await self._try_acquire_or_renew()
+        except StatusError as e:
+            log.error("error retrieving resource lock %s/%s: %s", self.namespace, self.name, e.message)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001 - connection refused, reset, TLS, invalid response...
+            log.error("error retrieving resource lock %s/%s: %s", self.namespace, self.name, e or type(e).__name__)
+        return False
+
+    async def _try_acquire_or_renew(self) -> bool:
         now = self.clock()
         stamp = format_micro_time(now)
         desired: dict[str, Any] = {
@@ -228,6 +242,11 @@ class LeaderElector:
             updated = await self.client.update(LEASES, lease)
         except StatusError as e:
             log.warning("failed to release lease %s/%s: %s", self.namespace, self.name, e.message)
+            return False
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001 - the API server is away: the lease expires by itself
+            log.warning("failed to release lease %s/%s: %s", self.namespace, self.name, e or type(e).__name__)
             return False
         self._set_observed(_record(updated), updated["metadata"].get("resourceVersion"), self.clock())
         return True

@@ -51,9 +51,12 @@ def start_server(tmp: Path, storage: str = "memory", extra: list[str] | None = N
     data_dir = tmp / "data"
     log_path = tmp / "server.log"
     logf = open(log_path, "ab")
+    # `up` serves the components' metrics on 127.0.0.1:10259 by default: tests take a free port.
+    own = ["--metrics-listen", "127.0.0.1:0"] if command == "up" else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "kubeplane.cli.main", command, "--listen", "127.0.0.1:0",
-         "--kubeconfig", str(kubeconfig), "--storage", storage, "--data-dir", str(data_dir), *(extra or [])],
+         "--kubeconfig", str(kubeconfig), "--storage", storage, "--data-dir", str(data_dir), *own,
+         *(extra or [])],
         stdout=logf, stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 30

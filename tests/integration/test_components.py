@@ -51,7 +51,7 @@ def test_split_processes_with_leader_election_failover(apiserver):
     kc = ["--kubeconfig", str(srv.kubeconfig)]
     procs = {
         "nodes": _spawn(["nodes", *kc, "--nodes", "2"], log),
-        "controllers": _spawn(["controllers", *kc], log),
+        "controllers": _spawn(["controllers", *kc, "--metrics-listen", ""], log),
         "sched-a": _spawn(["scheduler", *kc, "--leader-elect", "--metrics-listen", ""], log),
     }
     try:

@@ -125,6 +125,41 @@ spec:
     kubectl("delete", "pod", "fits", "toobig", "--wait=false")
 
 
+def test_metrics_and_configz(cluster):
+    import re
+    import urllib.request
+
+    srv, kubectl = cluster
+    kubectl("run", "measured", "--image=nginx")
+    kubectl("wait", "--for=condition=Ready", "pod/measured", "--timeout=30s")
+    kubectl("get", "nodes")
+    api = kubectl("get", "--raw", "/metrics").out
+    assert ('apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="nodes",'
+            'scope="cluster",subresource="",verb="LIST",version="v1"}') in api
+    # kubectl run: a create; the built-in components' requests do not cross HTTP and are not counted here.
+    assert 'apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",' \
+           'scope="resource",subresource="",verb="POST",version="v1"}' in api
+    assert 'apiserver_storage_objects{resource="nodes"} 3.0' in api
+    assert 'etcd_request_duration_seconds_bucket{le="0.005",operation="create",type="pods"}' in api
+    # The components' endpoint (in the second process with --split), found in the log.
+    found = re.findall(r"serving scheduler metrics and /configz on (http://\S+)", srv.log())
+    assert found, srv.log()
+    base = found[-1]
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    scheduled = re.search(r'^scheduler_schedule_attempts_total\{profile="default-scheduler",result="scheduled"\} '
+                          r'(\d+)', text, re.M)
+    assert scheduled and int(scheduled.group(1)) >= 1, text[:2000]
+    assert re.search(r'^workqueue_adds_total\{name="\S+"\} \d', text, re.M), text[:2000]
+    with urllib.request.urlopen(base + "/configz", timeout=10) as r:
+        conf = json.loads(r.read())
+    assert conf["componentconfig"]["LeaderElection"]["ResourceName"] == "kube-scheduler"
+    assert conf["componentconfig"]["Profiles"][0]["SchedulerName"] == "default-scheduler"
+    with urllib.request.urlopen(base + "/healthz", timeout=10) as r:
+        assert r.read() == b"ok"
+    kubectl("delete", "pod", "measured", "--wait=false")
+
+
 def test_split_restarts_a_dead_components_process_and_stops_cleanly(tmp_path):
     # A data directory too deep for a Unix socket path: the socket gets a private temporary directory.
     deep = tmp_path / ("d" * 60) / ("e" * 60)
@@ -150,6 +185,7 @@ def test_split_restarts_a_dead_components_process_and_stops_cleanly(tmp_path):
     finally:
         srv.stop()
     assert srv.proc.returncode == 0
+    assert not srv.kubeconfig.exists()  # a stopped cluster leaves no kubeconfig that looks ready
     assert all(_gone(p) for p in fresh)
     assert not str(sock).startswith(str(deep)) and not os.path.exists(os.path.dirname(sock))
 

@@ -230,3 +230,36 @@ async def test_async_leading_task_cancelled_on_stop(client: Any) -> None:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert cancelled == [True]
+
+
+class Flaky:
+    """A client whose first ``fail`` calls cannot reach the API server."""
+
+    def __init__(self, inner: Any, fail: int) -> None:
+        self.inner = inner
+        self.fail = fail
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in ("get", "create", "update"):
+            return attr
+
+        async def call(*args: Any, **kw: Any) -> Any:
+            self.calls += 1
+            if self.calls <= self.fail:
+                raise ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 6443)")
+            return await attr(*args, **kw)
+
+        return call
+
+
+async def test_unreachable_api_server_is_retried_not_fatal(client, caplog):
+    flaky = Flaky(client, fail=3)
+    c = Candidate(flaky, "a").start()
+    await asyncio.wait_for(c.started.wait(), 10)  # it kept campaigning through the failures
+    assert c.task is not None and not c.task.done()
+    errors = [r for r in caplog.records if "error retrieving resource lock kube-system/kube-scheduler" in r.getMessage()]
+    assert len(errors) == 3
+    c.task.cancel()
+    await asyncio.gather(c.task, return_exceptions=True)

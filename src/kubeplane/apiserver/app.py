@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from kubeplane.api.resources import CATALOGUE, Catalogue
+from kubeplane.apiserver.metrics import APIServerMetrics, instrument_store
 from kubeplane.apiserver.server import MAX_BODY_BYTES, build_app
 from kubeplane.apiserver.serving import BoundedAppRunner, ServingLimits
 from kubeplane.registry.registry import Registry
 from kubeplane.storage import open_store
+from kubeplane.startup import DataDirLock, KubeconfigFile, bind_socket, format_address
 from kubeplane.storage.interface import Store
 
 log = logging.getLogger("kubeplane.apiserver")
@@ -46,6 +46,8 @@ class APIServerConfig:
     system_namespaces_interval: float = 60.0
     #: in-flight, timeout and header limits of the HTTP server
     limits: ServingLimits = field(default_factory=ServingLimits)
+    #: lock the data directory even with memory storage (``up`` keeps its kubeconfig there)
+    lock_data_dir: bool = False
 
 
 @dataclass
@@ -56,30 +58,56 @@ class APIServer:
     store: Store | None = None
     registry: Registry | None = None
     url: str = ""
+    metrics: APIServerMetrics | None = None
     _runner: web.AppRunner | None = field(default=None, repr=False)
     _keeper: asyncio.Task | None = field(default=None, repr=False)
+    _lock: DataDirLock | None = field(default=None, repr=False)
+    _kubeconfig: KubeconfigFile | None = field(default=None, repr=False)
 
     async def start(self) -> None:
+        """Lock the data directory, open the store, bind, serve; then write the
+        kubeconfig. Raises :class:`~kubeplane.startup.StartupError` (a one-line
+        reason) when the directory is in use or the address cannot be bound."""
         cfg = self.config
         host, port = parse_listen(cfg.listen)
-        if cfg.storage == "sqlite":
-            os.makedirs(cfg.data_dir, exist_ok=True)
+        if cfg.storage == "sqlite" or cfg.lock_data_dir:
+            # One server per data directory: a second one would hand out the
+            # same resourceVersions and replace the first one's kubeconfig.
+            self._lock = DataDirLock(cfg.data_dir)
+            self._lock.acquire()
+            if cfg.kubeconfig:
+                # A kubeconfig a killed server left must not look ready until this one is.
+                KubeconfigFile(cfg.kubeconfig).remove_stale()
+        try:
+            await self._start(host, port)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self, host: str, port: int) -> None:
+        cfg = self.config
+        sock = bind_socket(host, port)  # before opening the store: a busy port fails fast
+        try:
+            await self._serve(sock, host)
+        except BaseException:
+            sock.close()
+            raise
+
+    async def _serve(self, sock, host: str) -> None:
+        cfg = self.config
         self.store = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
                                       history=cfg.history_revisions)
+        self.metrics = APIServerMetrics()
+        instrument_store(self.store, self.metrics)
         self.registry = Registry(self.store, CATALOGUE)
         await ensure_default_namespaces(self.registry)
         await self.registry.resume_namespace_finalization()
         self._keeper = asyncio.get_running_loop().create_task(
             keep_system_namespaces(self.registry, cfg.system_namespaces_interval))
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-        sock.setblocking(False)
         bound_port = sock.getsockname()[1]
-        shown_host = f"[{host}]" if ":" in host else host
-        address = f"{shown_host}:{bound_port}"
-        app = build_app(self.registry, CATALOGUE, max_body=cfg.max_body, server_address=address, limits=cfg.limits)
+        address = format_address(host, bound_port)
+        app = build_app(self.registry, CATALOGUE, max_body=cfg.max_body, server_address=address,
+                        limits=cfg.limits, metrics=self.metrics)
         self._runner = BoundedAppRunner(app, cfg.limits, access_log=None, handle_signals=False,
                                         shutdown_timeout=1.0)
         await self._runner.setup()
@@ -87,12 +115,14 @@ class APIServer:
         await site.start()
         self.url = f"http://{address}"
         if cfg.kubeconfig:
-            from kubeplane.client.kubeconfig import write_kubeconfig
-
-            write_kubeconfig(cfg.kubeconfig, self.url)
+            self._kubeconfig = KubeconfigFile(cfg.kubeconfig)
+            self._kubeconfig.publish(self.url)
         log.info("API server listening on %s (storage %s)", self.url, cfg.storage)
 
     async def stop(self) -> None:
+        if self._kubeconfig is not None:
+            self._kubeconfig.withdraw()  # first: a kubeconfig must not name a stopping server
+            self._kubeconfig = None
         if self._keeper is not None:
             self._keeper.cancel()
             await asyncio.gather(self._keeper, return_exceptions=True)
@@ -105,6 +135,9 @@ class APIServer:
         if self.store is not None:
             await self.store.close()
             self.store = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 #: namespaces the API server keeps in existence, as upstream's system

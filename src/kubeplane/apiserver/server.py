@@ -15,7 +15,7 @@ import random
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
@@ -27,6 +27,9 @@ from kubeplane.api.resources import Catalogue, ResourceInfo
 from kubeplane.apiserver import codec, discovery
 from kubeplane.apiserver.serving import InflightLimiter, ServingLimits, deadline_middleware
 from kubeplane.registry.registry import Registry, WatchOptions
+
+if TYPE_CHECKING:
+    from kubeplane.apiserver.metrics import APIServerMetrics
 
 log = logging.getLogger("kubeplane.apiserver")
 
@@ -198,6 +201,7 @@ class APIHandler:
         self.watch_bookmark_interval = 5.0
         #: seconds; a watch without timeoutSeconds ends in [min, 2*min] (0: never)
         self.min_request_timeout = 0.0
+        self.metrics: Any = None  # APIServerMetrics, set by build_app
         self.stopping = asyncio.Event()
         # id(obj) -> (obj, type, encoded line); holding obj keeps the id unique.
         self._encoded: OrderedDict[int, tuple[Obj, str, bytes]] = OrderedDict()
@@ -703,6 +707,8 @@ class APIHandler:
                            batch: list[tuple[str, Obj]], table: bool) -> bool:
         """Writes a burst of events with one socket write; True after an ERROR."""
         await resp.write(b"".join(self._watch_line(request, res, ev, table) for ev in batch))
+        if self.metrics is not None:
+            self.metrics.watch_event_counter(res).inc(len(batch))
         return any(ev[0] == "ERROR" for ev in batch)
 
     def _watch_line(self, request: web.Request, res: ResourceInfo, ev: tuple[str, Obj], table: bool) -> bytes:
@@ -818,14 +824,22 @@ def _manager_from_agent(request: web.Request) -> str:
 
 
 def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_BODY_BYTES,
-              server_address: str = "127.0.0.1:6443", limits: ServingLimits | None = None) -> web.Application:
+              server_address: str = "127.0.0.1:6443", limits: ServingLimits | None = None,
+              metrics: "APIServerMetrics | None" = None) -> web.Application:
+    from kubeplane.apiserver.metrics import APIServerMetrics
+
     limits = limits or ServingLimits()
     h = APIHandler(registry, catalogue, max_body=max_body, server_address=server_address)
     h.min_request_timeout = limits.min_request_timeout
+    if metrics is None:
+        metrics = APIServerMetrics(catalogue)
+    h.metrics = metrics
     inflight = InflightLimiter(limits.max_requests_inflight, limits.max_mutating_requests_inflight)
-    # aiohttp's own limit is set above ours so our Status reply is the one sent.
-    app = web.Application(middlewares=[deadline_middleware(limits.request_timeout), inflight.middleware,
-                                       h.middleware],
+    # The metrics middleware is outermost, so it sees every final code (429s
+    # and 504s included). aiohttp's own body limit is set above ours so our
+    # Status reply is the one sent.
+    app = web.Application(middlewares=[metrics.middleware(), deadline_middleware(limits.request_timeout),
+                                       inflight.middleware, h.middleware],
                           client_max_size=max_body + 1024 * 1024)
     app[HANDLER_KEY] = h
     app[INFLIGHT_KEY] = inflight
@@ -837,6 +851,7 @@ def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_B
     # upstream: /healthz/ is a 404 there too.
     for path in ("/version", "/version/"):
         r.add_get(path, h.version)
+    r.add_get("/metrics", metrics.handle)
     for path in ("/healthz", "/livez", "/readyz"):
         r.add_get(path, h.health)
     for path in ("/api", "/api/"):

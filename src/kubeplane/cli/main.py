@@ -6,22 +6,33 @@ import asyncio
 import logging
 import signal
 import sys
+from typing import NoReturn
 
 import click
 
 from kubeplane import __version__, runtime
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+log = logging.getLogger("kubeplane")
+
+
+def _setup_logging(verbosity: int, verbose: bool = False) -> None:
+    """klog's text format on stderr; ``--verbose`` is ``-v=4``."""
+    from kubeplane import logs
+
+    logs.setup(max(verbosity, logs.DEBUG_VERBOSITY if verbose else 0))
+
+
+def _fail(message: str) -> "NoReturn":
+    """One line on stderr and exit 1: what upstream components do when they cannot start."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
 
 
 def _run(main_coro_factory) -> None:
-    """Runs until SIGINT/SIGTERM, then shuts down cleanly."""
+    """Runs until SIGINT/SIGTERM, then shuts down cleanly. A
+    :class:`~kubeplane.startup.StartupError` ends the process with one line and exit 1."""
+    from kubeplane.startup import StartupError
 
     async def runner() -> None:
         stop = asyncio.Event()
@@ -37,18 +48,99 @@ def _run(main_coro_factory) -> None:
         runtime.run(runner())
     except KeyboardInterrupt:  # pragma: no cover
         pass
+    except StartupError as exc:
+        _fail(str(exc))
+
+
+class _Verbosity(click.ParamType):
+    """klog's ``-v``: ``-v=4``, ``-v 4``, ``--v=4``."""
+
+    name = "N"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        text = str(value)
+        if text.startswith("="):  # -v=4 reaches click as the short option with value "=4"
+            text = text[1:]
+        try:
+            n = int(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a verbosity level (a non-negative integer)", param, ctx)
+        if n < 0:
+            self.fail(f"{value!r} is not a verbosity level (a non-negative integer)", param, ctx)
+        return n
+
+
+_verbosity_options = [
+    click.option("-v", "--v", "verbosity", type=_Verbosity(), default=0, show_default=True,
+                 help="Log verbosity, as upstream's -v: 4 and above add debug detail."),
+    click.option("--verbose", is_flag=True, help="Debug logging (the same as -v=4)."),
+]
+
+
+def _check_listen(ctx, param, value):
+    """Validates HOST:PORT at startup (usage error, exit 2); empty stays empty where allowed."""
+    from kubeplane.apiserver.app import parse_listen
+
+    if value is None or (value == "" and param.name == "metrics_listen"):
+        return value
+    try:
+        parse_listen(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).replace("--listen", param.opts[0])) from None
+    return value
+
+
+def _check_quantity(ctx, param, value):
+    from kubeplane.api.quantity import parse_quantity
+
+    try:
+        q = parse_quantity(value)
+    except (ValueError, TypeError):
+        raise click.BadParameter(f"{value!r} is not a quantity (e.g. 4, 500m, 32Gi)") from None
+    if q < 0:
+        raise click.BadParameter(f"{value!r} must not be negative")
+    return value
+
+
+def _check_not_empty(ctx, param, value):
+    if value is not None and not str(value).strip():
+        raise click.BadParameter("must not be empty")
+    return value
+
+
+def _check_node_prefix(ctx, param, value):
+    from kubeplane.api.validation import is_dns1123_subdomain
+
+    errs = is_dns1123_subdomain(f"{value}-0")
+    if errs or len(value) > 240:
+        raise click.BadParameter(f"{value!r}: node names PREFIX-<i> must be DNS-1123 subdomains (lower case "
+                                 "letters, digits, '-' and '.', starting and ending with a letter or digit)")
+    return value
+
+
+def _check_provisioner(ctx, param, value):
+    """A StorageClass provisioner name, checked as upstream validates the field."""
+    from kubeplane.api.validation import is_qualified_name
+
+    errs = is_qualified_name(value.lower())
+    if errs:
+        raise click.BadParameter(f"{value!r} is not a provisioner name: {'; '.join(errs)}")
+    return value
 
 
 _server_options = [
-    click.option("--data-dir", default="data", show_default=True, help="Directory for the SQLite database."),
-    click.option("--listen", default="127.0.0.1:6443", show_default=True,
+    click.option("--data-dir", default="data", show_default=True, callback=_check_not_empty,
+                 help="Directory for the SQLite database (created 0700, locked while the server runs)."),
+    click.option("--listen", default="127.0.0.1:6443", show_default=True, callback=_check_listen,
                  help="HOST:PORT to serve on; port 0 picks a free port. Loopback by default."),
     click.option("--kubeconfig", "kubeconfig", default=None,
                  help="Write a kubeconfig for this server here once it is ready."),
     click.option("--storage", type=click.Choice(["sqlite", "memory"]), default="sqlite", show_default=True),
     click.option("--history-revisions", type=click.IntRange(min=1), default=10_000, show_default=True,
                  help="Revisions of history kept for watches and consistent lists (older ones answer 410 Gone)."),
-    click.option("-v", "--verbose", is_flag=True, help="Debug logging."),
+    *_verbosity_options,
 ]
 
 
@@ -106,8 +198,21 @@ def server_options(f):
     return f
 
 
+def _version_line() -> str:
+    from kubeplane.apiserver.server import VERSION_INFO
+
+    return f"kubeplane v{__version__} (Kubernetes {VERSION_INFO['gitVersion']})"
+
+
+def _print_version(ctx, param, value) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(_version_line())
+        ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="kubeplane")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Print the version and exit.")
 def main() -> None:
     """kubeplane: a Kubernetes control plane in Python."""
     from kubeplane.runtime import configure_gc
@@ -116,23 +221,38 @@ def main() -> None:
 
 
 @main.command()
+@click.option("-o", "--output", type=click.Choice(["json", "yaml"]), default=None,
+              help="Print the version information as JSON or YAML (the API server's /version).")
+def version(output: str | None) -> None:
+    """Print the version, as upstream components' --version does."""
+    from kubeplane.apiserver.server import VERSION_INFO
+
+    if output is None:
+        click.echo(_version_line())
+    elif output == "json":
+        import json
+
+        click.echo(json.dumps(VERSION_INFO, indent=2))
+    else:
+        import yaml
+
+        click.echo(yaml.safe_dump(VERSION_INFO, sort_keys=False), nl=False)
+
+
+@main.command()
 @server_options
 def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
-              verbose: bool) -> None:
+              verbosity: int, verbose: bool) -> None:
     """Run the API server alone."""
-    from kubeplane.apiserver.app import APIServer, APIServerConfig, parse_listen
+    from kubeplane.apiserver.app import APIServer, APIServerConfig
 
-    _setup_logging(verbose)
-    try:
-        parse_listen(listen)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--listen") from None
+    _setup_logging(verbosity, verbose)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=kubeconfig,
                                          history_revisions=history_revisions, limits=_serving_limits()))
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
-        click.echo(f"kubeplane API server ready at {server.url}", err=True)
+        log.info("kubeplane API server ready at %s", server.url)
         try:
             await stop.wait()
         finally:
@@ -145,13 +265,16 @@ def _node_options(f):
     opts = [
         click.option("--nodes", "node_count", type=click.IntRange(min=0), default=3, show_default=True,
                      help="Simulated nodes to register."),
-        click.option("--node-cpu", default="4", show_default=True, help="CPU capacity of each simulated node."),
-        click.option("--node-memory", default="32Gi", show_default=True, help="Memory of each simulated node."),
+        click.option("--node-cpu", default="4", show_default=True, callback=_check_quantity,
+                     help="CPU capacity of each simulated node (a quantity: 4, 500m)."),
+        click.option("--node-memory", default="32Gi", show_default=True, callback=_check_quantity,
+                     help="Memory of each simulated node (a quantity: 32Gi)."),
         click.option("--node-pods", type=click.IntRange(min=1), default=110, show_default=True,
                      help="Pod capacity of each simulated node."),
         click.option("--zones", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Spread simulated nodes over this many zones (topology.kubernetes.io/zone)."),
-        click.option("--node-prefix", default="node", show_default=True, help="Simulated node names: PREFIX-<i>."),
+        click.option("--node-prefix", default="node", show_default=True, callback=_check_node_prefix,
+                     help="Simulated node names: PREFIX-<i>."),
         click.option("--gpus-per-node", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Simulated DRA devices per node: publishes DeviceClass gpu.kubeplane.io and one "
                           "ResourceSlice per node."),
@@ -167,6 +290,10 @@ def _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, z
     return node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus)
 
 
+_COMPONENTS_METRICS_HELP = ("HOST:PORT where the scheduler's and controllers' /metrics, /healthz and the "
+                            "scheduler's /configz are served (as kube-scheduler's secure port); empty to disable.")
+
+
 @main.command()
 @server_options
 @_node_options
@@ -175,62 +302,68 @@ def _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, z
 @click.option("--split", is_flag=True,
               help="Run the scheduler, controllers and simulated nodes in a second process, joined to the "
                    "API server by a Unix socket, so that two cores do the work.")
+@click.option("--metrics-listen", default="127.0.0.1:10259", show_default=True, callback=_check_listen,
+              help=_COMPONENTS_METRICS_HELP + " With --split the second process serves them.")
 def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
-       verbose: bool, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
-       node_prefix: str, gpus_per_node: int, scheduler_config: str | None, split: bool) -> None:
+       verbosity: int, verbose: bool, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
+       node_prefix: str, gpus_per_node: int, scheduler_config: str | None, split: bool, metrics_listen: str) -> None:
     """Run a whole cluster: API server, scheduler, controllers, simulated nodes (one process,
     or two with --split)."""
     import os
 
-    from kubeplane.apiserver.app import APIServer, APIServerConfig, parse_listen
+    from kubeplane.apiserver.app import APIServer, APIServerConfig
     from kubeplane.client.inprocess import InProcessClient
     from kubeplane.cluster import Components
+    from kubeplane.startup import KubeconfigFile
 
-    _setup_logging(verbose)
-    try:
-        parse_listen(listen)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--listen") from None
-    os.makedirs(data_dir, exist_ok=True)
+    _setup_logging(verbosity, verbose)
     if kubeconfig is None:
         kubeconfig = os.path.join(data_dir, "kubeconfig")
-    sched_kwargs = _scheduler_kwargs(scheduler_config)
+    sched_cfg = _load_scheduler_config(scheduler_config)
+    sched_kwargs = _scheduler_kwargs(scheduler_config, sched_cfg)
+    # The data directory is locked with memory storage too: it holds the kubeconfig.
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=None,
-                                       history_revisions=history_revisions, limits=_serving_limits()))
+                                       history_revisions=history_revisions, limits=_serving_limits(),
+                                       lock_data_dir=True))
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
+    published = KubeconfigFile(kubeconfig)
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
+        published.remove_stale()  # safe: the data directory's lock is ours
         comps = Components()
         try:
             if split:
-                await _start_split(comps, server.registry, data_dir, node_args, scheduler_config, verbose)
+                await _start_split(comps, server.registry, data_dir, node_args, scheduler_config, verbosity,
+                                   metrics_listen)
             else:
                 client = InProcessClient(server.registry, field_manager="kubeplane")
-                await _start_components(comps, client, node_args, sched_kwargs)
-            # Written last: the kubeconfig appearing means the cluster is usable.
-            from kubeplane.client.kubeconfig import write_kubeconfig
-
-            write_kubeconfig(kubeconfig, server.url)
-            click.echo(f"kubeplane is up: API server at {server.url}, {node_count} simulated node(s)", err=True)
-            click.echo(f"  kubectl --kubeconfig {kubeconfig} get nodes", err=True)
+                await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg)
+            # Written last and atomically: the kubeconfig appearing means the cluster is usable.
+            published.publish(server.url)
+            log.info("kubeplane is up: API server at %s, %d simulated node(s); try: kubectl --kubeconfig %s get nodes",
+                     server.url, node_count, kubeconfig)
             await stop.wait()
         finally:
+            published.withdraw()  # first: nothing may look ready while stopping
             await comps.stop()
             await server.stop()
 
     _run(go)
 
 
-async def _start_components(comps, client, node_args: tuple, sched_kwargs: dict) -> None:
-    """Controllers, simulated nodes and the scheduler on ``client``, sharing one informer factory."""
+async def _start_components(comps, client, node_args: tuple, sched_kwargs: dict, metrics_listen: str = "",
+                            sched_cfg=None) -> None:
+    """Controllers, simulated nodes and the scheduler on ``client``, sharing one informer factory;
+    with ``metrics_listen``, their metrics server (scheduler metrics, work queues, /configz)."""
     from kubeplane.cluster import start_components
 
-    await start_components(comps, client, node_args, sched_kwargs)
+    await start_components(comps, client, node_args, sched_kwargs, metrics_listen=metrics_listen,
+                           scheduler_config=sched_cfg)
 
 
 async def _start_split(comps, registry, data_dir: str, node_args: tuple, scheduler_config: str | None,
-                       verbose: bool) -> None:
+                       verbosity: int, metrics_listen: str = "") -> None:
     """``up --split``: serve the registry on a private Unix socket and run
     :func:`components` in a child process, restarted if it dies."""
     import os
@@ -238,6 +371,7 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
 
     from kubeplane.client.wireserver import WireServer
     from kubeplane.cluster import ComponentProcess, ServedSocket
+    from kubeplane.startup import StartupError
 
     path = os.path.abspath(os.path.join(data_dir, "api.sock"))
     sock_dir = None
@@ -250,13 +384,15 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
     count, cpu, memory, pods, zones, prefix, gpus = node_args
     argv = [sys.executable, "-m", "kubeplane.cli.main", "components", "--api-socket", wire.path,
             "--nodes", str(count), "--node-cpu", cpu, "--node-memory", memory, "--node-pods", str(pods),
-            "--zones", str(zones), "--node-prefix", prefix, "--gpus-per-node", str(gpus)]
+            "--zones", str(zones), "--node-prefix", prefix, "--gpus-per-node", str(gpus),
+            "--metrics-listen", metrics_listen, f"--v={verbosity}"]
     if scheduler_config:
         argv += ["--scheduler-config", os.path.abspath(scheduler_config)]
-    if verbose:
-        argv.append("--verbose")
     child = ComponentProcess(argv, "components process")
-    await child.start()
+    try:
+        await child.start()
+    except RuntimeError as exc:  # the child logged why (e.g. its metrics address is in use)
+        raise StartupError(f"{exc}; its error is logged above") from None
     comps.items.append(child)
     comps.run(child.supervise(), "components-supervisor")
 
@@ -265,16 +401,20 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
 @click.option("--api-socket", required=True, help="The API server's local wire socket.")
 @_node_options
 @click.option("--scheduler-config", type=click.Path(exists=True, dir_okay=False), default=None)
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@click.option("--metrics-listen", default="", callback=_check_listen, help=_COMPONENTS_METRICS_HELP)
+@_verbosity_options[0]
+@_verbosity_options[1]
 def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
-               node_prefix: str, gpus_per_node: int, scheduler_config: str | None, verbose: bool) -> None:
+               node_prefix: str, gpus_per_node: int, scheduler_config: str | None, metrics_listen: str,
+               verbosity: int, verbose: bool) -> None:
     """The second process of ``up --split``: scheduler, controllers and simulated
     nodes over the local wire. Stops at ``stop`` or when its input ends."""
     from kubeplane.client.wire import WireClient
     from kubeplane.cluster import Components, read_commands, say
 
-    _setup_logging(verbose)
-    sched_kwargs = _scheduler_kwargs(scheduler_config)
+    _setup_logging(verbosity, verbose)
+    sched_cfg = _load_scheduler_config(scheduler_config)
+    sched_kwargs = _scheduler_kwargs(scheduler_config, sched_cfg)
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
 
     async def go(stop: asyncio.Event) -> None:
@@ -285,7 +425,7 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
             say(f"error unknown command {' '.join(words)!r}")
 
         try:
-            await _start_components(comps, client, node_args, sched_kwargs)
+            await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg)
             say("ready")
             commands = asyncio.ensure_future(read_commands(command))
             stopped = asyncio.ensure_future(stop.wait())
@@ -309,10 +449,11 @@ def _load_scheduler_config(path: str | None):
         raise click.ClickException(str(exc)) from None
 
 
-def _scheduler_kwargs(path: str | None) -> dict:
+def _scheduler_kwargs(path: str | None, cfg=None) -> dict:
     if path is None:
         return {}
-    cfg = _load_scheduler_config(path)
+    if cfg is None:
+        cfg = _load_scheduler_config(path)
     return {
         "profiles": cfg.framework_profiles(),
         "percentage_of_nodes_to_score": cfg.percentage_of_nodes_to_score,
@@ -335,7 +476,7 @@ _client_options = [
     click.option("--kubeconfig", "kubeconfig", default=None,
                  help="Kubeconfig of the API server (default: $KUBECONFIG or ~/.kube/config)."),
     click.option("--context", default=None, help="Kubeconfig context to use."),
-    click.option("-v", "--verbose", is_flag=True, help="Debug logging."),
+    *_verbosity_options,
 ]
 
 
@@ -345,59 +486,132 @@ def client_options(f):
     return f
 
 
+def _describe_error(exc: BaseException, url: str) -> str:
+    """A connection failure worded as client-go's (``dial tcp ...: connect: connection refused``)."""
+    import errno as _errno
+    import os
+
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        err = exc.os_error
+        reason = os.strerror(err.errno).lower() if getattr(err, "errno", None) and err.errno in _errno.errorcode \
+            else str(err)
+        return f'Get "{url}": dial tcp {exc.host}:{exc.port}: connect: {reason}'
+    if isinstance(exc, asyncio.TimeoutError):
+        return f'Get "{url}": context deadline exceeded'
+    return f'Get "{url}": {exc}' if str(exc) else f'Get "{url}": {type(exc).__name__}'
+
+
+async def _wait_for_api(client, stop: asyncio.Event, what: str) -> bool:
+    """Until the API server answers ``/version``: log each failure and retry
+    with a capped backoff, as upstream components do while the API server is
+    away. False when stopped first."""
+    from kubeplane.api.errors import StatusError
+
+    delay = 0.5
+    url = client.config.server + "/version"
+    while not stop.is_set():
+        try:
+            await client.server_version()
+            return True
+        except StatusError as err:
+            if err.code != 401 and err.code < 500:
+                return True  # reachable; the API server has its reasons
+            problem = f"{err.code} {err.reason}: {err.message}"
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is logged and retried
+            problem = _describe_error(exc, url)
+        log.error("%s: cannot reach the API server, retrying in %gs: %s", what, delay, problem)
+        try:
+            await asyncio.wait_for(stop.wait(), delay)
+            return False
+        except asyncio.TimeoutError:
+            pass
+        delay = min(delay * 2, 30.0)
+    return False
+
+
+async def _start_retrying(what: str, start, stop: asyncio.Event) -> bool:
+    """``await start()`` until it succeeds; each failure (the API server went
+    away, caches did not sync) is logged and retried after a capped backoff.
+    ``start`` cleans up after itself when it fails. False when stopped first."""
+    delay = 1.0
+    while not stop.is_set():
+        try:
+            await start()
+            return True
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            log.error("%s: start failed, retrying in %gs: %s", what, delay, exc)
+        try:
+            await asyncio.wait_for(stop.wait(), delay)
+            return False
+        except asyncio.TimeoutError:
+            pass
+        delay = min(delay * 2, 30.0)
+    return False
+
+
 @main.command()
 @client_options
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) file.")
 @click.option("--leader-elect/--no-leader-elect", default=None,
               help="Coordinate replicas through a Lease (default: the config's leaderElection.leaderElect).")
-@click.option("--metrics-listen", default="127.0.0.1:10259", show_default=True,
-              help="HOST:PORT for /metrics and /healthz; empty to disable.")
-def scheduler(kubeconfig: str | None, context: str | None, verbose: bool, config_path: str | None,
+@click.option("--metrics-listen", default="127.0.0.1:10259", show_default=True, callback=_check_listen,
+              help="HOST:PORT for /metrics, /healthz and /configz; empty to disable.")
+def scheduler(kubeconfig: str | None, context: str | None, verbosity: int, verbose: bool, config_path: str | None,
               leader_elect: bool | None, metrics_listen: str) -> None:
     """Run the scheduler against any Kubernetes API server."""
     import os
     import socket
     import uuid
 
-    _setup_logging(verbose)
+    _setup_logging(verbosity, verbose)
     cfg = _load_scheduler_config(config_path)
     elect = cfg.leader_election.leader_elect if leader_elect is None else leader_elect
+    client = _http_client(kubeconfig, context)
 
     async def go(stop: asyncio.Event) -> None:
-        from aiohttp import web
-
-        from kubeplane.apiserver.app import parse_listen
+        from kubeplane.cluster import Components, components_metrics_server
         from kubeplane.leaderelection import LeaderElector
-        from kubeplane.scheduler.metrics import SchedulerMetrics, metrics_app
+        from kubeplane.scheduler.metrics import SchedulerMetrics
         from kubeplane.scheduler.scheduler import Scheduler
 
-        client = _http_client(kubeconfig, context)
+        comps = Components()
         metrics = SchedulerMetrics()
-        runner = None
         if metrics_listen:
-            host, port = parse_listen(metrics_listen)
-            runner = web.AppRunner(metrics_app(metrics), access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, host, port).start()
+            server, metrics = components_metrics_server(metrics_listen, cfg, with_scheduler=True,
+                                                        with_workqueues=False)
+            await comps.start(server)
         identity = f"{socket.gethostname()}_{uuid.uuid4()}"
         sched = Scheduler.from_config(client, cfg, metrics=metrics, identity=identity)
         names = ", ".join(cfg.scheduler_names())
+        failed = False
         try:
+            if not await _wait_for_api(client, stop, "scheduler"):
+                return
             if not elect:
-                click.echo(f"kubeplane scheduler running (profiles: {names})", err=True)
+                log.info("kubeplane scheduler running (profiles: %s)", names)
                 run = asyncio.create_task(sched.run())
                 await asyncio.wait({run, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
+                if run.done() and not stop.is_set():
+                    failed = True
+                    exc = run.exception()
+                    log.error("the scheduling loop ended: %r", exc, exc_info=exc)
             else:
                 le = cfg.leader_election
                 lost = asyncio.Event()
 
                 async def lead() -> None:
-                    click.echo(f"became leader {identity}; scheduling (profiles: {names})", err=True)
+                    log.info("became leader %s; scheduling (profiles: %s)", identity, names)
                     await sched.run()
 
                 def stopped() -> None:
-                    click.echo("leader election lost", err=True)
+                    log.info("leader election lost")
                     lost.set()
 
                 elector = LeaderElector(client, le.resource_namespace, le.resource_name, identity,
@@ -407,41 +621,69 @@ def scheduler(kubeconfig: str | None, context: str | None, verbose: bool, config
                 task = asyncio.create_task(elector.run())
                 await asyncio.wait({task, asyncio.create_task(stop.wait()), asyncio.create_task(lost.wait())},
                                    return_when=asyncio.FIRST_COMPLETED)
+                if task.done() and not task.cancelled() and task.exception() is not None and not stop.is_set():
+                    failed = True
+                    log.error("leader election ended: %r", task.exception(), exc_info=task.exception())
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 if lost.is_set():
                     os._exit(1)  # as upstream: a replica that lost the lease exits and restarts clean
         finally:
             await sched.stop()
-            if runner is not None:
-                await runner.cleanup()
+            await comps.stop()
             await client.close()
+        if failed:
+            sys.exit(1)
 
     _run(go)
 
 
 @main.command()
 @client_options
-@click.option("--provisioner-name", default="kubeplane.io/local", show_default=True,
+@click.option("--provisioner-name", default="kubeplane.io/local", show_default=True, callback=_check_provisioner,
               help="Provisioner name served by the simulated storage provisioner.")
-def controllers(kubeconfig: str | None, context: str | None, verbose: bool, provisioner_name: str) -> None:
+@click.option("--metrics-listen", default="127.0.0.1:10257", show_default=True, callback=_check_listen,
+              help="HOST:PORT for the controllers' /metrics (work queues) and /healthz, as "
+                   "kube-controller-manager's secure port; empty to disable.")
+def controllers(kubeconfig: str | None, context: str | None, verbosity: int, verbose: bool, provisioner_name: str,
+                metrics_listen: str) -> None:
     """Run the controllers against any Kubernetes API server."""
     from kubeplane.client.informer import SharedInformerFactory
     from kubeplane.cluster import Components, ControllerOptions, build_controllers
 
-    _setup_logging(verbose)
+    _setup_logging(verbosity, verbose)
+    client = _http_client(kubeconfig, context)
 
     async def go(stop: asyncio.Event) -> None:
-        client = _http_client(kubeconfig, context)
+        from kubeplane.cluster import components_metrics_server
+
+        outer = Components()
         comps = Components()
-        try:
+        if metrics_listen:
+            server, _ = components_metrics_server(metrics_listen, None, with_scheduler=False)
+            await outer.start(server)
+
+        async def start() -> None:
+            nonlocal comps
+            comps = Components()
             factory = SharedInformerFactory(client)
-            for ctrl in build_controllers(client, factory, ControllerOptions(provisioner_name=provisioner_name)):
-                await comps.start(ctrl)
-            click.echo(f"kubeplane controllers running ({len(comps.items)})", err=True)
+            try:
+                for ctrl in build_controllers(client, factory, ControllerOptions(provisioner_name=provisioner_name)):
+                    await comps.start(ctrl)
+            except BaseException:
+                await comps.stop()
+                raise
+
+        try:
+            if not await _wait_for_api(client, stop, "controllers"):
+                return
+            if not await _start_retrying("controllers", start, stop):
+                return
+            log.info("kubeplane controllers running (%d)", len(comps.items))
             await stop.wait()
         finally:
             await comps.stop()
+            await outer.stop()
             await client.close()
 
     _run(go)
@@ -450,23 +692,38 @@ def controllers(kubeconfig: str | None, context: str | None, verbose: bool, prov
 @main.command()
 @client_options
 @_node_options
-def nodes(kubeconfig: str | None, context: str | None, verbose: bool, node_count: int, node_cpu: str,
-          node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int) -> None:
+def nodes(kubeconfig: str | None, context: str | None, verbosity: int, verbose: bool, node_count: int,
+          node_cpu: str, node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int) -> None:
     """Run simulated nodes against any Kubernetes API server."""
     from kubeplane.client.informer import SharedInformerFactory
 
-    _setup_logging(verbose)
+    _setup_logging(verbosity, verbose)
+    client = _http_client(kubeconfig, context)
 
     async def go(stop: asyncio.Event) -> None:
-        client = _http_client(kubeconfig, context)
-        agent = _node_agent(client, SharedInformerFactory(client), node_count, node_cpu, node_memory, node_pods,
-                            zones, node_prefix, gpus_per_node)
+        agent = None
+
+        async def start() -> None:
+            nonlocal agent
+            agent = _node_agent(client, SharedInformerFactory(client), node_count, node_cpu, node_memory,
+                                node_pods, zones, node_prefix, gpus_per_node)
+            try:
+                await agent.start()
+            except BaseException:
+                await agent.stop()
+                agent = None
+                raise
+
         try:
-            await agent.start()
-            click.echo(f"{node_count} simulated node(s) running", err=True)
+            if not await _wait_for_api(client, stop, "nodes"):
+                return
+            if not await _start_retrying("nodes", start, stop):
+                return
+            log.info("%d simulated node(s) running", node_count)
             await stop.wait()
         finally:
-            await agent.stop()
+            if agent is not None:
+                await agent.stop()
             await client.close()
 
     _run(go)

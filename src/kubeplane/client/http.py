@@ -118,9 +118,18 @@ class HttpClient:
         self._ssl: Any = config.ssl_context() if config.is_tls else None
         self._request_timeout = aiohttp.ClientTimeout(total=request_timeout)
         self._max_connections = max_connections
-        self._headers = {"Accept": _JSON, "User-Agent": user_agent, **config.auth_headers()}
+        self._exec = None
+        auth = config.auth_headers()
+        if config.exec_config is not None:
+            from kubeplane.client.execcred import ExecCredentialProvider
+
+            # The plugin's credentials go on each request (they expire and are renewed).
+            self._exec = ExecCredentialProvider(config.exec_config)
+            auth = {}
+        self._headers = {"Accept": _JSON, "User-Agent": user_agent, **auth}
         self._session: aiohttp.ClientSession | None = None
         self._watches: set[HttpWatchStream] = set()
+        self._cert_contexts: dict[tuple[bytes, bytes], Any] = {}
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None, **kw: Any) -> "HttpClient":
@@ -148,6 +157,27 @@ class HttpClient:
             kw["server_hostname"] = self.config.tls_server_name
         return kw
 
+    async def _credentials(self, headers: dict[str, str], kw: dict[str, Any]) -> Any:
+        """Adds the exec plugin's credentials to a request (header or TLS
+        context); returns them, to invalidate on a 401, or None without a plugin."""
+        if self._exec is None:
+            return None
+        creds = await self._exec.get()
+        if creds.token:
+            headers["Authorization"] = f"Bearer {creds.token}"
+        if creds.client_cert and creds.client_key and self.config.is_tls:
+            pair = (creds.client_cert, creds.client_key)
+            ctx = self._cert_contexts.get(pair)
+            if ctx is None:
+                import dataclasses
+
+                self._cert_contexts.clear()  # only the latest pair is used
+                ctx = dataclasses.replace(self.config, client_cert_data=pair[0], client_key_data=pair[1],
+                                          client_cert_file=None, client_key_file=None).ssl_context()
+                self._cert_contexts[pair] = ctx
+            kw["ssl"] = ctx
+        return creds
+
     async def _request(
         self,
         method: str,
@@ -158,12 +188,16 @@ class HttpClient:
         content_type: str = _JSON,
     ) -> Obj:
         session = self._get_session()
-        headers = {}
+        headers: dict[str, str] = {}
         data = None
         if body is not None:
             data = _dump(body)
             headers["Content-Type"] = content_type
-        for attempt in range(MAX_THROTTLE_RETRIES + 1):
+        renewed = False
+        throttled = 0
+        while True:
+            kw = self._request_kwargs()
+            creds = await self._credentials(headers, kw) if self._exec is not None else None
             async with session.request(
                 method,
                 self._base + path,
@@ -171,16 +205,24 @@ class HttpClient:
                 data=data,
                 headers=headers,
                 timeout=self._request_timeout,
-                **self._request_kwargs(),
+                **kw,
             ) as resp:
                 raw = await resp.read()
+                status = resp.status
                 wait = _throttled(resp)
-            if wait is None or attempt == MAX_THROTTLE_RETRIES:
+            if status == 401 and creds is not None and not renewed:
+                # As client-go: credentials the server refuses are renewed by
+                # running the plugin again; a 401 was not acted on, so retry once.
+                self._exec.invalidate(creds)
+                renewed = True
+                continue
+            if wait is None or throttled == MAX_THROTTLE_RETRIES:
                 break
             # As client-go: a 429 was not served, so any verb may be sent again.
+            throttled += 1
             await asyncio.sleep(wait)
-        if resp.status >= 300:
-            raise _error_from_body(resp.status, raw)
+        if status >= 300:
+            raise _error_from_body(status, raw)
         if not raw:
             return {}
         try:
@@ -189,6 +231,10 @@ class HttpClient:
             raise StatusError(
                 500, "InternalError", f"invalid JSON in {method} {path} response: {raw[:200]!r}"
             ) from None
+
+    async def server_version(self) -> Obj:
+        """The API server's ``/version`` (version.Info)."""
+        return await self._request("GET", "/version")
 
     async def get(
         self, res: ResourceInfo, name: str, namespace: str | None = None, *, subresource: str | None = None
@@ -380,12 +426,22 @@ class HttpWatchStream:
         self._started = True
         self._client._watches.add(self)
         session = self._client._get_session()
-        resp = await session.get(
-            self._client._base + self._path,
-            params=self._params,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None),
-            **self._client._request_kwargs(),
-        )
+        for attempt in (0, 1):
+            headers: dict[str, str] = {}
+            kw = self._client._request_kwargs()
+            creds = await self._client._credentials(headers, kw)
+            resp = await session.get(
+                self._client._base + self._path,
+                params=self._params,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None),
+                **kw,
+            )
+            if resp.status == 401 and creds is not None and attempt == 0:
+                resp.release()
+                self._client._exec.invalidate(creds)
+                continue
+            break
         if self._closed:
             resp.close()
             raise StopAsyncIteration

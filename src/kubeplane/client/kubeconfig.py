@@ -14,9 +14,12 @@ import ssl
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from kubeplane.client.execcred import ExecConfig
 
 try:
     _Loader: Any = yaml.CSafeLoader
@@ -47,6 +50,8 @@ class ClientConfig:
     insecure_skip_tls_verify: bool = False
     tls_server_name: str | None = None
     namespace: str = "default"
+    #: a credential plugin (``user.exec``); it takes precedence over a static token
+    exec_config: "ExecConfig | None" = None
 
     @property
     def is_tls(self) -> bool:
@@ -144,8 +149,15 @@ def _resolve_paths(doc: dict[str, Any], base: str) -> None:
             body = (entry or {}).get(inner) or {}
             for field in fields:
                 value = body.get(field)
-                if value and not os.path.isabs(value):
+                if value and isinstance(value, str) and not os.path.isabs(value):
                     body[field] = os.path.join(base, value)
+            # An exec command with a path separator is relative to the file, as in
+            # client-go; a bare name is looked up on PATH.
+            plugin = body.get("exec") if section == "users" else None
+            if isinstance(plugin, dict):
+                command = plugin.get("command")
+                if isinstance(command, str) and os.sep in command and not os.path.isabs(command):
+                    plugin["command"] = os.path.normpath(os.path.join(base, command))
 
 
 def _merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -204,6 +216,12 @@ def load_kubeconfig(path: str | None = None, context: str | None = None) -> Clie
         with open(user["tokenFile"], encoding="utf-8") as f:
             token = f.read().strip()
 
+    ca_data = _b64(cluster["certificate-authority-data"], "certificate-authority-data") \
+        if cluster.get("certificate-authority-data") else None
+    exec_config = None
+    if user.get("exec") is not None:
+        exec_config = _exec_config(user["exec"], ctx["user"], str(server), cluster, ca_data)
+
     return ClientConfig(
         server=str(server).rstrip("/"),
         token=token or None,
@@ -216,12 +234,51 @@ def load_kubeconfig(path: str | None = None, context: str | None = None) -> Clie
         client_key_data=_b64(user["client-key-data"], "client-key-data")
         if user.get("client-key-data") else None,
         ca_file=cluster.get("certificate-authority"),
-        ca_data=_b64(cluster["certificate-authority-data"], "certificate-authority-data")
-        if cluster.get("certificate-authority-data") else None,
+        ca_data=ca_data,
         insecure_skip_tls_verify=bool(cluster.get("insecure-skip-tls-verify", False)),
         tls_server_name=cluster.get("tls-server-name"),
         namespace=ctx.get("namespace") or "default",
+        exec_config=exec_config,
     )
+
+
+def _exec_config(raw: Any, user: str, server: str, cluster: dict[str, Any], ca_data: bytes | None) -> "ExecConfig":
+    import dataclasses
+
+    from kubeplane.client.execcred import ExecConfig, cluster_info
+
+    cfg = ExecConfig.from_kubeconfig(raw, user)
+    if not cfg.provide_cluster_info:
+        return cfg
+    if ca_data is None and cluster.get("certificate-authority"):
+        try:
+            with open(cluster["certificate-authority"], "rb") as f:
+                ca_data = f.read()
+        except OSError as exc:
+            raise KubeconfigError(f"cannot read certificate-authority {cluster['certificate-authority']}: "
+                                  f"{exc.strerror or exc}") from None
+    extension = None
+    for ext in cluster.get("extensions") or []:
+        if isinstance(ext, dict) and ext.get("name") == "client.authentication.k8s.io/exec":
+            extension = ext.get("extension")
+    info = cluster_info(server, ca_data, bool(cluster.get("insecure-skip-tls-verify", False)),
+                        cluster.get("tls-server-name"), extension)
+    return dataclasses.replace(cfg, cluster=info)
+
+
+def is_kubeplane_kubeconfig(path: str, name: str = "kubeplane") -> bool:
+    """Whether ``path`` is a kubeconfig as :func:`write_kubeconfig` writes them
+    (one cluster, user and context named ``name``), not a user's own file."""
+    try:
+        with open(path, "rb") as f:
+            doc = yaml.load(f, Loader=_Loader)
+    except (OSError, yaml.YAMLError):
+        return False
+    if not isinstance(doc, dict) or doc.get("current-context") != name:
+        return False
+    sections = [doc.get(s) for s in ("clusters", "users", "contexts")]
+    return all(isinstance(s, list) and len(s) == 1 and isinstance(s[0], dict) and s[0].get("name") == name
+               for s in sections)
 
 
 def write_kubeconfig(path: str, server: str, name: str = "kubeplane") -> None:
@@ -241,7 +298,7 @@ def write_kubeconfig(path: str, server: str, name: str = "kubeplane") -> None:
     text = yaml.dump(doc, Dumper=_Dumper, default_flow_style=False, sort_keys=False)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".kubeconfig-", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=".kubeconfig-", dir=directory)  # created 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import Awaitable, Callable
+import time
+import weakref
+from bisect import bisect_left
+from typing import Awaitable, Callable, Iterator
 
 from kubeplane.api.errors import StatusError
 from kubeplane.client.events import EventRecorder
@@ -24,6 +27,12 @@ from kubeplane.runtime import wake_first
 log = logging.getLogger(__name__)
 
 SyncFunc = Callable[[str], Awaitable[None]]
+
+#: every live work queue, for :class:`WorkQueueCollector`
+_QUEUES: "weakref.WeakSet[WorkQueue]" = weakref.WeakSet()
+
+#: client-go's buckets for the work queues' durations: 10ns to 10s, by factors of 10
+DURATION_BUCKETS = tuple(10e-9 * 10**i for i in range(10))
 
 
 class WorkQueue:
@@ -43,6 +52,18 @@ class WorkQueue:
         # one of them, not all: with an Event every add woke every idle worker
         # and all but one went back to sleep.
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Metrics, read when scraped (WorkQueueCollector): plain counters and
+        # the monotonic time each key in processing was taken.
+        self.adds = 0
+        self.retries = 0
+        self._started: dict[str, float] = {}
+        self._queued_at: dict[str, float] = {}
+        #: bucket counts (the last is +Inf) and sums of the time keys waited and were worked on
+        self.queue_durations = [0] * (len(DURATION_BUCKETS) + 1)
+        self.work_durations = [0] * (len(DURATION_BUCKETS) + 1)
+        self.queue_duration_sum = 0.0
+        self.work_duration_sum = 0.0
+        _QUEUES.add(self)
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -55,9 +76,11 @@ class WorkQueue:
         if self._shutting_down or key in self._dirty:
             return
         self._dirty.add(key)
+        self.adds += 1
         if key in self._processing:
             return
         self._queue.append(key)
+        self._queued_at[key] = time.monotonic()
         wake_first(self._waiters)
 
     def add_after(self, key: str, delay: float) -> None:
@@ -88,6 +111,7 @@ class WorkQueue:
         return min(self.base_delay * (2 ** min(n, 60)), self.max_delay)
 
     def add_rate_limited(self, key: str) -> None:
+        self.retries += 1
         self.add_after(key, self.when(key))
 
     def forget(self, key: str) -> None:
@@ -112,12 +136,25 @@ class WorkQueue:
         key = self._queue.popleft()
         self._dirty.discard(key)
         self._processing.add(key)
+        now = self._started[key] = time.monotonic()
+        queued = self._queued_at.pop(key, None)
+        if queued is not None:
+            waited = now - queued
+            self.queue_durations[bisect_left(DURATION_BUCKETS, waited)] += 1
+            self.queue_duration_sum += waited
         return key
 
     def done(self, key: str) -> None:
         self._processing.discard(key)
+        started = self._started.pop(key, None)
+        now = time.monotonic()
+        if started is not None:
+            worked = now - started
+            self.work_durations[bisect_left(DURATION_BUCKETS, worked)] += 1
+            self.work_duration_sum += worked
         if key in self._dirty and not self._shutting_down:
             self._queue.append(key)
+            self._queued_at[key] = now
             wake_first(self._waiters)
 
     def shut_down(self) -> None:
@@ -125,6 +162,7 @@ class WorkQueue:
         self._shutting_down = True
         self._queue.clear()
         self._dirty.clear()
+        self._queued_at.clear()
         for _, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -132,6 +170,74 @@ class WorkQueue:
         for w in waiters:
             if not w.done():
                 w.set_result(None)
+
+
+class WorkQueueCollector:
+    """client-go's work-queue metrics (workqueue_depth, workqueue_adds_total,
+    workqueue_retries_total, workqueue_queue_duration_seconds,
+    workqueue_work_duration_seconds, workqueue_unfinished_work_seconds,
+    workqueue_longest_running_processor_seconds) by queue ``name``, for every
+    live queue of this process, computed when scraped."""
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
+
+        depth = GaugeMetricFamily("workqueue_depth", "Current depth of workqueue", labels=["name"])
+        adds = CounterMetricFamily("workqueue_adds", "Total number of adds handled by workqueue", labels=["name"])
+        retries = CounterMetricFamily("workqueue_retries", "Total number of retries handled by workqueue",
+                                      labels=["name"])
+        unfinished = GaugeMetricFamily(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has been done that is in progress and hasn't been observed by "
+            "work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by "
+            "observing the rate at which this increases.", labels=["name"])
+        longest = GaugeMetricFamily(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running.", labels=["name"])
+        queue_duration = HistogramMetricFamily(
+            "workqueue_queue_duration_seconds", "How long in seconds an item stays in workqueue before being "
+            "requested.", labels=["name"])
+        work_duration = HistogramMetricFamily(
+            "workqueue_work_duration_seconds", "How long in seconds processing an item from workqueue takes.",
+            labels=["name"])
+        now = time.monotonic()
+        n = len(DURATION_BUCKETS) + 1
+        totals: dict[str, list] = {}
+        for q in list(_QUEUES):
+            if q.shutting_down:
+                continue
+            t = totals.setdefault(q.name, [0, 0, 0, 0.0, 0.0, [0] * n, 0.0, [0] * n, 0.0])
+            t[0] += len(q)
+            t[1] += q.adds
+            t[2] += q.retries
+            ages = [now - s for s in q._started.values()]
+            t[3] += sum(ages)
+            t[4] = max([t[4], *ages])
+            t[5] = [a + b for a, b in zip(t[5], q.queue_durations)]
+            t[6] += q.queue_duration_sum
+            t[7] = [a + b for a, b in zip(t[7], q.work_durations)]
+            t[8] += q.work_duration_sum
+
+        def cumulative(counts: list[int]) -> list[tuple[str, float]]:
+            out, total = [], 0
+            for bound, c in zip((*DURATION_BUCKETS, float("inf")), counts):
+                total += c
+                out.append((floatToGoString(bound), total))
+            return out
+
+        for name, (d, a, r, u, lng, qd, qs, wd, ws) in sorted(totals.items()):
+            depth.add_metric([name], d)
+            adds.add_metric([name], a)
+            retries.add_metric([name], r)
+            unfinished.add_metric([name], u)
+            longest.add_metric([name], lng)
+            queue_duration.add_metric([name], cumulative(qd), qs)
+            work_duration.add_metric([name], cumulative(wd), ws)
+        return iter([depth, adds, retries, queue_duration, work_duration, unfinished, longest])
 
 
 class Controller:

@@ -627,8 +627,94 @@ def load_config(path: str | None, registry: Mapping[str, type[Plugin]]) -> Sched
     return parse_config(text, registry, source=path)
 
 
+def go_duration(seconds: float) -> str:
+    """``seconds`` as Go's time.Duration prints it (``15s``, ``1m30s``, ``1.5s``, ``0s``)."""
+    if seconds == 0:
+        return "0s"
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    out = sign
+    if hours:
+        out += f"{int(hours)}h"
+    if hours or minutes:
+        out += f"{int(minutes)}m"
+    text = f"{secs:.9f}".rstrip("0").rstrip(".")
+    return out + (text or "0") + "s"
+
+
+_GO_NAMES = {"qps": "QPS", "apiVersion": "APIVersion", "kubeconfig": "Kubeconfig"}
+
+
+def _go_name(key: str) -> str:
+    return _GO_NAMES.get(key) or (key[:1].upper() + key[1:])
+
+
+def _go_fields(value: Any) -> Any:
+    """A versioned (camelCase) value with the field names of its Go type."""
+    if isinstance(value, dict):
+        return {_go_name(k): _go_fields(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_go_fields(v) for v in value]
+    return value
+
+
+def componentconfig(cfg: SchedulerConfig) -> dict[str, Any]:
+    """The effective configuration as kube-scheduler's ``/configz`` shows it:
+    the defaulted, validated internal KubeSchedulerConfiguration, whose Go
+    fields carry no JSON names (``Parallelism``, ``LeaderElection``, durations
+    as Go prints them), with each profile's plugins as they run at each
+    extension point (score plugins with their weights)."""
+    le, cc = cfg.leader_election, cfg.client_connection
+    profiles = []
+    for p in cfg.profiles:
+        plugins: dict[str, Any] = {}
+        for point, names in p.enabled.items():
+            plugins[_go_name(point)] = {
+                "Enabled": [{"Name": n, "Weight": p.score_weights.get(n, 1) if point == "score" else 0}
+                            for n in names],
+                "Disabled": None,
+            }
+        profiles.append({
+            "SchedulerName": p.scheduler_name,
+            "PercentageOfNodesToScore": p.percentage_of_nodes_to_score,
+            "Plugins": plugins,
+            "PluginConfig": [{"Name": pc["name"], "Args": _go_fields(dict(pc["args"]))} for pc in p.plugin_config],
+        })
+    return {
+        "Parallelism": cfg.parallelism,
+        "LeaderElection": {
+            "LeaderElect": le.leader_elect,
+            "LeaseDuration": go_duration(le.lease_duration),
+            "RenewDeadline": go_duration(le.renew_deadline),
+            "RetryPeriod": go_duration(le.retry_period),
+            "ResourceLock": le.resource_lock,
+            "ResourceName": le.resource_name,
+            "ResourceNamespace": le.resource_namespace,
+        },
+        "ClientConnection": {
+            "Kubeconfig": cc.kubeconfig,
+            "AcceptContentTypes": cc.accept_content_types,
+            "ContentType": cc.content_type,
+            "QPS": cc.qps,
+            "Burst": cc.burst,
+        },
+        "HealthzBindAddress": "",
+        "MetricsBindAddress": "",
+        "EnableProfiling": cfg.enable_profiling,
+        "EnableContentionProfiling": cfg.enable_contention_profiling,
+        "PercentageOfNodesToScore": cfg.percentage_of_nodes_to_score,
+        "PodInitialBackoffSeconds": cfg.pod_initial_backoff_seconds,
+        "PodMaxBackoffSeconds": cfg.pod_max_backoff_seconds,
+        "Profiles": profiles,
+        "Extenders": None,
+        "DelayCacheUntilActive": cfg.delay_cache_until_active,
+    }
+
+
 __all__ = [
     "API_VERSION", "ClientConnectionConfig", "ConfigError", "DEFAULT_SCHEDULER_NAME", "KIND",
     "LeaderElectionConfig", "SchedulerConfig", "SchedulerProfile", "expand_plugins", "load_config",
-    "parse_config", "parse_duration",
+    "componentconfig", "go_duration", "parse_config", "parse_duration",
 ]

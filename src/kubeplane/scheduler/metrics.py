@@ -9,7 +9,7 @@ asked for) and ``/healthz``.
 from __future__ import annotations
 
 import random
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -173,11 +173,15 @@ class SchedulerMetrics:
 
 
 def metrics_app(
-    metrics: SchedulerMetrics, health_check: Callable[[], bool] | None = None
+    metrics: SchedulerMetrics, health_check: Callable[[], bool] | None = None,
+    configz: Mapping[str, Any] | None = None,
 ) -> web.Application:
-    """An aiohttp app serving ``GET /metrics`` and ``GET /healthz`` (also ``/livez``, ``/readyz``).
+    """An aiohttp app serving ``GET /metrics`` and ``GET /healthz`` (also ``/livez``, ``/readyz``),
+    and ``GET /configz`` (the effective configuration, ``{"componentconfig": {...}}``) when given.
 
     ``health_check`` returning False makes the health endpoints answer 500.
+    Authorization does not exist yet: once it does, these endpoints are
+    restricted as upstream's (``system:monitoring`` for /metrics).
     """
 
     async def handle_metrics(request: web.Request) -> web.Response:
@@ -190,8 +194,15 @@ def metrics_app(
             return web.Response(text="ok")
         return web.Response(status=500, text=f"{request.path.lstrip('/')} check failed")
 
+    async def handle_configz(request: web.Request) -> web.Response:
+        import orjson
+
+        return web.Response(body=orjson.dumps(configz), headers={"Content-Type": "application/json"})
+
     app = web.Application()
     app.router.add_get("/metrics", handle_metrics)
+    if configz is not None:
+        app.router.add_get("/configz", handle_configz)
     for path in ("/healthz", "/livez", "/readyz"):
         app.router.add_get(path, handle_health)
     return app

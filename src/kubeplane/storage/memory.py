@@ -377,6 +377,11 @@ class MemoryStore:
     ) -> ListResult:
         return self._core.list(prefix, revision=revision, limit=limit, start_after=start_after)
 
+    def count(self, prefix: str) -> int:
+        """How many keys are under ``prefix`` now (two bisections: cheap enough for a metrics scrape)."""
+        lo, hi = self._core._key_range(prefix, "")
+        return max(0, hi - lo)
+
     async def create(self, key: str, value: Obj) -> KeyValue:
         return await self._write("create", key, value, None)
 

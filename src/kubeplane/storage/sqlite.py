@@ -65,7 +65,9 @@ def _load(conn: sqlite3.Connection) -> tuple[int, list[KeyValue]]:
 def _open(path: str) -> tuple[sqlite3.Connection, int, list[KeyValue]]:
     parent = os.path.dirname(path)
     if parent:
-        os.makedirs(parent, exist_ok=True)
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+    # Private to this user: SQLite gives its -wal and -shm files the database's mode.
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
     conn = _connect(path)
     try:
         revision, items = _load(conn)
