@@ -85,7 +85,7 @@ def _annotate_list_strategies(all_schemas: dict[str, dict[str, Any]]) -> None:
     re-applies as "configured". The markers come from the same table the
     server's own patch and apply code uses, so both always agree.
     """
-    from kubeplane.api.patch import LIST_STRATEGIES
+    from kubeplane.api.patch import LIST_STRATEGIES, RETAIN_KEYS_MAPS
 
     roots: dict[tuple[str, str], list[str]] = {}
     for name, schema in all_schemas.items():
@@ -116,12 +116,25 @@ def _annotate_list_strategies(all_schemas: dict[str, dict[str, Any]]) -> None:
                         break
                     if i == len(path) - 1:
                         if strategy.smp_merge:
-                            prop["x-kubernetes-patch-strategy"] = "merge"
+                            prop["x-kubernetes-patch-strategy"] = (
+                                "merge,retainKeys" if strategy.retain_keys else "merge")
                         if strategy.smp_key:
                             prop["x-kubernetes-patch-merge-key"] = strategy.smp_key
                         prop["x-kubernetes-list-type"] = strategy.ssa
                         if strategy.ssa == "map" and strategy.ssa_keys:
                             prop["x-kubernetes-list-map-keys"] = list(strategy.ssa_keys)
+                    else:
+                        node = deref(prop)
+    for gk, paths in RETAIN_KEYS_MAPS.items():
+        for root in roots.get(gk, []):
+            for path in paths:
+                node = all_schemas.get(root)
+                for i, seg in enumerate(path):
+                    prop = ((node or {}).get("properties") or {}).get(seg)
+                    if prop is None:
+                        break
+                    if i == len(path) - 1:
+                        prop["x-kubernetes-patch-strategy"] = "retainKeys"
                     else:
                         node = deref(prop)
 
