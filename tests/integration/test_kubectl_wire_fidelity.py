@@ -1,0 +1,96 @@
+"""What real kubectl sends and expects for apply, patch strategies, defaults,
+unknown fields and node output, end to end against a server subprocess."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+
+@pytest.fixture()
+def ns(kubectl):
+    name = "wf-" + uuid.uuid4().hex[:8]
+    kubectl("create", "namespace", name)
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: web}}}}
+  strategy: {strategy}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      containers:
+      - name: c
+        image: nginx
+        volumeMounts: [{{name: data, mountPath: /data}}]
+      volumes:
+      - name: data
+        {volume}
+"""
+
+
+def test_apply_switches_volume_type_and_strategy_with_retain_keys(kubectl, ns):
+    before = DEPLOYMENT.format(ns=ns, strategy="{type: RollingUpdate, rollingUpdate: {maxSurge: 1}}",
+                               volume="emptyDir: {}")
+    after = DEPLOYMENT.format(ns=ns, strategy="{type: Recreate}", volume="hostPath: {path: /tmp/x}")
+    kubectl("apply", "-f", "-", stdin=before)
+    out = kubectl("apply", "-f", "-", stdin=after).out
+    assert "configured" in out
+    spec = json.loads(kubectl("get", "deployment", "web", "-n", ns, "-o", "json").out)["spec"]
+    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["template"]["spec"]["volumes"] == [{"name": "data", "hostPath": {"path": "/tmp/x", "type": ""}}]
+    # And back: the patch kubectl computes clears hostPath again.
+    kubectl("apply", "-f", "-", stdin=before)
+    spec = json.loads(kubectl("get", "deployment", "web", "-n", ns, "-o", "json").out)["spec"]
+    assert spec["template"]["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert spec["strategy"]["type"] == "RollingUpdate"
+
+
+def test_defaults_of_env_field_refs_in_pods_and_templates(kubectl, ns):
+    manifest = f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: env, namespace: {ns}}}
+spec:
+  selector: {{matchLabels: {{app: env}}}}
+  template:
+    metadata: {{labels: {{app: env}}}}
+    spec:
+      initContainers:
+      - name: i
+        image: busybox:1.36
+        env: [{{name: VAR, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}]
+      containers:
+      - name: c
+        image: nginx
+        env: [{{name: VAR, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: envpod, namespace: {ns}}}
+spec:
+  containers:
+  - name: c
+    image: nginx:1.25
+    env: [{{name: VAR, valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}}}]
+"""
+    kubectl("apply", "-f", "-", stdin=manifest)
+    tmpl = json.loads(kubectl("get", "deployment", "env", "-n", ns, "-o", "json").out)["spec"]["template"]["spec"]
+    for c in tmpl["initContainers"] + tmpl["containers"]:
+        assert c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"] == "v1"
+    assert tmpl["initContainers"][0]["imagePullPolicy"] == "IfNotPresent"
+    assert tmpl["containers"][0]["imagePullPolicy"] == "Always"
+    pod = json.loads(kubectl("get", "pod", "envpod", "-n", ns, "-o", "json").out)["spec"]
+    assert pod["containers"][0]["env"][0]["valueFrom"]["fieldRef"] == {"apiVersion": "v1", "fieldPath": "spec.nodeName"}
+    # Applying the same manifest again changes nothing.
+    out = kubectl("apply", "-f", "-", stdin=manifest).out
+    assert out.count("unchanged") == 2, out
