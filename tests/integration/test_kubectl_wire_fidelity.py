@@ -94,3 +94,53 @@ spec:
     # Applying the same manifest again changes nothing.
     out = kubectl("apply", "-f", "-", stdin=manifest).out
     assert out.count("unchanged") == 2, out
+
+
+def managed(kubectl, ns, kind, name):
+    obj = json.loads(kubectl("get", kind, name, "-n", ns, "-o", "json", "--show-managed-fields").out)
+    return obj, {(e["manager"], e["operation"]): e["fieldsV1"] for e in obj["metadata"]["managedFields"]}
+
+
+def test_client_side_apply_then_server_side_apply(kubectl, ns):
+    cm = f"""
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: switch, namespace: {ns}, labels: {{team: a}}}}
+data: {{a: "1", b: "2"}}
+"""
+    kubectl("apply", "-f", "-", stdin=cm)
+    _, owners = managed(kubectl, ns, "configmap", "switch")
+    assert list(owners) == [("kubectl-client-side-apply", "Update")]
+    changed = cm.replace('a: "1"', 'a: "3"').replace("team: a", "team: b")
+    out = kubectl("apply", "--server-side", "-f", "-", stdin=changed)
+    assert "serverside-applied" in out.out and "Warning" not in out.err, out.err
+    obj, owners = managed(kubectl, ns, "configmap", "switch")
+    assert obj["data"] == {"a": "3", "b": "2"} and obj["metadata"]["labels"] == {"team": "b"}
+    # kubectl moved the client-side manager's fields to its own Apply entry;
+    # the annotation, kept up to date by the server, has its own manager.
+    assert sorted(owners) == [("kubectl", "Apply"), ("kubectl-last-applied", "Apply")]
+    assert owners[("kubectl", "Apply")] == {"f:data": {"f:a": {}, "f:b": {}},
+                                            "f:metadata": {"f:labels": {"f:team": {}}}}
+    last = json.loads(obj["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"])
+    assert last["data"] == {"a": "3", "b": "2"}
+    # Dropping a field from the manifest removes it: kubectl owns it alone now.
+    out = kubectl("apply", "--server-side", "-f", "-", stdin=changed.replace(', b: "2"', ""))
+    obj, _ = managed(kubectl, ns, "configmap", "switch")
+    assert obj["data"] == {"a": "3"}
+    # And back to client-side apply works too.
+    kubectl("apply", "-f", "-", stdin=cm)
+    obj, _ = managed(kubectl, ns, "configmap", "switch")
+    assert obj["data"] == {"a": "1", "b": "2"}
+
+
+def test_server_side_apply_by_another_manager_still_conflicts(kubectl, ns):
+    cm = f"""
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: other, namespace: {ns}}}
+data: {{a: "1"}}
+"""
+    kubectl("apply", "-f", "-", stdin=cm)
+    r = kubectl("apply", "--server-side", "--field-manager=tool", "-f", "-", stdin=cm.replace('"1"', '"2"'),
+                check=False)
+    assert r.rc != 0 and 'conflict with "kubectl-client-side-apply"' in r.err
