@@ -566,8 +566,11 @@ class Registry:
         dry_run: bool = False,
         field_manager: str | None = None,
         force: bool | None = None,
+        prune: Callable[[Obj], None] | None = None,
     ) -> tuple[Obj, bool]:
-        """Returns ``(object, created)``; only server-side apply can create."""
+        """Returns ``(object, created)``; only server-side apply can create.
+        ``prune`` (not for apply) edits the patched object in place before it is
+        stored (the API server drops unknown fields with it)."""
         from kubeplane.api import patch as patching
 
         key = self._key(res, name, namespace)
@@ -597,6 +600,8 @@ class Registry:
             if not isinstance(new, dict):
                 raise errors.bad_request("the patch did not produce an object")
             new = deep_copy(new) if new is current else new
+            if prune is not None:
+                prune(new)
             if subresource is None:
                 self._check_type_meta(res, new)
             md = self._check_metadata_shape(new)
