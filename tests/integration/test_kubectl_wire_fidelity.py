@@ -144,3 +144,50 @@ data: {{a: "1"}}
     r = kubectl("apply", "--server-side", "--field-manager=tool", "-f", "-", stdin=cm.replace('"1"', '"2"'),
                 check=False)
     assert r.rc != 0 and 'conflict with "kubectl-client-side-apply"' in r.err
+
+
+def test_describe_node_that_never_reported(kubectl, server):
+    import asyncio
+
+    from kubeplane.api.resources import resource
+    from kubeplane.client.http import HttpClient
+    from kubeplane.client.informer import SharedInformerFactory
+    from kubeplane.client.kubeconfig import load_kubeconfig
+    from kubeplane.controllers.nodelifecycle import NodeLifecycleController
+
+    name = "ghost-" + uuid.uuid4().hex[:6]
+    kubectl("create", "-f", "-", stdin=f"apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\n")
+    node = json.loads(kubectl("get", "node", name, "-o", "json").out)
+    assert node["spec"] == {} and node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 0}}
+
+    async def run_controller() -> None:
+        client = HttpClient(load_kubeconfig(str(server.kubeconfig)))
+        factory = SharedInformerFactory(client)
+        ctrl = NodeLifecycleController(client, factory, startup_grace=0)
+        await ctrl.start()
+        try:
+            for _ in range(500):
+                got = await client.get(resource("nodes"), name)
+                if len((got.get("spec") or {}).get("taints") or []) == 2:
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError("the node was not marked unreachable")
+        finally:
+            await ctrl.stop()
+            await factory.stop()
+            await client.close()
+
+    asyncio.run(run_controller())
+    out = kubectl("describe", "node", name).out
+    lines = out.splitlines()
+    start = lines.index("Conditions:")
+    assert lines[start + 1].split() == ["Type", "Status", "LastHeartbeatTime", "LastTransitionTime", "Reason",
+                                        "Message"]
+    rows = lines[start + 3:start + 7]
+    assert [r.split()[0] for r in rows] == ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"]
+    for r in rows:
+        assert r.split()[1] == "Unknown" and r.endswith("NodeStatusNeverUpdated   Kubelet never posted node status.")
+    assert "Taints:             node.kubernetes.io/unreachable:NoExecute" in out
+    assert "node.kubernetes.io/unreachable:NoSchedule" in out
+    assert kubectl("get", "node", name).out.splitlines()[1].split()[1] == "NotReady"
+    kubectl("delete", "node", name)

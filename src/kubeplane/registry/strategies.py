@@ -344,14 +344,36 @@ class NamespaceStrategy(Strategy):
         return {"phase": "Active"}
 
 
+_NODE_INFO_KEYS = ("architecture", "bootID", "containerRuntimeVersion", "kernelVersion", "kubeProxyVersion",
+                   "kubeletVersion", "machineID", "operatingSystem", "osImage", "systemUUID")
+
+
 class NodeStrategy(Strategy):
     tracks_generation = False
 
     def default(self, obj: Obj) -> None:
-        # SetDefaults_NodeStatus: allocatable is the capacity unless given.
+        # The value structs a Node always has upstream (a registered node that
+        # never reported still shows them, empty).
+        if obj.get("spec") is None:
+            obj["spec"] = {}
         status = obj.get("status")
-        if isinstance(status, dict) and status.get("allocatable") is None \
-                and isinstance(status.get("capacity"), dict):
+        if status is None:
+            status = obj["status"] = {}
+        if not isinstance(status, dict):
+            return
+        endpoints = status.get("daemonEndpoints")
+        if endpoints is None:
+            endpoints = status["daemonEndpoints"] = {}
+        if isinstance(endpoints, dict) and endpoints.get("kubeletEndpoint") is None:
+            endpoints["kubeletEndpoint"] = {"Port": 0}
+        info = status.get("nodeInfo")
+        if info is None:
+            info = status["nodeInfo"] = {}
+        if isinstance(info, dict):
+            for key in _NODE_INFO_KEYS:
+                info.setdefault(key, "")
+        # SetDefaults_NodeStatus: allocatable is the capacity unless given.
+        if status.get("allocatable") is None and isinstance(status.get("capacity"), dict):
             status["allocatable"] = dict(status["capacity"])
 
     def prepare_for_create(self, obj: Obj) -> None:
