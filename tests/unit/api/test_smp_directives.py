@@ -149,3 +149,52 @@ def test_atomic_lists_are_replaced_even_with_directives_inside():
     obj = {"spec": {"template": {"spec": {"tolerations": [{"key": "a"}, {"key": "b"}]}}}}
     out = smp({"spec": {"template": {"spec": {"tolerations": [{"key": "c"}]}}}}, obj=obj)
     assert tmpl(out)["tolerations"] == [{"key": "c"}]
+
+
+# Ordering cases of the kind upstream's strategicpatch tests check (the live
+# list, the patch kubectl computes, the merged list), on a merge list of
+# primitives (finalizers) and a merge list keyed by name (containers).
+PRIMITIVE_ORDER_CASES = [
+    (["a", "b", "d"], {"$setElementOrder/finalizers": ["a", "b", "c"], "finalizers": ["c"]}, ["a", "b", "c", "d"]),
+    (["a", "d", "b"], {"$setElementOrder/finalizers": ["c", "a", "b"], "finalizers": ["c"]}, ["c", "a", "d", "b"]),
+    (["a", "b", "c"], {"$setElementOrder/finalizers": ["b", "a"], "$deleteFromPrimitiveList/finalizers": ["c"]},
+     ["b", "a"]),
+    (["a", "b", "c"], {"$setElementOrder/finalizers": ["d", "b", "a"], "finalizers": ["d"],
+                       "$deleteFromPrimitiveList/finalizers": ["c"]}, ["d", "b", "a"]),
+    (["a", "b", "z", "c", "d"], {"$setElementOrder/finalizers": ["b", "a", "d", "c"]}, ["b", "a", "z", "d", "c"]),
+]
+
+
+@pytest.mark.parametrize("live,patch,merged", PRIMITIVE_ORDER_CASES)
+def test_order_of_merged_primitive_lists(live, patch, merged):
+    out = strategic_merge_patch({"metadata": {"finalizers": live}}, {"metadata": patch}, "", "Pod")
+    assert out["metadata"]["finalizers"] == merged
+
+
+def named(*items):
+    return [{"name": i} if isinstance(i, str) else {"name": i[0], "image": i[1]} for i in items]
+
+
+KEYED_ORDER_CASES = [
+    (named("a", ("b", "x")), {"$setElementOrder/containers": named("c", "a", "b"), "containers": named(("c", "y"))},
+     named(("c", "y"), "a", ("b", "x"))),
+    (named("a", "b"), {"$setElementOrder/containers": named("a", "d", "b", "c"),
+                       "containers": named(("d", "4"), ("c", "3"))},
+     named("a", ("d", "4"), "b", ("c", "3"))),
+    (named("a", "b", "c"), {"$setElementOrder/containers": named("b", "a"),
+                            "containers": [{"name": "c", "$patch": "delete"}]}, named("b", "a")),
+    (named("a", "b", "c"), {"$setElementOrder/containers": named("d", "b", "a"),
+                            "containers": [{"name": "d", "image": "4"}, {"name": "c", "$patch": "delete"}]},
+     named(("d", "4"), "b", "a")),
+    (named("a", "b", "g", "i", "h", "c", "d"), {"$setElementOrder/containers": named("b", "a", "d", "c")},
+     named("b", "a", "g", "i", "h", "d", "c")),
+    (named("a", ("b", "x"), "c"), {"$setElementOrder/containers": named("b", "c", "a"),
+                                   "containers": named(("c", "z"))},
+     named(("b", "x"), ("c", "z"), "a")),
+]
+
+
+@pytest.mark.parametrize("live,patch,merged", KEYED_ORDER_CASES)
+def test_order_of_merged_keyed_lists(live, patch, merged):
+    out = strategic_merge_patch({"spec": {"containers": live}}, {"spec": patch}, "", "Pod")
+    assert out["spec"]["containers"] == merged
