@@ -313,6 +313,8 @@ class Registry:
             gen = md["generateName"]
             if isinstance(gen, str):
                 md["name"] = gen[: max(0, 63 - 5)] + random_suffix()
+        # Set before the strategy runs: a Job's generated selector names it.
+        md["uid"] = new_uid()
         strategy.prepare_for_create(obj)
         strategy.default(obj)
         await self._admit_create(res, obj)
@@ -323,7 +325,6 @@ class Registry:
         self._validate(res, obj, None)
         if res.namespaced:
             await self._check_namespace_usable(res, md["namespace"])
-        md["uid"] = new_uid()
         if _track_fields and field_manager is not None:
             self._track_managed_fields(res, None, obj, field_manager)
         key = res.storage_key(md["name"], md.get("namespace"))

@@ -418,7 +418,50 @@ class ReplicaSetStrategy(Strategy):
         return {"replicas": 0}
 
 
+JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
+CONTROLLER_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
+
+
 class JobStrategy(Strategy):
+    def prepare_for_create(self, obj: Obj) -> None:
+        super().prepare_for_create(obj)
+        spec = obj.get("spec")
+        if isinstance(spec, dict) and spec.get("manualSelector") is not True:
+            self._generate_selector(obj, spec)
+
+    @staticmethod
+    def _generate_selector(obj: Obj, spec: Obj) -> None:
+        """Upstream's generateSelector: the pods carry the job's name and uid
+        as labels and the selector picks the uid (labels the user set are
+        kept; a mismatch is for validation to find)."""
+        md = obj.get("metadata") or {}
+        template = spec.get("template")
+        if not isinstance(template, dict):
+            return
+        tmd = template.get("metadata")
+        if tmd is None:
+            tmd = template["metadata"] = {}
+        if not isinstance(tmd, dict):
+            return
+        labels = tmd.get("labels")
+        if labels is None:
+            labels = tmd["labels"] = {}
+        if not isinstance(labels, dict):
+            return
+        for key in JOB_NAME_LABELS:
+            labels.setdefault(key, md.get("name", ""))
+        for key in CONTROLLER_UID_LABELS:
+            labels.setdefault(key, md.get("uid", ""))
+        selector = spec.get("selector")
+        if selector is None:
+            selector = spec["selector"] = {}
+        if isinstance(selector, dict):
+            match = selector.get("matchLabels")
+            if match is None:
+                match = selector["matchLabels"] = {}
+            if isinstance(match, dict):
+                match.setdefault("batch.kubernetes.io/controller-uid", md.get("uid", ""))
+
     def default(self, obj: Obj) -> None:
         spec = obj.get("spec")
         if not isinstance(spec, dict):

@@ -171,3 +171,35 @@ def test_volume_and_node_defaults():
     assert node["status"]["allocatable"] == {"cpu": "4", "pods": "110"}
     node = defaulted("Node", {"status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "3"}}})
     assert node["status"]["allocatable"] == {"cpu": "3"}
+
+
+async def test_job_selector_and_labels_are_generated_from_name_and_uid():
+    from kubeplane.api.resources import CATALOGUE
+    from kubeplane.apiserver.app import ensure_default_namespaces
+    from kubeplane.registry.registry import Registry
+    from kubeplane.storage.memory import MemoryStore
+
+    store = MemoryStore(history=50)
+    registry = Registry(store, CATALOGUE)
+    await ensure_default_namespaces(registry)
+    try:
+        job = await registry.create(resource("Job", "batch"), {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "pi"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                           "containers": [container()]}}}}, "default")
+        uid = job["metadata"]["uid"]
+        generated = {"job-name": "pi", "batch.kubernetes.io/job-name": "pi",
+                     "controller-uid": uid, "batch.kubernetes.io/controller-uid": uid}
+        assert job["spec"]["template"]["metadata"]["labels"] == generated
+        assert job["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+        assert job["metadata"]["labels"] == generated
+        manual = await registry.create(resource("Job", "batch"), {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "m"},
+            "spec": {"manualSelector": True, "selector": {"matchLabels": {"app": "m"}},
+                     "template": {"metadata": {"labels": {"app": "m"}},
+                                  "spec": {"restartPolicy": "Never", "containers": [container()]}}}}, "default")
+        assert manual["spec"]["selector"] == {"matchLabels": {"app": "m"}}
+        assert manual["spec"]["template"]["metadata"]["labels"] == {"app": "m"}
+    finally:
+        await registry.close()
+        await store.close()
