@@ -139,3 +139,18 @@ async def test_unchecked_or_odd_patch_bodies_are_pruned_in_the_result(http):
                            "application/strategic-merge-patch+json")
     assert resp.status == 200 and "$odd" not in out and out["data"]["c"] == "3"
     assert "$odd" not in await stored(http, CMS + "/q1")
+
+
+async def test_free_form_values_are_kept(http):
+    # Opaque driver parameters (RawExtension) hold anything; so does FieldsV1.
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "rc"},
+             "spec": {"devices": {
+                 "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}],
+                 "config": [{"requests": ["gpu"], "opaque": {"driver": "gpu.example.com",
+                                                             "parameters": {"anything": {"goes": [1, 2]}}}}]}}}
+    resp, out = await send(http, "POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", claim)
+    assert resp.status == 201, out
+    assert warnings(resp) == []
+    assert out["spec"]["devices"]["config"][0]["opaque"]["parameters"] == {"anything": {"goes": [1, 2]}}
+    _, obj = await send(http, "POST", CMS, cm("mf"), fieldManager="me")
+    assert obj["metadata"]["managedFields"][0]["fieldsV1"] == {"f:data": {".": {}, "f:a": {}}}
