@@ -626,9 +626,31 @@ def default_claim_spec(spec: Obj) -> None:
 
 
 def _default_device_request(r: Obj) -> None:
-    r.setdefault("allocationMode", "ExactCount")
-    if r["allocationMode"] == "ExactCount":
-        r.setdefault("count", 1)
+    """SetDefaults_ExactDeviceRequest / _DeviceSubRequest, and the +default of
+    each toleration's operator."""
+    if not r.get("allocationMode"):
+        r["allocationMode"] = "ExactCount"
+    if r["allocationMode"] == "ExactCount" and not r.get("count"):
+        r["count"] = 1
+    for tol in r.get("tolerations") or []:
+        if isinstance(tol, dict) and not tol.get("operator"):
+            tol["operator"] = "Equal"
+
+
+class ResourceSliceStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        # SetDefaults_DeviceTaint: a taint is added now unless it says when.
+        spec = obj.get("spec")
+        devices = spec.get("devices") if isinstance(spec, dict) else None
+        stamp = None
+        for device in devices if isinstance(devices, list) else []:
+            for taint in (device.get("taints") or []) if isinstance(device, dict) else []:
+                if isinstance(taint, dict) and taint.get("timeAdded") is None:
+                    if stamp is None:
+                        from kubeplane.api.meta import format_time, utcnow
+
+                        stamp = format_time(utcnow())
+                    taint["timeAdded"] = stamp
 
 
 class ResourceClaimTemplateStrategy(Strategy):
@@ -661,6 +683,7 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("batch", "jobs"): JobStrategy,
     ("scheduling.k8s.io", "priorityclasses"): PriorityClassStrategy,
     ("resource.k8s.io", "resourceclaims"): ResourceClaimStrategy,
+    ("resource.k8s.io", "resourceslices"): ResourceSliceStrategy,
     ("resource.k8s.io", "resourceclaimtemplates"): ResourceClaimTemplateStrategy,
 }
 

@@ -203,3 +203,20 @@ async def test_job_selector_and_labels_are_generated_from_name_and_uid():
     finally:
         await registry.close()
         await store.close()
+
+
+def test_dynamic_resource_defaults():
+    claim = defaulted("ResourceClaim", {"spec": {"devices": {"requests": [
+        {"name": "a", "exactly": {"deviceClassName": "c", "count": 0, "tolerations": [{"key": "k"}]}},
+        {"name": "b", "firstAvailable": [{"name": "s", "deviceClassName": "c", "allocationMode": "All"}]},
+    ]}}}, "resource.k8s.io")
+    a, b = claim["spec"]["devices"]["requests"]
+    assert a["exactly"] == {"deviceClassName": "c", "allocationMode": "ExactCount", "count": 1,
+                            "tolerations": [{"key": "k", "operator": "Equal"}]}
+    assert b["firstAvailable"][0] == {"name": "s", "deviceClassName": "c", "allocationMode": "All"}
+    s = defaulted("ResourceSlice", {"spec": {"devices": [
+        {"name": "d0", "taints": [{"key": "k", "effect": "NoSchedule"},
+                                  {"key": "j", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}]}]}},
+                  "resource.k8s.io")
+    taints = s["spec"]["devices"][0]["taints"]
+    assert taints[0]["timeAdded"].endswith("Z") and taints[1]["timeAdded"] == "2026-01-01T00:00:00Z"
