@@ -29,6 +29,7 @@ def build_controllers(client: Client, factory: SharedInformerFactory, opts: Cont
     """Every controller kubeplane ships, sharing one informer factory."""
     from kubeplane.controllers.deployment import DeploymentController
     from kubeplane.controllers.garbagecollector import GarbageCollector
+    from kubeplane.controllers.nodelifecycle import NodeLifecycleController
     from kubeplane.controllers.pv.binder import PersistentVolumeController
     from kubeplane.controllers.pv.provisioner import LocalProvisioner
     from kubeplane.controllers.replicaset import ReplicaSetController
@@ -41,6 +42,7 @@ def build_controllers(client: Client, factory: SharedInformerFactory, opts: Cont
         ReplicaSetController(client, factory),
         DeploymentController(client, factory),
         GarbageCollector(client, factory),
+        NodeLifecycleController(client, factory),
     ]
 
 

@@ -93,7 +93,9 @@ def test_smp_merges_containers_by_name_and_env_by_name():
         {"name": "new", "image": "redis"},
     ]}})
     cs = out["spec"]["containers"]
-    assert [c["name"] for c in cs] == ["c", "side", "new"]
+    # Items the patch names come first, in the patch's order; "side" (only on the
+    # server) goes after them as it is not before any of them on the server.
+    assert [c["name"] for c in cs] == ["c", "new", "side"]
     assert cs[0]["image"] == "nginx:2" and cs[0]["args"] == ["a", "b"]
     assert cs[0]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "3"}, {"name": "C", "value": "4"}]
 
@@ -119,7 +121,8 @@ def test_smp_kubectl_apply_delete_and_set_element_order():
 def test_smp_replace_directives_and_primitive_lists():
     out = smp({"metadata": {"finalizers": ["y/g"], "labels": {"$patch": "replace", "z": "9"}},
                "spec": {"containers": [{"$patch": "replace"}, {"name": "only", "image": "i"}]}})
-    assert out["metadata"]["finalizers"] == ["x/f", "y/g"]
+    # A merged primitive list puts the patch's items first.
+    assert out["metadata"]["finalizers"] == ["y/g", "x/f"]
     assert out["metadata"]["labels"] == {"z": "9"}
     assert out["spec"]["containers"] == [{"name": "only", "image": "i"}]
     out = smp({"metadata": {"$deleteFromPrimitiveList/finalizers": ["x/f"]}})
@@ -132,7 +135,7 @@ def test_smp_retain_keys_clears_other_fields():
     assert out["spec"]["volumes"] == [{"name": "v", "hostPath": {"path": "/d"}}]
     with pytest.raises(StatusError) as exc:
         smp({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name"], "hostPath": {"path": "/d"}}]}})
-    assert exc.value.code == 422
+    assert exc.value.code == 400 and exc.value.message == "invalid patch format of retainKeys"
 
 
 def test_smp_errors():
@@ -140,8 +143,10 @@ def test_smp_errors():
         smp({"spec": {"containers": [{"image": "no-name"}]}})
     assert exc.value.code == 400 and "merge key: name" in exc.value.message
     with pytest.raises(StatusError) as exc:
-        smp({"metadata": {"$deleteFromPrimitiveList/finalizers": "x"}})
+        smp({"metadata": {"$deleteFromPrimitiveListfinalizers": ["x"]}})
     assert exc.value.message == "invalid patch format of primitive list"
+    # A deletion list that is not a list does not match the field's type: ignored.
+    assert smp({"metadata": {"$deleteFromPrimitiveList/finalizers": "x"}})["metadata"]["finalizers"] == ["x/f"]
     with pytest.raises(StatusError) as exc:
         strategic_merge_patch({}, {"spec": {}}, "example.com", "Widget")
     assert exc.value.code == 415 and exc.value.reason == "UnsupportedMediaType"
@@ -157,7 +162,7 @@ def test_smp_pod_template_in_deployment_and_conditions():
         "spec": {"template": {"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 81}]}]}}},
         "status": {"conditions": [{"type": "Available", "status": "True"}]},
     }, "apps", "Deployment")
-    assert out["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"containerPort": 80}, {"containerPort": 81}]
+    assert out["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"containerPort": 81}, {"containerPort": 80}]
     assert out["status"]["conditions"] == [{"type": "Available", "status": "True"},
                                            {"type": "Progressing", "status": "True"}]
 

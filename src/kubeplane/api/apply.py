@@ -40,6 +40,10 @@ __all__ = [
 
 PathT = tuple[str, ...]
 BEFORE_FIRST_APPLY = "before-first-apply"
+#: kubectl's field manager for server-side apply; only it upgrades ownership
+#: from client-side apply (as upstream).
+KUBECTL_MANAGER = "kubectl"
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 
 # Never tracked: identity and system metadata (as upstream strips them).
 _STRIPPED_EXACT: frozenset[PathT] = frozenset({("f:apiVersion",), ("f:kind",), ("f:metadata",)})
@@ -674,6 +678,12 @@ def apply(
     added, modified, removed = _compare(base, merged, schema, sub)
     changed = added | modified
     conflicts = [(m, p) for m in others for p in sorted(m.fields & changed)]
+    if conflicts and not force and manager == KUBECTL_MANAGER:
+        # kubectl switching from client-side to server-side apply: fields its
+        # last-applied annotation still describes truly are kubectl's, so
+        # conflicts on them do not count (upstream's lastAppliedManager).
+        allowed = _last_applied_fields(live, schema, api_version)
+        conflicts = [(m, p) for m, p in conflicts if p not in allowed]
     if conflicts and not force:
         raise _conflict_error(conflicts)
     for m in others:
@@ -683,7 +693,53 @@ def apply(
         me.time = previous.time
     result = _with_managed(merged, [me, *others] if previous is None else
                            [me if m is previous else m for m in managers])
+    if manager == KUBECTL_MANAGER:
+        _update_last_applied(result, applied)
     return result
+
+
+def _last_applied_fields(live: dict | None, schema: _Schema, api_version: str) -> set[PathT]:
+    """The fields of ``live``'s last-applied configuration whose values the live
+    object still has (none without a usable annotation of the same version)."""
+    annotations = ((live or {}).get("metadata") or {}).get("annotations")
+    text = annotations.get(LAST_APPLIED_ANNOTATION) if isinstance(annotations, dict) else None
+    if not isinstance(text, str) or not text:
+        return set()
+    try:
+        last = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return set()
+    if not isinstance(last, dict) or last.get("apiVersion") != api_version:
+        return set()
+    try:
+        fields = {p for p in _applied_set(last, schema) if not _ignored(p, "")}
+        added, modified, removed = _compare(last, _without_managed(live), schema, "")
+    except (StatusError, TypeError, AttributeError):
+        return set()
+    return fields - added - modified - removed
+
+
+def _update_last_applied(result: dict, applied: dict) -> None:
+    """Keep an existing last-applied annotation in step with what kubectl
+    applies server-side, so a later client-side apply diffs against it
+    (upstream's lastAppliedUpdater)."""
+    annotations = (result.get("metadata") or {}).get("annotations")
+    if not isinstance(annotations, dict) or not annotations.get(LAST_APPLIED_ANNOTATION):
+        return
+    config = deep_copy(applied)
+    meta = config.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict):
+        meta["annotations"].pop(LAST_APPLIED_ANNOTATION, None)
+    annotations[LAST_APPLIED_ANNOTATION] = _go_json(config) + "\n"
+
+
+def _go_json(value: Any) -> str:
+    """JSON as Go's encoding/json writes a map: sorted keys, HTML-escaped."""
+    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    for ch, esc in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"),
+                    ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return text
 
 
 def _owned_fields_v1(obj: dict, schema: _Schema, subresource: str) -> dict[str, Any]:

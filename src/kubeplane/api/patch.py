@@ -25,6 +25,7 @@ __all__ = [
     "ListStrategy",
     "LIST_STRATEGIES",
     "ATOMIC_MAPS",
+    "RETAIN_KEYS_MAPS",
     "BUILTIN_KINDS",
     "PATCH_MEDIA_TYPES",
     "SMP_UNSUPPORTED_MEDIA_TYPES",
@@ -192,6 +193,12 @@ _META: dict[Path, ListStrategy] = _object_meta(("metadata",))
 for _table in LIST_STRATEGIES.values():
     _table.update(_META)
 del _table
+
+# Maps whose strategic-merge patchStrategy is "retainKeys" (a patch clears the
+# fields it does not list); lists with it are marked in their ListStrategy.
+RETAIN_KEYS_MAPS: dict[tuple[str, str], frozenset[Path]] = {
+    ("apps", "Deployment"): frozenset({("spec", "strategy")}),
+}
 
 # Maps apply replaces as a whole (``+structType=atomic``, e.g. LabelSelector).
 # Strategic merge patch ignores this marker and merges them like any map.
@@ -436,17 +443,91 @@ def merge_patch(obj: dict, patch: Any) -> dict:
 
 _DIRECTIVE = "$patch"
 _RETAIN_KEYS = "$retainKeys"
-_DELETE_PRIMITIVE = "$deleteFromPrimitiveList/"
-_SET_ORDER = "$setElementOrder/"
+_DELETE_PRIMITIVE_PREFIX = "$deleteFromPrimitiveList"
+_SET_ORDER_PREFIX = "$setElementOrder"
 
 _ERR_PRIMITIVE_LIST = "invalid patch format of primitive list"
 _ERR_RETAIN_KEYS = "invalid patch format of retainKeys"
 _ERR_SET_ORDER = "invalid patch format of setElementOrder list"
-_ERR_RETAIN_MISMATCH = "patch content doesn't match retainKeys list"
+_ERR_LIST_OF_LISTS = "lists of lists are not supported"
+
+
+def _directive_key(key: str, prefix: str, error: str) -> str:
+    """The list name after ``prefix/`` in a parallel-list directive key."""
+    head, sep, name = key.partition("/")
+    if not sep or head != prefix:
+        raise errors.bad_request(error)
+    return name
+
+
+def _kind_of(value: Any) -> str:
+    """The JSON type of a value as the merge compares it (numbers are one type)."""
+    if isinstance(value, dict):
+        return "map"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if value is None:
+        return "null"
+    return "string"
+
+
+def _element_kind(*lists: list) -> str | None:
+    """The one element type of ``lists`` (``None`` when all are empty)."""
+    kind: str | None = None
+    for items in lists:
+        for item in items:
+            k = _kind_of(item)
+            if kind is None:
+                if k == "list":
+                    raise StatusError(422, "Invalid", _ERR_LIST_OF_LISTS)
+                kind = k
+            elif k != kind:
+                raise errors.bad_request(f"list element types are not identical: {_show(list(lists))}")
+    return kind
+
+
+def _remove_directives(value: Any) -> tuple[Any, bool]:
+    """A patch value placed where the original has nothing (or a value of another
+    type): maps carrying ``$patch`` are dropped, other directive keys removed."""
+    if isinstance(value, dict):
+        if _DIRECTIVE in value:
+            return None, False
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if k == _RETAIN_KEYS or k.startswith((_SET_ORDER_PREFIX + "/", _DELETE_PRIMITIVE_PREFIX + "/")):
+                continue
+            cleaned, keep = _remove_directives(v)
+            if keep:
+                out[k] = cleaned
+        return out, True
+    if isinstance(value, list):
+        res = []
+        for v in value:
+            cleaned, keep = _remove_directives(v)
+            if keep:
+                res.append(cleaned)
+        return res, True
+    return value, True
+
+
+def _key_of(item: Any, key: str) -> Any:
+    if not isinstance(item, dict) or key not in item:
+        raise errors.bad_request(f"map: {_show(item)} does not contain declared merge key: {key}")
+    return _hashable(item[key])
 
 
 @dataclass
 class _Smp:
+    """Applies a strategic merge patch the way apimachinery's strategicpatch
+    package does on the server (parallel lists merged, unmatched nulls
+    ignored), with list strategies and merge keys from :data:`LIST_STRATEGIES`.
+
+    Works on copies: ``original`` arguments are never modified."""
+
     group: str
     kind: str
     tables: dict[Path, ListStrategy] = field(default_factory=dict)
@@ -457,138 +538,247 @@ class _Smp:
     # -- maps -------------------------------------------------------------
 
     def merge_map(self, original: dict, patch: dict, path: Path) -> dict:
-        directive = patch.get(_DIRECTIVE)
-        if directive is not None:
+        if _DIRECTIVE in patch:
+            directive = patch[_DIRECTIVE]
             if directive == "replace":
                 rest = {k: v for k, v in patch.items() if k != _DIRECTIVE}
-                return self.merge_map({}, rest, path)
+                return self._fresh(rest, path)
             if directive == "delete":
                 return {}
-            if directive != "merge":
-                raise errors.bad_request(f"unknown patch type: {directive} in map: {_show(patch)}")
+            raise errors.bad_request(f"unknown patch type: {_go(directive)} in map: {_show(patch)}")
         result = dict(original)
-        if _RETAIN_KEYS in patch:
-            retain = patch[_RETAIN_KEYS]
-            if not isinstance(retain, list):
-                raise errors.bad_request(_ERR_RETAIN_KEYS)
-            keep = set(k for k in retain if isinstance(k, str))
-            for key, value in patch.items():
-                if value is None or key.startswith(("$",)):
-                    continue
-                if key not in keep:
-                    raise StatusError(422, "Invalid", _PATCH_REJECTED)
-            result = {k: v for k, v in result.items() if k in keep}
-        orders: list[tuple[str, list]] = []
-        for key, value in patch.items():
-            if key in (_DIRECTIVE, _RETAIN_KEYS):
-                continue
-            if key.startswith(_SET_ORDER):
-                if not isinstance(value, list):
-                    raise errors.bad_request(_ERR_SET_ORDER)
-                orders.append((key[len(_SET_ORDER):], value))
-                continue
-            if key.startswith(_DELETE_PRIMITIVE):
-                name = key[len(_DELETE_PRIMITIVE):]
-                if not isinstance(value, list):
-                    raise errors.bad_request(_ERR_PRIMITIVE_LIST)
-                current = result.get(name)
-                if isinstance(current, list):
-                    result[name] = [x for x in current if not any(json_equal(x, d) for d in value)]
-                continue
-            if key.startswith("$"):
-                continue
-            child = path + (key,)
+        pending = dict(patch)
+        if _RETAIN_KEYS in pending:
+            self._retain_keys(result, pending)
+        self._set_element_orders(result, pending, path)
+        for key, value in pending.items():
+            delete_list = False
+            if key.startswith(_DELETE_PRIMITIVE_PREFIX):
+                key = _directive_key(key, _DELETE_PRIMITIVE_PREFIX, _ERR_PRIMITIVE_LIST)
+                delete_list = True
             if value is None:
                 result.pop(key, None)
-            elif isinstance(value, dict):
-                base = result.get(key)
-                result[key] = self.merge_map(base if isinstance(base, dict) else {}, value, child)
+                continue
+            if key not in result or _kind_of(result[key]) != _kind_of(value):
+                if not delete_list:
+                    cleaned, keep = _remove_directives(value)
+                    if keep:
+                        result[key] = deep_copy(cleaned)
+                    else:
+                        result.pop(key, None)
+                continue
+            child = path + (key,)
+            current = result[key]
+            if isinstance(value, dict):
+                result[key] = self.merge_map(current, value, child)
             elif isinstance(value, list):
-                base = result.get(key)
-                result[key] = self.merge_list(base if isinstance(base, list) else [], value, child)
+                result[key] = self.merge_list_field(current, value, child, delete_list)
             else:
                 result[key] = deep_copy(value)
-        for name, order in orders:
-            current = result.get(name)
-            if isinstance(current, list):
-                result[name] = self.reorder(current, order, path + (name,))
         return result
+
+    @staticmethod
+    def _retain_keys(result: dict, pending: dict) -> None:
+        """``$retainKeys``: every field the patch sets must be listed; fields of
+        the original that are not listed are cleared."""
+        retain = pending.pop(_RETAIN_KEYS)
+        if not isinstance(retain, list):
+            raise errors.bad_request(_ERR_RETAIN_KEYS)
+        keep = {_hashable(k) for k in retain}
+        for key, value in pending.items():
+            if value is None or key.startswith((_DELETE_PRIMITIVE_PREFIX, _SET_ORDER_PREFIX)):
+                continue
+            if key not in keep:
+                raise errors.bad_request(_ERR_RETAIN_KEYS)
+        for key in [k for k in result if k not in keep]:
+            del result[key]
+
+    def _set_element_orders(self, result: dict, pending: dict, path: Path) -> None:
+        """``$setElementOrder/<list>``: merge that list now and give its items the
+        order listed; items only the server has keep their relative places."""
+        for directive in [k for k in pending if k.startswith(_SET_ORDER_PREFIX)]:
+            order = pending.pop(directive)
+            name = _directive_key(directive, _SET_ORDER_PREFIX, _ERR_SET_ORDER)
+            if not isinstance(order, list):
+                raise errors.bad_request(_ERR_SET_ORDER)
+            child = path + (name,)
+            strategy = self.strategy(child)
+            key = strategy.smp_key if strategy.smp_merge else None
+            found_original = name in result
+            found_patch = name in pending
+            original = result.get(name)
+            patch_list = pending.get(name)
+            if found_original and not isinstance(original, list):
+                raise errors.bad_request(_ERR_SET_ORDER)
+            if found_patch and not isinstance(patch_list, list):
+                raise errors.bad_request(_ERR_SET_ORDER)
+            original = original if found_original else []
+            patch_list = patch_list if found_patch else []
+            if found_patch:
+                self._check_order(patch_list, order, key)
+            if found_original and found_patch:
+                merged = self.merge_list_field(original, patch_list, child, False)
+            elif found_patch:
+                merged = _remove_directives(patch_list)[0]
+            elif found_original:
+                merged = original
+            else:
+                continue
+            pending.pop(name, None)
+            kind = _element_kind(original, patch_list)
+            if kind is None:
+                result[name] = merged
+                continue
+            key = key if kind == "map" else None
+            wanted = {self._ident(o, key) for o in order}
+            patch_items = [m for m in merged if self._ident(m, key) in wanted]
+            server_only = [m for m in merged if self._ident(m, key) not in wanted]
+            result[name] = self._normalize(patch_items, server_only, order, original, key)
+
+    def _check_order(self, patch_list: list, order: list, key: str | None) -> None:
+        """The items of the patch list must appear in ``order`` in the same
+        relative order (deletions and directive items aside)."""
+        if not order or not patch_list:
+            return
+        items = patch_list
+        if key is not None:
+            if not all(isinstance(i, dict) for i in patch_list):
+                raise errors.bad_request(_ERR_SET_ORDER)
+            items = [i for i in patch_list if i.get(_DIRECTIVE) != "delete"]
+        pi = oi = 0
+        while pi < len(items) and oi < len(order):
+            if isinstance(items[pi], dict) and _DIRECTIVE in items[pi]:
+                pi += 1
+                continue
+            if self._ident(items[pi], key) == self._ident(order[oi], key):
+                pi += 1
+            oi += 1
+        if pi < len(items):
+            raise errors.bad_request(
+                f"The order in patch list:\n{_show(patch_list)}\n doesn't match "
+                f"{_SET_ORDER_PREFIX} list:\n{_show(order)}\n")
 
     # -- lists ------------------------------------------------------------
 
-    def merge_list(self, original: list, patch: list, path: Path) -> list:
+    def merge_list_field(self, original: list, patch: list, path: Path, delete_list: bool) -> list:
+        """A list present on both sides: merged when the field's strategy says
+        so, replaced by the patch otherwise."""
         strategy = self.strategy(path)
-        replace = [i for i in patch if isinstance(i, dict) and i.get(_DIRECTIVE) == "replace"]
-        if replace:
-            rest = [i for i in patch if not (isinstance(i, dict) and i.get(_DIRECTIVE) == "replace")]
-            return [self._fresh(i, path + ("*",)) for i in rest]
         if not strategy.smp_merge:
-            return [self._fresh(i, path + ("*",)) for i in patch]
-        if strategy.smp_key is None:
-            if any(isinstance(i, (dict, list)) for i in patch):
-                if any(isinstance(i, list) for i in patch):
-                    raise StatusError(422, "Invalid", _PATCH_REJECTED)
-                return [self._fresh(i, path + ("*",)) for i in patch]
-            merged = list(original)
-            for item in patch:
-                if not any(json_equal(item, x) for x in merged):
+            return _remove_directives(patch)[0]
+        return self.merge_list(original, patch, path, delete_list)
+
+    def merge_list(self, original: list, patch: list, path: Path, delete_list: bool = False) -> list:
+        if not original and not patch:
+            return []
+        kind = _element_kind(original, patch)
+        strategy = self.strategy(path)
+        if kind != "map":
+            if delete_list:
+                gone = {_hashable(d) for d in patch}
+                return [deep_copy(x) for x in original if _hashable(x) not in gone]
+            merged: list = []
+            seen: set = set()
+            for item in [*original, *patch]:
+                h = _hashable(item)
+                if h not in seen:
+                    seen.add(h)
                     merged.append(deep_copy(item))
-            return merged
+            wanted = {_hashable(p) for p in patch}
+            patch_items = [m for m in merged if _hashable(m) in wanted]
+            server_only = [m for m in merged if _hashable(m) not in wanted]
+            return self._normalize(patch_items, server_only, patch, original, None)
         key = strategy.smp_key
-        merged = [deep_copy(i) for i in original]
+        if key is None:
+            raise errors.bad_request("cannot merge lists without merge key for type map")
+        base = list(original)
+        rest: list[dict] = []
+        replace = False
         for item in patch:
-            if not isinstance(item, dict):
-                if isinstance(item, list):
-                    raise StatusError(422, "Invalid", _PATCH_REJECTED)
-                raise errors.bad_request(_ERR_PRIMITIVE_LIST)
-            if key not in item:
-                raise errors.bad_request(
-                    f"map: {_show(item)} does not contain declared merge key: {key}")
-            directive = item.get(_DIRECTIVE)
-            if directive == "delete":
-                merged = [m for m in merged
-                          if not (isinstance(m, dict) and json_equal(m.get(key), item[key]))]
+            if _DIRECTIVE not in item:
+                rest.append(item)
                 continue
-            if directive not in (None, "merge"):
-                raise errors.bad_request(f"unknown patch type: {directive} in map: {_show(item)}")
-            body = {k: v for k, v in item.items() if k != _DIRECTIVE}
+            directive = item[_DIRECTIVE]
+            if directive == "delete":
+                target = _key_of(item, key)
+                base = [b for b in base if not (isinstance(b, dict) and key in b
+                                                and _hashable(b[key]) == target)]
+            elif directive == "replace":
+                replace = True
+            elif directive == "merge":
+                raise errors.bad_request("merging lists cannot yet be specified in the patch")
+            else:
+                raise errors.bad_request(f"unknown patch type: {_go(directive)} in map: {_show(item)}")
+        if replace:
+            return [_remove_directives(i)[0] for i in rest]
+        merged = [deep_copy(b) for b in base]
+        for item in rest:
+            ident = _key_of(item, key)
             for idx, existing in enumerate(merged):
-                if isinstance(existing, dict) and json_equal(existing.get(key), item[key]):
-                    merged[idx] = self.merge_map(existing, body, path + ("*",))
+                if isinstance(existing, dict) and key in existing and _hashable(existing[key]) == ident:
+                    merged[idx] = self.merge_map(existing, item, path + ("*",))
                     break
             else:
-                merged.append(self.merge_map({}, body, path + ("*",)))
-        return merged
+                merged.append(self._fresh(item, path + ("*",)))
+        wanted = {_key_of(p, key) for p in rest}
+        patch_items = [m for m in merged if _key_of(m, key) in wanted]
+        server_only = [m for m in merged if _key_of(m, key) not in wanted]
+        return self._normalize(patch_items, server_only, rest, base, key)
 
     def _fresh(self, value: Any, path: Path) -> Any:
-        """A patch value placed where nothing was: directives still apply."""
+        """A patch map placed where nothing was: its directives still apply."""
         if isinstance(value, dict):
             return self.merge_map({}, value, path)
         return deep_copy(value)
 
-    def reorder(self, items: list, order: list, path: Path) -> list:
-        """Apply ``$setElementOrder``: listed items take the given order in the
-        slots they occupy; items the patch does not mention keep their slots."""
-        strategy = self.strategy(path)
-        key = strategy.smp_key
-
-        def ident(item: Any) -> Any:
-            if key is not None:
-                return _hashable(item.get(key)) if isinstance(item, dict) else None
+    @staticmethod
+    def _ident(item: Any, key: str | None) -> Any:
+        if key is None:
             return _hashable(item)
+        return _key_of(item, key)
 
-        wanted: list[Any] = []
-        for entry in order:
-            if key is not None:
-                if not isinstance(entry, dict) or key not in entry:
-                    raise errors.bad_request(_ERR_SET_ORDER)
-                wanted.append(_hashable(entry[key]))
+    def _normalize(self, patch_items: list, server_only: list, patch_order: list,
+                   server_order: list, key: str | None) -> list:
+        """Patch items in the patch's order, server-only items in the server's,
+        interleaved by where the server had them (apimachinery's
+        normalizeElementOrder and mergeSortedSlice)."""
+        def rank(order: list) -> dict[Any, int]:
+            out: dict[Any, int] = {}
+            for i, o in enumerate(order):
+                out.setdefault(self._ident(o, key), i)
+            return out
+
+        p_rank = rank(patch_order)
+        s_rank = rank(server_order)
+        patch_sorted = self._sort(patch_items, p_rank, key)
+        server_sorted = self._sort(server_only, s_rank, key)
+        out: list = []
+        i = j = 0
+        while i < len(server_sorted) or j < len(patch_sorted):
+            if i >= len(server_sorted):
+                out.append(patch_sorted[j])
+                j += 1
+            elif j >= len(patch_sorted):
+                out.append(server_sorted[i])
+                i += 1
             else:
-                wanted.append(_hashable(entry))
-        rank = {w: i for i, w in enumerate(wanted)}
-        ordered = sorted((i for i in items if ident(i) in rank), key=lambda i: rank[ident(i)])
-        it = iter(ordered)
-        return [next(it) if ident(i) in rank else i for i in items]
+                li = s_rank.get(self._ident(server_sorted[i], key))
+                ri = s_rank.get(self._ident(patch_sorted[j], key))
+                if li is not None and ri is not None and li < ri:
+                    out.append(server_sorted[i])
+                    i += 1
+                else:
+                    out.append(patch_sorted[j])
+                    j += 1
+        return out
+
+    def _sort(self, items: list, ranks: dict[Any, int], key: str | None) -> list:
+        keep = [i for i in items if not (isinstance(i, dict) and i.get(_DIRECTIVE) == "delete")]
+        deleted = [i for i in items if isinstance(i, dict) and i.get(_DIRECTIVE) == "delete"]
+        known = [i for i in keep if self._ident(i, key) in ranks]
+        unknown = [i for i in keep if self._ident(i, key) not in ranks]
+        known.sort(key=lambda i: ranks[self._ident(i, key)])
+        return known + unknown + deleted
 
 
 def _hashable(value: Any) -> Any:
@@ -599,6 +789,10 @@ def _hashable(value: Any) -> Any:
     if isinstance(value, bool):
         return ("bool", value)
     return value
+
+
+def _go(value: Any) -> str:
+    return value if isinstance(value, str) else _show(value)
 
 
 def _show(value: Any) -> str:

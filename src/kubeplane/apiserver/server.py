@@ -23,6 +23,7 @@ from aiohttp import web
 from kubeplane import __version__
 from kubeplane.api import errors
 from kubeplane.api.errors import StatusError
+from kubeplane.api.meta import deep_copy
 from kubeplane.api.resources import Catalogue, ResourceInfo
 from kubeplane.apiserver import codec, discovery
 from kubeplane.apiserver.serving import InflightLimiter, ServingLimits, deadline_middleware
@@ -456,15 +457,33 @@ class APIHandler:
                                  content_type=TABLE_CONTENT_TYPE)
         return json_response(result)
 
-    def _check_fields(self, request: web.Request, res: ResourceInfo, obj: Any, default: str = "Warn") -> list[str]:
+    def _check_fields(self, request: web.Request, res: ResourceInfo, obj: Any, default: str = "Warn", *,
+                      prune: bool = False) -> list[str]:
+        """Warnings for ``obj`` under the request's fieldValidation (Strict raises);
+        with ``prune`` the unknown fields are dropped from ``obj`` in place."""
         from kubeplane.apiserver import openapi
 
         mode = _field_validation(request.query, default)
         if not isinstance(obj, dict):
             raise errors.bad_request(f"{res.kind} in version \"{res.version}\" cannot be handled as a {res.kind}: "
                                      "the body must be a JSON object")
-        problems = openapi.check_fields(obj, res.group, res.version, res.kind)
+        problems = openapi.check_fields(obj, res.group, res.version, res.kind, prune=prune)
         return openapi.enforce(problems, mode, kind=res.kind, version=res.version)
+
+    def _checked_body(self, request: web.Request, res: ResourceInfo, obj: Any) -> tuple[list[str], Any, bool]:
+        """(warnings, object, owned) for a create or update body: unknown fields
+        of a built-in kind are dropped, as decoding into upstream's typed
+        objects drops them. A tree that may share containers (YAML aliases) is
+        copied before anything is dropped from it."""
+        owned = codec.fresh_tree(request.headers.get("Content-Type"))
+        if owned or not isinstance(obj, dict):
+            return self._check_fields(request, res, obj, prune=True), obj, owned
+        warnings = self._check_fields(request, res, obj)
+        if any(w.startswith('unknown field "') for w in warnings) or _field_validation(request.query) == "Ignore":
+            obj = deep_copy(obj)
+            self._check_fields(request, res, obj, prune=True)
+            owned = True
+        return warnings, obj, owned
 
     async def create(self, request: web.Request, t: Target) -> web.Response:
         body = await self.read_body(request)
@@ -479,10 +498,10 @@ class APIHandler:
                 if other is None:
                     raise errors.bad_request(
                         f"no kind \"{obj.get('kind')}\" is registered for version \"{obj.get('apiVersion')}\"")
-        warnings = self._check_fields(request, t.res, obj)
+        warnings, obj, owned = self._checked_body(request, t.res, obj)
         created = await self.registry.create(t.res, obj, t.namespace, dry_run=_dry_run(q),
                                              field_manager=q.get("fieldManager") or _manager_from_agent(request),
-                                             owned=codec.fresh_tree(request.headers.get("Content-Type")))
+                                             owned=owned)
         return self._respond_object(request, t.res, created, 201, warnings)
 
     async def update(self, request: web.Request, t: Target) -> web.Response:
@@ -492,11 +511,11 @@ class APIHandler:
         if isinstance(obj, dict) and t.subresource is None:
             obj.setdefault("apiVersion", t.res.api_version)
             obj.setdefault("kind", t.res.kind)
-        warnings = self._check_fields(request, t.res, obj)
+        warnings, obj, owned = self._checked_body(request, t.res, obj)
         updated = await self.registry.update(
             t.res, obj, name=t.name, namespace=t.namespace, subresource=t.subresource, dry_run=_dry_run(q),
             field_manager=q.get("fieldManager") or _manager_from_agent(request),
-            owned=codec.fresh_tree(request.headers.get("Content-Type")),
+            owned=owned,
         )
         return self._respond_object(request, t.res, updated, 200, warnings)
 
@@ -506,8 +525,8 @@ class APIHandler:
         q = request.query
         force = _bool_param(q, "force")
         warnings: list[str] = []
+        mode = _field_validation(q, "Warn")
         if kind == "apply" or (kind in ("merge", "strategic") and isinstance(patch, dict)):
-            mode = _field_validation(q, "Warn")
             if mode != "Ignore" and isinstance(patch, dict):
                 probe = dict(patch)
                 probe.setdefault("apiVersion", t.res.api_version)
@@ -515,11 +534,34 @@ class APIHandler:
                 if kind == "strategic":
                     probe = _strip_directives(probe)
                 warnings = self._check_fields(request, t.res, probe)
+        prune: Any = None
+        # A merge or strategic patch adds to the stored object (pruned when it
+        # was written) only what its body holds, so the result needs pruning
+        # only if the body had unknown fields or was not checked.
+        body_clean = (kind in ("merge", "strategic") and mode != "Ignore"
+                      and not any(w.startswith('unknown field "') for w in warnings)
+                      and not (kind == "strategic" and _odd_directives(patch)))
+        if kind == "apply":
+            if isinstance(patch, dict):
+                # Unknown fields of an applied configuration are neither stored nor owned.
+                patch = deep_copy(patch)
+                self._check_fields(request, t.res, patch, "Ignore", prune=True)
+        elif not body_clean:
+            result_warnings: list[str] = []
+
+            def prune(new: Obj) -> None:
+                # The patched object is decoded as a whole upstream: what it
+                # holds that the schema does not know is dropped too.
+                problems = self._check_fields(request, t.res, new, "Ignore" if kind != "json" else mode,
+                                              prune=True)
+                result_warnings[:] = problems
         obj, created = await self.registry.patch(
             t.res, t.name, patch, t.namespace, patch_type=kind, subresource=t.subresource,
             dry_run=_dry_run(q), field_manager=q.get("fieldManager") or _manager_from_agent(request),
-            force=force,
+            force=force, prune=prune,
         )
+        if prune is not None and kind == "json":
+            warnings = result_warnings
         return self._respond_object(request, t.res, obj, 201 if created else 200, warnings)
 
     async def _delete_options(self, request: web.Request) -> Obj:
@@ -805,6 +847,21 @@ def _include_object(request: web.Request) -> str:
     if include not in ("None", "Metadata", "Object"):
         raise errors.bad_request(f'includeObject: Unsupported value: "{include}"')
     return include
+
+
+def _odd_directives(obj: Any) -> bool:
+    """Whether a strategic merge patch holds ``$`` keys that are no directive
+    (the merge keeps them as fields; the body check does not see them)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k.startswith("$") and k not in ("$patch", "$retainKeys") and not k.startswith(
+                    ("$setElementOrder/", "$deleteFromPrimitiveList/")):
+                return True
+            if isinstance(v, (dict, list)) and _odd_directives(v):
+                return True
+    elif isinstance(obj, list):
+        return any(isinstance(v, (dict, list)) and _odd_directives(v) for v in obj)
+    return False
 
 
 def _strip_directives(obj: Any) -> Any:

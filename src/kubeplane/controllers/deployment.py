@@ -16,8 +16,10 @@ Pod template hash: upstream hashes the Go struct dump of the template
 (go-spew) with FNV-32a. That dump cannot be reproduced outside Go, so
 :func:`compute_hash` applies the same FNV-32a (plus the little-endian
 collisionCount suffix) and the same ``SafeEncodeString`` alphabet to the
-template's canonical JSON. Names have the upstream shape but differ from the
-ones a real cluster would pick for the same template.
+template's canonical JSON, in a normalised form (:func:`normalized_template`)
+so that templates upstream considers equal hash equally. Names have the
+upstream shape but differ from the ones a real cluster would pick for the
+same template.
 """
 
 from __future__ import annotations
@@ -101,9 +103,55 @@ def safe_encode_string(s: str) -> str:
     return "".join(_SAFE_ALPHABET[ord(c) % len(_SAFE_ALPHABET)] for c in s)
 
 
+# Map fields of a pod template that Go omits when empty (omitempty maps): an
+# empty one equals an absent one. Other empty objects (emptyDir: {},
+# securityContext: {}) are pointers to structs and mean something.
+_OMITTED_EMPTY_MAPS = frozenset({
+    "labels", "annotations", "nodeSelector", "limits", "requests", "overhead", "matchLabels",
+})
+
+
+def _typed_equal_form(value: Any, key: str = "") -> tuple[Any, bool]:
+    """The value as a decode into upstream's typed objects and back would give
+    it: nulls, empty lists and empty omitempty maps dropped. Returns
+    ``(value, keep)``."""
+    if value is None:
+        return None, False
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            v2, keep = _typed_equal_form(v, k)
+            if keep:
+                out[k] = v2
+        return out, bool(out) or key not in _OMITTED_EMPTY_MAPS
+    if isinstance(value, list):
+        items = [_typed_equal_form(v)[0] for v in value]
+        return items, bool(items)
+    return value, True
+
+
+def normalized_template(template: Obj | None) -> Obj:
+    """A pod template in the form two equal templates share: what kubectl's
+    ``rollout undo`` patch adds (``metadata.creationTimestamp: null``, empty
+    maps and lists) removed and the API server's defaults filled in, so that a
+    template written back from an older ReplicaSet hashes and compares equal
+    to it (upstream hashes and compares the decoded Go structs)."""
+    from kubeplane.registry.strategies import default_pod_spec
+
+    out, _ = _typed_equal_form(template or {})
+    if not isinstance(out, dict):
+        return {}
+    spec = out.get("spec")
+    if isinstance(spec, dict):
+        default_pod_spec(spec)
+    if out.get("metadata") == {}:
+        del out["metadata"]
+    return out
+
+
 def compute_hash(template: Obj, collision_count: int | None = None) -> str:
     """``pod-template-hash`` of a pod template (see the module docstring)."""
-    data = orjson.dumps(template, option=orjson.OPT_SORT_KEYS)
+    data = orjson.dumps(normalized_template(template), option=orjson.OPT_SORT_KEYS)
     h = fnv32a(data)
     if collision_count is not None:
         h = fnv32a(struct.pack("<I", collision_count & 0xFFFFFFFF) + b"\0\0\0\0", h)
@@ -111,8 +159,9 @@ def compute_hash(template: Obj, collision_count: int | None = None) -> str:
 
 
 def equal_ignore_hash(a: Obj | None, b: Obj | None) -> bool:
-    """Two pod templates are equal apart from the pod-template-hash label."""
-    a1, b1 = deep_copy(a or {}), deep_copy(b or {})
+    """Two pod templates are equal apart from the pod-template-hash label
+    (compared in their :func:`normalized_template` form)."""
+    a1, b1 = normalized_template(a), normalized_template(b)
     for t in (a1, b1):
         labels = (t.get("metadata") or {}).get("labels")
         if labels is not None:

@@ -358,6 +358,8 @@ class Registry:
             gen = md["generateName"]
             if isinstance(gen, str):
                 md["name"] = gen[: max(0, 63 - 5)] + random_suffix()
+        # Set before the strategy runs: a Job's generated selector names it.
+        md["uid"] = new_uid()
         strategy.prepare_for_create(obj)
         strategy.default(obj)
         await self._admit_create(res, obj)
@@ -368,7 +370,6 @@ class Registry:
         self._validate(res, obj, None)
         if res.namespaced:
             await self._check_namespace_usable(res, md["namespace"], md.get("name") or "")
-        md["uid"] = new_uid()
         if _track_fields and field_manager is not None:
             self._track_managed_fields(res, None, obj, field_manager)
         key = res.storage_key(md["name"], md.get("namespace"))
@@ -626,8 +627,11 @@ class Registry:
         dry_run: bool = False,
         field_manager: str | None = None,
         force: bool | None = None,
+        prune: Callable[[Obj], None] | None = None,
     ) -> tuple[Obj, bool]:
-        """Returns ``(object, created)``; only server-side apply can create."""
+        """Returns ``(object, created)``; only server-side apply can create.
+        ``prune`` (not for apply) edits the patched object in place before it is
+        stored (the API server drops unknown fields with it)."""
         from kubeplane.api import patch as patching
 
         key = self._key(res, name, namespace)
@@ -657,6 +661,8 @@ class Registry:
             if not isinstance(new, dict):
                 raise errors.bad_request("the patch did not produce an object")
             new = deep_copy(new) if new is current else new
+            if prune is not None:
+                prune(new)
             if subresource is None:
                 self._check_type_meta(res, new)
             md = self._check_metadata_shape(new)

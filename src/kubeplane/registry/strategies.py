@@ -81,51 +81,172 @@ class Strategy:
         return False
 
 
+def image_pull_policy(image: str) -> str:
+    """``Always`` for an image whose tag is ``latest`` (also when it names no tag
+    and no digest), ``IfNotPresent`` otherwise (upstream's ParseImageName rules)."""
+    if not image:
+        return "IfNotPresent"
+    name, _, digest = image.partition("@")
+    last = name.rsplit("/", 1)[-1]
+    tag = last.rsplit(":", 1)[1] if ":" in last else ""
+    if not tag and not digest:
+        tag = "latest"
+    return "Always" if tag == "latest" else "IfNotPresent"
+
+
+def _default_field_ref(holder: Any) -> None:
+    """``fieldRef.apiVersion`` defaults to ``v1`` (ObjectFieldSelector)."""
+    if isinstance(holder, dict):
+        ref = holder.get("fieldRef")
+        if isinstance(ref, dict) and not ref.get("apiVersion"):
+            ref["apiVersion"] = "v1"
+
+
+def _default_http_get(handler: Any) -> None:
+    """HTTPGetAction: path ``/``, scheme ``HTTP``; GRPCAction: service ``""``."""
+    if not isinstance(handler, dict):
+        return
+    get = handler.get("httpGet")
+    if isinstance(get, dict):
+        if not get.get("path"):
+            get["path"] = "/"
+        if not get.get("scheme"):
+            get["scheme"] = "HTTP"
+    grpc = handler.get("grpc")
+    if isinstance(grpc, dict) and grpc.get("service") is None:
+        grpc["service"] = ""
+
+
+def _default_probe(probe: Any) -> None:
+    if not isinstance(probe, dict):
+        return
+    for name, value in (("timeoutSeconds", 1), ("periodSeconds", 10), ("successThreshold", 1),
+                        ("failureThreshold", 3)):
+        if not probe.get(name):
+            probe[name] = value
+    _default_http_get(probe)
+
+
 def _default_container(c: Obj) -> None:
-    image = c.get("image") or ""
-    if "imagePullPolicy" not in c and image:
-        last = image.rsplit("/", 1)[-1]
-        tag = ""
-        if "@" not in last and ":" in last:
-            tag = last.rsplit(":", 1)[1]
-        c["imagePullPolicy"] = "Always" if (tag in ("", "latest") and "@" not in last) else "IfNotPresent"
-    c.setdefault("terminationMessagePath", "/dev/termination-log")
-    c.setdefault("terminationMessagePolicy", "File")
+    """SetDefaults_Container and the defaults of what a container holds."""
+    if not c.get("imagePullPolicy"):
+        image = c.get("image")
+        c["imagePullPolicy"] = image_pull_policy(image if isinstance(image, str) else "")
+    if not c.get("terminationMessagePath"):
+        c["terminationMessagePath"] = "/dev/termination-log"
+    if not c.get("terminationMessagePolicy"):
+        c["terminationMessagePolicy"] = "File"
     c.setdefault("resources", {})
     for p in c.get("ports") or []:
-        if isinstance(p, dict):
-            p.setdefault("protocol", "TCP")
+        if isinstance(p, dict) and not p.get("protocol"):
+            p["protocol"] = "TCP"
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-        pr = c.get(probe)
-        if isinstance(pr, dict):
-            pr.setdefault("timeoutSeconds", 1)
-            pr.setdefault("periodSeconds", 10)
-            pr.setdefault("successThreshold", 1)
-            pr.setdefault("failureThreshold", 3)
-    # Upstream defaults limits into requests when only limits are given.
-    res = c.get("resources")
-    if isinstance(res, dict) and isinstance(res.get("limits"), dict):
-        req = res.setdefault("requests", {})
-        if isinstance(req, dict):
-            for k, v in res["limits"].items():
-                req.setdefault(k, v)
+        _default_probe(c.get(probe))
+    lifecycle = c.get("lifecycle")
+    if isinstance(lifecycle, dict):
+        _default_http_get(lifecycle.get("postStart"))
+        _default_http_get(lifecycle.get("preStop"))
+    for env in c.get("env") or []:
+        if isinstance(env, dict):
+            _default_field_ref(env.get("valueFrom"))
+
+
+_VOLUME_MODE_DEFAULT = 0o644  # secret, configMap, downwardAPI and projected volumes
+
+# Declarative (+default) values of volume sources, shared by pod volumes and
+# persistent volume sources of the same name.
+_SOURCE_DEFAULTS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "hostPath": (("type", ""),),
+    "iscsi": (("iscsiInterface", "default"),),
+    "rbd": (("pool", "rbd"), ("user", "admin"), ("keyring", "/etc/ceph/keyring")),
+    "scaleIO": (("storageMode", "ThinProvisioned"), ("fsType", "xfs")),
+    "azureDisk": (("cachingMode", "ReadWrite"), ("fsType", "ext4"), ("readOnly", False), ("kind", "Shared")),
+}
+
+
+def default_volume_sources(holder: Obj) -> None:
+    """Defaults inside the volume sources of a pod volume or a PV spec."""
+    for name, defaults in _SOURCE_DEFAULTS.items():
+        src = holder.get(name)
+        if isinstance(src, dict):
+            for key, value in defaults:
+                if src.get(key) is None or (isinstance(value, str) and value and src.get(key) == ""):
+                    src[key] = value
+    for name in ("secret", "configMap", "downwardAPI", "projected"):
+        src = holder.get(name)
+        if isinstance(src, dict) and src.get("defaultMode") is None:
+            src["defaultMode"] = _VOLUME_MODE_DEFAULT
+    downward = holder.get("downwardAPI")
+    if isinstance(downward, dict):
+        for item in downward.get("items") or []:
+            _default_field_ref(item)
+    projected = holder.get("projected")
+    if isinstance(projected, dict):
+        for source in projected.get("sources") or []:
+            if not isinstance(source, dict):
+                continue
+            token = source.get("serviceAccountToken")
+            if isinstance(token, dict) and token.get("expirationSeconds") is None:
+                token["expirationSeconds"] = 3600
+            downward = source.get("downwardAPI")
+            if isinstance(downward, dict):
+                for item in downward.get("items") or []:
+                    _default_field_ref(item)
+    ephemeral = holder.get("ephemeral")
+    if isinstance(ephemeral, dict):
+        template = ephemeral.get("volumeClaimTemplate")
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+            template["spec"].setdefault("volumeMode", "Filesystem")
 
 
 def default_pod_spec(spec: Obj) -> None:
+    """SetDefaults_PodSpec and what it holds: applies to pods and pod templates."""
     if not isinstance(spec, dict):
         return
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec.setdefault("dnsPolicy", "ClusterFirst")
-    spec.setdefault("securityContext", {})
-    spec.setdefault("schedulerName", "default-scheduler")
+    if not spec.get("restartPolicy"):
+        spec["restartPolicy"] = "Always"
+    if spec.get("terminationGracePeriodSeconds") is None:
+        spec["terminationGracePeriodSeconds"] = 30
+    if not spec.get("dnsPolicy"):
+        spec["dnsPolicy"] = "ClusterFirst"
+    if spec.get("securityContext") is None:
+        spec["securityContext"] = {}
+    if not spec.get("schedulerName"):
+        spec["schedulerName"] = "default-scheduler"
     for field in ("containers", "initContainers", "ephemeralContainers"):
         for c in spec.get(field) or []:
             if isinstance(c, dict):
                 _default_container(c)
     for v in spec.get("volumes") or []:
-        if isinstance(v, dict) and len(v) == 1 and "name" in v:
+        if not isinstance(v, dict):
+            continue
+        if all(k == "name" or v[k] is None for k in v):
             v["emptyDir"] = {}
+        default_volume_sources(v)
+
+
+def _default_pod_only(spec: Obj) -> None:
+    """SetDefaults_Pod: what only a Pod gets, not a pod template."""
+    for field in ("containers", "initContainers"):
+        for c in spec.get(field) or []:
+            res = c.get("resources") if isinstance(c, dict) else None
+            # Requests default to the limits given.
+            if isinstance(res, dict) and isinstance(res.get("limits"), dict):
+                req = res.get("requests")
+                if req is None:
+                    req = res["requests"] = {}
+                if isinstance(req, dict):
+                    for k, v in res["limits"].items():
+                        req.setdefault(k, v)
+    if spec.get("enableServiceLinks") is None:
+        spec["enableServiceLinks"] = True
+    if spec.get("hostNetwork") is True:
+        # With host networking every container port is a host port.
+        for field in ("containers", "initContainers"):
+            for c in spec.get(field) or []:
+                for p in (c.get("ports") or []) if isinstance(c, dict) else []:
+                    if isinstance(p, dict) and not p.get("hostPort") and "containerPort" in p:
+                        p["hostPort"] = p["containerPort"]
 
 
 def _positive_quantities(resources: Any) -> dict[str, Fraction]:
@@ -181,7 +302,7 @@ class PodStrategy(Strategy):
         if not isinstance(spec, dict):
             return
         default_pod_spec(spec)
-        spec.setdefault("enableServiceLinks", True)
+        _default_pod_only(spec)
         spec.setdefault("priority", 0)
         # DefaultTolerationSeconds admission: tolerate a not-ready or
         # unreachable node for five minutes before eviction.
@@ -223,8 +344,37 @@ class NamespaceStrategy(Strategy):
         return {"phase": "Active"}
 
 
+_NODE_INFO_KEYS = ("architecture", "bootID", "containerRuntimeVersion", "kernelVersion", "kubeProxyVersion",
+                   "kubeletVersion", "machineID", "operatingSystem", "osImage", "systemUUID")
+
+
 class NodeStrategy(Strategy):
     tracks_generation = False
+
+    def default(self, obj: Obj) -> None:
+        # The value structs a Node always has upstream (a registered node that
+        # never reported still shows them, empty).
+        if obj.get("spec") is None:
+            obj["spec"] = {}
+        status = obj.get("status")
+        if status is None:
+            status = obj["status"] = {}
+        if not isinstance(status, dict):
+            return
+        endpoints = status.get("daemonEndpoints")
+        if endpoints is None:
+            endpoints = status["daemonEndpoints"] = {}
+        if isinstance(endpoints, dict) and endpoints.get("kubeletEndpoint") is None:
+            endpoints["kubeletEndpoint"] = {"Port": 0}
+        info = status.get("nodeInfo")
+        if info is None:
+            info = status["nodeInfo"] = {}
+        if isinstance(info, dict):
+            for key in _NODE_INFO_KEYS:
+                info.setdefault(key, "")
+        # SetDefaults_NodeStatus: allocatable is the capacity unless given.
+        if status.get("allocatable") is None and isinstance(status.get("capacity"), dict):
+            status["allocatable"] = dict(status["capacity"])
 
     def prepare_for_create(self, obj: Obj) -> None:
         """Kubelets register a Node with its status in one request: keep it."""
@@ -268,17 +418,78 @@ class ReplicaSetStrategy(Strategy):
         return {"replicas": 0}
 
 
+JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
+CONTROLLER_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
+
+
 class JobStrategy(Strategy):
+    def prepare_for_create(self, obj: Obj) -> None:
+        super().prepare_for_create(obj)
+        spec = obj.get("spec")
+        if isinstance(spec, dict) and spec.get("manualSelector") is not True:
+            self._generate_selector(obj, spec)
+
+    @staticmethod
+    def _generate_selector(obj: Obj, spec: Obj) -> None:
+        """Upstream's generateSelector: the pods carry the job's name and uid
+        as labels and the selector picks the uid (labels the user set are
+        kept; a mismatch is for validation to find)."""
+        md = obj.get("metadata") or {}
+        template = spec.get("template")
+        if not isinstance(template, dict):
+            return
+        tmd = template.get("metadata")
+        if tmd is None:
+            tmd = template["metadata"] = {}
+        if not isinstance(tmd, dict):
+            return
+        labels = tmd.get("labels")
+        if labels is None:
+            labels = tmd["labels"] = {}
+        if not isinstance(labels, dict):
+            return
+        for key in JOB_NAME_LABELS:
+            labels.setdefault(key, md.get("name", ""))
+        for key in CONTROLLER_UID_LABELS:
+            labels.setdefault(key, md.get("uid", ""))
+        selector = spec.get("selector")
+        if selector is None:
+            selector = spec["selector"] = {}
+        if isinstance(selector, dict):
+            match = selector.get("matchLabels")
+            if match is None:
+                match = selector["matchLabels"] = {}
+            if isinstance(match, dict):
+                match.setdefault("batch.kubernetes.io/controller-uid", md.get("uid", ""))
+
     def default(self, obj: Obj) -> None:
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             return
-        spec.setdefault("parallelism", 1)
-        spec.setdefault("completions", 1)
-        spec.setdefault("backoffLimit", 6)
-        spec.setdefault("completionMode", "NonIndexed")
-        spec.setdefault("suspend", False)
-        spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+        # Both unset: a non-parallel job of one completion.
+        if spec.get("completions") is None and spec.get("parallelism") is None:
+            spec["completions"] = 1
+        if spec.get("parallelism") is None:
+            spec["parallelism"] = 1
+        if spec.get("backoffLimit") is None:
+            spec["backoffLimit"] = 2147483647 if spec.get("backoffLimitPerIndex") is not None else 6
+        template = spec.get("template")
+        labels = ((template.get("metadata") or {}) if isinstance(template, dict) else {}).get("labels")
+        md = obj.get("metadata")
+        if isinstance(labels, dict) and isinstance(md, dict) and not md.get("labels"):
+            md["labels"] = dict(labels)
+        if spec.get("completionMode") is None:
+            spec["completionMode"] = "NonIndexed"
+        if spec.get("suspend") is None:
+            spec["suspend"] = False
+        policy = spec.get("podFailurePolicy")
+        if isinstance(policy, dict):
+            for rule in policy.get("rules") or []:
+                for pattern in (rule.get("onPodConditions") or []) if isinstance(rule, dict) else []:
+                    if isinstance(pattern, dict) and not pattern.get("status"):
+                        pattern["status"] = "True"
+        if spec.get("podReplacementPolicy") is None:
+            spec["podReplacementPolicy"] = "Failed" if policy is not None else "TerminatingOrFailed"
         _default_template(spec)
 
 
@@ -291,14 +502,33 @@ class ServiceStrategy(Strategy):
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             return
-        spec.setdefault("type", "ClusterIP")
-        spec.setdefault("sessionAffinity", "None")
-        spec.setdefault("internalTrafficPolicy", "Cluster")
+        # SetDefaults_Service
+        if not spec.get("sessionAffinity"):
+            spec["sessionAffinity"] = "None"
+        if spec["sessionAffinity"] == "None":
+            spec.pop("sessionAffinityConfig", None)
+        elif spec["sessionAffinity"] == "ClientIP":
+            config = spec.get("sessionAffinityConfig")
+            client_ip = config.get("clientIP") if isinstance(config, dict) else None
+            if not isinstance(client_ip, dict) or client_ip.get("timeoutSeconds") is None:
+                spec["sessionAffinityConfig"] = {"clientIP": {"timeoutSeconds": 10800}}
+        if not spec.get("type"):
+            spec["type"] = "ClusterIP"
+        kind = spec["type"]
         for p in spec.get("ports") or []:
             if isinstance(p, dict):
-                p.setdefault("protocol", "TCP")
-                if "port" in p:
-                    p.setdefault("targetPort", p["port"])
+                if not p.get("protocol"):
+                    p["protocol"] = "TCP"
+                if p.get("targetPort") in (None, 0, "") and "port" in p:
+                    p["targetPort"] = p["port"]
+        externally_accessible = kind in ("LoadBalancer", "NodePort") or (
+            kind == "ClusterIP" and bool(spec.get("externalIPs")))
+        if externally_accessible and not spec.get("externalTrafficPolicy"):
+            spec["externalTrafficPolicy"] = "Cluster"
+        if spec.get("internalTrafficPolicy") is None and kind in ("ClusterIP", "NodePort", "LoadBalancer"):
+            spec["internalTrafficPolicy"] = "Cluster"
+        if kind == "LoadBalancer" and spec.get("allocateLoadBalancerNodePorts") is None:
+            spec["allocateLoadBalancerNodePorts"] = True
         if spec["type"] != "ExternalName":
             spec.setdefault("ipFamilies", ["IPv4"])
             spec.setdefault("ipFamilyPolicy", "SingleStack")
@@ -319,8 +549,8 @@ class PVCStrategy(Strategy):
 
     def default(self, obj: Obj) -> None:
         spec = obj.get("spec")
-        if isinstance(spec, dict):
-            spec.setdefault("volumeMode", "Filesystem")
+        if isinstance(spec, dict) and spec.get("volumeMode") is None:
+            spec["volumeMode"] = "Filesystem"
 
     def initial_status(self, obj: Obj) -> Obj:
         return {"phase": "Pending"}
@@ -332,8 +562,11 @@ class PVStrategy(Strategy):
     def default(self, obj: Obj) -> None:
         spec = obj.get("spec")
         if isinstance(spec, dict):
-            spec.setdefault("persistentVolumeReclaimPolicy", "Retain")
-            spec.setdefault("volumeMode", "Filesystem")
+            if not spec.get("persistentVolumeReclaimPolicy"):
+                spec["persistentVolumeReclaimPolicy"] = "Retain"
+            if spec.get("volumeMode") is None:
+                spec["volumeMode"] = "Filesystem"
+            default_volume_sources(spec)
 
     def initial_status(self, obj: Obj) -> Obj:
         return {"phase": "Pending"}
@@ -393,9 +626,31 @@ def default_claim_spec(spec: Obj) -> None:
 
 
 def _default_device_request(r: Obj) -> None:
-    r.setdefault("allocationMode", "ExactCount")
-    if r["allocationMode"] == "ExactCount":
-        r.setdefault("count", 1)
+    """SetDefaults_ExactDeviceRequest / _DeviceSubRequest, and the +default of
+    each toleration's operator."""
+    if not r.get("allocationMode"):
+        r["allocationMode"] = "ExactCount"
+    if r["allocationMode"] == "ExactCount" and not r.get("count"):
+        r["count"] = 1
+    for tol in r.get("tolerations") or []:
+        if isinstance(tol, dict) and not tol.get("operator"):
+            tol["operator"] = "Equal"
+
+
+class ResourceSliceStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        # SetDefaults_DeviceTaint: a taint is added now unless it says when.
+        spec = obj.get("spec")
+        devices = spec.get("devices") if isinstance(spec, dict) else None
+        stamp = None
+        for device in devices if isinstance(devices, list) else []:
+            for taint in (device.get("taints") or []) if isinstance(device, dict) else []:
+                if isinstance(taint, dict) and taint.get("timeAdded") is None:
+                    if stamp is None:
+                        from kubeplane.api.meta import format_time, utcnow
+
+                        stamp = format_time(utcnow())
+                    taint["timeAdded"] = stamp
 
 
 class ResourceClaimTemplateStrategy(Strategy):
@@ -428,6 +683,7 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("batch", "jobs"): JobStrategy,
     ("scheduling.k8s.io", "priorityclasses"): PriorityClassStrategy,
     ("resource.k8s.io", "resourceclaims"): ResourceClaimStrategy,
+    ("resource.k8s.io", "resourceslices"): ResourceSliceStrategy,
     ("resource.k8s.io", "resourceclaimtemplates"): ResourceClaimTemplateStrategy,
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import contextlib
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -338,3 +339,53 @@ def test_hash_helpers() -> None:
     assert compute_hash(t) == compute_hash({"spec": t["spec"], "metadata": t["metadata"]})
     assert compute_hash(t) != compute_hash(t, 1)
     assert set(compute_hash(t)) <= set("bcdfghjklmnpqrstvwxz2456789")
+
+
+def undo_patch(rs: dict, deployment: dict) -> list[dict]:
+    """The JSON patch ``kubectl rollout undo`` sends: the ReplicaSet's template
+    as Go marshals it (without the hash label; ``creationTimestamp: null``,
+    empty omitempty maps and lists as the struct round trip leaves them) and
+    the annotations."""
+    template = copy.deepcopy(rs["spec"]["template"])
+    template["metadata"]["labels"].pop(POD_TEMPLATE_HASH)
+    template["metadata"]["creationTimestamp"] = None
+    template["metadata"]["annotations"] = {}
+    template["spec"]["containers"][0]["args"] = []
+    annotations = {k: v for k, v in (deployment["metadata"].get("annotations") or {}).items()}
+    return [{"op": "replace", "path": "/spec/template", "value": template},
+            {"op": "replace", "path": "/metadata/annotations", "value": annotations}]
+
+
+async def test_rollout_undo_reuses_the_old_replicaset(env: Env) -> None:
+    await env.client.create(DEPLOY, make_deploy("web", 2), NS)
+    await eventually(lambda: env.done("web", 2, "nginx:1"))
+    (rs1,) = await env.rss()
+    await env.client.patch(DEPLOY, "web", {"spec": {"template": {"spec": {"containers": [
+        {"name": "c", "image": "nginx:2"}]}}}}, NS)
+    d = await eventually(lambda: env.done("web", 2, "nginx:2"))
+    assert len(await env.rss()) == 2
+    await env.client.patch(DEPLOY, "web", undo_patch(rs1, d), NS, patch_type="json")
+    d = await eventually(lambda: env.done("web", 2, "nginx:1"))
+    rss = {r["metadata"]["name"]: r for r in await env.rss()}
+    # No third ReplicaSet: the first one is the new one again, as revision 3.
+    assert len(rss) == 2
+    again = rss[rs1["metadata"]["name"]]
+    assert again["spec"]["replicas"] == 2
+    assert again["metadata"]["annotations"][REVISION] == "3"
+    assert again["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"] == "1"
+    assert d["metadata"]["annotations"][REVISION] == "3"
+    assert sorted(r["metadata"]["annotations"][REVISION] for r in rss.values()) == ["2", "3"]
+
+
+def test_equal_templates_hash_equally() -> None:
+    t = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    written_back = {"metadata": {"labels": {"app": "a"}, "creationTimestamp": None, "annotations": {}},
+                    "spec": {"containers": [{"name": "c", "image": "i", "args": [], "env": None,
+                                             "terminationMessagePath": "/dev/termination-log"}],
+                             "restartPolicy": "Always", "nodeSelector": {}}}
+    assert compute_hash(t) == compute_hash(written_back)
+    # A pointer to an empty struct is not the same as no value.
+    with_volume = copy.deepcopy(t)
+    with_volume["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
+    assert compute_hash(with_volume) != compute_hash(t)
+    assert compute_hash(t) != compute_hash({**t, "spec": {"containers": [{"name": "c", "image": "j"}]}})
