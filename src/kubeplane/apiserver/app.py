@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from kubeplane.api.resources import CATALOGUE, Catalogue
+from kubeplane.apiserver.eventttl import DEFAULT_EVENT_TTL, EventExpiry
 from kubeplane.apiserver.server import MAX_BODY_BYTES, build_app
 from kubeplane.registry.registry import Registry
 from kubeplane.storage import open_store
+from kubeplane.storage.memory import DEFAULT_HISTORY_BYTES
 from kubeplane.storage.interface import Store
 
 log = logging.getLogger("kubeplane.apiserver")
@@ -40,6 +42,10 @@ class APIServerConfig:
     max_body: int = MAX_BODY_BYTES
     #: how many revisions of history watches and lists can reach back into
     history_revisions: int = 10_000
+    #: how many bytes of history (estimated from encoded sizes) are kept
+    history_bytes: int = DEFAULT_HISTORY_BYTES
+    #: seconds an Event lives after its last write (0: forever)
+    event_ttl: float = DEFAULT_EVENT_TTL
 
 
 @dataclass
@@ -51,6 +57,7 @@ class APIServer:
     registry: Registry | None = None
     url: str = ""
     _runner: web.AppRunner | None = field(default=None, repr=False)
+    _event_expiry: EventExpiry | None = field(default=None, repr=False)
 
     async def start(self) -> None:
         cfg = self.config
@@ -58,9 +65,12 @@ class APIServer:
         if cfg.storage == "sqlite":
             os.makedirs(cfg.data_dir, exist_ok=True)
         self.store = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
-                                      history=cfg.history_revisions)
+                                      history=cfg.history_revisions, history_bytes=cfg.history_bytes)
         self.registry = Registry(self.store, CATALOGUE)
         await ensure_default_namespaces(self.registry)
+        if cfg.event_ttl > 0:
+            self._event_expiry = EventExpiry(self.store, cfg.event_ttl)
+            self._event_expiry.start()
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
@@ -82,6 +92,9 @@ class APIServer:
         log.info("API server listening on %s (storage %s)", self.url, cfg.storage)
 
     async def stop(self) -> None:
+        if self._event_expiry is not None:
+            await self._event_expiry.stop()
+            self._event_expiry = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -21,8 +21,9 @@ from kubeplane import __version__
 from kubeplane.api import errors
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import Catalogue, ResourceInfo
-from kubeplane.apiserver import codec, discovery
+from kubeplane.apiserver import codec, discovery, health
 from kubeplane.registry.registry import Registry, WatchOptions
+from kubeplane.storage.interface import WriteFailedError
 
 log = logging.getLogger("kubeplane.apiserver")
 
@@ -162,6 +163,10 @@ class APIHandler:
             return status_response(StatusError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason))
         except (asyncio.CancelledError, ConnectionResetError):
             raise
+        except WriteFailedError as exc:
+            # Upstream answers a storage failure as an internal error carrying its text.
+            log.error("storage write failed serving %s %s: %s", request.method, request.path, exc)
+            return status_response(errors.internal(f"Internal error occurred: {exc}"))
         except Exception as exc:  # noqa: BLE001 - the server must survive any input
             log.exception("internal error serving %s %s", request.method, request.path)
             return status_response(errors.internal(f"an error on the server has prevented the request from succeeding: {exc!r}"))
@@ -185,9 +190,6 @@ class APIHandler:
 
     async def version(self, request: web.Request) -> web.Response:
         return json_response(VERSION_INFO)
-
-    async def health(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok", content_type="text/plain")
 
     async def api_root(self, request: web.Request) -> web.Response:
         agg = _wants_aggregated(request)
@@ -560,6 +562,7 @@ class APIHandler:
             send_initial_events=send_initial,
             timeout_seconds=float(timeout) if timeout else None,
             bookmark_interval=self.watch_bookmark_interval,
+            on_overflow=lambda: _close_unresponsive(request),
         )
         table = _wants_table(request)
         batches = self.registry.watch_batches(t.res, t.namespace, opts)
@@ -637,6 +640,17 @@ class APIHandler:
         return orjson.dumps({"type": typ, "object": obj}) + b"\n"
 
 
+def _close_unresponsive(request: web.Request) -> None:
+    """The store dropped a watcher whose backlog passed its bound. If the
+    client is not even reading what was already written, the stream cannot
+    deliver the 410 that makes it relist: close the connection instead, as
+    upstream closes unresponsive watchers (the client re-watches)."""
+    transport = request.transport
+    if transport is not None and transport.get_write_buffer_size() > 0:
+        log.warning("closing the watch %s: the client is not reading its events", request.path_qs)
+        transport.abort()
+
+
 def _strip_directives(obj: Any) -> Any:
     """Drops strategic-merge-patch directives before checking field names."""
     if isinstance(obj, dict):
@@ -661,8 +675,7 @@ def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_B
     app[HANDLER_KEY] = h
     r = app.router
     r.add_get("/version", h.version)
-    for path in ("/healthz", "/livez", "/readyz"):
-        r.add_get(path, h.health)
+    health.add_routes(r, registry.store)
     r.add_get("/api", h.api_root)
     r.add_get("/apis", h.apis_root)
     r.add_get("/openapi/v3", h.openapi_v3_index)

@@ -39,6 +39,45 @@ def _run(main_coro_factory) -> None:
         pass
 
 
+class _ByteSize(click.ParamType):
+    """A byte count: an integer or a quantity such as ``256Mi``."""
+
+    name = "bytes"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        from kubeplane.api.quantity import int_value
+
+        try:
+            n = int_value(str(value))
+        except (ValueError, TypeError, ArithmeticError):
+            self.fail(f"{value!r} is not a byte count (e.g. 268435456 or 256Mi)", param, ctx)
+        if n < 1:
+            self.fail(f"{value!r} must be at least 1 byte", param, ctx)
+        return n
+
+
+class _Duration(click.ParamType):
+    """A Go duration such as ``1h``, ``30m``, ``1h30m`` or ``90s``, in seconds."""
+
+    name = "duration"
+    _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        import re
+
+        text = str(value).strip()
+        parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text)
+        if text == "0":
+            return 0.0
+        if not parts or "".join(n + u for n, u in parts) != text:
+            self.fail(f"{value!r} is not a duration (e.g. 1h, 30m, 1h30m, 90s)", param, ctx)
+        return sum(float(n) * self._UNITS[u] for n, u in parts)
+
+
 _server_options = [
     click.option("--data-dir", default="data", show_default=True, help="Directory for the SQLite database."),
     click.option("--listen", default="127.0.0.1:6443", show_default=True,
@@ -48,6 +87,10 @@ _server_options = [
     click.option("--storage", type=click.Choice(["sqlite", "memory"]), default="sqlite", show_default=True),
     click.option("--history-revisions", type=click.IntRange(min=1), default=10_000, show_default=True,
                  help="Revisions of history kept for watches and consistent lists (older ones answer 410 Gone)."),
+    click.option("--history-bytes", type=_ByteSize(), default="256Mi", show_default=True,
+                 help="Bytes of history (encoded object sizes) kept for watches and consistent lists."),
+    click.option("--event-ttl", type=_Duration(), default="1h", show_default=True,
+                 help="Events are deleted this long after their last write (0: never)."),
     click.option("-v", "--verbose", is_flag=True, help="Debug logging."),
 ]
 
@@ -70,7 +113,7 @@ def main() -> None:
 @main.command()
 @server_options
 def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
-              verbose: bool) -> None:
+              history_bytes: int, event_ttl: float, verbose: bool) -> None:
     """Run the API server alone."""
     from kubeplane.apiserver.app import APIServer, APIServerConfig, parse_listen
 
@@ -80,7 +123,8 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from None
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=kubeconfig,
-                                         history_revisions=history_revisions))
+                                         history_revisions=history_revisions, history_bytes=history_bytes,
+                                         event_ttl=event_ttl))
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
@@ -130,7 +174,7 @@ def _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, z
               help="Run the scheduler, controllers and simulated nodes in a second process, joined to the "
                    "API server by a Unix socket, so that two cores do the work.")
 def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
-       verbose: bool, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
+       history_bytes: int, event_ttl: float, verbose: bool, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
        node_prefix: str, gpus_per_node: int, scheduler_config: str | None, split: bool) -> None:
     """Run a whole cluster: API server, scheduler, controllers, simulated nodes (one process,
     or two with --split)."""
@@ -150,7 +194,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
         kubeconfig = os.path.join(data_dir, "kubeconfig")
     sched_kwargs = _scheduler_kwargs(scheduler_config)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=None,
-                                       history_revisions=history_revisions))
+                                       history_revisions=history_revisions, history_bytes=history_bytes,
+                                       event_ttl=event_ttl))
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
 
     async def go(stop: asyncio.Event) -> None:

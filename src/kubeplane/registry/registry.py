@@ -52,6 +52,8 @@ class WatchOptions:
     send_initial_events: bool | None = None
     timeout_seconds: float | None = None
     bookmark_interval: float = 5.0
+    #: called if the store drops the watcher for not reading its backlog
+    on_overflow: Callable[[], None] | None = None
 
 
 def _status_success(res: ResourceInfo, name: str, uid: str | None) -> Obj:
@@ -980,6 +982,8 @@ class Registry:
         except CompactedError as exc:
             yield [("ERROR", errors.gone(str(exc)).to_status())]
             return
+        if opts.on_overflow is not None and hasattr(stream, "on_overflow"):
+            stream.on_overflow = opts.on_overflow
         loop = asyncio.get_running_loop()
         deadline = loop.time() + opts.timeout_seconds if opts.timeout_seconds else None
         last_rv = start
