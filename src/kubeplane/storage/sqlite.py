@@ -364,7 +364,8 @@ class SQLiteStore(MemoryStore):
                         reports.append((writes, exc, []))
                     else:
                         reports.append((writes, None, sizes))
-                        self._vacuum(conn)
+                        if trim or any(w[0].new is None for w in writes):
+                            self._vacuum(conn)
                 probe_results = [(p, self._probe(conn)) for p in probes]
                 try:
                     for writes_, error, sizes_ in reports:
