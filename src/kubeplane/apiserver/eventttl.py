@@ -67,6 +67,11 @@ class EventExpiry:
         #: total Events deleted (for tests and logs)
         self.expired = 0
 
+    def revision_seen(self, key: str) -> int | None:
+        """The revision of ``key``'s last write this expiry has taken into account."""
+        seen = self._written.get(key)
+        return seen[0] if seen is not None else None
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="event-ttl")
 
