@@ -1,19 +1,20 @@
 """Durable ``Store``: the in-memory core backed by an SQLite file.
 
-Every object lives in memory (reads never touch the disk) and in the
-``objects`` table. Writes are validated and given their revision in order on
+Every object lives in memory (reads never touch the disk) and on disk.
+Writes are validated and given their revision in order on
 the event loop, then handed to one writer thread which commits whatever is
 pending in a single transaction (group commit, ``synchronous=FULL``). Only
 after the commit does a write become visible, in revision order, and its
 caller get an answer: an acknowledged write is on disk.
 
-The ``history`` table keeps every change since the compacted revision, written
-in the same transaction as the objects, so watches and lists at older
-revisions keep working across a restart. A row holds the new version of the
-key (no value for a delete) and the revision of the version it replaced;
-versions at or below the compacted revision stay only while a later change
-still refers to them as its previous state. Compaction trims the table and
-free pages are returned to the file system by incremental vacuum.
+Versions are stored once, as rows of the ``history`` table: one per change
+(the new version of the key, or no value for a delete) with the revision of
+the version it replaced; ``current`` names the live version of each key. So
+the changes since the compacted revision are on disk, written in the same
+transaction as the state they make, and watches and lists at older revisions
+keep working across a restart. Compaction to revision C drops the versions
+replaced at or before C and the deletes at or before C; free pages go back
+to the file system by incremental vacuum.
 
 A failed commit (``database or disk is full``) fails that batch and every
 write staged after it (they were validated against its state), rolls the
@@ -54,18 +55,27 @@ MAX_BATCH = 2_000
 """Most writes committed in one transaction."""
 
 _SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS objects ("
-    " key TEXT PRIMARY KEY, create_rev INTEGER NOT NULL, mod_rev INTEGER NOT NULL, value BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (id INTEGER PRIMARY KEY CHECK (id = 0), revision INTEGER NOT NULL)",
     "INSERT OR IGNORE INTO meta (id, revision) VALUES (0, 1)",
     # op: 0 create, 1 update, 2 delete (value NULL: the deleted object is the row at prev_rev).
     "CREATE TABLE IF NOT EXISTS history ("
     " rev INTEGER PRIMARY KEY, key TEXT NOT NULL, op INTEGER NOT NULL, create_rev INTEGER NOT NULL,"
     " prev_rev INTEGER NOT NULL, value BLOB)",
-    # Rows at or below ``compacted`` are only previous states of later changes.
+    # The live version of every key: the history row at ``rev``.
+    "CREATE TABLE IF NOT EXISTS current (key TEXT PRIMARY KEY, rev INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS history_state (id INTEGER PRIMARY KEY CHECK (id = 0), compacted INTEGER NOT NULL)",
     "INSERT OR IGNORE INTO history_state (id, compacted) SELECT 0, revision FROM meta WHERE id = 0",
     "CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY CHECK (id = 0), data BLOB NOT NULL)",
+)
+
+_MIGRATE_OBJECTS = (
+    # Files written before history was kept hold one row per object in ``objects``;
+    # their history starts at the file's revision.
+    "INSERT OR IGNORE INTO history (rev, key, op, create_rev, prev_rev, value)"
+    " SELECT mod_rev, key, CASE WHEN create_rev = mod_rev THEN 0 ELSE 1 END, create_rev, 0, value FROM objects",
+    "INSERT OR REPLACE INTO current (key, rev) SELECT key, mod_rev FROM objects",
+    "UPDATE history_state SET compacted = (SELECT revision FROM meta WHERE id = 0) WHERE id = 0",
+    "DROP TABLE objects",
 )
 
 _CREATE, _UPDATE, _DELETE = 0, 1, 2
@@ -124,6 +134,15 @@ def _connect(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     for stmt in _SCHEMA:
         conn.execute(stmt)
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'objects'").fetchone():
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for stmt in _MIGRATE_OBJECTS:
+                conn.execute(stmt)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
     return conn
 
 
@@ -134,61 +153,50 @@ def _load(conn: sqlite3.Connection) -> _Loaded:
     """The revision, the objects, the compacted revision and the history after it."""
     (revision,) = conn.execute("SELECT revision FROM meta WHERE id = 0").fetchone()
     revision = int(revision)
-    items = [
-        KeyValue(key, orjson.loads(value), create_rev, mod_rev)
-        for key, create_rev, mod_rev, value in conn.execute(
-            "SELECT key, create_rev, mod_rev, value FROM objects"
-        )
-    ]
     (compacted,) = conn.execute("SELECT compacted FROM history_state WHERE id = 0").fetchone()
-    history = _load_history(conn, int(compacted), revision)
-    if history is None:
-        log.warning("history in the database is incomplete; watches resume from revision %d", revision)
-        return revision, items, revision, []
-    # The current value and its history entry share one dict.
-    latest = {ch.new.key: ch.new for ch, _ in history if ch.new is not None}
-    shared = []
-    for kv in items:
-        same = latest.get(kv.key)
-        shared.append(same if same is not None and same.mod_revision == kv.mod_revision else kv)
-    return revision, shared, int(compacted), history
-
-
-def _load_history(conn: sqlite3.Connection, compacted: int, revision: int) -> list[tuple[Change, int]] | None:
+    compacted = int(compacted)
     versions: dict[int, tuple[KeyValue, int]] = {}
-    out: list[tuple[Change, int]] = []
+    changes: list[tuple[Change, int]] = []
+    broken = False
     expect = compacted + 1
     for rev, key, op, create_rev, prev_rev, blob in conn.execute(
         "SELECT rev, key, op, create_rev, prev_rev, value FROM history ORDER BY rev"
     ):
-        if rev <= compacted:
-            if blob is not None:
-                versions[rev] = (KeyValue(key, orjson.loads(blob), create_rev, rev), len(blob))
+        kv = None
+        if blob is not None:
+            kv = KeyValue(key, orjson.loads(blob), create_rev, rev)
+            versions[rev] = (kv, len(blob))
+        if rev <= compacted or broken:
             continue
         if rev != expect:
-            return None
+            broken = True
+            continue
         expect += 1
-        if op == _CREATE:
-            kv = KeyValue(key, orjson.loads(blob), rev, rev)
-            versions[rev] = (kv, len(blob))
-            out.append((Change(key, kv, None, Event("ADDED", key, kv.value, None, rev), kv), len(key) + len(blob)))
+        size = len(key) + (len(blob) if blob is not None else 0)
+        if op == _CREATE and kv is not None:
+            changes.append((Change(key, kv, None, Event("ADDED", key, kv.value, None, rev), kv), size))
             continue
         found = versions.get(prev_rev)
         if found is None or found[0].key != key:
-            return None
+            broken = True
+            continue
         prev, prev_size = found
-        if op == _UPDATE:
-            kv = KeyValue(key, orjson.loads(blob), create_rev, rev)
-            versions[rev] = (kv, len(blob))
-            ev = Event("MODIFIED", key, kv.value, prev.value, rev)
-            out.append((Change(key, kv, prev, ev, kv), len(key) + len(blob)))
+        if op == _UPDATE and kv is not None:
+            changes.append((Change(key, kv, prev, Event("MODIFIED", key, kv.value, prev.value, rev), kv), size))
         else:
             gone = KeyValue(key, stamp(prev.value, rev), prev.create_revision, rev)
             ev = Event("DELETED", key, gone.value, prev.value, rev)
-            out.append((Change(key, None, prev, ev, gone), len(key) + prev_size))
-    if expect != revision + 1:
-        return None
-    return out
+            changes.append((Change(key, None, prev, ev, gone), len(key) + prev_size))
+    items: list[KeyValue] = []
+    for key, rev in conn.execute("SELECT key, rev FROM current"):
+        found = versions.get(rev)
+        if found is None or found[0].key != key:
+            raise StorageError(f"the database names version {rev} of {key} but does not hold it")
+        items.append(found[0])
+    if broken or expect != revision + 1:
+        log.warning("history in the database is incomplete; watches resume from revision %d", revision)
+        return revision, items, revision, []
+    return revision, items, compacted, changes
 
 
 def _open(path: str) -> tuple[sqlite3.Connection, _Loaded]:
@@ -383,53 +391,45 @@ class SQLiteStore(MemoryStore):
     def _write_batch(self, conn: sqlite3.Connection, changes: list[Change], trim: int) -> list[int]:
         """Commit ``changes`` (and a trim of history to ``trim``) in one transaction;
         returns each change's size estimate."""
-        upserts: list[tuple[Any, ...]] = []
         rows: list[tuple[Any, ...]] = []
         sizes: list[int] = []
+        # The live version of each key once the batch is applied (None: deleted).
+        live: dict[str, int | None] = {}
+        for ch in changes:
+            prev = ch.prev
+            prev_rev = prev.mod_revision if prev is not None else 0
+            key = ch.key
+            if ch.new is None:
+                rows.append((ch.revision, key, _DELETE, ch.result.create_revision, prev_rev, None))
+                live[key] = None
+                # The deleted object stays in history: estimate it once here.
+                sizes.append(len(key) + len(orjson.dumps(ch.event.value)))
+            else:
+                kv = ch.new
+                blob = orjson.dumps(kv.value)
+                rows.append((kv.mod_revision, key, _UPDATE if prev is not None else _CREATE,
+                             kv.create_revision, prev_rev, blob))
+                live[key] = kv.mod_revision
+                sizes.append(len(key) + len(blob))
         disk_compacted = self._disk_compacted
         conn.execute("BEGIN IMMEDIATE")
         try:
-            # A previous version already trimmed from history is kept as a
-            # history row while this change needs it (copied, not re-encoded).
-            bases = [(ch.key, ch.prev.mod_revision) for ch in changes
-                     if ch.prev is not None and ch.prev.mod_revision <= disk_compacted]
-            if bases:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO history (rev, key, op, create_rev, prev_rev, value)"
-                    " SELECT mod_rev, key, 1, create_rev, 0, value FROM objects WHERE key = ? AND mod_rev = ?",
-                    bases,
-                )
-            for ch in changes:
-                prev = ch.prev
-                prev_rev = prev.mod_revision if prev is not None else 0
-                if ch.new is None:
-                    if upserts:
-                        conn.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?)", upserts)
-                        upserts.clear()
-                    conn.execute("DELETE FROM objects WHERE key = ?", (ch.key,))
-                    rows.append((ch.revision, ch.key, _DELETE, ch.result.create_revision, prev_rev, None))
-                    # The deleted object stays in history: estimate it once here.
-                    sizes.append(len(ch.key) + len(orjson.dumps(ch.event.value)))
-                else:
-                    kv = ch.new
-                    blob = orjson.dumps(kv.value)
-                    upserts.append((kv.key, kv.create_revision, kv.mod_revision, blob))
-                    rows.append((kv.mod_revision, kv.key, _UPDATE if prev is not None else _CREATE,
-                                 kv.create_revision, prev_rev, blob))
-                    sizes.append(len(kv.key) + len(blob))
-            if upserts:
-                conn.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?)", upserts)
             if rows:
                 conn.executemany("INSERT INTO history VALUES (?, ?, ?, ?, ?, ?)", rows)
-            if changes:
+                upserts = [(k, r) for k, r in live.items() if r is not None]
+                if upserts:
+                    conn.executemany("INSERT OR REPLACE INTO current VALUES (?, ?)", upserts)
+                if len(upserts) < len(live):
+                    conn.executemany("DELETE FROM current WHERE key = ?", [(k,) for k, r in live.items() if r is None])
                 conn.execute("UPDATE meta SET revision = ? WHERE id = 0", (changes[-1].revision,))
             if trim > disk_compacted:
-                # Keep the versions later changes still name as their previous state.
+                # Versions replaced at or before the compacted revision, then the deletes there.
                 conn.execute(
-                    "DELETE FROM history WHERE rev <= ?1"
-                    " AND rev NOT IN (SELECT prev_rev FROM history WHERE rev > ?1)",
-                    (trim,),
+                    "DELETE FROM history WHERE rev IN (SELECT prev_rev FROM history"
+                    " WHERE rev > ?1 AND rev <= ?2 AND prev_rev > 0)",
+                    (disk_compacted, trim),
                 )
+                conn.execute("DELETE FROM history WHERE rev > ? AND rev <= ? AND op = 2", (disk_compacted, trim))
                 conn.execute("UPDATE history_state SET compacted = ? WHERE id = 0", (trim,))
             conn.execute("COMMIT")
         except BaseException:
@@ -447,8 +447,8 @@ class SQLiteStore(MemoryStore):
             if free < VACUUM_MIN_FREE_PAGES:
                 return
             (pages,) = conn.execute("PRAGMA page_count").fetchone()
-            if free * 8 < pages:
-                return  # under an eighth of the file: reused by the next writes
+            if free * 4 < pages:
+                return  # under a quarter of the file: reused by the next writes
             # executescript steps the pragma to the end (one step frees one page).
             conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_STEP_PAGES})")
             # In WAL mode the file is cut at the checkpoint.

@@ -161,7 +161,7 @@ async def test_history_table_is_trimmed_with_compaction(tmp_path: Path) -> None:
 
     path = str(tmp_path / "db")
     s = await SQLiteStore.open(path, history=20)
-    await s.create(PODS + "old", pod("old"))  # never changes again: its version stays in objects only
+    await s.create(PODS + "old", pod("old"))  # idle for longer than the history: its version stays
     for i in range(300):
         await s.update(PODS + "hot", pod("hot", i=i)) if i else await s.create(PODS + "hot", pod("hot"))
     # A key idle for longer than the history changes: its old version is still reachable.
@@ -202,5 +202,46 @@ async def test_sqlite_file_shrinks_after_mass_deletion(tmp_path: Path) -> None:
         print(f"file size after 3,000 creates of 4 KB: {full} B; after deleting them: {emptied} B")
         assert full > 12_000_000
         assert emptied < full // 5
+    finally:
+        await s.close()
+
+
+async def test_files_from_before_history_are_migrated(tmp_path: Path) -> None:
+    """A file with the older one-table layout opens with its objects and revision;
+    its history starts at that revision and grows from there."""
+    import sqlite3
+
+    import orjson
+
+    path = str(tmp_path / "db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE objects (key TEXT PRIMARY KEY, create_rev INTEGER NOT NULL, "
+                 "mod_rev INTEGER NOT NULL, value BLOB NOT NULL)")
+    conn.execute("CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 0), revision INTEGER NOT NULL)")
+    a = pod("a")
+    a["metadata"]["resourceVersion"] = "3"
+    b = pod("b")
+    b["metadata"]["resourceVersion"] = "4"
+    conn.execute("INSERT INTO objects VALUES (?, 2, 3, ?)", (PODS + "a", orjson.dumps(a)))
+    conn.execute("INSERT INTO objects VALUES (?, 4, 4, ?)", (PODS + "b", orjson.dumps(b)))
+    conn.execute("INSERT INTO meta VALUES (0, 5)")
+    conn.close()
+
+    s = await SQLiteStore.open(path)
+    try:
+        assert s.revision == 5 and s.compacted_revision == 5
+        assert [(kv.key, kv.create_revision, kv.mod_revision) for kv in (await s.list(PODS)).items] == [
+            (PODS + "a", 2, 3), (PODS + "b", 4, 4)]
+        await s.update(PODS + "a", pod("a", v=2))
+        await s.delete(PODS + "b")
+    finally:
+        await s.close()
+    s = await SQLiteStore.open(path)
+    try:
+        events = await drain(s.watch(PODS, 5), 2)
+        assert [(e.type, e.key, e.prev_value["metadata"]["resourceVersion"]) for e in events] == [
+            ("MODIFIED", PODS + "a", "3"), ("DELETED", PODS + "b", "4")]
+        assert [kv.key for kv in (await s.list(PODS, revision=5)).items] == [PODS + "a", PODS + "b"]
     finally:
         await s.close()
