@@ -82,10 +82,11 @@ class EventExpiry:
             self._task = None
 
     async def _run(self) -> None:
-        while True:
+        while not getattr(self.store, "closed", False):
             watch = await self._relist()
             try:
                 await self._follow(watch)
+                return  # the watch ended: the store is closing
             except CompactedError:
                 log.info("event expiry fell behind the history; relisting")
             finally:

@@ -127,3 +127,23 @@ async def test_the_background_loop_sweeps_on_its_interval(tmp_path: Path) -> Non
     finally:
         await expiry.stop()
         await store.close()
+
+
+async def test_expiry_relists_after_falling_behind_and_ends_with_the_store(tmp_path: Path) -> None:
+    # A watch queue of 2 events: a burst of writes drops the expiry's watch and it relists.
+    store = await open_store("memory", str(tmp_path), watch_queue=2)
+    clock = Clock(100.0)
+    expiry = EventExpiry(store, 10, interval=3600, clock=clock)
+    expiry.start()
+    try:
+        await asyncio.sleep(0)
+        kvs = [await store.create(EVENTS + f"e{i}", event(f"e{i}")) for i in range(10)]
+        await until(lambda: all(expiry.revision_seen(kv.key) == kv.mod_revision for kv in kvs))
+        clock.t += 10
+        assert await expiry.sweep() == 10
+    finally:
+        await store.close()
+        task = expiry._task
+        assert task is not None
+        await asyncio.wait_for(asyncio.shield(task), 2)  # the closed store ends the loop
+        await expiry.stop()
