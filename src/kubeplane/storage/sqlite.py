@@ -466,6 +466,10 @@ class SQLiteStore(MemoryStore):
         except BaseException as exc:  # noqa: BLE001 - the probe's outcome is the answer
             _rollback(conn)
             return exc
+        try:
+            conn.execute("DELETE FROM probe")  # the space is the next writes' again
+        except sqlite3.Error:
+            _rollback(conn)
         return None
 
     def _committed(self, batch: list[_Pending], error: BaseException | None, sizes: list[int]) -> None:
