@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Literal
 
 import orjson
-
 from sortedcontainers import SortedList
 
 from kubeplane.storage.interface import (
