@@ -62,7 +62,7 @@ _SCHEMA = (
     " rev INTEGER PRIMARY KEY, key TEXT NOT NULL, op INTEGER NOT NULL, create_rev INTEGER NOT NULL,"
     " prev_rev INTEGER NOT NULL, value BLOB)",
     # The live version of every key: the history row at ``rev``.
-    "CREATE TABLE IF NOT EXISTS current (key TEXT PRIMARY KEY, rev INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS current (key TEXT PRIMARY KEY, rev INTEGER NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS history_state (id INTEGER PRIMARY KEY CHECK (id = 0), compacted INTEGER NOT NULL)",
     "INSERT OR IGNORE INTO history_state (id, compacted) SELECT 0, revision FROM meta WHERE id = 0",
     "CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY CHECK (id = 0), data BLOB NOT NULL)",
