@@ -10,11 +10,13 @@ from aiohttp import web
 
 from kubeplane.api.resources import CATALOGUE, Catalogue
 from kubeplane.apiserver.metrics import APIServerMetrics, instrument_store
+from kubeplane.apiserver.eventttl import DEFAULT_EVENT_TTL, EventExpiry
 from kubeplane.apiserver.server import MAX_BODY_BYTES, build_app
 from kubeplane.apiserver.serving import BoundedAppRunner, ServingLimits
 from kubeplane.registry.registry import Registry
 from kubeplane.storage import open_store
 from kubeplane.startup import DataDirLock, KubeconfigFile, bind_socket, format_address
+from kubeplane.storage.memory import DEFAULT_HISTORY_BYTES
 from kubeplane.storage.interface import Store
 
 log = logging.getLogger("kubeplane.apiserver")
@@ -48,6 +50,10 @@ class APIServerConfig:
     limits: ServingLimits = field(default_factory=ServingLimits)
     #: lock the data directory even with memory storage (``up`` keeps its kubeconfig there)
     lock_data_dir: bool = False
+    #: how many bytes of history (estimated from encoded sizes) are kept
+    history_bytes: int = DEFAULT_HISTORY_BYTES
+    #: seconds an Event lives after its last write (0: forever)
+    event_ttl: float = DEFAULT_EVENT_TTL
 
 
 @dataclass
@@ -63,6 +69,7 @@ class APIServer:
     _keeper: asyncio.Task | None = field(default=None, repr=False)
     _lock: DataDirLock | None = field(default=None, repr=False)
     _kubeconfig: KubeconfigFile | None = field(default=None, repr=False)
+    _event_expiry: EventExpiry | None = field(default=None, repr=False)
 
     async def start(self) -> None:
         """Lock the data directory, open the store, bind, serve; then write the
@@ -96,7 +103,7 @@ class APIServer:
     async def _serve(self, sock, host: str) -> None:
         cfg = self.config
         self.store = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
-                                      history=cfg.history_revisions)
+                                      history=cfg.history_revisions, history_bytes=cfg.history_bytes)
         self.metrics = APIServerMetrics()
         instrument_store(self.store, self.metrics)
         self.registry = Registry(self.store, CATALOGUE)
@@ -104,6 +111,9 @@ class APIServer:
         await self.registry.resume_namespace_finalization()
         self._keeper = asyncio.get_running_loop().create_task(
             keep_system_namespaces(self.registry, cfg.system_namespaces_interval))
+        if cfg.event_ttl > 0:
+            self._event_expiry = EventExpiry(self.store, cfg.event_ttl)
+            self._event_expiry.start()
         bound_port = sock.getsockname()[1]
         address = format_address(host, bound_port)
         app = build_app(self.registry, CATALOGUE, max_body=cfg.max_body, server_address=address,
@@ -127,6 +137,9 @@ class APIServer:
             self._keeper.cancel()
             await asyncio.gather(self._keeper, return_exceptions=True)
             self._keeper = None
+        if self._event_expiry is not None:
+            await self._event_expiry.stop()
+            self._event_expiry = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -25,9 +25,10 @@ from kubeplane.api import errors
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy
 from kubeplane.api.resources import Catalogue, ResourceInfo
-from kubeplane.apiserver import codec, discovery
+from kubeplane.apiserver import codec, discovery, health
 from kubeplane.apiserver.serving import InflightLimiter, ServingLimits, deadline_middleware
 from kubeplane.registry.registry import Registry, WatchOptions
+from kubeplane.storage.interface import WriteFailedError
 
 if TYPE_CHECKING:
     from kubeplane.apiserver.metrics import APIServerMetrics
@@ -237,6 +238,10 @@ class APIHandler:
             if exc.status == 413:
                 return status_response(errors.too_large(self.max_body))
             return status_response(StatusError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason))
+        if isinstance(exc, WriteFailedError):
+            # Upstream answers a storage failure as an internal error carrying its text.
+            log.error("storage write failed serving %s %s: %s", request.method, request.path, exc)
+            return status_response(errors.internal(f"Internal error occurred: {exc}"))
         # The server must survive any input.
         log.error("internal error serving %s %s", request.method, request.path, exc_info=exc)
         return status_response(errors.internal(f"an error on the server has prevented the request from succeeding: {exc!r}"))
@@ -260,9 +265,6 @@ class APIHandler:
 
     async def version(self, request: web.Request) -> web.Response:
         return json_response(VERSION_INFO)
-
-    async def health(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok", content_type="text/plain")
 
     async def api_root(self, request: web.Request) -> web.Response:
         agg = _wants_aggregated(request)
@@ -701,6 +703,7 @@ class APIHandler:
             timeout_seconds=float(timeout) if timeout else None,
             bookmark_interval=self.watch_bookmark_interval,
             announce_start=True,
+            on_overflow=lambda: _close_unresponsive(request),
         )
         table = _wants_table(request)
         if table:
@@ -864,6 +867,17 @@ def _odd_directives(obj: Any) -> bool:
     return False
 
 
+def _close_unresponsive(request: web.Request) -> None:
+    """The store dropped a watcher whose backlog passed its bound. If the
+    client is not even reading what was already written, the stream cannot
+    deliver the 410 that makes it relist: close the connection instead, as
+    upstream closes unresponsive watchers (the client re-watches)."""
+    transport = request.transport
+    if transport is not None and transport.get_write_buffer_size() > 0:
+        log.warning("closing the watch %s: the client is not reading its events", request.path_qs)
+        transport.abort()
+
+
 def _strip_directives(obj: Any) -> Any:
     """Drops strategic-merge-patch directives before checking field names."""
     if isinstance(obj, dict):
@@ -909,8 +923,7 @@ def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_B
     for path in ("/version", "/version/"):
         r.add_get(path, h.version)
     r.add_get("/metrics", metrics.handle)
-    for path in ("/healthz", "/livez", "/readyz"):
-        r.add_get(path, h.health)
+    health.add_routes(r, registry.store)
     for path in ("/api", "/api/"):
         r.add_get(path, h.api_root)
     for path in ("/apis", "/apis/"):

@@ -130,6 +130,45 @@ def _check_provisioner(ctx, param, value):
     return value
 
 
+class _ByteSize(click.ParamType):
+    """A byte count: an integer or a quantity such as ``256Mi``."""
+
+    name = "bytes"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        from kubeplane.api.quantity import int_value
+
+        try:
+            n = int_value(str(value))
+        except (ValueError, TypeError, ArithmeticError):
+            self.fail(f"{value!r} is not a byte count (e.g. 268435456 or 256Mi)", param, ctx)
+        if n < 1:
+            self.fail(f"{value!r} must be at least 1 byte", param, ctx)
+        return n
+
+
+class _Duration(click.ParamType):
+    """A Go duration such as ``1h``, ``30m``, ``1h30m`` or ``90s``, in seconds."""
+
+    name = "duration"
+    _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        import re
+
+        text = str(value).strip()
+        parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text)
+        if text == "0":
+            return 0.0
+        if not parts or "".join(n + u for n, u in parts) != text:
+            self.fail(f"{value!r} is not a duration (e.g. 1h, 30m, 1h30m, 90s)", param, ctx)
+        return sum(float(n) * self._UNITS[u] for n, u in parts)
+
+
 _server_options = [
     click.option("--data-dir", default="data", show_default=True, callback=_check_not_empty,
                  help="Directory for the SQLite database (created 0700, locked while the server runs)."),
@@ -140,6 +179,10 @@ _server_options = [
     click.option("--storage", type=click.Choice(["sqlite", "memory"]), default="sqlite", show_default=True),
     click.option("--history-revisions", type=click.IntRange(min=1), default=10_000, show_default=True,
                  help="Revisions of history kept for watches and consistent lists (older ones answer 410 Gone)."),
+    click.option("--history-bytes", type=_ByteSize(), default="256Mi", show_default=True,
+                 help="Bytes of history (encoded object sizes) kept for watches and consistent lists."),
+    click.option("--event-ttl", type=_Duration(), default="1h", show_default=True,
+                 help="Events are deleted this long after their last write (0: never)."),
     *_verbosity_options,
 ]
 
@@ -242,13 +285,14 @@ def version(output: str | None) -> None:
 @main.command()
 @server_options
 def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
-              verbosity: int, verbose: bool) -> None:
+              history_bytes: int, event_ttl: float, verbosity: int, verbose: bool) -> None:
     """Run the API server alone."""
     from kubeplane.apiserver.app import APIServer, APIServerConfig
 
     _setup_logging(verbosity, verbose)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=kubeconfig,
-                                         history_revisions=history_revisions, limits=_serving_limits()))
+                                         history_revisions=history_revisions, history_bytes=history_bytes,
+                                         event_ttl=event_ttl, limits=_serving_limits()))
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
@@ -305,8 +349,9 @@ _COMPONENTS_METRICS_HELP = ("HOST:PORT where the scheduler's and controllers' /m
 @click.option("--metrics-listen", default="127.0.0.1:10259", show_default=True, callback=_check_listen,
               help=_COMPONENTS_METRICS_HELP + " With --split the second process serves them.")
 def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
-       verbosity: int, verbose: bool, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
-       node_prefix: str, gpus_per_node: int, scheduler_config: str | None, split: bool, metrics_listen: str) -> None:
+       history_bytes: int, event_ttl: float, verbosity: int, verbose: bool, node_count: int, node_cpu: str,
+       node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int,
+       scheduler_config: str | None, split: bool, metrics_listen: str) -> None:
     """Run a whole cluster: API server, scheduler, controllers, simulated nodes (one process,
     or two with --split)."""
     import os
@@ -323,8 +368,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
     sched_kwargs = _scheduler_kwargs(scheduler_config, sched_cfg)
     # The data directory is locked with memory storage too: it holds the kubeconfig.
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=None,
-                                       history_revisions=history_revisions, limits=_serving_limits(),
-                                       lock_data_dir=True))
+                                       history_revisions=history_revisions, history_bytes=history_bytes,
+                                       event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True))
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
     published = KubeconfigFile(kubeconfig)
 

@@ -93,6 +93,8 @@ class WatchOptions:
     #: yield one empty batch once the watch is established (every error that
     #: can come before it has been raised), so a server can send its headers
     announce_start: bool = False
+    #: called if the store drops the watcher for not reading its backlog
+    on_overflow: Callable[[], None] | None = None
 
 
 def _status_success(res: ResourceInfo, name: str, uid: str | None) -> Obj:
@@ -1140,6 +1142,8 @@ class Registry:
         except CompactedError as exc:
             yield [("ERROR", errors.gone(str(exc)).to_status())]
             return
+        if opts.on_overflow is not None and hasattr(stream, "on_overflow"):
+            stream.on_overflow = opts.on_overflow
         loop = asyncio.get_running_loop()
         deadline = loop.time() + opts.timeout_seconds if opts.timeout_seconds else None
         last_rv = start

@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 
 from kubeplane.storage.interface import Store
-from kubeplane.storage.memory import DEFAULT_HISTORY, DEFAULT_WATCH_QUEUE, MemoryStore
+from kubeplane.storage.memory import (
+    DEFAULT_HISTORY,
+    DEFAULT_HISTORY_BYTES,
+    DEFAULT_WATCH_QUEUE,
+    DEFAULT_WATCH_QUEUE_BYTES,
+    MemoryStore,
+)
 from kubeplane.storage.sqlite import DB_FILE, SQLiteStore
 
 __all__ = ["MemoryStore", "SQLiteStore", "open_store"]
@@ -17,12 +23,16 @@ async def open_store(
     *,
     history: int = DEFAULT_HISTORY,
     watch_queue: int = DEFAULT_WATCH_QUEUE,
+    history_bytes: int = DEFAULT_HISTORY_BYTES,
+    watch_queue_bytes: int = DEFAULT_WATCH_QUEUE_BYTES,
 ) -> Store:
     """Open a store of ``kind`` ("memory" or "sqlite", kept in ``<data_dir>/kubeplane.db``)."""
     if kind == "memory":
-        return MemoryStore(history=history, watch_queue=watch_queue)
+        return MemoryStore(history=history, watch_queue=watch_queue, history_bytes=history_bytes,
+                           watch_queue_bytes=watch_queue_bytes)
     if kind == "sqlite":
         if not data_dir:
             raise ValueError("the sqlite store needs a data directory")
-        return await SQLiteStore.open(os.path.join(data_dir, DB_FILE), history=history, watch_queue=watch_queue)
+        return await SQLiteStore.open(os.path.join(data_dir, DB_FILE), history=history, watch_queue=watch_queue,
+                                      history_bytes=history_bytes, watch_queue_bytes=watch_queue_bytes)
     raise ValueError(f"unknown storage kind {kind!r}; expected 'memory' or 'sqlite'")

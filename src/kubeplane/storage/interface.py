@@ -24,6 +24,18 @@ class StorageError(Exception):
     """Base class of storage failures; the registry maps each to a Status."""
 
 
+class WriteFailedError(StorageError):
+    """The backend could not store a write (e.g. the disk is full).
+
+    Nothing of the write is kept and the store stays usable: later writes are
+    tried again. The API server answers 500 InternalError with this text.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class KeyExistsError(StorageError):
     def __init__(self, key: str) -> None:
         super().__init__(f"key exists: {key}")

@@ -14,8 +14,9 @@ import heapq
 import itertools
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Literal
+from typing import Callable, Iterable, Iterator, Literal
 
+import orjson
 from sortedcontainers import SortedList
 
 from kubeplane.storage.interface import (
@@ -34,8 +35,14 @@ from kubeplane.storage.interface import (
 DEFAULT_HISTORY = 10_000
 """Revisions of history (events and old versions) kept by auto-compaction."""
 
+DEFAULT_HISTORY_BYTES = 256 * 1024 * 1024
+"""Bytes of history (estimated from each change's encoded size) kept by auto-compaction."""
+
 DEFAULT_WATCH_QUEUE = 10_000
 """Undelivered live events a watcher may accumulate before it is dropped."""
+
+DEFAULT_WATCH_QUEUE_BYTES = 32 * 1024 * 1024
+"""Bytes of undelivered live events a watcher may accumulate before it is dropped."""
 
 Op = Literal["create", "update", "delete"]
 
@@ -95,6 +102,13 @@ def plan_change(
     return Change(key, None, current, Event("DELETED", key, gone.value, current.value, revision), gone)
 
 
+def change_size(change: Change) -> int:
+    """The encoded size of the object a change's event carries: the byte estimate
+    used to bound history and watch buffers (one ``orjson.dumps`` per change)."""
+    value = change.new.value if change.new is not None else change.event.value
+    return len(change.key) + len(orjson.dumps(value))
+
+
 def _prefix_end(prefix: str) -> str | None:
     """The smallest string greater than every string starting with ``prefix``."""
     for i in range(len(prefix) - 1, -1, -1):
@@ -108,29 +122,59 @@ class MemoryWatch:
     """A watch fed by :class:`MemoryCore`; implements the ``Watch`` protocol."""
 
     def __init__(
-        self, core: "MemoryCore", prefix: str, after: int, backlog: Iterable[Event], max_queue: int
+        self,
+        core: "MemoryCore",
+        prefix: str,
+        after: int,
+        backlog: Iterable[tuple[Event, int]],
+        max_queue: int,
+        max_bytes: int = DEFAULT_WATCH_QUEUE_BYTES,
     ) -> None:
         self._core = core
         self.prefix = prefix
         self._after = after
-        self._buf: deque[Event] = deque(backlog)
+        self._buf: deque[Event] = deque()
+        # Sizes of the buffered events, in step with ``_buf``.
+        self._sizes: deque[int] = deque()
+        for event, size in backlog:
+            self._buf.append(event)
+            self._sizes.append(size)
+        self._bytes = sum(self._sizes)
+        # The backlog replayed from history is owed to the watcher; the bounds
+        # apply to what piles up on top of it.
         self._limit = max_queue + len(self._buf)
+        self._byte_limit = max_bytes + self._bytes
         self._waiter: asyncio.Future[None] | None = None
         self._closed = False
         self._error: StorageError | None = None
+        #: called once when the watcher is dropped for not keeping up, so the
+        #: transport serving it can be closed even if it is stuck writing.
+        self.on_overflow: Callable[[], None] | None = None
 
-    def _push(self, event: Event) -> None:
+    def _push(self, event: Event, size: int = 0) -> None:
         if self._closed or self._error is not None or event.revision <= self._after:
             return
-        if len(self._buf) >= self._limit:
+        if len(self._buf) >= self._limit or self._bytes + size > self._byte_limit:
             # Too slow: drop the buffer and make the client relist.
             last = self._buf[-1].revision if self._buf else event.revision
             self._buf.clear()
+            self._sizes.clear()
+            self._bytes = 0
             self._error = CompactedError(last, self._core.compacted_revision, self._core.revision)
             self._core._watchers.discard(self)
+            callback, self.on_overflow = self.on_overflow, None
+            if callback is not None:
+                callback()
         else:
             self._buf.append(event)
+            self._sizes.append(size)
+            self._bytes += size
         self._wake()
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Estimated bytes of the events waiting to be read."""
+        return self._bytes
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -155,6 +199,7 @@ class MemoryWatch:
             if self._closed:
                 raise StopAsyncIteration
             if self._buf:
+                self._bytes -= self._sizes.popleft()
                 return self._buf.popleft()
             if self._error is not None:
                 err, self._error = self._error, None
@@ -179,6 +224,8 @@ class MemoryWatch:
             if self._buf:
                 out = list(self._buf)
                 self._buf.clear()
+                self._sizes.clear()
+                self._bytes = 0
                 return out
             if self._error is not None:
                 err, self._error = self._error, None
@@ -201,6 +248,8 @@ class MemoryWatch:
         """End the watch; a pending or later ``__anext__`` stops iteration."""
         self._closed = True
         self._buf.clear()
+        self._sizes.clear()
+        self._bytes = 0
         self._core._watchers.discard(self)
         self._wake()
 
@@ -215,21 +264,45 @@ class MemoryCore:
         items: Iterable[KeyValue] = (),
         history: int = DEFAULT_HISTORY,
         watch_queue: int = DEFAULT_WATCH_QUEUE,
+        history_bytes: int = DEFAULT_HISTORY_BYTES,
+        watch_queue_bytes: int = DEFAULT_WATCH_QUEUE_BYTES,
+        compacted: int | None = None,
+        log: Iterable[tuple[Change, int]] = (),
     ) -> None:
+        """``compacted`` and ``log`` restore history kept by a durable backend:
+        the changes after ``compacted`` up to ``revision``, with their sizes."""
         if history < 1:
             raise ValueError("history must be at least 1")
+        if history_bytes < 1:
+            raise ValueError("history_bytes must be at least 1")
         self._revision = revision
-        self._compacted = revision
         self._current: dict[str, KeyValue] = {kv.key: kv for kv in items}
         # Sorted for range reads; a SortedList inserts in O(log n) where a
         # plain list moves every later key on each create.
         self._keys: SortedList = SortedList(self._current)
         # _log[i].revision == _compacted + 1 + i: one change per revision.
         self._log: list[Change] = []
+        # Estimated bytes of each logged change, in step with ``_log``.
+        self._sizes: list[int] = []
+        for change, size in log:
+            self._log.append(change)
+            self._sizes.append(size)
+        self._log_bytes = sum(self._sizes)
+        self._compacted = revision - len(self._log) if compacted is None else compacted
+        if self._log and (self._log[0].revision != self._compacted + 1 or self._log[-1].revision != revision):
+            raise StorageError(
+                f"history revisions {self._log[0].revision}..{self._log[-1].revision} do not follow "
+                f"compacted revision {self._compacted} up to {revision}"
+            )
         self._history = history
         self._slack = max(1, history // 8)
+        self._history_bytes = history_bytes
         self._watch_queue = watch_queue
+        self._watch_queue_bytes = watch_queue_bytes
         self._watchers: set[MemoryWatch] = set()
+        #: called with the new compacted revision after every compaction
+        #: (durable backends trim their copy of the history).
+        self.on_compact: Callable[[int], None] | None = None
 
     @property
     def revision(self) -> int:
@@ -305,8 +378,16 @@ class MemoryCore:
 
     # -- writes ------------------------------------------------------------
 
-    def apply(self, change: Change) -> None:
-        """Make ``change`` current, log it and fan it out to watchers."""
+    @property
+    def history_bytes(self) -> int:
+        """Estimated bytes of the changes kept as history."""
+        return self._log_bytes
+
+    def apply(self, change: Change, size: int = 0) -> None:
+        """Make ``change`` current, log it and fan it out to watchers.
+
+        ``size`` is the change's estimated size in bytes (see :func:`change_size`).
+        """
         if change.revision != self._revision + 1:
             raise StorageError(f"out-of-order revision {change.revision}, current {self._revision}")
         key = change.key
@@ -319,12 +400,26 @@ class MemoryCore:
             self._current[key] = change.new
         self._revision = change.revision
         self._log.append(change)
+        self._sizes.append(size)
+        self._log_bytes += size
         event = change.event
         for w in tuple(self._watchers):
             if key.startswith(w.prefix):
-                w._push(event)
+                w._push(event, size)
         if len(self._log) > self._history + self._slack:
             self.compact(self._revision - self._history)
+        if self._log_bytes > self._history_bytes:
+            self.compact(self._compacted + self._bytes_to_drop(self._history_bytes - self._history_bytes // 8))
+
+    def _bytes_to_drop(self, keep: int) -> int:
+        """How many of the oldest changes to forget so at most ``keep`` bytes remain."""
+        excess = self._log_bytes - keep
+        n = 0
+        sizes = self._sizes
+        while excess > 0 and n < len(sizes):
+            excess -= sizes[n]
+            n += 1
+        return n
 
     def compact(self, revision: int) -> None:
         """Forget changes at or below ``revision``; lists at ``revision`` itself stay possible."""
@@ -332,8 +427,13 @@ class MemoryCore:
             raise FutureRevisionError(revision, self._revision)
         if revision <= self._compacted:
             return
-        del self._log[: revision - self._compacted]
+        n = revision - self._compacted
+        self._log_bytes -= sum(self._sizes[:n])
+        del self._log[:n]
+        del self._sizes[:n]
         self._compacted = revision
+        if self.on_compact is not None:
+            self.on_compact(revision)
 
     # -- watches -----------------------------------------------------------
 
@@ -344,8 +444,12 @@ class MemoryCore:
         if revision < self._compacted:
             raise CompactedError(revision, self._compacted, self._revision)
         start = revision - self._compacted
-        backlog = [ch.event for ch in itertools.islice(self._log, start, None) if ch.key.startswith(prefix)]
-        w = MemoryWatch(self, prefix, revision, backlog, self._watch_queue)
+        backlog = [
+            (ch.event, size)
+            for ch, size in zip(itertools.islice(self._log, start, None), itertools.islice(self._sizes, start, None))
+            if ch.key.startswith(prefix)
+        ]
+        w = MemoryWatch(self, prefix, revision, backlog, self._watch_queue, self._watch_queue_bytes)
         self._watchers.add(w)
         return w
 
@@ -357,8 +461,17 @@ class MemoryCore:
 class MemoryStore:
     """A non-durable ``Store`` kept entirely in memory."""
 
-    def __init__(self, *, history: int = DEFAULT_HISTORY, watch_queue: int = DEFAULT_WATCH_QUEUE) -> None:
-        self._core = MemoryCore(history=history, watch_queue=watch_queue)
+    def __init__(
+        self,
+        *,
+        history: int = DEFAULT_HISTORY,
+        watch_queue: int = DEFAULT_WATCH_QUEUE,
+        history_bytes: int = DEFAULT_HISTORY_BYTES,
+        watch_queue_bytes: int = DEFAULT_WATCH_QUEUE_BYTES,
+    ) -> None:
+        self._core = MemoryCore(
+            history=history, watch_queue=watch_queue, history_bytes=history_bytes, watch_queue_bytes=watch_queue_bytes
+        )
         self._closed = False
 
     @property
@@ -401,6 +514,20 @@ class MemoryStore:
         self._closed = True
         self._core.close_watches()
 
+    # -- health ------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def write_failure(self) -> str | None:
+        """Why writes fail now, or None when they work (memory never fails)."""
+        return None
+
+    async def check_writable(self) -> str | None:
+        """:meth:`write_failure`, after checking with the backend where it can tell."""
+        return self.write_failure()
+
     # -- write pipeline (overridden by durable backends) -------------------
 
     def _check_writable(self) -> None:
@@ -421,4 +548,4 @@ class MemoryStore:
         return change.result
 
     async def _commit(self, change: Change) -> None:
-        self._core.apply(change)
+        self._core.apply(change, change_size(change))
