@@ -11,11 +11,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
-import time
 
-import aiohttp
 from aiohttp import web
+from apiserver_requests import one_run
 
 import kubeplane.apiserver.app as appmod
 from kubeplane.apiserver.metrics import APIServerMetrics
@@ -35,32 +33,9 @@ def _metrics(on: bool) -> None:
 
 
 async def _one(n: int, clients: int) -> tuple[float, float]:
-    with tempfile.TemporaryDirectory() as d:
-        srv = appmod.APIServer(appmod.APIServerConfig(data_dir=d, listen="127.0.0.1:0", storage="memory"))
-        await srv.start()
-        base = srv.url + "/api/v1/namespaces/default/configmaps"
-        try:
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as s:
-                async def create(c: int) -> None:
-                    for i in range(c, n, clients):
-                        async with s.post(base, json={"metadata": {"name": f"cm-{i}"}, "data": {"k": "v"}}) as r:
-                            assert r.status == 201, r.status
-                            await r.read()
-
-                async def get(c: int) -> None:
-                    for i in range(c, n, clients):
-                        async with s.get(f"{base}/cm-{i}") as r:
-                            assert r.status == 200, r.status
-                            await r.read()
-
-                c0 = time.process_time()
-                await asyncio.gather(*(create(c) for c in range(clients)))
-                c1 = time.process_time()
-                await asyncio.gather(*(get(c) for c in range(clients)))
-                c2 = time.process_time()
-        finally:
-            await srv.stop()
-    return (c1 - c0) / n * 1e6, (c2 - c1) / n * 1e6
+    """CPU microseconds per create and per get (the figures apiserver_requests.py measures)."""
+    *_, create_cpu, get_cpu = await one_run(n, clients)
+    return create_cpu, get_cpu
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from kubeplane.api import protobuf
 from kubeplane.api.errors import StatusError
+from kubeplane.api.protobuf import encode_varint as _varint
 
 DATA = Path(__file__).parent / "data" / "protobuf"
 FIXTURES = sorted(p.stem for p in DATA.glob("*.pb"))
@@ -23,19 +24,6 @@ FIXTURES = sorted(p.stem for p in DATA.glob("*.pb"))
 
 # --------------------------------------------------------------------------------------------
 # A minimal encoder, for tests only.
-
-
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def vi(number: int, value: int) -> bytes:

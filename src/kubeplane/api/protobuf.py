@@ -210,6 +210,20 @@ def __getattr__(attr: str) -> Any:
 # Wire reader
 
 
+def encode_varint(value: int) -> bytes:
+    """``value`` as a protobuf varint (negative numbers as their 64-bit two's complement)."""
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
     """Read a base-128 varint at ``pos``; return (value, next position)."""
     result = 0

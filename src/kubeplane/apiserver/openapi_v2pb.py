@@ -17,20 +17,9 @@ from typing import Any
 
 import yaml
 
+from kubeplane.api.protobuf import encode_varint as _varint
+
 __all__ = ["encode_document"]
-
-
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def _ld(number: int, payload: bytes) -> bytes:

@@ -569,13 +569,19 @@ async def _wait_for_api(client, stop: asyncio.Event, what: str) -> bool:
         except Exception as exc:  # noqa: BLE001 - every failure is logged and retried
             problem = _describe_error(exc, url)
         log.error("%s: cannot reach the API server, retrying in %gs: %s", what, delay, problem)
-        try:
-            await asyncio.wait_for(stop.wait(), delay)
+        if await _stopped_within(stop, delay):
             return False
-        except asyncio.TimeoutError:
-            pass
         delay = min(delay * 2, 30.0)
     return False
+
+
+async def _stopped_within(stop: asyncio.Event, delay: float) -> bool:
+    """Waits ``delay`` seconds of a retry backoff; True if ``stop`` was set meanwhile."""
+    try:
+        await asyncio.wait_for(stop.wait(), delay)
+        return True
+    except asyncio.TimeoutError:
+        return False
 
 
 async def _start_retrying(what: str, start, stop: asyncio.Event) -> bool:
@@ -591,11 +597,8 @@ async def _start_retrying(what: str, start, stop: asyncio.Event) -> bool:
             raise
         except Exception as exc:  # noqa: BLE001
             log.error("%s: start failed, retrying in %gs: %s", what, delay, exc)
-        try:
-            await asyncio.wait_for(stop.wait(), delay)
+        if await _stopped_within(stop, delay):
             return False
-        except asyncio.TimeoutError:
-            pass
         delay = min(delay * 2, 30.0)
     return False
 
