@@ -811,8 +811,18 @@ def enforce(
     return list(problems)
 
 
+# Characters a header field value may not carry (RFC 9110: no controls but tab).
+_HEADER_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
 def warning_header(text: str) -> str:
-    """A ``Warning`` header value for one warning text (inner quotes escaped)."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    """A ``Warning`` header value for one warning text (inner quotes escaped).
+
+    Warning texts quote request input (unknown field names), which may hold line breaks
+    and other control characters. Upstream's HTTP/1.1 writer turns CR and LF in header
+    values into spaces; every control character is replaced so here, since none may be
+    written into a header (and the response would be lost with it).
+    """
+    escaped = _HEADER_CONTROLS.sub(" ", text).replace("\\", "\\\\").replace('"', '\\"')
     return f'299 - "{escaped}"'
 

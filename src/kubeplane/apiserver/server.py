@@ -70,7 +70,9 @@ def status_response(err: StatusError) -> web.Response:
 
 
 def _warning_header(text: str) -> str:
-    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    from kubeplane.apiserver.openapi import warning_header
+
+    return warning_header(text)
 
 
 def _bool_param(q, name: str) -> bool | None:
