@@ -287,6 +287,7 @@ def _operation(
     params: list[dict[str, Any]] | None = None,
     suffix: str = "",
     body_types: tuple[str, ...] = _JSON_TYPES,
+    body_required: bool = True,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {
         "description": description,
@@ -298,7 +299,9 @@ def _operation(
         "x-kubernetes-group-version-kind": gvk,
     }
     if body is not None:
-        op["requestBody"] = {"content": _content(body, body_types), "required": True}
+        op["requestBody"] = {"content": _content(body, body_types)}
+        if body_required:
+            op["requestBody"]["required"] = True
     return op
 
 
@@ -355,7 +358,7 @@ def _resource_paths(r: ResourceInfo) -> tuple[dict[str, Any], set[str]]:
         coll_ops["delete"] = _operation(
             r, "deletecollection", "deleteCollection", f"delete collection of {r.kind}", gvk=gvk,
             namespaced=True, response=STATUS, body=DELETE_OPTIONS,
-            params=[P_DRY_RUN, P_GRACE, P_ORPHAN, P_PROPAGATION] + LIST_PARAMS,
+            params=[P_DRY_RUN, P_GRACE, P_ORPHAN, P_PROPAGATION] + LIST_PARAMS, body_required=False,
         )
     paths[coll] = coll_ops
 
@@ -365,7 +368,7 @@ def _resource_paths(r: ResourceInfo) -> tuple[dict[str, Any], set[str]]:
         item_ops["delete"] = _operation(
             r, "delete", "delete", f"delete a {r.kind}", gvk=gvk, namespaced=True,
             response=name, body=DELETE_OPTIONS, codes=("200", "202"),
-            params=[P_DRY_RUN, P_GRACE, P_ORPHAN, P_PROPAGATION],
+            params=[P_DRY_RUN, P_GRACE, P_ORPHAN, P_PROPAGATION], body_required=False,
         )
     paths[item] = item_ops
 
