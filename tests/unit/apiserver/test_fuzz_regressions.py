@@ -67,3 +67,35 @@ def test_delete_bodies_are_optional_in_openapi_documents():
                     seen["other"] += 1
                     assert op["requestBody"]["required"] is True, (method, path)
     assert seen["delete"] > 40 and seen["other"] > 80, seen
+
+
+def _deployment(match_expressions):
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}, "matchExpressions": match_expressions},
+                     "template": {"metadata": {"labels": {"app": "x"}},
+                                  "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}
+
+
+@pytest.mark.parametrize("exprs, causes", [
+    # null decodes to the zero requirement (no key, no operator), as upstream's decoder does
+    ([None], {"spec.selector.matchExpressions[0].operator", "spec.selector.matchExpressions[0].key",
+              "spec.selector"}),
+    # a null string in values decodes to "", so the selector no longer matches the template
+    ([{"key": "app", "operator": "In", "values": [None]}], {"spec.template.metadata.labels"}),
+])
+async def test_null_in_selector_match_expressions_is_invalid_not_a_crash(http, exprs, causes):
+    async with http.post("/apis/apps/v1/namespaces/default/deployments", json=_deployment(exprs)) as resp:
+        status = await resp.json()
+        assert resp.status == 422, status
+        assert {c["field"] for c in status["details"]["causes"]} == causes, status
+
+
+def test_label_selector_from_dict_null_entries():
+    from kubeplane.api.errors import StatusError
+    from kubeplane.api.selectors import label_selector_from_dict
+
+    with pytest.raises(StatusError) as info:
+        label_selector_from_dict({"matchExpressions": [None]})
+    assert info.value.code == 400
+    sel = label_selector_from_dict({"matchExpressions": [{"key": "a", "operator": "In", "values": [None, "x"]}]})
+    assert sel.matches({"a": ""}) and sel.matches({"a": "x"}) and not sel.matches({"a": "y"})
