@@ -365,9 +365,11 @@ def _resource_paths(r: ResourceInfo) -> tuple[dict[str, Any], set[str]]:
     item_ops: dict[str, Any] = {"parameters": item_params}
     item_ops.update(_write_ops(r, gvk, name, True, f"the specified {r.kind}"))
     if "delete" in verbs:
+        # A finished delete answers the deleted object only for pods (upstream's
+        # ReturnDeletedObject, as the registry implements it), a Status for every other kind.
         item_ops["delete"] = _operation(
             r, "delete", "delete", f"delete a {r.kind}", gvk=gvk, namespaced=True,
-            response=name, body=DELETE_OPTIONS, codes=("200", "202"),
+            response=name if r.key == ("", "pods") else STATUS, body=DELETE_OPTIONS, codes=("200", "202"),
             params=[P_DRY_RUN, P_GRACE, P_ORPHAN, P_PROPAGATION], body_required=False,
         )
     paths[item] = item_ops
