@@ -28,6 +28,7 @@ longer local runs; ``KUBEPLANE_FUZZ_OPERATIONS`` restricts the run to operations
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -73,6 +74,8 @@ class Report:
     known: list[str] = field(default_factory=list)
     # (group-version path, resource, x-kubernetes-action) of every operation fuzzed.
     covered: set[tuple[str, str, str]] = field(default_factory=set)
+    # Digest of every request sent (port left out): equal in every run of the same documents.
+    digest: Any = field(default_factory=hashlib.sha256)
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +214,9 @@ def _fuzz_operation(op: Any, gvk: dict[str, str] | None, url: str, session: requ
             size = _body_size(kwargs)
             assert size <= MAX_BODY, f"{label}: generated body of {size} bytes"
             report.requests += 1
+            report.digest.update(repr((kwargs["method"], kwargs["url"].removeprefix(url),
+                                       kwargs.get("params"), kwargs.get("headers", {}).get("Content-Type"),
+                                       kwargs.get("json", kwargs.get("data")))).encode())
             try:
                 # Sent directly, not through case.call: its transport resends a request whose
                 # connection was dropped, which would hide exactly what is looked for here.
@@ -288,7 +294,8 @@ def test_openapi_fuzz_no_server_errors(fuzz_server):
     elapsed = time.monotonic() - started
     print(f"fuzz: {report.operations} operations, {report.requests} requests in {elapsed:.1f}s "
           f"({report.http_seconds:.1f}s waiting for answers), "
-          f"status codes {dict(sorted(report.codes.items()))}, {len(report.known)} known defects")
+          f"status codes {dict(sorted(report.codes.items()))}, {len(report.known)} known defects, "
+          f"requests digest {report.digest.hexdigest()[:16]}")
     assert report.requests >= report.operations * len(MODES)
     if not OPERATIONS:
         # Every verb discovery advertises for every served resource was fuzzed.
