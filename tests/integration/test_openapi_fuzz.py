@@ -287,7 +287,7 @@ def _fuzz(srv: ServerProcess) -> Report:
     return report
 
 
-@pytest.mark.timeout(max(300, 60 * EXAMPLES))
+@pytest.mark.timeout(max(600, 150 * EXAMPLES))
 def test_openapi_fuzz_no_server_errors(fuzz_server):
     started = time.monotonic()
     report = _fuzz(fuzz_server)
