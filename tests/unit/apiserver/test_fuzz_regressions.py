@@ -119,3 +119,26 @@ async def test_documented_delete_response_is_what_a_delete_answers(http):
             answered = (await resp.json())["kind"]
         assert documented(f"/api/v1/namespaces/{{namespace}}/{plural}/{{name}}") == answered, plural
     assert answered == "Pod"
+
+
+@pytest.mark.parametrize("content_type, patch, status, message", [
+    # null decodes to "" upstream: a new (empty) finalizer on a terminating object
+    ("application/merge-patch+json", {"metadata": {"finalizers": ["x", None]}}, 422,
+     'no new finalizers can be added if the object is being deleted, found new finalizers []string{"", "x"}'),
+    ("application/json-patch+json", [{"op": "add", "path": "/metadata/finalizers/-", "value": {"a": 1}}], 422,
+     "metadata.finalizers"),
+])
+async def test_finalizers_of_a_terminating_object_never_crash(http, content_type, patch, status, message):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t", "finalizers": ["a/b"]},
+           "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+    async with http.post("/api/v1/namespaces/default/pods", json=pod) as resp:
+        assert resp.status == 201
+    async with http.delete("/api/v1/namespaces/default/pods/t") as resp:
+        assert resp.status == 202  # kept for its finalizer, with a deletionTimestamp
+    async with http.patch("/api/v1/namespaces/default/pods/t", json=patch,
+                          headers={"Content-Type": content_type}) as resp:
+        body = await resp.json()
+        assert resp.status == status, body
+        assert message in body["message"], body
+    async with http.get("/api/v1/namespaces/default/pods/t") as resp:
+        assert (await resp.json())["metadata"]["finalizers"] == ["a/b"]
