@@ -481,12 +481,14 @@ def _compile_dict(match_labels: Mapping[str, Any], exprs: list[Any]) -> LabelSel
             raise errors.bad_request(_aggregate(errs))
         reqs.append(_make_requirement(k, EQUALS, (v,)))
     for expr in exprs:
+        if expr is None:  # a JSON null decodes to the zero requirement, as upstream
+            expr = {}
         raw_op = expr.get("operator")
         op = _EXPR_OPS.get(raw_op)  # type: ignore[arg-type]
         if op is None:
             raise errors.bad_request(f"{json.dumps(raw_op if raw_op is not None else '')} is not a valid label selector operator")
         key = expr.get("key") or ""
-        values = list(expr.get("values") or [])
+        values = ["" if v is None else v for v in expr.get("values") or ()]
         if op in (EXISTS, DOES_NOT_EXIST):
             values = []
         errs = _requirement_errors(key, op, values)

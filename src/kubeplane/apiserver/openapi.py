@@ -306,6 +306,7 @@ def _operation(
     params: list[dict[str, Any]] | None = None,
     suffix: str = "",
     body_types: tuple[str, ...] = _JSON_TYPES,
+    body_required: bool = True,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {
         "description": description,
@@ -317,7 +318,9 @@ def _operation(
         "x-kubernetes-group-version-kind": gvk,
     }
     if body is not None:
-        op["requestBody"] = {"content": _content(body, body_types), "required": True}
+        op["requestBody"] = {"content": _content(body, body_types)}
+        if body_required:
+            op["requestBody"]["required"] = True
     return op
 
 
@@ -374,17 +377,19 @@ def _resource_paths(r: ResourceInfo) -> tuple[dict[str, Any], set[str]]:
         coll_ops["delete"] = _operation(
             r, "deletecollection", "deleteCollection", f"delete collection of {r.kind}", gvk=gvk,
             namespaced=True, response=STATUS, body=DELETE_OPTIONS,
-            params=[P_DRY_RUN, P_GRACE, P_ORPHAN, P_PROPAGATION] + LIST_PARAMS,
+            params=[P_DRY_RUN, P_GRACE, P_ORPHAN, P_PROPAGATION] + LIST_PARAMS, body_required=False,
         )
     paths[coll] = coll_ops
 
     item_ops: dict[str, Any] = {"parameters": item_params}
     item_ops.update(_write_ops(r, gvk, name, True, f"the specified {r.kind}"))
     if "delete" in verbs:
+        # A finished delete answers the deleted object only for pods (upstream's
+        # ReturnDeletedObject, as the registry implements it), a Status for every other kind.
         item_ops["delete"] = _operation(
             r, "delete", "delete", f"delete a {r.kind}", gvk=gvk, namespaced=True,
-            response=name, body=DELETE_OPTIONS, codes=("200", "202"),
-            params=[P_DRY_RUN, P_GRACE, P_ORPHAN, P_PROPAGATION],
+            response=name if r.key == ("", "pods") else STATUS, body=DELETE_OPTIONS, codes=("200", "202"),
+            params=[P_DRY_RUN, P_GRACE, P_ORPHAN, P_PROPAGATION], body_required=False,
         )
     paths[item] = item_ops
 
@@ -977,8 +982,18 @@ def enforce(
     return list(problems)
 
 
+# Characters a header field value may not carry (RFC 9110: no controls but tab).
+_HEADER_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
 def warning_header(text: str) -> str:
-    """A ``Warning`` header value for one warning text (inner quotes escaped)."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    """A ``Warning`` header value for one warning text (inner quotes escaped).
+
+    Warning texts quote request input (unknown field names), which may hold line breaks
+    and other control characters. Upstream's HTTP/1.1 writer turns CR and LF in header
+    values into spaces; every control character is replaced so here, since none may be
+    written into a header (and the response would be lost with it).
+    """
+    escaped = _HEADER_CONTROLS.sub(" ", text).replace("\\", "\\\\").replace('"', '\\"')
     return f'299 - "{escaped}"'
 

@@ -9,6 +9,7 @@ Status and is logged, and the server keeps running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import platform
 import random
@@ -96,7 +97,9 @@ def status_response(err: StatusError) -> web.Response:
 
 
 def _warning_header(text: str) -> str:
-    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    from kubeplane.apiserver.openapi import warning_header
+
+    return warning_header(text)
 
 
 def _bool_param(q, name: str) -> bool | None:
@@ -535,7 +538,8 @@ class APIHandler:
                 probe.setdefault("kind", t.res.kind)
                 if kind == "strategic":
                     probe = _strip_directives(probe)
-                warnings = self._check_fields(request, t.res, probe)
+                with _patch_type_errors(patch):
+                    warnings = self._check_fields(request, t.res, probe)
         prune: Any = None
         # A merge or strategic patch adds to the stored object (pruned when it
         # was written) only what its body holds, so the result needs pruning
@@ -554,8 +558,9 @@ class APIHandler:
             def prune(new: Obj) -> None:
                 # The patched object is decoded as a whole upstream: what it
                 # holds that the schema does not know is dropped too.
-                problems = self._check_fields(request, t.res, new, "Ignore" if kind != "json" else mode,
-                                              prune=True)
+                with _patch_type_errors(new if kind == "json" else patch):
+                    problems = self._check_fields(request, t.res, new, "Ignore" if kind != "json" else mode,
+                                                  prune=True)
                 result_warnings[:] = problems
         obj, created = await self.registry.patch(
             t.res, t.name, patch, t.namespace, patch_type=kind, subresource=t.subresource,
@@ -876,6 +881,22 @@ def _close_unresponsive(request: web.Request) -> None:
     if transport is not None and transport.get_write_buffer_size() > 0:
         log.warning("closing the watch %s: the client is not reading its events", request.path_qs)
         transport.abort()
+
+
+@contextlib.contextmanager
+def _patch_type_errors(shown: Any):
+    """A patch whose result holds a value of the wrong type is a 422 on the
+    field ``patch``, as upstream answers when the patched object does not
+    decode (a create or update body gets the decoder's 400 instead). The value
+    shown is the patch, or for a JSON patch the patched object."""
+    try:
+        yield
+    except StatusError as err:
+        cut = err.message.find(": json: cannot unmarshal ")
+        if err.code != 400 or cut < 0:
+            raise
+        text = orjson.dumps(shown).decode() if not isinstance(shown, str) else shown
+        raise errors.invalid("", "", [errors.invalid_value("patch", text, err.message[cut + 2:])]) from None
 
 
 def _strip_directives(obj: Any) -> Any:

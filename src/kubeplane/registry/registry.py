@@ -97,6 +97,15 @@ class WatchOptions:
     on_overflow: Callable[[], None] | None = None
 
 
+def _finalizer_names(md: dict[str, Any]) -> set[str]:
+    """The finalizers as decoded upstream: null is the empty string. Values of other
+    types are left to validation, which rejects them."""
+    finalizers = md.get("finalizers")
+    if not isinstance(finalizers, list):
+        return set()
+    return {"" if f is None else f for f in finalizers if f is None or isinstance(f, str)}
+
+
 def _status_success(res: ResourceInfo, name: str, uid: str | None) -> Obj:
     details: Obj = {"name": name, "group": res.group, "kind": res.plural}
     if not res.group:
@@ -585,11 +594,12 @@ class Registry:
         md.pop("selfLink", None)
         if cur_md.get("deletionTimestamp"):
             # A terminating object may lose finalizers but gain none.
-            added = set(md.get("finalizers") or []) - set(cur_md.get("finalizers") or [])
+            added = _finalizer_names(md) - _finalizer_names(cur_md)
             if added:
+                listed = ", ".join(orjson.dumps(f).decode() for f in sorted(added))
                 raise errors.invalid(res.kind, md["name"], [errors.forbidden_field(
                     "metadata.finalizers",
-                    f"no new finalizers can be added if the object is being deleted, found new finalizers {sorted(added)!r}",
+                    f"no new finalizers can be added if the object is being deleted, found new finalizers []string{{{listed}}}",
                 )], group=res.group)
         if subresource == "status":
             strategy.prepare_for_status_update(new, current)
