@@ -27,7 +27,7 @@ from kubeplane.scheduler.cache import Cache, Snapshot
 from kubeplane.scheduler.framework.fastpath import Rejections, arrays_for, nodes_for_rows, select_host_index
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
-from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.plugins.registry import in_tree_registry
 from kubeplane.scheduler.framework.runtime import Framework, NodePluginScores
 from kubeplane.scheduler.framework.types import (
     ActionType,

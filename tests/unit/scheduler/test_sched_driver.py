@@ -11,7 +11,7 @@ from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.registry.registry import Registry
 from kubeplane.scheduler.framework.plugin import Plugin
-from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.plugins.registry import in_tree_registry
 from kubeplane.scheduler.scheduler import (
     PRE_BIND_YIELD_PASSES, FitError, Diagnosis, Scheduler, num_feasible_nodes_to_find,
 )
@@ -315,7 +315,8 @@ async def test_prebind_chains_advance_while_pods_wait_to_be_scheduled(cluster):
     """With many pods queued, a binding cycle's PreBind chain is not left to
     advance one step per scheduling cycle: the first pod finishes PreBind
     within a few cycles instead of after STEPS of them."""
-    registry = {**in_tree_registry(), _ChainPreBind.name: _ChainPreBind}
+    registry = in_tree_registry()
+    registry.register(_ChainPreBind)
     profile = {"schedulerName": "default-scheduler",
                "plugins": {"preBind": {"enabled": [{"name": _ChainPreBind.name}]}}}
     await cluster.create(NODES, node("n1", cpu="100", pods="200"))

@@ -20,7 +20,8 @@ from kubeplane.scheduler.cache import Snapshot
 from kubeplane.scheduler.framework.fastpath import FastPath, NodeArrays, arrays_for, select_host_index
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
-from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.framework.plugin import Plugin
+from kubeplane.scheduler.plugins.registry import in_tree_registry
 from kubeplane.scheduler.framework.runtime import Framework
 from kubeplane.scheduler.framework.types import CycleState
 from kubeplane.scheduler.scheduler import FitError, Scheduler, num_feasible_nodes_to_find
@@ -375,7 +376,7 @@ def test_bulk_rejection_statuses_equal_the_plugins_own(seed: int) -> None:
     assert bulk_calls and sum(bulk_calls) > 1000
 
 
-class _PassExceptPlugin:
+class _PassExceptPlugin(Plugin):
     """A Filter plugin with the ``filter_pass_except`` hook: rejects the nodes it lists."""
 
     name = "PassExcept"
@@ -436,7 +437,7 @@ def test_filter_pass_except_hook_calls_filter_only_on_listed_nodes(answer_none: 
         assert sorted(plugin.filtered) == ["n03", "n17", "n40"]
 
 
-class _RejectAllButPlugin:
+class _RejectAllButPlugin(Plugin):
     """A Filter plugin that rejects every node but a few, stating the rejections
     in bulk (``EVERY_NODE`` + ``filter_known_statuses``)."""
 
