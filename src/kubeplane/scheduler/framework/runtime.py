@@ -14,7 +14,7 @@ from time import perf_counter
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from kubeplane.scheduler.framework.fastpath import FastPath
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
@@ -147,10 +147,6 @@ class WaitingPod:
             msg = f"rejected due to timeout after waiting {go_duration(timeout)} at plugin {plugin}"
             self._timers.append(loop.call_later(timeout, self.reject, plugin, msg))
 
-    @property
-    def pod(self) -> dict:
-        return self.pod_info.pod
-
     def get_pending_plugins(self) -> list[str]:
         return sorted(self.pending)
 
@@ -209,7 +205,6 @@ class Framework:
         args: dict[str, dict] = {}
         for pc in profile.get("pluginConfig") or ():
             args[pc.get("name")] = dict(pc.get("args") or {})
-        self.plugin_args = args
 
         needed: list[str] = []
         for ep_set in self.plugin_config.values():
@@ -339,9 +334,6 @@ class Framework:
 
     def less(self, a: Any, b: Any) -> bool:
         return self.queue_sort_plugin.less(a, b)
-
-    def queue_sort_func(self) -> Callable[[Any, Any], bool]:
-        return self.queue_sort_plugin.less
 
     # ------------------------------------------------------------------ filtering
 
@@ -608,9 +600,6 @@ class Framework:
 
     def get_waiting_pod(self, uid: str) -> WaitingPod | None:
         return self.waiting_pods.get(uid)
-
-    def iterate_over_waiting_pods(self) -> list[WaitingPod]:
-        return list(self.waiting_pods.values())
 
     def reject_waiting_pod(self, uid: str, plugin: str = "", msg: str = "removed") -> bool:
         """Reject a waiting pod (e.g. a preemption victim); False when it is not waiting."""
