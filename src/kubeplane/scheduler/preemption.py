@@ -30,8 +30,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-import orjson
-
 from kubeplane.api.resources import resource
 from kubeplane.api.selectors import label_selector_from_dict
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo, pod_start_time

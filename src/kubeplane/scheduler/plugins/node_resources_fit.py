@@ -75,6 +75,17 @@ def insufficient_resources(
     return out
 
 
+def fits_requests(pairs: tuple[tuple[str, int], ...], allocatable: Mapping[str, int],
+                  requested: Mapping[str, int], pod_count: int) -> bool:
+    """Filter's check: room for one more pod and for every checked ``(resource, value)``."""
+    if not pod_count < allocatable.get(PODS, 0):
+        return False
+    for name, value in pairs:
+        if value > allocatable.get(name, 0) - requested.get(name, 0):
+            return False
+    return True
+
+
 def _fits_empty_node(pod: Obj, node: Obj | None) -> bool:
     if node is None:
         return False
@@ -335,14 +346,7 @@ class NodeResourcesFit(Plugin):
 
     def filter(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> Status | None:
         requests, pairs = self.checked_requests(state, pod_info)
-        alloc, used = node_info.allocatable, node_info.requested
-        ok = len(node_info.pods) < alloc.get("pods", 0)
-        if ok:
-            for name, value in pairs:
-                if value > alloc.get(name, 0) - used.get(name, 0):
-                    ok = False
-                    break
-        if ok:
+        if fits_requests(pairs, node_info.allocatable, node_info.requested, len(node_info.pods)):
             return None
         return self._insufficient_status(requests, node_info)
 
@@ -377,10 +381,7 @@ class NodeResourcesFit(Plugin):
 
         def compute_one(row: int) -> bool:
             ni = infos[row]
-            alloc, used = ni.allocatable, ni.requested
-            if big[row] or not len(ni.pods) < alloc.get(PODS, 0):
-                return False
-            return all(value <= alloc.get(name, 0) - used.get(name, 0) for name, value in pairs)
+            return not big[row] and fits_requests(pairs, ni.allocatable, ni.requested, len(ni.pods))
 
         def compute(sel: Any) -> Any:
             ok = cols[N_PODS, sel] < cols[A_PODS, sel]
