@@ -330,7 +330,7 @@ def components_metrics_server(listen: str, scheduler_config: Any = None, *, with
     configz = None
     if with_scheduler:
         from kubeplane.scheduler.config import componentconfig, load_config
-        from kubeplane.scheduler.framework.registry import in_tree_registry
+        from kubeplane.scheduler.plugins.registry import in_tree_registry
 
         sched_metrics = SchedulerMetrics()
         registry = sched_metrics.registry

@@ -7,7 +7,7 @@ import pytest
 
 from kubeplane.bench.scheduler import WORKLOADS, ThroughputCollector, percentile, run_workload
 from kubeplane.bench.workloads import get_workload
-from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.plugins.registry import in_tree_registry
 
 KEYS = {"workload", "nodes", "pods", "scheduled", "duration_s", "throughput_avg", "throughput_p50",
         "throughput_p90", "throughput_p99", "latency_p50_ms", "latency_p99_ms", "peak_rss_mb"}

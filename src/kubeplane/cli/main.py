@@ -486,7 +486,7 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
 
 def _load_scheduler_config(path: str | None):
     from kubeplane.scheduler.config import ConfigError, load_config
-    from kubeplane.scheduler.framework.registry import in_tree_registry
+    from kubeplane.scheduler.plugins.registry import in_tree_registry
 
     try:
         return load_config(path, in_tree_registry())

@@ -410,6 +410,10 @@ class Cache:
             expired.append(st.pod)
         return expired
 
+    def sizes(self) -> tuple[int, int, int]:
+        """Nodes, pods and assumed pods held (scheduler_scheduler_cache_size)."""
+        return len(self._nodes), len(self._pod_states), len(self._assumed)
+
     def pod_count(self) -> int:
         return sum(len(ni.pods) for ni in self._nodes.values())
 

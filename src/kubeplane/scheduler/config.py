@@ -21,7 +21,8 @@ from typing import Any, Mapping
 import yaml
 
 from kubeplane.scheduler.framework.plugin import EXTENSION_METHODS, Plugin, implements
-from kubeplane.scheduler.framework.registry import DEFAULT_PLUGINS, default_multi_point
+from kubeplane.scheduler.framework.registry import default_multi_point
+from kubeplane.scheduler.plugins.registry import DEFAULT_PLUGINS
 from kubeplane.scheduler.framework.runtime import EXTENSION_POINTS, merge_profile_plugins
 
 API_GROUP = "kubescheduler.config.k8s.io"

@@ -30,8 +30,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-import orjson
-
 from kubeplane.api.resources import resource
 from kubeplane.api.selectors import label_selector_from_dict
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo, pod_start_time
@@ -490,40 +488,37 @@ class Evaluator:
 
         The shape key holds everything of the pod such a dry run depends on (priority, requests,
         the fields node-only plugins read), so a failed dry run can be reused for another pod of
-        the same shape while the node is unchanged (same NodeInfo generation)."""
-        from kubeplane.scheduler.plugins.node_affinity import NodeAffinity
-        from kubeplane.scheduler.plugins.node_name import NodeName
-        from kubeplane.scheduler.plugins.node_resources_fit import NodeResourcesFit
-        from kubeplane.scheduler.plugins.node_unschedulable import NodeUnschedulable
-        from kubeplane.scheduler.plugins.taint_toleration import TaintToleration
+        the same shape while the node is unchanged (same NodeInfo generation).
 
+        The plugins say what they are: ``fit_requests`` (Filter is resource arithmetic) and
+        ``filter_pod_view`` (Filter reads only the node object and that view of the pod)."""
         fw = self.handle.framework
         if fw is None:
             return None
         skip = state.skip_filter_plugins
-        fit = None
+        fit = checked = None
         node_only: list[Any] = []
+        views: list[Any] = []
         for pl in fw.filter_plugins:
             if skip and pl.name in skip:
                 continue
-            cls = type(pl)
-            if cls is NodeResourcesFit:
-                fit = pl
-            elif cls in (NodeUnschedulable, NodeName, TaintToleration, NodeAffinity):
-                node_only.append(pl)
-            else:
+            if fit is None:
+                checked = pl.fit_requests(state, pod_info)
+                if checked is not None:
+                    fit = pl
+                    continue
+            try:
+                view = pl.filter_pod_view(pod_info)
+            except TypeError:
                 return None
-        if fit is None:
+            if view is None:
+                return None
+            node_only.append(pl)
+            views.append(view)
+        if fit is None or checked is None:
             return None
-        requests, pairs = fit.checked_requests(state, pod_info)
-        spec = pod_info.pod.get("spec") or {}
-        try:
-            node_view = orjson.dumps([spec.get("tolerations"), spec.get("nodeSelector"),
-                                      (spec.get("affinity") or {}).get("nodeAffinity"), spec.get("nodeName")],
-                                     option=orjson.OPT_SORT_KEYS)
-        except TypeError:
-            return None
-        shape = (pod_info.priority, tuple(sorted(requests.items())), pairs, node_view,
+        requests, pairs = checked
+        shape = (pod_info.priority, tuple(sorted(requests.items())), pairs, tuple(views),
                  tuple(id(pl) for pl in node_only), id(fit))
         return fit, pairs, node_only, shape
 
@@ -565,13 +560,9 @@ class Evaluator:
             return True
 
         if not fits():
-            # The general dry run's verdict: NodeResourcesFit's status on the node without the
+            # The general dry run's verdict: the fit plugin's status on the node without the
             # removable pods (the node-only plugins pass, so it is the first to reject).
-            from kubeplane.scheduler.plugins.node_resources_fit import insufficient_resources
-
-            requests, _ = fit.checked_requests(state, pod_info)
-            bad = insufficient_resources(requests, _Usage(alloc, used, count), fit.ignored, fit.ignored_groups)
-            return [], 0, Status.unschedulable(*(b[1] for b in bad), plugin=fit.name)
+            return [], 0, fit.fit_status(state, pod_info, _Usage(alloc, used, count))
         potential.sort(key=_importance_key)
         violating, non_violating = filter_pods_with_pdb_violation(potential, pdbs)
         victims: list[PodInfo] = []

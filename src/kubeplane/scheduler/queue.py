@@ -777,6 +777,16 @@ class SchedulingQueue:
                 GATED: gated,
             }
 
+    def unschedulable_pods_by_plugin(self) -> dict[tuple[str, str], int]:
+        """Pods in the unschedulable pool per (rejecting or pending plugin, scheduler name)
+        (``scheduler_unschedulable_pods`` labels); a pod counts for each of its plugins."""
+        out: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for (profile, plugins), keys in self._unschedulable.groups.items():
+                for plugin in plugins:
+                    out[(plugin, profile)] = out.get((plugin, profile), 0) + len(keys)
+        return out
+
     def pending_pods(self) -> tuple[list[Obj], str]:
         """All queued pods and an upstream-style summary string."""
         with self._lock:

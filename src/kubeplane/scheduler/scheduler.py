@@ -27,7 +27,7 @@ from kubeplane.scheduler.cache import Cache, Snapshot
 from kubeplane.scheduler.framework.fastpath import Rejections, arrays_for, nodes_for_rows, select_host_index
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
-from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.plugins.registry import in_tree_registry
 from kubeplane.scheduler.framework.runtime import Framework, NodePluginScores
 from kubeplane.scheduler.framework.types import (
     ActionType,
@@ -63,6 +63,8 @@ NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
 #: most extra event-loop passes a scheduling cycle yields while binding cycles
 #: run PreBind, with a client whose API server runs elsewhere
 PRE_BIND_YIELD_PASSES = 8
+#: seconds between cache cleanups (expired assumed pods, the cache size gauges), as upstream
+CACHE_CLEANUP_PERIOD = 1.0
 
 
 def num_feasible_nodes_to_find(percentage: int | None, num_all_nodes: int) -> int:
@@ -344,6 +346,7 @@ class Scheduler:
             pre_bind_yield_passes = 0 if getattr(client, "shares_event_loop", False) else PRE_BIND_YIELD_PASSES
         self.pre_bind_yield_passes = pre_bind_yield_passes
         self._incoming_exported: dict[tuple[str, str], int] = {}
+        self._unschedulable_exported: set[tuple[str, str]] = set()
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
         self._pods_informer = self.informer_factory.informer_for(PODS)
@@ -511,6 +514,7 @@ class Scheduler:
         """Schedule until :meth:`stop`."""
         await self.start()
         self._tasks.append(asyncio.create_task(self.queue.run()))
+        self._tasks.append(asyncio.create_task(self._run_cache_cleanup()))
         try:
             while not self._stopped.is_set():
                 if not await self.schedule_one():
@@ -530,6 +534,24 @@ class Scheduler:
             if delta > 0:
                 self.metrics.queue_incoming_pods.labels(queue, event).inc(delta)
                 seen[(queue, event)] = n
+        counts = self.queue.unschedulable_pods_by_plugin()
+        for plugin, profile in self._unschedulable_exported - counts.keys():
+            self.metrics.set_unschedulable(plugin, profile, 0)
+        for (plugin, profile), n in counts.items():
+            self.metrics.set_unschedulable(plugin, profile, n)
+        self._unschedulable_exported = set(counts)
+
+    async def _run_cache_cleanup(self, period: float = CACHE_CLEANUP_PERIOD) -> None:
+        """Every ``period`` seconds, drop expired assumed pods and export
+        scheduler_scheduler_cache_size, as upstream's cache cleanup loop."""
+        while not self._stopped.is_set():
+            self.cache.cleanup_assumed_pods()
+            if self.metrics is not None:
+                self.metrics.set_cache_size(*self.cache.sizes())
+            try:
+                await asyncio.wait_for(self._stopped.wait(), period)
+            except asyncio.TimeoutError:
+                pass
 
     async def stop(self, grace: float = 1.0) -> None:
         """Stop scheduling. Binding cycles get ``grace`` seconds to finish, then

@@ -9,7 +9,7 @@ import pytest
 from kubeplane.scheduler.config import (
     ConfigError, SchedulerConfig, expand_plugins, load_config, parse_config, parse_duration,
 )
-from kubeplane.scheduler.framework.registry import DEFAULT_PLUGINS, in_tree_registry
+from kubeplane.scheduler.plugins.registry import DEFAULT_PLUGINS, in_tree_registry
 from kubeplane.scheduler.framework.runtime import Framework
 
 REG = in_tree_registry()
@@ -277,7 +277,8 @@ def test_queue_sort_plugin_must_match() -> None:
     class OtherSort(REG["PrioritySort"]):  # type: ignore[misc,valid-type]
         name = "OtherSort"
 
-    reg = {**REG, "OtherSort": OtherSort}
+    reg = REG.copy()
+    reg.register(OtherSort)
     text = HEAD + """\
 profiles:
 - schedulerName: a

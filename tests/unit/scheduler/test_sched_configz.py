@@ -7,7 +7,7 @@ import pytest
 
 from kubeplane.cluster import components_metrics_server
 from kubeplane.scheduler.config import componentconfig, go_duration, parse_config
-from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.plugins.registry import in_tree_registry
 
 
 @pytest.mark.parametrize("seconds, text", [(15, "15s"), (10.0, "10s"), (1.5, "1.5s"), (90, "1m30s"),

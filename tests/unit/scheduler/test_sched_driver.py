@@ -11,7 +11,7 @@ from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.registry.registry import Registry
 from kubeplane.scheduler.framework.plugin import Plugin
-from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.plugins.registry import in_tree_registry
 from kubeplane.scheduler.scheduler import (
     PRE_BIND_YIELD_PASSES, FitError, Diagnosis, Scheduler, num_feasible_nodes_to_find,
 )
@@ -206,6 +206,40 @@ async def test_metrics_count_attempts_and_queue_traffic(cluster):
         await _stop(sched, task)
 
 
+async def test_unschedulable_pods_and_cache_size_gauges(cluster):
+    """scheduler_unschedulable_pods counts the pods in the unschedulable pool per
+    rejecting plugin (and drops back when they leave it); the cache size gauges
+    follow the cache, as upstream's cache cleanup loop sets them."""
+    from kubeplane.scheduler.metrics import SchedulerMetrics
+
+    await cluster.create(NODES, node("n1", cpu="1"))
+    metrics = SchedulerMetrics()
+    sched = Scheduler(cluster, metrics=metrics)
+    task = asyncio.create_task(sched.run())
+    value = metrics.registry.get_sample_value
+    unsched = {"plugin": "NodeResourcesFit", "profile": "default-scheduler"}
+
+    def until(pred):
+        async def check():
+            return pred()
+        return check
+
+    try:
+        await cluster.create(PODS, pod("ok"), "default")
+        await cluster.create(PODS, pod("too-big", cpu="8"), "default")
+        await cluster.create(PODS, pod("too-big-2", cpu="8"), "default")
+        await wait_for(until(lambda: value("scheduler_unschedulable_pods", unsched) == 2.0))
+        await wait_for(until(lambda: value("scheduler_scheduler_cache_size", {"type": "pods"}) == 1.0))
+        assert value("scheduler_scheduler_cache_size", {"type": "nodes"}) == 1.0
+        assert value("scheduler_scheduler_cache_size", {"type": "assumed_pods"}) in (0.0, 1.0)
+        await cluster.delete(PODS, "too-big", "default")
+        await cluster.delete(PODS, "too-big-2", "default")
+        await cluster.create(PODS, pod("next"), "default")  # a cycle after the deletions
+        await wait_for(until(lambda: value("scheduler_unschedulable_pods", unsched) == 0.0))
+    finally:
+        await _stop(sched, task)
+
+
 async def test_plugin_durations_recorded_in_sampled_cycles(cluster):
     import random as _random
 
@@ -315,7 +349,8 @@ async def test_prebind_chains_advance_while_pods_wait_to_be_scheduled(cluster):
     """With many pods queued, a binding cycle's PreBind chain is not left to
     advance one step per scheduling cycle: the first pod finishes PreBind
     within a few cycles instead of after STEPS of them."""
-    registry = {**in_tree_registry(), _ChainPreBind.name: _ChainPreBind}
+    registry = in_tree_registry()
+    registry.register(_ChainPreBind)
     profile = {"schedulerName": "default-scheduler",
                "plugins": {"preBind": {"enabled": [{"name": _ChainPreBind.name}]}}}
     await cluster.create(NODES, node("n1", cpu="100", pods="200"))

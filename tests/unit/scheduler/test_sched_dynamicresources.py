@@ -17,7 +17,7 @@ from kubeplane.registry.registry import Registry
 from kubeplane.scheduler.dra_manager import AllocatedDevices, DRAManager
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
-from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.plugins.registry import in_tree_registry
 from kubeplane.scheduler.framework.runtime import Framework
 from kubeplane.scheduler.framework.types import Code, CycleState, EventResource, PassOnly, QueueingHint
 from kubeplane.scheduler.plugins.dynamicresources import FINALIZER, DynamicResources
@@ -153,7 +153,8 @@ async def env():
     client = RecordingClient(inner)
     factory = SharedInformerFactory(client)
     handle = Handle(client=client, informer_factory=factory, rng=random.Random(1))
-    reg = {**in_tree_registry(), "DynamicResources": DynamicResources}
+    reg = in_tree_registry()
+    reg["DynamicResources"] = DynamicResources
     # Preemption needs a snapshot; these tests look at DynamicResources' PostFilter alone.
     profile = {"schedulerName": "default-scheduler",
                "plugins": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}}
@@ -178,7 +179,8 @@ def devices_of(c: dict) -> list[str]:
 
 
 def test_default_profile_runs_plugin_before_default_preemption_order() -> None:
-    reg = {**in_tree_registry(), "DynamicResources": DynamicResources}
+    reg = in_tree_registry()
+    reg["DynamicResources"] = DynamicResources
     fw = Framework(reg, None, Handle())
     lp = fw.list_plugins()
     for point in ("preEnqueue", "preFilter", "filter", "reserve", "preBind"):

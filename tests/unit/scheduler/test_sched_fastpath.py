@@ -20,7 +20,8 @@ from kubeplane.scheduler.cache import Snapshot
 from kubeplane.scheduler.framework.fastpath import FastPath, NodeArrays, arrays_for, select_host_index
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
-from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.framework.plugin import Plugin
+from kubeplane.scheduler.plugins.registry import in_tree_registry
 from kubeplane.scheduler.framework.runtime import Framework
 from kubeplane.scheduler.framework.types import CycleState
 from kubeplane.scheduler.scheduler import FitError, Scheduler, num_feasible_nodes_to_find
@@ -93,11 +94,59 @@ def make_pod(rng: random.Random, name: str, node_names: list[str], node_name: st
             "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}, "spec": spec}
 
 
-def _twin_schedulers(seed: int, pct: int | None) -> tuple[Scheduler, Scheduler]:
-    fast = Scheduler(None, rng=random.Random(seed), percentage_of_nodes_to_score=pct)
-    slow = Scheduler(None, rng=random.Random(seed), percentage_of_nodes_to_score=pct)
+def _twin_schedulers(seed: int, pct: int | None, profile: dict | None = None) -> tuple[Scheduler, Scheduler]:
+    profiles = None if profile is None else [dict(profile, schedulerName="default-scheduler")]
+    fast = Scheduler(None, rng=random.Random(seed), percentage_of_nodes_to_score=pct, profiles=profiles)
+    slow = Scheduler(None, rng=random.Random(seed), percentage_of_nodes_to_score=pct, profiles=profiles)
     slow.use_fast_path = False
     return fast, slow
+
+
+GPU = "example.com/gpu"
+
+#: non-default profiles: other scoring strategies, unequal weights, addedAffinity,
+#: disabled plugins, extended resources
+PROFILES: dict[str, dict] = {
+    "most-allocated-unequal-resource-weights": {"pluginConfig": [{"name": "NodeResourcesFit", "args": {
+        "scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu", "weight": 3},
+                                                                   {"name": "memory", "weight": 1}]}}}]},
+    "most-allocated-extended": {"pluginConfig": [{"name": "NodeResourcesFit", "args": {
+        "scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu", "weight": 1},
+                                                                   {"name": GPU, "weight": 2}]}}}]},
+    "least-allocated-memory-only": {"pluginConfig": [{"name": "NodeResourcesFit", "args": {
+        "scoringStrategy": {"type": "LeastAllocated", "resources": [{"name": "memory", "weight": 2}]}}}]},
+    "requested-to-capacity-ratio": {"pluginConfig": [{"name": "NodeResourcesFit", "args": {
+        "scoringStrategy": {"type": "RequestedToCapacityRatio",
+                            "resources": [{"name": "cpu", "weight": 2}, {"name": "memory", "weight": 1}],
+                            "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0},
+                                                                   {"utilization": 60, "score": 10},
+                                                                   {"utilization": 100, "score": 2}]}}}}]},
+    "unequal-plugin-weights": {"plugins": {"score": {"enabled": [
+        {"name": "TaintToleration", "weight": 1}, {"name": "NodeAffinity", "weight": 7},
+        {"name": "NodeResourcesFit", "weight": 4}, {"name": "ImageLocality", "weight": 5},
+        {"name": "NodeResourcesBalancedAllocation", "weight": 3}]}}},
+    "added-affinity": {"pluginConfig": [{"name": "NodeAffinity", "args": {"addedAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 40, "preference": {"matchExpressions": [{"key": "disk", "operator": "Exists"}]}}]}}}]},
+    "disabled-plugins": {"plugins": {
+        "filter": {"disabled": [{"name": "TaintToleration"}, {"name": "NodePorts"}]},
+        "score": {"disabled": [{"name": "ImageLocality"}, {"name": "NodeResourcesBalancedAllocation"}]},
+        "multiPoint": {"disabled": [{"name": "NodeUnschedulable"}]}}},
+    "extended-resources": {"pluginConfig": [
+        {"name": "NodeResourcesFit", "args": {"ignoredResources": ["example.com/other"], "scoringStrategy": {
+            "type": "LeastAllocated", "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1},
+                                                    {"name": GPU, "weight": 5}]}}},
+        {"name": "NodeResourcesBalancedAllocation", "args": {"resources": [
+            {"name": "cpu", "weight": 1}, {"name": GPU, "weight": 1}]}}]},
+    "ignored-extended-group": {"pluginConfig": [
+        {"name": "NodeResourcesFit", "args": {"ignoredResourceGroups": ["example.com"]}}]},
+    "balanced-three-resources": {"pluginConfig": [
+        {"name": "NodeResourcesBalancedAllocation", "args": {"resources": [
+            {"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1},
+            {"name": "ephemeral-storage", "weight": 1}]}}]},
+}
 
 
 def _status_view(diag) -> dict:
@@ -106,11 +155,21 @@ def _status_view(diag) -> dict:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_fast_path_matches_generic_scheduling(seed: int) -> None:
+    _compare_twins(seed)
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+@pytest.mark.parametrize("seed", range(3))
+def test_fast_path_matches_generic_scheduling_in_other_profiles(name: str, seed: int) -> None:
+    _compare_twins(1000 + seed, PROFILES[name])
+
+
+def _compare_twins(seed: int, profile: dict | None = None) -> None:
     rng = random.Random(seed)
     num_nodes = rng.choice([5, 40, 150, 300])
     nodes = [make_node(rng, f"n{i}") for i in range(num_nodes)]
     names = [n["metadata"]["name"] for n in nodes]
-    fast, slow = _twin_schedulers(seed, rng.choice([None, 0, 10, 50]))
+    fast, slow = _twin_schedulers(seed, rng.choice([None, 0, 10, 50]), profile)
     existing = [make_pod(rng, f"e{i}", names, node_name=rng.choice(names)) for i in range(num_nodes // 2)]
     for s in (fast, slow):
         for n in nodes:
@@ -176,11 +235,13 @@ def test_fast_path_stops_after_enough_feasible_nodes_and_rotates() -> None:
     assert starts[0] != 0 and len(set(starts)) > 1
 
 
-def _framework_with_snapshot(snap: Snapshot) -> Framework:
-    return Framework(in_tree_registry(), {}, Handle(snapshot=snap))
+def _framework_with_snapshot(snap: Snapshot, profile: dict | None = None) -> Framework:
+    return Framework(in_tree_registry(), profile or {}, Handle(snapshot=snap))
 
 
-def test_vectorised_scores_equal_plugin_scores_on_random_nodes() -> None:
+@pytest.mark.parametrize("name", ["default", *sorted(PROFILES)])
+def test_vectorised_scores_equal_plugin_scores_on_random_nodes(name: str) -> None:
+    profile = PROFILES.get(name)
     rng = random.Random(7)
     nodes = [make_node(rng, f"n{i}") for i in range(200)]
     names = [n["metadata"]["name"] for n in nodes]
@@ -189,7 +250,7 @@ def test_vectorised_scores_equal_plugin_scores_on_random_nodes() -> None:
         for j in range(rng.randint(0, 3)):
             ni.add_pod(make_pod(rng, f"{ni.name}-e{j}", names, node_name=ni.name))
     snap = Snapshot(infos)
-    fw = _framework_with_snapshot(snap)
+    fw = _framework_with_snapshot(snap, profile)
     fp = FastPath(fw)
     arr = arrays_for(snap)
     for i in range(40):
@@ -375,7 +436,7 @@ def test_bulk_rejection_statuses_equal_the_plugins_own(seed: int) -> None:
     assert bulk_calls and sum(bulk_calls) > 1000
 
 
-class _PassExceptPlugin:
+class _PassExceptPlugin(Plugin):
     """A Filter plugin with the ``filter_pass_except`` hook: rejects the nodes it lists."""
 
     name = "PassExcept"
@@ -436,7 +497,7 @@ def test_filter_pass_except_hook_calls_filter_only_on_listed_nodes(answer_none: 
         assert sorted(plugin.filtered) == ["n03", "n17", "n40"]
 
 
-class _RejectAllButPlugin:
+class _RejectAllButPlugin(Plugin):
     """A Filter plugin that rejects every node but a few, stating the rejections
     in bulk (``EVERY_NODE`` + ``filter_known_statuses``)."""
 
@@ -551,3 +612,33 @@ def test_row_with_unchanged_numbers_still_follows_host_ports_and_node() -> None:
     ni.set_node(dict(ni.node, spec={"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]}))
     arr.set_row(0, ni)
     assert arr.num_tainted == 1 and int(arr.taint_gid[0]) != 0
+
+
+@pytest.mark.parametrize("name", ["default", "unequal-plugin-weights", "requested-to-capacity-ratio"])
+def test_fast_path_records_the_plugin_metrics_of_the_generic_path(name: str) -> None:
+    """In a sampled cycle both paths record scheduler_plugin_execution_duration_seconds
+    for the same plugins at the same extension points."""
+    from kubeplane.scheduler.metrics import SchedulerMetrics
+
+    rng = random.Random(5)
+    nodes = [make_node(rng, f"n{i}") for i in range(60)]
+    fast, slow = _twin_schedulers(5, 100, PROFILES.get(name))
+    seen = []
+    for s in (fast, slow):
+        m = SchedulerMetrics()
+        s.frameworks["default-scheduler"].metrics = m
+        for n in nodes:
+            s.cache.add_node(n)
+        pod = {"metadata": {"name": "p", "namespace": "default", "uid": "p"},
+               "spec": {"containers": [{"name": "c", "image": "nginx:1.27",
+                                        "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}}}]}}
+        state = CycleState()
+        state.record_metrics = True
+        s.schedule_pod(s.frameworks["default-scheduler"], state, PodInfo(pod))
+        points = {(smp.labels["plugin"], smp.labels["extension_point"])
+                  for metric in m.registry.collect() if metric.name == "scheduler_plugin_execution_duration_seconds"
+                  for smp in metric.samples if smp.name.endswith("_count")}
+        seen.append(points)
+    assert seen[0] == seen[1]
+    assert {p for p, ep in seen[0] if ep == "Filter"} >= {"NodeResourcesFit", "TaintToleration"}
+    assert {ep for _, ep in seen[0]} >= {"PreFilter", "Filter", "PreScore", "Score"}

@@ -11,7 +11,7 @@ import pytest
 from kubeplane.scheduler.cache import Snapshot
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
-from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.plugins.registry import in_tree_registry
 from kubeplane.scheduler.framework.runtime import (
     MAX_PERMIT_TIMEOUT, Framework, FrameworkError, go_duration, merge_plugin_set,
 )

@@ -10,7 +10,7 @@ from kubeplane.scheduler.cache import Snapshot
 from kubeplane.scheduler.framework.nodeinfo import PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.types import Code, CycleState, QueueingHint
-from kubeplane.scheduler.plugins.interpodaffinity import (
+from kubeplane.scheduler.plugins.inter_pod_affinity import (
     ERR_REASON_AFFINITY_RULES_NOT_MATCH, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,
     ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH, InterPodAffinity,
 )

@@ -11,11 +11,11 @@ import pytest
 from kubeplane.scheduler.cache import Snapshot
 from kubeplane.scheduler.framework.nodeinfo import PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
-from kubeplane.scheduler.framework.registry import in_tree_registry
+from kubeplane.scheduler.plugins.registry import in_tree_registry
 from kubeplane.scheduler.framework.runtime import Framework
 from kubeplane.scheduler.framework.types import Code, CycleState, Status
 from kubeplane.scheduler.nominator import Nominator
-from kubeplane.scheduler.plugins.defaultpreemption import DefaultPreemption
+from kubeplane.scheduler.plugins.default_preemption import DefaultPreemption
 from kubeplane.scheduler.preemption import (
     Candidate, NodeToStatus, Victims, filter_pods_with_pdb_violation, fit_error_message,
     pick_one_node_for_preemption, preemption_message,

@@ -10,7 +10,7 @@ from kubeplane.scheduler.cache import Snapshot
 from kubeplane.scheduler.framework.nodeinfo import PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.types import Code, CycleState, QueueingHint
-from kubeplane.scheduler.plugins.podtopologyspread import (
+from kubeplane.scheduler.plugins.pod_topology_spread import (
     ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH, PodTopologySpread, default_selector,
     topology_normalizing_weight,
 )
@@ -354,7 +354,7 @@ def test_queueing_hints() -> None:
 
 
 def test_default_profile_registers_spread_and_affinity_with_weight_two() -> None:
-    from kubeplane.scheduler.framework.registry import in_tree_registry
+    from kubeplane.scheduler.plugins.registry import in_tree_registry
     from kubeplane.scheduler.framework.runtime import Framework
 
     fw = Framework(in_tree_registry())

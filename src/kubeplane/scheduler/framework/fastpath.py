@@ -1,55 +1,52 @@
-"""Vectorised Filter and Score for the built-in node-local plugins.
+"""The vectorised Filter and Score driver.
 
 The generic framework runs every plugin once per node, which in Python costs
-tens of microseconds per node. For the plugins whose verdict only depends on
-a few per-node numbers, a small set of distinct taint lists or the node's
-labels (Filter of NodeUnschedulable, NodeName, TaintToleration, NodeAffinity,
-NodePorts, NodeResourcesFit; Score of TaintToleration, NodeResourcesFit
-LeastAllocated/MostAllocated, NodeResourcesBalancedAllocation and
-ImageLocality) this module evaluates many nodes at once over numpy column
-arrays kept in step with the snapshot. Per-node results that only depend on
-the node and on the pod's shape (requests, node selector) are memoized
-across cycles and recomputed for the nodes that changed, so identical pods
-(the common case in bulk workloads) cost a few array operations per cycle.
+tens of microseconds per node. A plugin whose verdict only depends on a few
+per-node numbers, a small set of distinct taint lists or the node's labels
+may also define a vectorised form of its Filter or Score (the optional hooks
+``filter_mask``, ``filter_mask_certain``, ``filter_status_builder``,
+``score_vector`` and the name-based ``filter_pass_except`` family, declared
+on :class:`~kubeplane.scheduler.framework.plugin.Plugin`), which evaluates
+many nodes at once over the numpy column arrays of :class:`NodeArrays`, kept
+in step with the snapshot. Per-node results that only depend on the node and
+on the pod's shape (requests, node selector) are memoized across cycles
+(``NodeArrays.memoized``) and recomputed for the nodes that changed, so
+identical pods (the common case in bulk workloads) cost a few array
+operations per cycle. This module knows no plugin: it calls those hooks and,
+for a plugin without them, the plugin's own Filter and Score through the
+framework.
 
 Results are exactly those of the generic path:
 
 * a Filter mask is only trusted when it says "passes"; every node a mask
   rejects (and every plugin without a mask) is run through the plugin itself,
   in profile order, so statuses, reasons and plugin attribution are the
-  plugin's own, unless the plugin states those statuses in bulk (see
-  ``FastPath._status_builder``);
+  plugin's own, unless the plugin states those statuses in bulk
+  (``filter_status_builder``, ``filter_known_statuses``);
 * nodes with nominated pods go through the framework's nominated-pods filter;
 * the rotating start index, the stop after ``num_to_find`` feasible nodes and
   the ``processed`` count follow the sequential generic loop;
-* scores use upstream's integer arithmetic (floor divisions) and, for
-  BalancedAllocation, the same IEEE double operations; rows whose values are
-  too large for exact int64/float64 arithmetic fall back to the plugin.
+* vectorised scores use the plugin's own integer arithmetic (floor
+  divisions) and IEEE double operations; rows whose values are too large
+  for exact int64/float64 arithmetic (``SAFE_LIMIT``) fall back to the plugin;
+* in cycles that sample plugin metrics, every plugin that runs is recorded in
+  scheduler_plugin_execution_duration_seconds as on the generic path: a
+  vectorised Filter or Score as one call covering the nodes it decided, and
+  each per-node Filter call on its own.
 """
 
 from __future__ import annotations
 
 from itertools import repeat
+from time import perf_counter
 from operator import is_not
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import orjson
 
 from kubeplane.scheduler.framework.nodeinfo import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, NodeInfo, PodInfo
-from kubeplane.scheduler.framework.plugin import implements
 from kubeplane.scheduler.framework.types import (
-    EVERY_NODE, Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Obj, PassOnly, Status,
-)
-from kubeplane.scheduler.plugins.image_locality import ImageLocality, calculate_priority
-from kubeplane.scheduler.plugins.node_affinity import NodeAffinity
-from kubeplane.scheduler.plugins.node_name import NodeName
-from kubeplane.scheduler.plugins.node_ports import NodePorts
-from kubeplane.scheduler.plugins.node_resources_balanced import NodeResourcesBalancedAllocation
-from kubeplane.scheduler.plugins.node_resources_fit import LEAST_ALLOCATED, MOST_ALLOCATED, NodeResourcesFit
-from kubeplane.scheduler.plugins.node_unschedulable import UNSCHEDULABLE_TAINT, NodeUnschedulable
-from kubeplane.scheduler.plugins.taint_toleration import (
-    TaintToleration, find_untolerated_taint, tolerations_tolerate_taint,
+    EVERY_NODE, Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Obj, PassOnly, Status, invalid_score_status,
 )
 
 if TYPE_CHECKING:
@@ -63,9 +60,9 @@ SAFE_LIMIT = 1 << 52
 # Column indices of NodeArrays.cols.
 A_CPU, A_MEM, A_EPH, A_PODS, R_CPU, R_MEM, R_EPH, N_PODS, NZ_CPU, NZ_MEM = range(10)
 _NUM_COLS = 10
-_COL_OF_ALLOC = {CPU: A_CPU, MEMORY: A_MEM, EPHEMERAL_STORAGE: A_EPH}
-_COL_OF_REQ = {CPU: R_CPU, MEMORY: R_MEM, EPHEMERAL_STORAGE: R_EPH}
-_COL_OF_NZ = {CPU: NZ_CPU, MEMORY: NZ_MEM}
+COL_OF_ALLOC = {CPU: A_CPU, MEMORY: A_MEM, EPHEMERAL_STORAGE: A_EPH}
+COL_OF_REQ = {CPU: R_CPU, MEMORY: R_MEM, EPHEMERAL_STORAGE: R_EPH}
+COL_OF_NZ = {CPU: NZ_CPU, MEMORY: NZ_MEM}
 
 
 #: per-pod-shape memos kept per NodeArrays (oldest dropped first)
@@ -79,8 +76,8 @@ BULK_MIN_ROWS = 16
 _UNSET = object()
 
 
-class _OutOfRange(Exception):
-    """A vectorised score left [MIN_NODE_SCORE, MAX_NODE_SCORE]; the generic path reports it."""
+class OutOfRange(Exception):
+    """A vectorised score left [MIN_NODE_SCORE, MAX_NODE_SCORE]; the plugin's scalar Score reports it."""
 
 
 class _Memo:
@@ -222,7 +219,7 @@ class NodeArrays:
             if m.valid[i]:
                 try:
                     m.values[i] = m.compute_one(i)
-                except _OutOfRange:
+                except OutOfRange:
                     m.valid[i] = False
                     m.num_valid -= 1
 
@@ -308,91 +305,10 @@ class FastPath:
 
     def _mask_fn(self, pl: Any, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> _MaskFn | None:
         """A builder of the rows where ``pl.filter`` certainly succeeds (None: no vectorised form)."""
-        cls = type(pl)
-        if cls is NodeResourcesFit:
-            _, pairs = pl.checked_requests(state, pod_info)
-            cols = arr.cols
-            checks: list[tuple[int, int, int]] = []
-            for name, value in pairs:
-                col = _COL_OF_ALLOC.get(name)
-                if col is None or not -SAFE_LIMIT < value < SAFE_LIMIT:
-                    return None
-                checks.append((col, _COL_OF_REQ[name], value))
-            big = arr.big
-            key = ("fit", tuple(checks))
-            infos = arr.node_infos
-            full_pairs = tuple(pairs)
-
-            def compute_one(row: int) -> bool:
-                ni = infos[row]
-                alloc, used = ni.allocatable, ni.requested
-                if big[row] or not len(ni.pods) < alloc.get(PODS, 0):
-                    return False
-                return all(value <= alloc.get(name, 0) - used.get(name, 0) for name, value in full_pairs)
-
-            def compute(sel: Any) -> Any:
-                ok = cols[N_PODS, sel] < cols[A_PODS, sel]
-                for a, r, value in checks:
-                    ok &= cols[a, sel] - cols[r, sel] >= value
-                ok &= ~big[sel]
-                return ok
-            return lambda sel: arr.memoized(key, bool, compute, compute_one, sel)
-        if cls is TaintToleration:
-            if arr.num_tainted == 0:
-                return _all_pass
-            tols = pod_info.tolerations
-            gpass = np.fromiter((find_untolerated_taint(taints, tols) is None for taints in arr.group_taints),
-                                dtype=bool, count=len(arr.group_taints))
-            if gpass.all():
-                return _all_pass
-            gid = arr.taint_gid
-            return lambda sel: gpass[gid[sel]]
-        if cls is NodeUnschedulable:
-            if arr.num_unsched == 0 or tolerations_tolerate_taint(pod_info.tolerations, UNSCHEDULABLE_TAINT):
-                return _all_pass
-            unsched = arr.unsched
-            return lambda sel: ~unsched[sel]
-        if cls is NodeName:
-            if not pod_info.node_name:
-                return _all_pass
-            n = len(arr.node_infos)
-            mask = np.zeros(n, dtype=bool)
-            i = arr.index.get(pod_info.node_name)
-            if i is not None:
-                mask[i] = True
-            return lambda sel: mask[sel]
-        if cls is NodeAffinity:
-            spec = pod_info.pod.get("spec") or {}
-            required_raw = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-                "requiredDuringSchedulingIgnoredDuringExecution")
-            try:
-                sig = orjson.dumps([spec.get("nodeSelector"), required_raw], option=orjson.OPT_SORT_KEYS)
-            except TypeError:
-                return None
-            key = ("affinity", id(pl), sig)
-            added = pl.added_node_selector
-            required = pl.required_for(state, pod_info)
-            infos = arr.node_infos
-
-            def matches(row: int) -> bool:
-                node = infos[row].node
-                if node is None:
-                    return False
-                return (added is None or added.matches(node)) and required.matches(node)
-
-            def compute_many(sel: Any) -> np.ndarray:
-                rows = sel.tolist()
-                return np.fromiter((matches(r) for r in rows), dtype=bool, count=len(rows))
-            return lambda sel: arr.memoized(key, bool, compute_many, matches, sel)
-        if cls is NodePorts:
-            if arr.num_ports == 0:
-                return _all_pass
-            ports = arr.has_ports
-            return lambda sel: ~ports[sel]
-        hook = getattr(pl, "filter_pass_except", None)
-        if hook is not None:
-            return _mask_from_exceptions(hook(state, pod_info), arr)
-        return None
+        f = pl.filter_mask(state, pod_info, arr)
+        if f is not None:
+            return f
+        return _mask_from_exceptions(pl.filter_pass_except(state, pod_info), arr)
 
     def find_feasible(
         self, state: CycleState, pod_info: PodInfo, arr: NodeArrays, cand: np.ndarray | None, start: int,
@@ -409,7 +325,15 @@ class FastPath:
         fw = self.fw
         skip = state.skip_filter_plugins
         plugins = [pl for pl in fw.filter_plugins if not (skip and pl.name in skip)]
-        fns: list[_MaskFn | None] = [self._mask_fn(pl, state, pod_info, arr) for pl in plugins]
+        record = state.record_metrics
+        fns: list[_MaskFn | None] = []
+        for pl in plugins:
+            t0 = perf_counter() if record else 0.0
+            f = self._mask_fn(pl, state, pod_info, arr)
+            if t0 and f is not None:
+                # the vectorised Filter of every node; rows it leaves to the plugin are timed per call
+                fw.observe(pl.name, "Filter", None, t0)
+            fns.append(f)
         certain = _certain_masks(plugins, fns, arr, state, pod_info)
         # Per window: (chunk statuses, indices into the chunk, the window's rows by index) of the
         # rows certainly rejected whose statuses were not computed.
@@ -417,7 +341,7 @@ class FastPath:
         builders: dict[int, Any] = {}  # status builders of this cycle by plugin index
         every_row = any(f is None for f in fns)
         nominated = np.fromiter(nominated_rows, dtype=np.intp, count=len(nominated_rows)) if nominated_rows else None
-        active = [f for f in fns if f is not None and f is not _all_pass]
+        active = [f for f in fns if f is not None and f is not ALL_PASS]
         n = len(arr.node_infos)
         m = n if cand is None else len(cand)
         infos = arr.node_infos
@@ -494,7 +418,7 @@ class FastPath:
                 if row in nominated_rows:
                     st = fw.run_filter_plugins_with_nominated_pods(state, pod_info, ni)
                 else:
-                    st = _filter_row(plugins, fns, row, state, pod_info, ni, certain)
+                    st = _filter_row(fw, plugins, fns, row, state, pod_info, ni, certain)
                 if st.__class__ is int:
                     deferred_here.append(i)
                     continue
@@ -539,7 +463,7 @@ class FastPath:
                                                builders)
             for k in todo:
                 row = int(drows[k])
-                sts[k] = _filter_row(plugins, fns, row, state, pod_info, infos[row])
+                sts[k] = _filter_row(fw, plugins, fns, row, state, pod_info, infos[row])
             it = iter(sts)
             for chunk, idx, _ in deferred:
                 for i in idx:
@@ -581,7 +505,7 @@ class FastPath:
         for j, (pl, f) in enumerate(zip(plugins, fns)):
             if not len(undecided) or f is None:
                 break
-            if f is _all_pass:
+            if f is ALL_PASS:
                 continue
             mk = f(rows[undecided])
             if mk is True:
@@ -634,43 +558,10 @@ class FastPath:
         returns for that node in this cycle, with ``plugin`` set to the
         plugin's name (nodes without such an entry take the per-row path), or
         None."""
-        cls = type(pl)
-        infos = arr.node_infos
-        if cls is NodeResourcesFit:
-            _, pairs = pl.checked_requests(state, pod_info)
-            if any(name not in _COL_OF_ALLOC for name, _ in pairs):
-                return None
-            order = {CPU: 0, MEMORY: 1, EPHEMERAL_STORAGE: 2}
-            checks = sorted(pairs, key=lambda nv: order[nv[0]])
-            cols, big = arr.cols, arr.big
-            name = pl.name
-
-            def fit_statuses(rows: np.ndarray) -> tuple[Any, list[Status]]:
-                code = (cols[N_PODS, rows] >= cols[A_PODS, rows]).astype(np.int64)
-                for bit, (res, value) in enumerate(checks, 1):
-                    short = cols[_COL_OF_ALLOC[res], rows] - cols[_COL_OF_REQ[res], rows] < value
-                    code |= short.astype(np.int64) << bit
-                code[big[rows]] = 0  # rows too big for the arrays: not stated here
-                # One Status per distinct code, spread over the rows by numpy.
-                distinct, where = np.unique(code, return_inverse=True)
-                made = np.empty(len(distinct), dtype=object)
-                for k, c in enumerate(distinct.tolist()):
-                    if not c:
-                        continue  # None: passes, or not known
-                    reasons = ["Too many pods"] if c & 1 else []
-                    reasons.extend(f"Insufficient {res}" for bit, (res, _) in enumerate(checks, 1) if c >> bit & 1)
-                    made[k] = Status.unschedulable(*reasons, plugin=name)
-                return made[where.reshape(-1)], [m for m in made.tolist() if m is not None]
-            return fit_statuses
-        if cls is NodeUnschedulable:
-            return lambda rows: self._statuses_by_group(pl, state, pod_info, infos, rows, np.zeros(len(rows)))
-        if cls is TaintToleration:
-            gid = arr.taint_gid
-            return lambda rows: self._statuses_by_group(pl, state, pod_info, infos, rows, gid[rows])
-        hook = getattr(pl, "filter_known_statuses", None)
-        if hook is None:
-            return None
-        known = hook(state, pod_info)
+        builder = pl.filter_status_builder(state, pod_info, arr)
+        if builder is not None:
+            return builder
+        known = pl.filter_known_statuses(state, pod_info)
         if known is None:
             return None
         get = known.get
@@ -692,127 +583,32 @@ class FastPath:
             return out, [st for k, st in made.items() if k not in bad]
         return known_statuses
 
-    @staticmethod
-    def _statuses_by_group(pl: Any, state: CycleState, pod_info: PodInfo, infos: list[NodeInfo],
-                           rows: np.ndarray, groups: np.ndarray) -> tuple[list[Status | None], list[Status]]:
-        made: dict[int, Status | None] = {}
-        out: list[Status | None] = []
-        for row, g in zip(rows.tolist(), groups.tolist()):
-            if g not in made:
-                st = pl.filter(state, pod_info, infos[row])
-                if st is not None and st.is_rejected():
-                    st.plugin = pl.name
-                else:
-                    st = None  # passes or errs: the per-row path reports it
-                made[g] = st
-            out.append(made[g])
-        return out, [st for st in made.values() if st is not None]
-
     # ------------------------------------------------------------------ score
-
-    def _score_vector(self, pl: Any, state: CycleState, pod_info: PodInfo, arr: NodeArrays,
-                      rows: np.ndarray, nodes: list[NodeInfo], sub: list[Any]) -> Any:
-        """Final (normalized) scores of ``pl`` for ``rows`` (an int when all equal); None when not vectorised.
-
-        ``sub[0]`` selects ``rows`` in the arrays (a slice when they are contiguous).
-        """
-        cls = type(pl)
-        k = len(rows)
-        if cls is TaintToleration:
-            if arr.num_tainted == 0:
-                return MAX_NODE_SCORE
-            tols = pl.pre_score_tolerations(state, pod_info)
-            gcount = np.fromiter(
-                (sum(1 for t in taints if t.get("effect") == "PreferNoSchedule"
-                     and not tolerations_tolerate_taint(tols, t)) for taints in arr.group_taints),
-                dtype=np.int64, count=len(arr.group_taints))
-            counts = gcount[arr.taint_gid[rows]]
-            max_count = int(counts.max())
-            if max_count == 0:
-                return MAX_NODE_SCORE
-            return MAX_NODE_SCORE - (MAX_NODE_SCORE * counts) // max_count
-        if cls is NodeResourcesFit or cls is NodeResourcesBalancedAllocation:
-            names = pl.scorer.names
-            if len(set(names)) != len(names) or any(nm not in _COL_OF_NZ for nm in names):
-                return None
-            if arr.num_big and arr.big[rows].any():
-                return None
-            reqs = pl.pre_score_requests(state, pod_info)
-            if any(not -SAFE_LIMIT < v < SAFE_LIMIT for v in reqs):
-                return None
-            if cls is NodeResourcesFit and pl.strategy not in (LEAST_ALLOCATED, MOST_ALLOCATED):
-                return None
-            if cls is NodeResourcesBalancedAllocation and len(names) > 2:
-                return None
-            if not names:
-                return 0 if cls is NodeResourcesFit else MAX_NODE_SCORE
-            if cls is NodeResourcesBalancedAllocation and len(names) == 1:
-                return MAX_NODE_SCORE
-            key = ("score", id(pl), tuple(names), tuple(reqs))
-            infos = arr.node_infos
-
-            def compute(sel: Any) -> np.ndarray:
-                out = _resource_scores(pl, names, reqs, arr.cols, sel)
-                if len(out) and (int(out.min()) < MIN_NODE_SCORE or int(out.max()) > MAX_NODE_SCORE):
-                    raise _OutOfRange
-                return out
-
-            def compute_one(row: int) -> int:
-                sc = pl.scorer.score(infos[row], reqs)
-                if sc < MIN_NODE_SCORE or sc > MAX_NODE_SCORE:
-                    raise _OutOfRange
-                return sc
-
-            try:
-                return arr.memoized(key, np.int64, compute, compute_one, sub[0])
-            except _OutOfRange:
-                # Let the plugin itself produce the (error) result.
-                return None
-        if cls is ImageLocality:
-            base = calculate_priority(0, len(pod_info.images))
-            if arr.num_images == 0:
-                return base
-            out = np.full(k, base, dtype=np.int64)
-            for j in np.flatnonzero(arr.has_images[rows]).tolist():
-                sc, s = pl.score(state, pod_info, nodes[j])
-                if (s is not None and not s.is_success()) or not MIN_NODE_SCORE <= sc <= MAX_NODE_SCORE:
-                    return None
-                out[j] = sc
-            return out
-        return None
 
     def score(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays, rows: np.ndarray,
               nodes: list[NodeInfo]) -> tuple[np.ndarray, Status | None]:
         """Weighted total score per row (same order), as ``Framework.run_score_plugins`` sums them."""
-        from kubeplane.scheduler.framework.runtime import _as_error
-
         fw = self.fw
         total = np.zeros(len(rows), dtype=np.int64)
         skip = state.skip_score_plugins
-        sub: list[Any] = [_selector(rows)]
+        sub = _selector(rows)
+        record = state.record_metrics
         constant = 0
         for pl in fw.score_plugins:
             if pl.name in skip:
                 continue
-            vec = self._score_vector(pl, state, pod_info, arr, rows, nodes, sub)
+            t0 = perf_counter() if record else 0.0
+            vec = pl.score_vector(state, pod_info, arr, rows, nodes, sub)
             if vec is None:
-                pairs: list[list[Any]] = []
-                for ni in nodes:
-                    sc, s = pl.score(state, pod_info, ni)
-                    if s is not None and not s.is_success():
-                        return total, _as_error(s, f"running Score plugin {pl.name!r}", pl.name)
-                    pairs.append([ni.name, sc])
-                if implements(pl, "normalize_score"):
-                    s = pl.normalize_score(state, pod_info, pairs)
-                    if s is not None and not s.is_success():
-                        return total, _as_error(s, f"running Normalize on Score plugin {pl.name!r}", pl.name)
-                for _, sc in pairs:
-                    if sc > MAX_NODE_SCORE or sc < MIN_NODE_SCORE:
-                        return total, _invalid_score(pl.name, sc)
+                pairs, s = fw.run_score_plugin(pl, state, pod_info, nodes)
+                if s is not None:
+                    return total, s
                 vec = np.fromiter((sc for _, sc in pairs), dtype=np.int64, count=len(pairs))
-            elif isinstance(vec, int):
+            elif t0:
+                fw.observe(pl.name, "Score", None, t0)
+            if isinstance(vec, int):
                 if vec > MAX_NODE_SCORE or vec < MIN_NODE_SCORE:
-                    return total, _invalid_score(pl.name, vec)
+                    return total, invalid_score_status(pl.name, vec)
                 constant += vec * fw.score_weights.get(pl.name, 1)
                 continue
             # Vectorised scores are within range by construction (checked when computed).
@@ -826,54 +622,23 @@ class FastPath:
         return total, None
 
 
-def _resource_scores(pl: Any, names: list[str], reqs: list[int], cols: np.ndarray, sel: Any) -> np.ndarray:
-    """NodeResourcesFit (Least/MostAllocated) or BalancedAllocation scores of the rows ``sel``."""
-    cls = type(pl)
-    alloc = _gather(cols, [_COL_OF_ALLOC[nm] for nm in names], sel)
-    used_cols = _COL_OF_NZ if cls is NodeResourcesFit else _COL_OF_REQ
-    req = _gather(cols, [used_cols[nm] for nm in names], sel) + np.array(reqs, dtype=np.int64)[:, None]
-    all_present = int(alloc.min()) > 0
-    if all_present:
-        present = None
-        safe_alloc = alloc
-    else:
-        present = alloc != 0
-        safe_alloc = np.where(present, alloc, 1)
-    if cls is NodeResourcesFit:
-        weights = [int(r["weight"]) for r in pl.resources]
-        if pl.strategy == LEAST_ALLOCATED:
-            per = alloc - req
-            fits = bool((per >= 0).all())
-            per *= MAX_NODE_SCORE
-            per //= safe_alloc
-            if not fits:
-                per = np.where(req <= alloc, per, 0)
-        else:
-            per = np.minimum(req, alloc)
-            per *= MAX_NODE_SCORE
-            per //= safe_alloc
-        if all_present:
-            if len(set(weights)) == 1:
-                node_score = per.sum(axis=0) if len(names) > 1 else per[0]
-                return node_score // len(names) if len(names) > 1 else node_score
-            wcol = np.array(weights, dtype=np.int64)[:, None]
-            return (per * wcol).sum(axis=0) // sum(weights)
-        wcol = np.array(weights, dtype=np.int64)[:, None]
-        node_score = (per * wcol * present).sum(axis=0)
-        weight_sum = (wcol * present).sum(axis=0)
-        return np.where(weight_sum > 0, node_score // np.maximum(weight_sum, 1), 0)
-    fracs = req / safe_alloc
-    np.minimum(fracs, 1.0, out=fracs)
-    if len(names) == 2:
-        std = fracs[0] - fracs[1]
-        std /= 2
-        np.abs(std, out=std)
-        if present is not None:
-            std = np.where(present[0] & present[1], std, 0.0)
-        std = 1 - std
-        std *= MAX_NODE_SCORE
-        return std.astype(np.int64)
-    return np.full(len(alloc[0]), MAX_NODE_SCORE, dtype=np.int64)
+def statuses_by_group(pl: Any, state: CycleState, pod_info: PodInfo, infos: list[NodeInfo],
+                      rows: np.ndarray, groups: np.ndarray) -> tuple[list[Status | None], list[Status]]:
+    """A ``filter_status_builder`` for a Filter whose status only depends on a row's group
+    (``groups[i]`` of ``rows[i]``): one Filter call per distinct group serves every row
+    of the group."""
+    made: dict[int, Status | None] = {}
+    out: list[Status | None] = []
+    for row, g in zip(rows.tolist(), groups.tolist()):
+        if g not in made:
+            st = pl.filter(state, pod_info, infos[row])
+            if st is not None and st.is_rejected():
+                st.plugin = pl.name
+            else:
+                st = None  # passes or errs: the per-row path reports it
+            made[g] = st
+        out.append(made[g])
+    return out, [st for st in made.values() if st is not None]
 
 
 def nodes_for_rows(infos: list[NodeInfo], rows: np.ndarray) -> list[NodeInfo]:
@@ -898,7 +663,7 @@ def _selector(rows: np.ndarray) -> Any:
     return rows
 
 
-def _gather(cols: np.ndarray, which: list[int], sel: Any) -> np.ndarray:
+def gather(cols: np.ndarray, which: list[int], sel: Any) -> np.ndarray:
     """A new ``len(which) x rows`` array of the columns ``which`` for the rows ``sel``."""
     if isinstance(sel, slice):
         if len(which) > 1 and all(y - x == 1 for x, y in zip(which, which[1:])):
@@ -907,9 +672,12 @@ def _gather(cols: np.ndarray, which: list[int], sel: Any) -> np.ndarray:
     return cols[np.ix_(which, sel)]
 
 
-def _all_pass(sel: Any) -> bool:
-    """Mask builder for a plugin that passes every row this cycle."""
+def _pass_all(sel: Any) -> bool:
     return True
+
+
+#: ``filter_mask`` answer of a plugin that passes every row this cycle
+ALL_PASS: _MaskFn = _pass_all
 
 
 def _mask_from_exceptions(names: Any, arr: NodeArrays) -> _MaskFn | None:
@@ -932,7 +700,7 @@ def _mask_from_exceptions(names: Any, arr: NodeArrays) -> _MaskFn | None:
         only[_rows_of(names.names, arr)] = True
         return lambda sel: only[sel]
     if not names:
-        return _all_pass
+        return ALL_PASS
     mask = np.ones(len(arr.node_infos), dtype=bool)
     mask[_rows_of(names, arr)] = False
     return lambda sel: mask[sel]
@@ -956,31 +724,18 @@ def _certain_masks(plugins: list[Any], fns: list[_MaskFn | None], arr: NodeArray
     with the status its ``filter_known_statuses`` gives, or None."""
     out: list[Any] = []
     for pl, f in zip(plugins, fns):
-        cls = type(pl)
-        if f is None or f is _all_pass:
-            out.append(False)
-        elif cls is NodeUnschedulable or cls is TaintToleration:
-            out.append(True)
-        elif cls is NodeResourcesFit:
-            # Its mask is the Filter's own check, except on rows with huge quantities.
-            out.append(True if arr.num_big == 0 else ~arr.big)
-        else:
-            hook = getattr(pl, "filter_known_rejections", None)
-            known = None if hook is None else hook(state, pod_info, arr.index, len(arr.node_infos))
-            out.append(False if known is None else known)
+        out.append(False if f is None or f is ALL_PASS else pl.filter_mask_certain(state, pod_info, arr))
     return out
 
 
-def _filter_row(plugins: list[Any], fns: list[_MaskFn | None], row: int, state: CycleState,
+def _filter_row(fw: "Framework", plugins: list[Any], fns: list[_MaskFn | None], row: int, state: CycleState,
                 pod_info: PodInfo, ni: NodeInfo, certain: list[Any] | None = None) -> Status | int | None:
     """The framework's per-node Filter, skipping plugins known to pass the row.
 
     With ``certain`` (see ``_certain_masks``), a row first rejected by a
     certain mask is not filtered: the index of that plugin is returned."""
-    from kubeplane.scheduler.framework.runtime import _as_error
-
     for j, (pl, f) in enumerate(zip(plugins, fns)):
-        if f is _all_pass:
+        if f is ALL_PASS:
             continue
         if f is not None:
             mk = f(slice(row, row + 1))
@@ -990,20 +745,10 @@ def _filter_row(plugins: list[Any], fns: list[_MaskFn | None], row: int, state: 
                 c = certain[j]
                 if c is True or (c is not False and c[row]):
                     return j
-        s = pl.filter(state, pod_info, ni)
-        if s is None or s.code == Code.SUCCESS:
-            continue
-        if not s.is_rejected():
-            return _as_error(s, f"running {pl.name!r} filter plugin", pl.name)
-        s.plugin = pl.name
-        return s
+        s = fw.run_filter_plugin(pl, state, pod_info, ni)
+        if s is not None:
+            return s
     return None
-
-
-def _invalid_score(plugin: str, sc: int) -> Status:
-    msg = (f"plugin {plugin!r} returns an invalid score {sc}, it should in the range of "
-           f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing")
-    return Status(Code.ERROR, [msg], plugin, ValueError(msg))
 
 
 def select_host_index(totals: np.ndarray, rng: Any) -> int:
@@ -1015,4 +760,7 @@ def select_host_index(totals: np.ndarray, rng: Any) -> int:
     return int(ties[rng.randrange(len(ties))])
 
 
-__all__ = ["FastPath", "NodeArrays", "SAFE_LIMIT", "arrays_for", "nodes_for_rows", "select_host_index"]
+__all__ = [
+    "ALL_PASS", "COL_OF_ALLOC", "COL_OF_NZ", "COL_OF_REQ", "FastPath", "NodeArrays", "OutOfRange", "SAFE_LIMIT",
+    "arrays_for", "gather", "nodes_for_rows", "select_host_index", "statuses_by_group",
+]

@@ -20,6 +20,28 @@ from which methods a subclass overrides. Signatures (``state`` is a
 * ``async pre_bind`` / ``async bind(state, pod_info, node_name) -> Status | None``
 * ``async post_bind(state, pod_info, node_name) -> None``
 * ``events_to_register() -> list[ClusterEventWithHint]``
+
+Optional vectorised forms of Filter and Score (driven by ``framework.fastpath``,
+which evaluates many nodes at once over the column arrays ``arr`` of a
+snapshot, a ``fastpath.NodeArrays``); a plugin that defines none of them has
+its Filter and Score called per node. Each must agree exactly with the
+plugin's scalar Filter/Score, so a plugin file holds both forms, sharing
+helpers:
+
+* ``filter_mask(state, pod_info, arr)``: a builder ``rows -> True | bool array``
+  of the rows where Filter certainly succeeds, ``fastpath.ALL_PASS``, or None;
+* ``filter_mask_certain(state, pod_info, arr) -> bool | bool array``: whether a row
+  the mask does not pass is certainly rejected by Filter;
+* ``filter_status_builder(state, pod_info, arr)``: ``rows -> (statuses, distinct)``,
+  Filter's own statuses of rows its mask rejects, computed in bulk, or None;
+* ``score_vector(state, pod_info, arr, rows, nodes, sel)``: final (normalized)
+  scores of ``rows`` as an int (all equal) or an int64 array, or None;
+* for plugins that work on node names: ``filter_pass_except``,
+  ``filter_known_statuses``, ``filter_known_rejections`` (see ``fastpath``).
+
+Preemption's dry run uses ``filter_pod_view`` (Filter reads only the node
+object and this view of the pod) and ``fit_requests`` / ``fit_status``
+(Filter is resource arithmetic) to avoid cloning nodes.
 """
 
 from __future__ import annotations
@@ -154,6 +176,54 @@ class Plugin:
     def events_to_register(self) -> list[ClusterEventWithHint]:
         raise NotImplementedError
 
+    # --- vectorised Filter / Score (optional, see the module docstring)
+    def filter_mask(self, state: CycleState, pod_info: "PodInfo", arr: Any) -> Any:
+        return None
+
+    def filter_mask_certain(self, state: CycleState, pod_info: "PodInfo", arr: Any) -> Any:
+        known = self.filter_known_rejections(state, pod_info, arr.index, len(arr.node_infos))
+        return False if known is None else known
+
+    def filter_status_builder(self, state: CycleState, pod_info: "PodInfo", arr: Any) -> Any:
+        return None
+
+    def score_vector(self, state: CycleState, pod_info: "PodInfo", arr: Any, rows: Any,
+                     nodes: list["NodeInfo"], sel: Any) -> Any:
+        return None
+
+    def filter_pass_except(self, state: CycleState, pod_info: "PodInfo") -> Any:
+        """After PreFilter in the same cycle: None (no vectorised form), or the node
+        names outside which Filter certainly succeeds (``EVERY_NODE``,
+        ``PassOnly(names)``: see ``fastpath``)."""
+        return None
+
+    def filter_known_statuses(self, state: CycleState, pod_info: "PodInfo") -> Any:
+        """After ``filter_pass_except``: node name -> the rejection Filter certainly
+        returns there this cycle (``plugin`` set), or None."""
+        return None
+
+    def filter_known_rejections(self, state: CycleState, pod_info: "PodInfo", rows: Any, n: int) -> Any:
+        """After ``filter_pass_except``: a bool array by row (``rows`` maps node names to
+        rows), True where Filter certainly rejects the row with the status
+        ``filter_known_statuses`` gives, or None."""
+        return None
+
+    # --- preemption dry runs (optional)
+    def filter_pod_view(self, pod_info: "PodInfo") -> Any:
+        """When Filter reads only the node object (never the pods on the node): the part
+        of the pod it reads (equal views, equal verdicts on a node); None otherwise."""
+        return None
+
+    def fit_requests(self, state: CycleState, pod_info: "PodInfo") -> Any:
+        """When Filter only compares the node's free resources and pod count with the
+        pod's requests: ``(requests, ((resource, value), ...) checked)``; None otherwise."""
+        return None
+
+    def fit_status(self, state: CycleState, pod_info: "PodInfo", usage: Any) -> Status | None:
+        """With ``fit_requests``: Filter's status on a node with ``usage`` (``allocatable``,
+        ``requested`` and ``pods``, as a NodeInfo has)."""
+        raise NotImplementedError
+
 
 #: extension point name -> method implementing it
 EXTENSION_METHODS: dict[str, str] = {
@@ -183,6 +253,13 @@ def extension_points(plugin: type[Plugin] | Plugin) -> list[str]:
     return [ep for ep, m in EXTENSION_METHODS.items() if implements(plugin, m)]
 
 
+def normalized_score(max_priority: int, reverse: bool, score: Any, max_count: int) -> Any:
+    """One score (an int, or a numpy array of them) scaled so ``max_count`` becomes
+    ``max_priority``; ``reverse`` flips it. ``max_count`` must not be 0."""
+    sc = max_priority * score // max_count
+    return max_priority - sc if reverse else sc
+
+
 def default_normalize_score(max_priority: int, reverse: bool, scores: list[list[Any]]) -> None:
     """Scale scores so the highest becomes ``max_priority``; ``reverse`` flips them."""
     max_count = max((s for _, s in scores), default=0)
@@ -192,5 +269,4 @@ def default_normalize_score(max_priority: int, reverse: bool, scores: list[list[
                 entry[1] = max_priority
         return
     for entry in scores:
-        sc = max_priority * entry[1] // max_count
-        entry[1] = max_priority - sc if reverse else sc
+        entry[1] = normalized_score(max_priority, reverse, entry[1], max_count)

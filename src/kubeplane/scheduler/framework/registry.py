@@ -1,98 +1,52 @@
-"""Plugin registry: plugin name -> plugin class, and the default profile.
+"""Plugin registry: plugin name -> plugin class, with the registry's default MultiPoint list.
 
-Adding a plugin is one file in ``kubeplane.scheduler.plugins`` and one line
-in ``_PLUGINS`` below.
-
-``DEFAULT_PLUGINS`` is upstream's default MultiPoint list, in order, with its
-score weights. The default profile is built from the names present in the
-registry, so plugins that are not implemented yet (VolumeRestrictions,
-NodeVolumeLimits, VolumeBinding, VolumeZone, PodTopologySpread,
-InterPodAffinity, DynamicResources, DefaultPreemption) are simply left out
-until they are registered.
+The framework knows no plugin: the in-tree registry (every built-in plugin
+and upstream's default profile) is built by
+:mod:`kubeplane.scheduler.plugins.registry` and handed to the framework
+runtime, as upstream's ``plugins/registry.go`` does. Out-of-tree plugins are
+added to a copy of it (``register`` / ``merge``).
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from kubeplane.scheduler.framework.plugin import Plugin
-from kubeplane.scheduler.plugins.default_binder import DefaultBinder
-from kubeplane.scheduler.plugins.image_locality import ImageLocality
-from kubeplane.scheduler.plugins.node_affinity import NodeAffinity
-from kubeplane.scheduler.plugins.node_name import NodeName
-from kubeplane.scheduler.plugins.node_ports import NodePorts
-from kubeplane.scheduler.plugins.node_resources_balanced import NodeResourcesBalancedAllocation
-from kubeplane.scheduler.plugins.node_resources_fit import NodeResourcesFit
-from kubeplane.scheduler.plugins.node_unschedulable import NodeUnschedulable
-from kubeplane.scheduler.plugins.priority_sort import PrioritySort
-from kubeplane.scheduler.plugins.scheduling_gates import SchedulingGates
-from kubeplane.scheduler.plugins.taint_toleration import TaintToleration
-from kubeplane.scheduler.plugins.podtopologyspread import PodTopologySpread
-from kubeplane.scheduler.plugins.interpodaffinity import InterPodAffinity
-from kubeplane.scheduler.plugins.defaultpreemption import DefaultPreemption
-from kubeplane.scheduler.plugins.dynamicresources import DynamicResources
-from kubeplane.scheduler.plugins.volumerestrictions import VolumeRestrictions
-from kubeplane.scheduler.plugins.nodevolumelimits import NodeVolumeLimits
-from kubeplane.scheduler.plugins.volumebinding import VolumeBinding
-from kubeplane.scheduler.plugins.volumezone import VolumeZone
-
-Registry = dict[str, type[Plugin]]
-
-_PLUGINS: list[type[Plugin]] = [
-    SchedulingGates,
-    PrioritySort,
-    NodeUnschedulable,
-    NodeName,
-    TaintToleration,
-    NodeAffinity,
-    NodePorts,
-    NodeResourcesFit,
-    VolumeRestrictions,
-    NodeVolumeLimits,
-    VolumeBinding,
-    VolumeZone,
-    PodTopologySpread,
-    InterPodAffinity,
-    DynamicResources,
-    DefaultPreemption,
-    NodeResourcesBalancedAllocation,
-    ImageLocality,
-    DefaultBinder,
-]
-
-#: upstream default MultiPoint plugins in order; weight only for score plugins
-DEFAULT_PLUGINS: list[tuple[str, int]] = [
-    ("SchedulingGates", 0),
-    ("PrioritySort", 0),
-    ("NodeUnschedulable", 0),
-    ("NodeName", 0),
-    ("TaintToleration", 3),
-    ("NodeAffinity", 2),
-    ("NodePorts", 0),
-    ("NodeResourcesFit", 1),
-    ("VolumeRestrictions", 0),
-    ("NodeVolumeLimits", 0),
-    ("VolumeBinding", 0),
-    ("VolumeZone", 0),
-    ("PodTopologySpread", 2),
-    ("InterPodAffinity", 2),
-    ("DynamicResources", 0),
-    ("DefaultPreemption", 0),
-    ("NodeResourcesBalancedAllocation", 1),
-    ("ImageLocality", 1),
-    ("DefaultBinder", 0),
-]
 
 
-def in_tree_registry() -> Registry:
-    """A fresh name -> class map of all built-in plugins."""
-    return {p.name: p for p in _PLUGINS}
+class Registry(dict[str, type[Plugin]]):
+    """Plugin name -> class, and ``default_plugins``: the default MultiPoint
+    ``(name, weight)`` list in order (weight 0 for plugins that do not score)."""
+
+    def __init__(self, plugins: Iterable[type[Plugin]] = (), default_plugins: Iterable[tuple[str, int]] = ()) -> None:
+        super().__init__()
+        self.default_plugins: list[tuple[str, int]] = list(default_plugins)
+        for cls in plugins:
+            self.register(cls)
+
+    def register(self, cls: type[Plugin], name: str | None = None) -> None:
+        """Add a plugin; a name already registered is an error, as upstream's ``Registry.Register``."""
+        name = name or cls.name
+        if name in self:
+            raise ValueError(f"a plugin named {name} already exists")
+        self[name] = cls
+
+    def merge(self, other: Mapping[str, type[Plugin]]) -> None:
+        """Add every plugin of ``other`` (``Registry.Merge``)."""
+        for name, cls in other.items():
+            self.register(cls, name)
+
+    def copy(self) -> "Registry":
+        out = Registry(default_plugins=self.default_plugins)
+        out.update(self)
+        return out
 
 
 def default_multi_point(registry: Mapping[str, type[Plugin]]) -> list[dict]:
-    """The default MultiPoint ``enabled`` list, restricted to plugins in ``registry``."""
+    """The default MultiPoint ``enabled`` list of ``registry`` (a plain mapping has none),
+    restricted to the plugins it holds."""
     out: list[dict] = []
-    for name, weight in DEFAULT_PLUGINS:
+    for name, weight in getattr(registry, "default_plugins", ()):
         if name in registry:
             out.append({"name": name, "weight": weight} if weight else {"name": name})
     return out

@@ -14,8 +14,9 @@ from time import perf_counter
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
+from kubeplane.scheduler.framework.fastpath import FastPath
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import EXTENSION_METHODS, Handle, Plugin, implements
 from kubeplane.scheduler.framework.registry import default_multi_point
@@ -30,6 +31,7 @@ from kubeplane.scheduler.framework.types import (
     MIN_NODE_SCORE,
     PreFilterResult,
     Status,
+    invalid_score_status,
 )
 
 #: Permit wait timeouts are capped at this many seconds.
@@ -82,11 +84,6 @@ def go_duration(seconds: float) -> str:
 def _trim(v: float) -> str:
     txt = f"{v:.9f}".rstrip("0").rstrip(".")
     return txt or "0"
-
-
-def _as_error(s: Status, msg: str, plugin: str) -> Status:
-    err = s.error or Exception(s.message())
-    return Status(Code.ERROR, [f"{msg}: {s.message() or err}"], plugin, err)
 
 
 # --------------------------------------------------------------------------- profile merging
@@ -150,10 +147,6 @@ class WaitingPod:
             msg = f"rejected due to timeout after waiting {go_duration(timeout)} at plugin {plugin}"
             self._timers.append(loop.call_later(timeout, self.reject, plugin, msg))
 
-    @property
-    def pod(self) -> dict:
-        return self.pod_info.pod
-
     def get_pending_plugins(self) -> list[str]:
         return sorted(self.pending)
 
@@ -212,7 +205,6 @@ class Framework:
         args: dict[str, dict] = {}
         for pc in profile.get("pluginConfig") or ():
             args[pc.get("name")] = dict(pc.get("args") or {})
-        self.plugin_args = args
 
         needed: list[str] = []
         for ep_set in self.plugin_config.values():
@@ -253,13 +245,11 @@ class Framework:
         #: SchedulerMetrics (or None); plugin timings are recorded in cycles whose
         #: CycleState.record_metrics is set (upstream samples 10 % of them)
         self.metrics: Any = None
-        self._fast_path: Any = None
+        self._fast_path: FastPath | None = None
 
-    def fast_path(self) -> Any:
-        """The vectorised Filter/Score helper of this profile (see ``fastpath``)."""
+    def fast_path(self) -> FastPath:
+        """The vectorised Filter/Score driver of this profile (see ``fastpath``)."""
         if self._fast_path is None:
-            from kubeplane.scheduler.framework.fastpath import FastPath
-
             self._fast_path = FastPath(self)
         return self._fast_path
 
@@ -298,7 +288,7 @@ class Framework:
         ordered = overrides + multi + [n for n in explicit if n not in overrides]
         return ordered
 
-    def _observe(self, plugin: str, point: str, status: Status | None, t0: float) -> None:
+    def observe(self, plugin: str, point: str, status: Status | None, t0: float) -> None:
         """scheduler_plugin_execution_duration_seconds, in sampled cycles only."""
         if self.metrics is not None:
             self.metrics.observe_plugin(plugin, point, status, perf_counter() - t0)
@@ -339,14 +329,11 @@ class Framework:
             s.plugin = pl.name
             if s.is_rejected():
                 return s
-            return _as_error(s, f"running PreEnqueue plugin {pl.name!r}", pl.name)
+            return s.as_error(f"running PreEnqueue plugin {pl.name!r}", pl.name)
         return None
 
     def less(self, a: Any, b: Any) -> bool:
         return self.queue_sort_plugin.less(a, b)
-
-    def queue_sort_func(self) -> Callable[[Any, Any], bool]:
-        return self.queue_sort_plugin.less
 
     # ------------------------------------------------------------------ filtering
 
@@ -361,7 +348,7 @@ class Framework:
             t0 = perf_counter() if state.record_metrics else 0.0
             r, s = pl.pre_filter(state, pod_info, nodes)
             if t0:
-                self._observe(pl.name, "PreFilter", s, t0)
+                self.observe(pl.name, "PreFilter", s, t0)
             if s is not None and s.is_skip():
                 skip.add(pl.name)
                 continue
@@ -369,7 +356,7 @@ class Framework:
                 s.plugin = pl.name
                 if s.is_rejected():
                     return None, s, {pl.name}
-                return None, _as_error(s, f"running PreFilter plugin {pl.name!r}", pl.name), set()
+                return None, s.as_error(f"running PreFilter plugin {pl.name!r}", pl.name), set()
             if r is not None and not r.all_nodes():
                 with_nodes.append(pl.name)
             result = r if result is None else result.merge(r)
@@ -390,7 +377,7 @@ class Framework:
                 continue
             s = pl.add_pod(state, pod_info, pod_info_to_add, node_info)
             if s is not None and not s.is_success():
-                return _as_error(s, f"running AddPod on PreFilter plugin {pl.name!r}", pl.name)
+                return s.as_error(f"running AddPod on PreFilter plugin {pl.name!r}", pl.name)
         return None
 
     def run_pre_filter_extension_remove_pod(
@@ -401,7 +388,7 @@ class Framework:
                 continue
             s = pl.remove_pod(state, pod_info, pod_info_to_remove, node_info)
             if s is not None and not s.is_success():
-                return _as_error(s, f"running RemovePod on PreFilter plugin {pl.name!r}", pl.name)
+                return s.as_error(f"running RemovePod on PreFilter plugin {pl.name!r}", pl.name)
         return None
 
     def run_filter_plugins(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> Status | None:
@@ -409,17 +396,24 @@ class Framework:
         for pl in self.filter_plugins:
             if skip and pl.name in skip:
                 continue
-            t0 = perf_counter() if state.record_metrics else 0.0
-            s = pl.filter(state, pod_info, node_info)
-            if t0:
-                self._observe(pl.name, "Filter", s, t0)
-            if s is None or s.code == Code.SUCCESS:
-                continue
-            if not s.is_rejected():
-                return _as_error(s, f"running {pl.name!r} filter plugin", pl.name)
-            s.plugin = pl.name
-            return s
+            s = self.run_filter_plugin(pl, state, pod_info, node_info)
+            if s is not None:
+                return s
         return None
+
+    def run_filter_plugin(self, pl: Plugin, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> Status | None:
+        """One plugin's Filter on one node: None when it passes, else the rejection (attributed
+        to the plugin) or the Error the framework reports."""
+        t0 = perf_counter() if state.record_metrics else 0.0
+        s = pl.filter(state, pod_info, node_info)
+        if t0:
+            self.observe(pl.name, "Filter", s, t0)
+        if s is None or s.code == Code.SUCCESS:
+            return None
+        if not s.is_rejected():
+            return s.as_error(f"running {pl.name!r} filter plugin", pl.name)
+        s.plugin = pl.name
+        return s
 
     def run_filter_plugins_with_nominated_pods(
         self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo
@@ -483,7 +477,7 @@ class Framework:
                 s.plugin = pl.name
                 return r, s
             if not s.is_rejected():
-                return None, _as_error(s, f"running PostFilter plugin {pl.name!r}", pl.name)
+                return None, s.as_error(f"running PostFilter plugin {pl.name!r}", pl.name)
             if r is not None:
                 result = r
             reasons.extend(s.reasons)
@@ -498,13 +492,13 @@ class Framework:
             t0 = perf_counter() if state.record_metrics else 0.0
             s = pl.pre_score(state, pod_info, nodes)
             if t0:
-                self._observe(pl.name, "PreScore", s, t0)
+                self.observe(pl.name, "PreScore", s, t0)
             if s is None or s.is_success():
                 continue
             if s.is_skip():
                 skip.add(pl.name)
                 continue
-            return _as_error(s, f"running PreScore plugin {pl.name!r}", pl.name)
+            return s.as_error(f"running PreScore plugin {pl.name!r}", pl.name)
         state.skip_score_plugins = skip
         return None
 
@@ -517,29 +511,38 @@ class Framework:
         for pl in self.score_plugins:
             if pl.name in skip:
                 continue
-            scores: list[list[Any]] = []
-            t0 = perf_counter() if state.record_metrics else 0.0
-            for ni in nodes:
-                sc, s = pl.score(state, pod_info, ni)
-                if s is not None and not s.is_success():
-                    return [], _as_error(s, f"running Score plugin {pl.name!r}", pl.name)
-                scores.append([ni.name, sc])
-            if t0:
-                self._observe(pl.name, "Score", None, t0)
-            if implements(pl, "normalize_score"):
-                s = pl.normalize_score(state, pod_info, scores)
-                if s is not None and not s.is_success():
-                    return [], _as_error(s, f"running Normalize on Score plugin {pl.name!r}", pl.name)
+            scores, s = self.run_score_plugin(pl, state, pod_info, nodes)
+            if s is not None:
+                return [], s
             weight = self.score_weights.get(pl.name, 1)
             for nps, (_, sc) in zip(result, scores):
-                if sc > MAX_NODE_SCORE or sc < MIN_NODE_SCORE:
-                    msg = (f"plugin {pl.name!r} returns an invalid score {sc}, it should in the range of "
-                           f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing")
-                    return [], Status(Code.ERROR, [msg], pl.name, ValueError(msg))
                 w = sc * weight
                 nps.scores.append((pl.name, w))
                 nps.total_score += w
         return result, None
+
+    def run_score_plugin(
+        self, pl: Plugin, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]
+    ) -> tuple[list[list[Any]], Status | None]:
+        """One plugin's Score on every node, then its NormalizeScore: ``[node, score]``
+        pairs (unweighted, in [MIN_NODE_SCORE, MAX_NODE_SCORE]) or an Error status."""
+        scores: list[list[Any]] = []
+        t0 = perf_counter() if state.record_metrics else 0.0
+        for ni in nodes:
+            sc, s = pl.score(state, pod_info, ni)
+            if s is not None and not s.is_success():
+                return [], s.as_error(f"running Score plugin {pl.name!r}", pl.name)
+            scores.append([ni.name, sc])
+        if t0:
+            self.observe(pl.name, "Score", None, t0)
+        if implements(pl, "normalize_score"):
+            s = pl.normalize_score(state, pod_info, scores)
+            if s is not None and not s.is_success():
+                return [], s.as_error(f"running Normalize on Score plugin {pl.name!r}", pl.name)
+        for _, sc in scores:
+            if sc > MAX_NODE_SCORE or sc < MIN_NODE_SCORE:
+                return [], invalid_score_status(pl.name, sc)
+        return scores, None
 
     # ------------------------------------------------------------------ reserve / permit
 
@@ -548,13 +551,13 @@ class Framework:
             t0 = perf_counter() if state.record_metrics else 0.0
             s = pl.reserve(state, pod_info, node_name)
             if t0:
-                self._observe(pl.name, "Reserve", s, t0)
+                self.observe(pl.name, "Reserve", s, t0)
             if s is None or s.is_success():
                 continue
             if s.is_rejected():
                 s.plugin = pl.name
                 return s
-            return _as_error(s, f"running Reserve plugin {pl.name!r}", pl.name)
+            return s.as_error(f"running Reserve plugin {pl.name!r}", pl.name)
         return None
 
     def run_reserve_plugins_unreserve(self, state: CycleState, pod_info: PodInfo, node_name: str) -> None:
@@ -574,7 +577,7 @@ class Framework:
             if s.is_wait():
                 waits[pl.name] = min(float(timeout), MAX_PERMIT_TIMEOUT)
                 continue
-            return _as_error(s, f"running Permit plugin {pl.name!r}", pl.name)
+            return s.as_error(f"running Permit plugin {pl.name!r}", pl.name)
         if waits:
             self.waiting_pods[pod_info.uid] = WaitingPod(pod_info, waits)
             msg = f"one or more plugins asked to wait and no plugin rejected pod {pod_info.name!r}"
@@ -593,13 +596,10 @@ class Framework:
             return None
         if s.is_rejected():
             return s
-        return _as_error(s, "waiting on permit for pod", s.plugin)
+        return s.as_error("waiting on permit for pod", s.plugin)
 
     def get_waiting_pod(self, uid: str) -> WaitingPod | None:
         return self.waiting_pods.get(uid)
-
-    def iterate_over_waiting_pods(self) -> list[WaitingPod]:
-        return list(self.waiting_pods.values())
 
     def reject_waiting_pod(self, uid: str, plugin: str = "", msg: str = "removed") -> bool:
         """Reject a waiting pod (e.g. a preemption victim); False when it is not waiting."""
@@ -616,13 +616,13 @@ class Framework:
             t0 = perf_counter() if state.record_metrics else 0.0
             s = await pl.pre_bind(state, pod_info, node_name)
             if t0:
-                self._observe(pl.name, "PreBind", s, t0)
+                self.observe(pl.name, "PreBind", s, t0)
             if s is None or s.is_success() or s.is_skip():
                 continue
             if s.is_rejected():
                 s.plugin = pl.name
                 return s
-            return _as_error(s, f"running PreBind plugin {pl.name!r}", pl.name)
+            return s.as_error(f"running PreBind plugin {pl.name!r}", pl.name)
         return None
 
     async def run_bind_plugins(self, state: CycleState, pod_info: PodInfo, node_name: str) -> Status | None:
@@ -632,7 +632,7 @@ class Framework:
             t0 = perf_counter() if state.record_metrics else 0.0
             status = await pl.bind(state, pod_info, node_name)
             if t0:
-                self._observe(pl.name, "Bind", status, t0)
+                self.observe(pl.name, "Bind", status, t0)
             if status is not None and status.is_skip():
                 continue
             if status is None or status.is_success():
@@ -640,7 +640,7 @@ class Framework:
             if status.is_rejected():
                 status.plugin = pl.name
                 return status
-            return _as_error(status, f"running Bind plugin {pl.name!r}", pl.name)
+            return status.as_error(f"running Bind plugin {pl.name!r}", pl.name)
         return status
 
     async def run_post_bind_plugins(self, state: CycleState, pod_info: PodInfo, node_name: str) -> None:

@@ -85,6 +85,12 @@ class Status:
         self.plugin = plugin
         return self
 
+    def as_error(self, msg: str, plugin: str) -> "Status":
+        """This non-success status as the Error the framework reports for it: ``msg: <message>``
+        (upstream's ``AsStatus(fmt.Errorf("%s: %w", msg, err))``)."""
+        err = self.error or Exception(self.message())
+        return Status(Code.ERROR, [f"{msg}: {self.message() or err}"], plugin, err)
+
 
 class _ReadOnlyStatus(Status):
     """A status shared by every caller: setting a field raises."""
@@ -290,3 +296,10 @@ class PreFilterResult:
 MAX_NODE_SCORE = 100
 MIN_NODE_SCORE = 0
 MAX_TOTAL_SCORE = 2**63 - 1
+
+
+def invalid_score_status(plugin: str, score: int) -> "Status":
+    """The Error for a normalized score outside [MIN_NODE_SCORE, MAX_NODE_SCORE]."""
+    msg = (f"plugin {plugin!r} returns an invalid score {score}, it should in the range of "
+           f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing")
+    return Status(Code.ERROR, [msg], plugin, ValueError(msg))

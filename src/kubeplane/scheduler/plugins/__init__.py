@@ -1,1 +1,1 @@
-"""Built-in scheduler plugins, one module per plugin (see ``framework.registry``)."""
+"""Built-in scheduler plugins, one module per plugin (the in-tree registry is ``registry``)."""

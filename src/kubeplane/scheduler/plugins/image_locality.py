@@ -7,9 +7,14 @@ of nodes that have it (spread), the sum is clamped to
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
+from kubeplane.scheduler.framework.fastpath import NodeArrays
 from kubeplane.scheduler.framework.nodeinfo import ImageStateSummary, NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Plugin
-from kubeplane.scheduler.framework.types import ClusterEventWithHint, CycleState, MAX_NODE_SCORE, Status
+from kubeplane.scheduler.framework.types import ClusterEventWithHint, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Status
 
 MB = 1024 * 1024
 MIN_THRESHOLD = 23 * MB
@@ -53,6 +58,20 @@ class ImageLocality(Plugin):
                 if st is not None:
                     total_score += scaled_image_score(st, total)
         return calculate_priority(total_score, len(pod_info.images)), None
+
+    def score_vector(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays, rows: np.ndarray,
+                     nodes: list[NodeInfo], sel: Any) -> Any:
+        """Nodes without images score the same; the others are scored one by one."""
+        base = calculate_priority(0, len(pod_info.images))
+        if arr.num_images == 0:
+            return base
+        out = np.full(len(rows), base, dtype=np.int64)
+        for j in np.flatnonzero(arr.has_images[rows]).tolist():
+            sc, s = self.score(state, pod_info, nodes[j])
+            if (s is not None and not s.is_success()) or not MIN_NODE_SCORE <= sc <= MAX_NODE_SCORE:
+                return None
+            out[j] = sc
+        return out
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return []

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import orjson
+
+from kubeplane.scheduler.framework.fastpath import NodeArrays
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, NodeSelector, NodeSelectorTerm, PodInfo, RequiredNodeAffinity
 from kubeplane.scheduler.framework.plugin import Plugin, default_normalize_score
 from kubeplane.scheduler.framework.types import (
@@ -84,6 +88,36 @@ class NodeAffinity(Plugin):
         if not required.matches(node):
             return Status.unresolvable(ERR_REASON_POD)
         return None
+
+    def filter_pod_view(self, pod_info: PodInfo) -> Any:
+        spec = pod_info.pod.get("spec") or {}
+        return orjson.dumps([spec.get("nodeSelector"), (spec.get("affinity") or {}).get("nodeAffinity")],
+                            option=orjson.OPT_SORT_KEYS)
+
+    def filter_mask(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> Any:
+        """Filter's verdict per row, memoized per (nodeSelector, required affinity)."""
+        spec = pod_info.pod.get("spec") or {}
+        required_raw = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution")
+        try:
+            sig = orjson.dumps([spec.get("nodeSelector"), required_raw], option=orjson.OPT_SORT_KEYS)
+        except TypeError:
+            return None
+        key = ("affinity", id(self), sig)
+        added = self.added_node_selector
+        required = self.required_for(state, pod_info)
+        infos = arr.node_infos
+
+        def matches(row: int) -> bool:
+            node = infos[row].node
+            if node is None:
+                return False
+            return (added is None or added.matches(node)) and required.matches(node)
+
+        def compute_many(sel: Any) -> np.ndarray:
+            rows = sel.tolist()
+            return np.fromiter((matches(r) for r in rows), dtype=bool, count=len(rows))
+        return lambda sel: arr.memoized(key, bool, compute_many, matches, sel)
 
     def pre_score(self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]) -> Status | None:
         terms = [(w, t) for w, t in pod_info.preferred_node_terms if w != 0]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from kubeplane.scheduler.framework.fastpath import ALL_PASS, NodeArrays
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Plugin
 from kubeplane.scheduler.framework.types import (
@@ -20,6 +23,18 @@ class NodeName(Plugin):
         if pod_info.node_name and pod_info.node_name != node_info.name:
             return Status.unresolvable(ERR_REASON)
         return None
+
+    def filter_pod_view(self, pod_info: PodInfo) -> Any:
+        return pod_info.node_name
+
+    def filter_mask(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> Any:
+        if not pod_info.node_name:
+            return ALL_PASS
+        mask = np.zeros(len(arr.node_infos), dtype=bool)
+        i = arr.index.get(pod_info.node_name)
+        if i is not None:
+            mask[i] = True
+        return lambda sel: mask[sel]
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD), self.is_schedulable_after_node_add)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubeplane.scheduler.framework.fastpath import ALL_PASS, NodeArrays
 from kubeplane.scheduler.framework.nodeinfo import HostPortInfo, NodeInfo, PodInfo, host_ports
 from kubeplane.scheduler.framework.plugin import Plugin
 from kubeplane.scheduler.framework.types import (
@@ -32,6 +33,13 @@ class NodePorts(Plugin):
         if not fits_ports(pod_info.host_ports, node_info.used_ports):
             return Status.unschedulable(ERR_REASON)
         return None
+
+    def filter_mask(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> Any:
+        """Nodes with no host port in use pass."""
+        if arr.num_ports == 0:
+            return ALL_PASS
+        ports = arr.has_ports
+        return lambda sel: ~ports[sel]
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

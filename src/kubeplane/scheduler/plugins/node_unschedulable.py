@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from kubeplane.scheduler.framework.fastpath import ALL_PASS, NodeArrays, statuses_by_group
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Plugin
 from kubeplane.scheduler.framework.types import (
@@ -31,6 +34,22 @@ class NodeUnschedulable(Plugin):
         if tolerations_tolerate_taint(pod_info.tolerations, _UNSCHEDULABLE_TAINT):
             return None
         return Status.unresolvable(ERR_REASON_UNSCHEDULABLE)
+
+    def filter_pod_view(self, pod_info: PodInfo) -> Any:
+        return tolerations_tolerate_taint(pod_info.tolerations, _UNSCHEDULABLE_TAINT)
+
+    def filter_mask(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> Any:
+        if arr.num_unsched == 0 or tolerations_tolerate_taint(pod_info.tolerations, _UNSCHEDULABLE_TAINT):
+            return ALL_PASS
+        unsched = arr.unsched
+        return lambda sel: ~unsched[sel]
+
+    def filter_mask_certain(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> Any:
+        return True
+
+    def filter_status_builder(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> Any:
+        # Every rejected row has the same status.
+        return lambda rows: statuses_by_group(self, state, pod_info, arr.node_infos, rows, np.zeros(len(rows)))
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+import numpy as np
+import orjson
+
+from kubeplane.scheduler.framework.fastpath import ALL_PASS, NodeArrays, statuses_by_group
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
-from kubeplane.scheduler.framework.plugin import Plugin, default_normalize_score
+from kubeplane.scheduler.framework.plugin import Plugin, default_normalize_score, normalized_score
 from kubeplane.scheduler.framework.types import (
     ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EventResource, MAX_NODE_SCORE, Obj,
     QueueingHint, Status,
@@ -51,6 +55,11 @@ def _taints(node: Obj | None) -> list[Obj]:
     return ((node or {}).get("spec") or {}).get("taints") or []
 
 
+def _intolerable_count(taints: list[Obj], tolerations: list[Obj]) -> int:
+    """Score: how many PreferNoSchedule taints the (scoring) tolerations leave untolerated."""
+    return sum(1 for t in taints if t.get("effect") == "PreferNoSchedule" and not tolerations_tolerate_taint(tolerations, t))
+
+
 class TaintToleration(Plugin):
     name = "TaintToleration"
 
@@ -63,6 +72,28 @@ class TaintToleration(Plugin):
         return Status.unresolvable(
             f"node(s) had untolerated taint {{{taint.get('key') or ''}: {taint.get('value') or ''}}}"
         )
+
+    def filter_pod_view(self, pod_info: PodInfo) -> Any:
+        return orjson.dumps(pod_info.tolerations, option=orjson.OPT_SORT_KEYS)
+
+    def filter_mask(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> Any:
+        """Filter once per distinct taint list."""
+        if arr.num_tainted == 0:
+            return ALL_PASS
+        tols = pod_info.tolerations
+        gpass = np.fromiter((find_untolerated_taint(taints, tols) is None for taints in arr.group_taints),
+                            dtype=bool, count=len(arr.group_taints))
+        if gpass.all():
+            return ALL_PASS
+        gid = arr.taint_gid
+        return lambda sel: gpass[gid[sel]]
+
+    def filter_mask_certain(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> Any:
+        return True
+
+    def filter_status_builder(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays) -> Any:
+        gid = arr.taint_gid
+        return lambda rows: statuses_by_group(self, state, pod_info, arr.node_infos, rows, gid[rows])
 
     def pre_score(self, state: CycleState, pod_info: PodInfo, nodes: list[NodeInfo]) -> Status | None:
         tols = [t for t in pod_info.tolerations if (t.get("effect") or "") in ("", "PreferNoSchedule")]
@@ -77,16 +108,25 @@ class TaintToleration(Plugin):
         return tols
 
     def score(self, state: CycleState, pod_info: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
-        tols = self.pre_score_tolerations(state, pod_info)
-        count = 0
-        for taint in _taints(node_info.node):
-            if taint.get("effect") == "PreferNoSchedule" and not tolerations_tolerate_taint(tols, taint):
-                count += 1
-        return count, None
+        return _intolerable_count(_taints(node_info.node), self.pre_score_tolerations(state, pod_info)), None
 
     def normalize_score(self, state: CycleState, pod_info: PodInfo, scores: list[list[Any]]) -> Status | None:
         default_normalize_score(MAX_NODE_SCORE, True, scores)
         return None
+
+    def score_vector(self, state: CycleState, pod_info: PodInfo, arr: NodeArrays, rows: np.ndarray,
+                     nodes: list[NodeInfo], sel: Any) -> Any:
+        """Score and NormalizeScore once per distinct taint list."""
+        if arr.num_tainted == 0:
+            return MAX_NODE_SCORE
+        tols = self.pre_score_tolerations(state, pod_info)
+        gcount = np.fromiter((_intolerable_count(taints, tols) for taints in arr.group_taints),
+                             dtype=np.int64, count=len(arr.group_taints))
+        counts = gcount[arr.taint_gid[rows]]
+        max_count = int(counts.max())
+        if max_count == 0:
+            return MAX_NODE_SCORE
+        return normalized_score(MAX_NODE_SCORE, True, counts, max_count)
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [
