@@ -305,7 +305,7 @@ class Scheduler:
             self.informer_factory.informer_for(resource(plural))
         # One pair of passive assume caches for every profile, so a volume one
         # profile assumed is taken for all of them (as one upstream scheduler).
-        from kubeplane.scheduler.passivecache import new_pv_assume_cache, new_pvc_assume_cache
+        from kubeplane.scheduler.plugins.volumebinding.passivecache import new_pv_assume_cache, new_pvc_assume_cache
 
         pv_cache = new_pv_assume_cache(self.informer_factory.informer_for(resource("persistentvolumes")))
         pvc_cache = new_pvc_assume_cache(self.informer_factory.informer_for(resource("persistentvolumeclaims")))

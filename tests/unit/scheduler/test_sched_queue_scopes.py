@@ -17,7 +17,7 @@ from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.types import (
     ActionType, ClusterEvent, ClusterEventWithHint, EventResource, QueueingHint, Status,
 )
-from kubeplane.scheduler.plugins.dynamicresources import CLAIM_HINT_SCOPE, DynamicResources
+from kubeplane.scheduler.plugins.dynamicresources.dynamic_resources import CLAIM_HINT_SCOPE, DynamicResources
 from kubeplane.scheduler.queue import (
     HintScope, QueueProfile, SchedulingQueue, hint_scope, pod_update_events,
 )

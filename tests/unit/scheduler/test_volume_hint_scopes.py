@@ -20,14 +20,14 @@ from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.types import (
     ActionType, ClusterEvent, ClusterEventWithHint, EventResource, QueueingHint,
 )
-from kubeplane.scheduler.plugins.nodevolumelimits import NodeVolumeLimits
+from kubeplane.scheduler.plugins.node_volume_limits import NodeVolumeLimits
 from kubeplane.scheduler.plugins.volumebinding import (
     CLAIM_HINT_SCOPE, PV_HINT_SCOPE, VolumeBinding, claim_keys_of_pod,
 )
-from kubeplane.scheduler.plugins.volumerestrictions import VolumeRestrictions
-from kubeplane.scheduler.plugins.volumezone import VolumeZone
+from kubeplane.scheduler.plugins.volume_restrictions import VolumeRestrictions
+from kubeplane.scheduler.plugins.volume_zone import VolumeZone
 from kubeplane.scheduler.queue import QueueProfile, SchedulingQueue, hint_scope
-from kubeplane.scheduler.volumebinder import pod_claim_names
+from kubeplane.scheduler.plugins.volumebinding.binder import pod_claim_names
 from tests.unit.scheduler.test_sched_queue_scopes import Clock, counting, snapshot
 
 NAMESPACES = ("ns-a", "ns-b", None)

@@ -31,10 +31,10 @@ from kubeplane.scheduler.plugins.podtopologyspread import PodTopologySpread
 from kubeplane.scheduler.plugins.interpodaffinity import InterPodAffinity
 from kubeplane.scheduler.plugins.defaultpreemption import DefaultPreemption
 from kubeplane.scheduler.plugins.dynamicresources import DynamicResources
-from kubeplane.scheduler.plugins.volumerestrictions import VolumeRestrictions
-from kubeplane.scheduler.plugins.nodevolumelimits import NodeVolumeLimits
+from kubeplane.scheduler.plugins.volume_restrictions import VolumeRestrictions
+from kubeplane.scheduler.plugins.node_volume_limits import NodeVolumeLimits
 from kubeplane.scheduler.plugins.volumebinding import VolumeBinding
-from kubeplane.scheduler.plugins.volumezone import VolumeZone
+from kubeplane.scheduler.plugins.volume_zone import VolumeZone
 
 Registry = dict[str, type[Plugin]]
 

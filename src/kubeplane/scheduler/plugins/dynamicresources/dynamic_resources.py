@@ -28,7 +28,7 @@ parameters only:
 Every rejection is UnschedulableAndUnresolvable (preemption cannot help);
 PostFilter answers plain Unschedulable.
 
-The shared :class:`~kubeplane.scheduler.dra_manager.DRAManager` is taken from
+The shared :class:`~kubeplane.scheduler.plugins.dynamicresources.dra_manager.DRAManager` is taken from
 ``handle.dra_manager``; when absent it is built from
 ``handle.informer_factory`` and stored there. Without either the plugin only
 lets pods without claims through.
@@ -46,7 +46,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.dra.allocator import (
     REASON_CANNOT_ALLOCATE, AllocationError, AllocationResult, Allocator, DeferredAllocation,
 )
-from kubeplane.scheduler.dra_manager import RESOURCE_CLAIMS, DRAManager, NodeVerdictCache
+from kubeplane.scheduler.plugins.dynamicresources.dra_manager import RESOURCE_CLAIMS, DRAManager, NodeVerdictCache
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, NodeSelector, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
 from kubeplane.scheduler.framework.types import (
@@ -459,7 +459,7 @@ class DynamicResources(Plugin):
 
         Verdicts of earlier pods with the same allocation shape are reused
         while the node's devices did not change (see
-        :class:`~kubeplane.scheduler.dra_manager.NodeVerdictCache`); the
+        :class:`~kubeplane.scheduler.plugins.dynamicresources.dra_manager.NodeVerdictCache`); the
         nodes without such a successful verdict are listed (or, when they
         are most nodes, ``PassOnly`` of the nodes with one). None (no
         vectorised form) when an allocated claim restricts nodes or pools
