@@ -71,7 +71,7 @@ class Binder:
 
 def make_plugins(claims: Claims) -> dict[str, Any]:
     handle = Handle()
-    handle.volume_binder = Binder(claims)  # type: ignore[attr-defined]
+    handle.volume_binder = Binder(claims)
     restrictions = VolumeRestrictions(None, handle)
     restrictions.pvc_lister = claims
     return {"VolumeBinding": VolumeBinding(None, handle), "VolumeZone": VolumeZone(None, handle),

@@ -354,13 +354,13 @@ class VolumeBinding(Plugin):
             self.scorer = self._build_scorer(self.args.get("shape") or DEFAULT_SHAPE)
         self._hint_memo = HintMemo()
         self._pv_hint = self._scoped_pv_hint()
-        self.binder: VolumeBinder | None = getattr(handle, "volume_binder", None)
+        self.binder: VolumeBinder | None = handle.volume_binder  # type: ignore[assignment]
         if self.binder is None and handle.informer_factory is not None:
             self.binder = VolumeBinder.from_informer_factory(
                 handle.informer_factory, client=handle.client,
-                pv_cache=getattr(handle, "pv_assume_cache", None),
-                pvc_cache=getattr(handle, "pvc_assume_cache", None),
+                pv_cache=handle.pv_assume_cache, pvc_cache=handle.pvc_assume_cache,
                 bind_timeout=self.bind_timeout)
+            handle.volume_binder = self.binder
 
     @staticmethod
     def _build_scorer(shape: list[Mapping[str, Any]]) -> Callable[[dict[str, tuple[Fraction, Fraction]]], int]:
