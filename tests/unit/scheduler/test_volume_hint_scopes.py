@@ -402,3 +402,14 @@ def test_available_pv_only_calls_the_hints_of_pods_whose_claims_it_could_serve()
                    "spec": {**pv["spec"], "storageClassName": "other"}}
     q.move_all_to_active_or_backoff(PV_ADD, None, other_class)
     assert calls[0] == 2 and q.counts()["unschedulable"] == 39
+
+
+def test_the_volume_plugins_share_one_claim_scope() -> None:
+    """The PVC hints of the four volume plugins carry the one scope of
+    plugins/hint_scopes.py, so the queue files each pod under it once."""
+    from kubeplane.scheduler.plugins import hint_scopes
+
+    hints = [VolumeBinding.is_schedulable_after_pvc_change, VolumeZone.is_schedulable_after_pvc_change,
+             VolumeRestrictions.is_schedulable_after_pvc_added, NodeVolumeLimits.is_schedulable_after_pvc_added]
+    assert all(hint_scope(h) is hint_scopes.CLAIM_HINT_SCOPE for h in hints)
+    assert CLAIM_HINT_SCOPE is hint_scopes.CLAIM_HINT_SCOPE
