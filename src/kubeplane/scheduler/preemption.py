@@ -310,7 +310,7 @@ class Evaluator:
     def _pdbs(self) -> list[Obj]:
         if self.pdb_lister is not None:
             return list(self.pdb_lister() or ())
-        lister = getattr(self.handle, "list_objects", None)
+        lister = self.handle.list_objects
         if lister is not None:
             return list(lister("poddisruptionbudgets", None) or ())
         return []

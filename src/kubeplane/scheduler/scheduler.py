@@ -26,7 +26,9 @@ from kubeplane.runtime import yield_while_ready
 from kubeplane.scheduler.cache import Cache, Snapshot
 from kubeplane.scheduler.framework.fastpath import Rejections, arrays_for, nodes_for_rows, select_host_index
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
-from kubeplane.scheduler.framework.plugin import Handle
+from kubeplane.scheduler.framework.plugin import (
+    DEFAULT_PARALLELISM, Handle, NamespaceLabels, ObjectLister, SharedDRAManager,
+)
 from kubeplane.scheduler.plugins.registry import in_tree_registry
 from kubeplane.scheduler.framework.runtime import Framework, NodePluginScores
 from kubeplane.scheduler.framework.types import (
@@ -277,6 +279,7 @@ class Scheduler:
         identity: str = "",
         pop_from_backoff: bool = True,
         pre_bind_yield_passes: int | None = None,
+        parallelism: int = DEFAULT_PARALLELISM,
     ) -> None:
         """``pop_from_backoff`` is upstream's SchedulerPopFromBackoffQ feature (beta,
         on by default): when activeQ is empty, a pod still backing off is tried
@@ -307,18 +310,23 @@ class Scheduler:
             self.informer_factory.informer_for(resource(plural))
         # One pair of passive assume caches for every profile, so a volume one
         # profile assumed is taken for all of them (as one upstream scheduler).
-        from kubeplane.scheduler.passivecache import new_pv_assume_cache, new_pvc_assume_cache
+        from kubeplane.scheduler.plugins.volumebinding.passivecache import new_pv_assume_cache, new_pvc_assume_cache
 
         pv_cache = new_pv_assume_cache(self.informer_factory.informer_for(resource("persistentvolumes")))
         pvc_cache = new_pvc_assume_cache(self.informer_factory.informer_for(resource("persistentvolumeclaims")))
+        namespace_labels, pdb_lister, list_objects = self._listers()
+        self.parallelism = parallelism
+        #: the DRA manager every profile shares; built by the first DynamicResources plugin
+        self.dra_manager: SharedDRAManager | None = None
         self.frameworks: dict[str, Framework] = {}
         for prof in profiles or [{"schedulerName": "default-scheduler"}]:
             handle = Handle(client=client, snapshot=self.snapshot, informer_factory=self.informer_factory,
-                            event_recorder=self.recorder, nominator=self.nominator, clock=clock, rng=self.rng)
-            handle.pv_assume_cache = pv_cache
-            handle.pvc_assume_cache = pvc_cache
-            self._install_listers(handle)
+                            event_recorder=self.recorder, nominator=self.nominator, clock=clock, rng=self.rng,
+                            parallelism=parallelism, dra_manager=self.dra_manager,
+                            pv_assume_cache=pv_cache, pvc_assume_cache=pvc_cache,
+                            namespace_labels=namespace_labels, pdb_lister=pdb_lister, list_objects=list_objects)
             fw = Framework(registry, prof, handle)
+            self.dra_manager = handle.dra_manager
             fw.metrics = metrics
             if fw.profile_name in self.frameworks:
                 raise ValueError(f"duplicate profile {fw.profile_name!r}")
@@ -362,10 +370,11 @@ class Scheduler:
             percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
             pod_initial_backoff=config.pod_initial_backoff_seconds,
             pod_max_backoff=config.pod_max_backoff_seconds,
+            parallelism=config.parallelism,
             **kwargs,
         )
 
-    def _install_listers(self, handle: Handle) -> None:
+    def _listers(self) -> tuple[NamespaceLabels, Callable[[], list[dict]], ObjectLister]:
         """Read-only views plugins use: namespaces (InterPodAffinity namespace
         selectors), PodDisruptionBudgets (preemption) and workload objects
         (PodTopologySpread's default selectors)."""
@@ -395,9 +404,7 @@ class Scheduler:
                 items = [o for o in items if (o.get("metadata") or {}).get("namespace") == namespace]
             return items
 
-        handle.namespace_labels = namespace_labels
-        handle.pdb_lister = pdb_lister
-        handle.list_objects = list_objects
+        return namespace_labels, pdb_lister, list_objects
 
     # -- event handlers ----------------------------------------------------
 

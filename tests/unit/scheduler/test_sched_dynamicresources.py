@@ -14,7 +14,7 @@ from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.dra.pools import DeviceID
 from kubeplane.registry.registry import Registry
-from kubeplane.scheduler.dra_manager import AllocatedDevices, DRAManager
+from kubeplane.scheduler.plugins.dynamicresources.dra_manager import AllocatedDevices, DRAManager
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.plugins.registry import in_tree_registry
@@ -631,10 +631,10 @@ async def test_filter_pass_except_agrees_with_plain_allocation(env: Env) -> None
 
 
 def test_change_log_positions_and_trimming(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kubeplane.scheduler.dra_manager as dm
+    import kubeplane.scheduler.plugins.dynamicresources.dra_manager as dm
     from kubeplane.dra.pools import PoolIndex
     from kubeplane.scheduler.assumecache import AssumeCache
-    from kubeplane.scheduler.dra_manager import NodeVerdictCache
+    from kubeplane.scheduler.plugins.dynamicresources.dra_manager import NodeVerdictCache
 
     mgr = DRAManager(AssumeCache())
     index = PoolIndex([slice_for("a", 2), slice_for("b", 2)])
@@ -691,7 +691,7 @@ def test_change_log_positions_and_trimming(monkeypatch: pytest.MonkeyPatch) -> N
 def test_allocated_snapshots_equal_plain_sets(monkeypatch: pytest.MonkeyPatch, delta_max: int) -> None:
     """Seeded random claim events and in-flight changes: every snapshot view
     equals the set computed directly, and stays equal to it later."""
-    import kubeplane.scheduler.dra_manager as dm
+    import kubeplane.scheduler.plugins.dynamicresources.dra_manager as dm
     from kubeplane.scheduler.assumecache import AssumeCache
 
     monkeypatch.setattr(dm, "VIEW_DELTA_MAX", delta_max)

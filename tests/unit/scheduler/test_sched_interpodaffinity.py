@@ -58,7 +58,7 @@ def setup(nodes: list[dict], pods: list[dict], args: dict | None = None,
     snap = Snapshot.from_objects(nodes, pods)
     h = Handle(snapshot=snap)
     if ns_labels is not None:
-        h.namespace_labels = ns_labels.get  # type: ignore[attr-defined]
+        h.namespace_labels = ns_labels.get
     return InterPodAffinity(args, h), snap
 
 

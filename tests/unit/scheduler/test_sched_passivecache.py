@@ -15,8 +15,8 @@ from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.informer import DeletedFinalStateUnknown, Indexer, SharedInformer
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.registry.registry import Registry
-from kubeplane.scheduler import passivecache
-from kubeplane.scheduler.passivecache import (
+from kubeplane.scheduler.plugins.volumebinding import passivecache
+from kubeplane.scheduler.plugins.volumebinding.passivecache import (
     AssumeError,
     NotFoundError,
     OutOfSyncError,

@@ -63,7 +63,7 @@ class Env:
         self.snap = Snapshot.from_objects(nodes, pods)
         self.client = FakeClient()
         self.handle = Handle(client=self.client, snapshot=self.snap, nominator=nominator, rng=random.Random(1))
-        self.handle.pdb_lister = lambda: list(pdbs or [])  # type: ignore[attr-defined]
+        self.handle.pdb_lister = lambda: list(pdbs or [])
         profile = {"pluginConfig": [{"name": "DefaultPreemption", "args": args or {}}]}
         self.fw = Framework(in_tree_registry(), profile, self.handle)
         self.plugin: DefaultPreemption = self.fw.plugins["DefaultPreemption"]  # type: ignore[assignment]

@@ -736,6 +736,47 @@ def test_scale_down_counts_init_containers_and_sidecars() -> None:
     assert pod_update_events(old, side)[0].action == ActionType.UPDATED_POD_OTHER
 
 
+def _with_pod_level(pod: dict, **requests: str) -> dict:
+    pod["spec"]["resources"] = {"requests": dict(requests)}
+    return pod
+
+
+def test_scale_down_uses_the_requests_the_cache_accounts() -> None:
+    """Pod-level requests replace the containers' cpu/memory (as in NodeInfo): the
+    queue calls an update a scale-down exactly when some request NodeInfo
+    accounts for the pod went down."""
+    from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
+
+    def shrank(old: dict, new: dict) -> bool:
+        before, after = NodeInfo(), NodeInfo()
+        before.add_pod(PodInfo(old))
+        after.add_pod(PodInfo(new))
+        return any(after.requested.get(k, 0) < v for k, v in before.requested.items())
+
+    U = EventResource.UNSCHEDULED_POD
+    cases = [
+        # pod-level cpu 2 -> 1, containers unchanged: the pod's request went down
+        (_with_pod_level(mkpod("a", cpu="500m"), cpu="2"), _with_pod_level(mkpod("a", cpu="500m"), cpu="1"), True),
+        # containers shrink under an unchanged pod-level cpu: the pod still requests 2
+        (_with_pod_level(mkpod("a", cpu="1"), cpu="2"), _with_pod_level(mkpod("a", cpu="200m"), cpu="2"), False),
+        # pod-level requests dropped: the containers' 500m is less than 2
+        (_with_pod_level(mkpod("a", cpu="500m"), cpu="2"), mkpod("a", cpu="500m"), True),
+        # pod-level requests added above the containers
+        (mkpod("a", cpu="500m"), _with_pod_level(mkpod("a", cpu="500m"), cpu="2"), False),
+    ]
+    for old, new, expected in cases:
+        assert shrank(old, new) is expected
+        action = ActionType.UPDATE_POD_SCALE_DOWN if expected else ActionType.UPDATED_POD_OTHER
+        assert pod_update_events(old, new) == [ClusterEvent(U, action)]
+
+
+def test_scale_down_of_malformed_requests_does_not_raise() -> None:
+    old = mkpod("a", cpu="500m")
+    new = mkpod("a", cpu="500m")
+    new["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    assert ActionType.UPDATE_POD_SCALE_DOWN in [e.action for e in pod_update_events(old, new)]
+
+
 def test_is_pod_updated_ignores_status_and_rv() -> None:
     a = mkpod("a")
     b = mkpod("a")
@@ -830,9 +871,9 @@ def test_crashing_pre_enqueue_gates_the_pod() -> None:
 def test_keyed_heap_matches_a_sorted_model(ops: list[tuple[str, int, int]]) -> None:
     """activeQ's heap under random adds, updates, deletes, pops and peeks (with
     stale entries piling up and compactions) answers as a sorted dict would."""
-    from kubeplane.scheduler.queue import QueuedPodInfo, _KeyedHeap
+    from kubeplane.scheduler.queue import KeyedHeap, QueuedPodInfo
 
-    heap = _KeyedHeap(lambda p: (-p.priority, p.seq))
+    heap = KeyedHeap(lambda p: (-p.priority, p.seq))
     model: dict[str, tuple[int, int]] = {}
     seq = 0
     for op, i, prio in ops:

@@ -17,7 +17,7 @@ from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.types import (
     ActionType, ClusterEvent, ClusterEventWithHint, EventResource, QueueingHint, Status,
 )
-from kubeplane.scheduler.plugins.dynamicresources import CLAIM_HINT_SCOPE, DynamicResources
+from kubeplane.scheduler.plugins.dynamicresources.dynamic_resources import CLAIM_HINT_SCOPE, DynamicResources
 from kubeplane.scheduler.queue import (
     HintScope, QueueProfile, SchedulingQueue, hint_scope, pod_update_events,
 )
@@ -149,7 +149,7 @@ def test_scoped_event_handling_equals_calling_every_hint(seed: int) -> None:
     rng = random.Random(seed)
     store = Claims()
     handle = Handle()
-    handle.dra_manager = store  # type: ignore[attr-defined]
+    handle.dra_manager = store
     plugin = DynamicResources(None, handle)
     clock = Clock()
     calls_scoped, calls_all = [0], [0]
@@ -257,7 +257,7 @@ def test_claim_event_only_calls_hints_of_pods_naming_the_claim() -> None:
     """Many waiting pods, one claim update: one hint call, not one per pod."""
     store = Claims()
     handle = Handle()
-    handle.dra_manager = store  # type: ignore[attr-defined]
+    handle.dra_manager = store
     plugin = DynamicResources(None, handle)
     calls = [0]
     q = make_queue(plugin, Clock(), calls)

@@ -64,7 +64,7 @@ def setup(nodes: list[dict], pods: list[dict], args: dict | None = None,
     snap = Snapshot.from_objects(nodes, pods)
     h = Handle(snapshot=snap)
     if list_objects is not None:
-        h.list_objects = list_objects  # type: ignore[attr-defined]
+        h.list_objects = list_objects
     return PodTopologySpread(args, h), snap
 
 

@@ -11,9 +11,9 @@ import pytest
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.types import EVERY_NODE, Code, CycleState
-from kubeplane.scheduler.passivecache import new_pv_assume_cache
-from kubeplane.scheduler.plugins.nodevolumelimits import NodeVolumeLimits
-from kubeplane.scheduler.volumebinder import bind_volume_to_claim
+from kubeplane.scheduler.plugins.volumebinding.passivecache import new_pv_assume_cache
+from kubeplane.scheduler.plugins.node_volume_limits import NodeVolumeLimits
+from kubeplane.scheduler.plugins.volumebinding.binder import bind_volume_to_claim
 from kubeplane.volume.matching import ANN_SELECTED_NODE, index_volumes_for_claim, pinned_hostnames
 
 from tests.unit.scheduler.test_sched_volumebinding import Env, FakeInformer, _random_volume, node, pod, pvc, sc

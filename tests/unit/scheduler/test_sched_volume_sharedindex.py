@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kubeplane.client.informer import Indexer
-from kubeplane.scheduler.passivecache import UnclaimedGenerations, new_pv_assume_cache, unclaimed_generations
-from kubeplane.scheduler.volumebinder import bind_volume_to_claim
+from kubeplane.scheduler.plugins.volumebinding.passivecache import UnclaimedGenerations, new_pv_assume_cache, unclaimed_generations
+from kubeplane.scheduler.plugins.volumebinding.binder import bind_volume_to_claim
 from kubeplane.volume.matching import claim_class, find_matching_volume
 
 from tests.unit.scheduler.test_sched_volumebinding import Env, _random_volume, node, pod, pvc, sc
@@ -244,7 +244,7 @@ def _reference_pv_hint(pod: dict, pv: Any, lookup: Any) -> Any:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_pv_hint_with_memo_matches_reference(seed: int) -> None:
-    from kubeplane.scheduler.plugins.volumebinding import HintMemo, pv_change_hint
+    from kubeplane.scheduler.plugins.volumebinding.volume_binding import HintMemo, pv_change_hint
 
     rng = random.Random(seed)
     claims: dict[tuple[str, str], dict] = {}

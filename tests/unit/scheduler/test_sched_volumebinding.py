@@ -21,13 +21,13 @@ from kubeplane.scheduler.assumecache import AssumeCache
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.types import Code, CycleState, QueueingHint
-from kubeplane.scheduler.passivecache import PV_STORAGE_CLASS_INDEX, pv_storage_class_index
-from kubeplane.scheduler.plugins.volumebinding import (
+from kubeplane.scheduler.plugins.volumebinding.passivecache import PV_STORAGE_CLASS_INDEX, pv_storage_class_index
+from kubeplane.scheduler.plugins.volumebinding.volume_binding import (
     MSG_UNBOUND_IMMEDIATE,
     VolumeBinding,
     build_broken_linear_function,
 )
-from kubeplane.scheduler.volumebinder import (
+from kubeplane.scheduler.plugins.volumebinding.binder import (
     REASON_BIND_CONFLICT,
     REASON_NODE_CONFLICT,
     REASON_NOT_ENOUGH_SPACE,
@@ -741,7 +741,7 @@ def test_event_dispatching_cache_shows_the_stale_read() -> None:
 
 def test_pv_hint_queues_only_pvs_that_can_serve_a_claim():
     from kubeplane.scheduler.framework.types import QueueingHint
-    from kubeplane.scheduler.plugins.volumebinding import pv_change_hint
+    from kubeplane.scheduler.plugins.volumebinding.volume_binding import pv_change_hint
 
     claim = {"metadata": {"name": "c", "namespace": "ns"},
              "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local",

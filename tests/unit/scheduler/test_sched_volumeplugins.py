@@ -9,14 +9,14 @@ from kubeplane.client.informer import Indexer
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.types import Code, CycleState, QueueingHint
-from kubeplane.scheduler.plugins.nodevolumelimits import REASON_MAX_VOLUME_COUNT, NodeVolumeLimits
-from kubeplane.scheduler.plugins.volumerestrictions import (
+from kubeplane.scheduler.plugins.node_volume_limits import REASON_MAX_VOLUME_COUNT, NodeVolumeLimits
+from kubeplane.scheduler.plugins.volume_restrictions import (
     REASON_DISK_CONFLICT,
     REASON_RWOP_CONFLICT,
     VolumeRestrictions,
     is_volume_conflict,
 )
-from kubeplane.scheduler.plugins.volumezone import REASON_CONFLICT, VolumeZone
+from kubeplane.scheduler.plugins.volume_zone import REASON_CONFLICT, VolumeZone
 
 
 class _Inf:

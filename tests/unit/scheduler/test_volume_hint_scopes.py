@@ -20,14 +20,14 @@ from kubeplane.scheduler.framework.plugin import Handle
 from kubeplane.scheduler.framework.types import (
     ActionType, ClusterEvent, ClusterEventWithHint, EventResource, QueueingHint,
 )
-from kubeplane.scheduler.plugins.nodevolumelimits import NodeVolumeLimits
+from kubeplane.scheduler.plugins.node_volume_limits import NodeVolumeLimits
 from kubeplane.scheduler.plugins.volumebinding import (
     CLAIM_HINT_SCOPE, PV_HINT_SCOPE, VolumeBinding, claim_keys_of_pod,
 )
-from kubeplane.scheduler.plugins.volumerestrictions import VolumeRestrictions
-from kubeplane.scheduler.plugins.volumezone import VolumeZone
+from kubeplane.scheduler.plugins.volume_restrictions import VolumeRestrictions
+from kubeplane.scheduler.plugins.volume_zone import VolumeZone
 from kubeplane.scheduler.queue import QueueProfile, SchedulingQueue, hint_scope
-from kubeplane.scheduler.volumebinder import pod_claim_names
+from kubeplane.scheduler.plugins.volumebinding.binder import pod_claim_names
 from tests.unit.scheduler.test_sched_queue_scopes import Clock, counting, snapshot
 
 NAMESPACES = ("ns-a", "ns-b", None)
@@ -71,7 +71,7 @@ class Binder:
 
 def make_plugins(claims: Claims) -> dict[str, Any]:
     handle = Handle()
-    handle.volume_binder = Binder(claims)  # type: ignore[attr-defined]
+    handle.volume_binder = Binder(claims)
     restrictions = VolumeRestrictions(None, handle)
     restrictions.pvc_lister = claims
     return {"VolumeBinding": VolumeBinding(None, handle), "VolumeZone": VolumeZone(None, handle),
@@ -402,3 +402,14 @@ def test_available_pv_only_calls_the_hints_of_pods_whose_claims_it_could_serve()
                    "spec": {**pv["spec"], "storageClassName": "other"}}
     q.move_all_to_active_or_backoff(PV_ADD, None, other_class)
     assert calls[0] == 2 and q.counts()["unschedulable"] == 39
+
+
+def test_the_volume_plugins_share_one_claim_scope() -> None:
+    """The PVC hints of the four volume plugins carry the one scope of
+    plugins/hint_scopes.py, so the queue files each pod under it once."""
+    from kubeplane.scheduler.plugins import hint_scopes
+
+    hints = [VolumeBinding.is_schedulable_after_pvc_change, VolumeZone.is_schedulable_after_pvc_change,
+             VolumeRestrictions.is_schedulable_after_pvc_added, NodeVolumeLimits.is_schedulable_after_pvc_added]
+    assert all(hint_scope(h) is hint_scopes.CLAIM_HINT_SCOPE for h in hints)
+    assert CLAIM_HINT_SCOPE is hint_scopes.CLAIM_HINT_SCOPE

@@ -73,12 +73,63 @@ class SnapshotLister(Protocol):
     def num_nodes(self) -> int: ...
 
 
-class Handle:
-    """Services shared by the plugins of one profile.
+class SharedDRAManager(Protocol):
+    """The DRA state every profile of a scheduler shares (upstream framework.SharedDRAManager):
+    the claim assume cache, allocated and in-flight devices. The DynamicResources
+    plugin's ``DRAManager`` implements it."""
 
-    ``snapshot`` is replaced by the scheduling loop at the start of each cycle;
-    ``framework`` is set by the Framework that owns this handle.
+    def get_claim(self, namespace: str, name: str) -> Obj | None: ...
+
+    def list_claims(self) -> list[Obj]: ...
+
+
+class VolumeBinderLike(Protocol):
+    """What the VolumeBinding plugin drives through a pod's phases (its ``VolumeBinder``)."""
+
+    def get_pod_volume_claims(self, pod: Obj) -> Any: ...
+
+    def assume_pod_volumes(self, pod: Obj, node_name: str, pod_volumes: Any) -> bool: ...
+
+    def revert_assumed_pod_volumes(self, pod_volumes: Any) -> None: ...
+
+
+class AssumeCacheLike(Protocol):
+    """A passive assume cache of PVs or PVCs (reads through the informer's indexer)."""
+
+    def get(self, key: str) -> Obj: ...
+
+    def get_api_obj(self, key: str) -> Obj: ...
+
+    def assume(self, obj: Obj) -> None: ...
+
+    def restore(self, obj: Obj) -> None: ...
+
+
+#: namespace -> its labels, None when the namespace is unknown
+NamespaceLabels = Callable[[str], "dict[str, str] | None"]
+#: (resource plural, namespace or None) -> the informer's objects
+ObjectLister = Callable[[str, "str | None"], "list[Obj]"]
+
+#: upstream's default ``parallelism`` (KubeSchedulerConfiguration)
+DEFAULT_PARALLELISM = 16
+
+
+class Handle:
+    """Services shared by the plugins of one profile (upstream framework.Handle).
+
+    Every field is declared here; plugins read them directly. ``snapshot`` is
+    replaced by the scheduling loop at the start of each cycle; ``framework`` is
+    set by the Framework that owns this handle. Fields a plugin builds lazily
+    when the scheduler did not (``dra_manager``, ``volume_binder``) are stored
+    back so the rest of the profile sees the same object; the scheduler hands
+    one DRA manager and one pair of volume assume caches to all its profiles.
     """
+
+    __slots__ = (
+        "client", "snapshot", "informer_factory", "event_recorder", "nominator", "clock", "rng", "parallelism",
+        "dra_manager", "volume_binder", "pv_assume_cache", "pvc_assume_cache",
+        "namespace_labels", "pdb_lister", "list_objects", "framework",
+    )
 
     def __init__(
         self,
@@ -90,14 +141,36 @@ class Handle:
         nominator: PodNominator | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        parallelism: int = DEFAULT_PARALLELISM,
+        dra_manager: SharedDRAManager | None = None,
+        volume_binder: VolumeBinderLike | None = None,
+        pv_assume_cache: AssumeCacheLike | None = None,
+        pvc_assume_cache: AssumeCacheLike | None = None,
+        namespace_labels: NamespaceLabels | None = None,
+        pdb_lister: Callable[[], list[Obj]] | None = None,
+        list_objects: ObjectLister | None = None,
     ) -> None:
-        self.client = client
-        self.snapshot = snapshot
-        self.informer_factory = informer_factory
-        self.event_recorder = event_recorder
-        self.nominator = nominator
-        self.clock = clock
-        self.rng = rng or random.Random()
+        self.client: "Client | None" = client
+        self.snapshot: SnapshotLister | None = snapshot
+        #: a SharedInformerFactory (``informer_for(resource)``)
+        self.informer_factory: Any = informer_factory
+        #: an EventRecorder (``event(obj, type, reason, action, note)``)
+        self.event_recorder: Any = event_recorder
+        self.nominator: PodNominator | None = nominator
+        self.clock: Callable[[], float] = clock
+        self.rng: random.Random = rng or random.Random()
+        #: the configured ``parallelism`` (workers of upstream's parallelizer)
+        self.parallelism: int = parallelism
+        self.dra_manager: SharedDRAManager | None = dra_manager
+        self.volume_binder: VolumeBinderLike | None = volume_binder
+        self.pv_assume_cache: AssumeCacheLike | None = pv_assume_cache
+        self.pvc_assume_cache: AssumeCacheLike | None = pvc_assume_cache
+        #: namespace labels (InterPodAffinity's namespace selectors)
+        self.namespace_labels: NamespaceLabels | None = namespace_labels
+        #: PodDisruptionBudgets (preemption)
+        self.pdb_lister: Callable[[], list[Obj]] | None = pdb_lister
+        #: workload objects by resource (PodTopologySpread's default selectors)
+        self.list_objects: ObjectLister | None = list_objects
         self.framework: Any = None
 
     def node_infos(self) -> list["NodeInfo"]:

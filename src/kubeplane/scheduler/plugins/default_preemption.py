@@ -44,7 +44,7 @@ class DefaultPreemption(Plugin):
         if pct == 0 and absolute == 0:
             raise ValueError("minCandidateNodesPercentage, minCandidateNodesAbsolute: Invalid value: "
                              "both minCandidateNodesPercentage and minCandidateNodesAbsolute cannot be zero")
-        lister = self.args.get("pdbLister") or getattr(handle, "pdb_lister", None)
+        lister = self.args.get("pdbLister") or handle.pdb_lister
         self.evaluator = Evaluator(
             NAME, handle, pdb_lister=lister,
             min_candidate_nodes_percentage=pct, min_candidate_nodes_absolute=absolute,

@@ -173,10 +173,10 @@ class InterPodAffinity(Plugin):
 
     def namespace_labels_fn(self) -> NamespaceLabels | None:
         """The configured namespace -> labels lookup, if any."""
-        fn = self.args.get("namespaceLabels") or getattr(self.handle, "namespace_labels", None)
+        fn = self.args.get("namespaceLabels") or self.handle.namespace_labels
         if fn is not None:
             return fn
-        lister = getattr(self.handle, "list_objects", None)
+        lister = self.handle.list_objects
         if lister is None:
             return None
 

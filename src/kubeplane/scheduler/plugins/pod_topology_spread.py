@@ -275,7 +275,7 @@ class PodTopologySpread(Plugin):
     # ------------------------------------------------------------------ helpers
 
     def _list_objects(self) -> ObjectLister | None:
-        return self.args.get("listObjects") or getattr(self.handle, "list_objects", None)
+        return self.args.get("listObjects") or self.handle.list_objects
 
     def _build_default_constraints(self, pod: Obj, action: str) -> list[Constraint]:
         # Cheap answers first: no default constraint with this action (the system

@@ -21,14 +21,14 @@ from kubeplane.scheduler.plugins.node_ports import NodePorts
 from kubeplane.scheduler.plugins.node_resources_balanced import NodeResourcesBalancedAllocation
 from kubeplane.scheduler.plugins.node_resources_fit import NodeResourcesFit
 from kubeplane.scheduler.plugins.node_unschedulable import NodeUnschedulable
-from kubeplane.scheduler.plugins.nodevolumelimits import NodeVolumeLimits
+from kubeplane.scheduler.plugins.node_volume_limits import NodeVolumeLimits
 from kubeplane.scheduler.plugins.pod_topology_spread import PodTopologySpread
 from kubeplane.scheduler.plugins.priority_sort import PrioritySort
 from kubeplane.scheduler.plugins.scheduling_gates import SchedulingGates
 from kubeplane.scheduler.plugins.taint_toleration import TaintToleration
 from kubeplane.scheduler.plugins.volumebinding import VolumeBinding
-from kubeplane.scheduler.plugins.volumerestrictions import VolumeRestrictions
-from kubeplane.scheduler.plugins.volumezone import VolumeZone
+from kubeplane.scheduler.plugins.volume_restrictions import VolumeRestrictions
+from kubeplane.scheduler.plugins.volume_zone import VolumeZone
 
 _PLUGINS: list[type[Plugin]] = [
     SchedulingGates,

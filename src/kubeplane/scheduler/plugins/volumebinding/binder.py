@@ -52,8 +52,9 @@ from kubeplane.volume.matching import (
     volume_class,
     volume_mode,
 )
-from kubeplane.scheduler.framework.hintscope import HintScope
-from kubeplane.scheduler.passivecache import NotFoundError, new_pv_assume_cache, new_pvc_assume_cache
+from kubeplane.scheduler.plugins.volumebinding.passivecache import (
+    CANDIDATE, GONE, NotFoundError, new_pv_assume_cache, new_pvc_assume_cache,
+)
 
 Obj = dict[str, Any]
 
@@ -301,9 +302,9 @@ class SharedVolumeIndex:
 
     def _current(self, entry: Any) -> Obj | None:
         state = self.cache.candidate_state(entry[2], entry[3])
-        if state == 0:
+        if state == CANDIDATE:
             return entry[3]
-        if state == 2:
+        if state == GONE:
             self.dead.add(entry[2])
         return None
 
@@ -332,10 +333,10 @@ class SharedVolumeIndex:
         while i < len(anywhere) and len(head) < needed:
             entry = anywhere[i]
             st = state(entry[2], entry[3])
-            if st == 2:
+            if st == GONE:
                 del anywhere[i]
                 continue
-            if st == 0:
+            if st == CANDIDATE:
                 head.append(entry)
             i += 1
         return ClaimVolumeIndex(claim, [], anywhere=head, by_hostname=self.index.by_hostname,
@@ -974,42 +975,3 @@ __all__ = [
     "REASON_NOT_ENOUGH_SPACE", "REASON_PV_NOT_EXIST", "StaticBinding", "VolumeBinder", "VolumeBindingError",
     "bind_volume_to_claim", "claim_reference", "is_pvc_fully_bound", "pod_claim_names",
 ]
-
-
-# ---------------------------------------------------------------- hint scope of PVC events
-
-
-def claim_keys_of_pod(pod: Obj) -> list[tuple[Any, Any]]:
-    """``(namespace, claim name)`` for every claim name the PVC hints of the volume
-    plugins may test: the union of :func:`pod_claim_names`, ``PodInfo.pvc_names``
-    and VolumeRestrictions' raw ``claimName`` set (which holds None for volumes
-    without a claim)."""
-    md = _meta(pod)
-    ns = md.get("namespace") or "default"
-    pod_name = md.get("name") or ""
-    names: set[Any] = set()
-    for vol in (pod.get("spec") or {}).get("volumes") or ():
-        pvc = vol.get("persistentVolumeClaim")
-        raw = (pvc or {}).get("claimName")
-        names.add(raw)
-        ephemeral = vol.get("ephemeral") is not None
-        if pvc is not None:
-            names.add(raw or "")
-        elif ephemeral:
-            names.add(f"{pod_name}-{vol.get('name') or ''}")
-        if ephemeral and not raw:
-            names.add(f"{pod_name}-{vol.get('name')}")
-    return [(ns, n) for n in names]
-
-
-def claim_event_keys(old: Any, new: Any) -> list[tuple[Any, Any]]:
-    """The claim a PVC add/update concerns (namespace defaulted as the hints do)."""
-    if new is None:
-        return []
-    md = _meta(new)
-    return [(md.get("namespace") or "default", md.get("name"))]
-
-
-#: PVC add/update hints (VolumeBinding, VolumeZone, VolumeRestrictions,
-#: NodeVolumeLimits) queue only pods naming the claim in its namespace
-CLAIM_HINT_SCOPE = HintScope(claim_keys_of_pod, claim_event_keys)

@@ -28,9 +28,9 @@ parameters only:
 Every rejection is UnschedulableAndUnresolvable (preemption cannot help);
 PostFilter answers plain Unschedulable.
 
-The shared :class:`~kubeplane.scheduler.dra_manager.DRAManager` is taken from
+The shared :class:`~kubeplane.scheduler.plugins.dynamicresources.dra_manager.DRAManager` is taken from
 ``handle.dra_manager``; when absent it is built from
-``handle.informer_factory`` and stored there. Without either the plugin only
+``handle.informer_factory`` and stored in the handle. Without either the plugin only
 lets pods without claims through.
 """
 
@@ -46,7 +46,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.dra.allocator import (
     REASON_CANNOT_ALLOCATE, AllocationError, AllocationResult, Allocator, DeferredAllocation,
 )
-from kubeplane.scheduler.dra_manager import RESOURCE_CLAIMS, DRAManager, NodeVerdictCache
+from kubeplane.scheduler.plugins.dynamicresources.dra_manager import RESOURCE_CLAIMS, DRAManager, NodeVerdictCache
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, NodeSelector, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
 from kubeplane.scheduler.framework.types import (
@@ -190,19 +190,13 @@ def _unresolvable(msg: str) -> Status:
 
 
 def shared_dra_manager(handle: Handle) -> DRAManager | None:
-    """The DRA manager of ``handle``: ``handle.dra_manager``, else the one kept on
-    ``handle.informer_factory`` (created on first use), so all profiles sharing
-    a factory share one manager (one in-flight map, one tracker)."""
-    mgr = getattr(handle, "dra_manager", None)
-    factory = handle.informer_factory
-    if mgr is None and factory is not None:
-        mgr = getattr(factory, "dra_manager", None)
-        if mgr is None:
-            mgr = DRAManager.from_informer_factory(factory)
-            setattr(factory, "dra_manager", mgr)
-    if mgr is not None:
-        handle.dra_manager = mgr  # type: ignore[attr-defined]
-    return mgr
+    """The DRA manager of ``handle``: ``handle.dra_manager``, else one built on
+    ``handle.informer_factory`` and stored in the handle (the scheduler hands it
+    to its other profiles, so they share one in-flight map and one tracker)."""
+    mgr = handle.dra_manager
+    if mgr is None and handle.informer_factory is not None:
+        mgr = handle.dra_manager = DRAManager.from_informer_factory(handle.informer_factory)
+    return mgr  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------- cycle state
@@ -459,7 +453,7 @@ class DynamicResources(Plugin):
 
         Verdicts of earlier pods with the same allocation shape are reused
         while the node's devices did not change (see
-        :class:`~kubeplane.scheduler.dra_manager.NodeVerdictCache`); the
+        :class:`~kubeplane.scheduler.plugins.dynamicresources.dra_manager.NodeVerdictCache`); the
         nodes without such a successful verdict are listed (or, when they
         are most nodes, ``PassOnly`` of the nodes with one). None (no
         vectorised form) when an allocated claim restricts nodes or pools

@@ -69,6 +69,15 @@ PV_CLAIM_REF_INDEX = "claimref"
 PV_UNCLAIMED_GENERATION_INDEX = "storageclass-unclaimed-generation"
 
 
+#: :meth:`PVAssumeCache.candidate_state`: the informer still holds that very
+#: object and no assumed version shadows it
+CANDIDATE = 0
+#: a visible assumed version shadows it (which may be restored later)
+SHADOWED = 1
+#: the informer holds another object or none
+GONE = 2
+
+
 class InformerLike(Protocol):
     """What the cache needs from an informer: its indexer and a handler hook."""
 
@@ -372,9 +381,9 @@ class PVAssumeCache(PassiveAssumeCache[dict[str, Any]]):
     # -- support for candidate lists kept across pods (see VolumeBinder)
 
     #: :meth:`candidate_state` results
-    CANDIDATE = 0
-    SHADOWED = 1
-    GONE = 2
+    CANDIDATE = CANDIDATE
+    SHADOWED = SHADOWED
+    GONE = GONE
 
     def candidate_state(self, key: str, informer_obj: dict[str, Any]) -> int:
         """How a PV remembered as the informer's ``informer_obj`` reads now:

@@ -20,7 +20,7 @@ from kubeplane.api.resources import resource
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
 from kubeplane.scheduler.framework.hintscope import HintScope, set_hint_scope
-from kubeplane.scheduler.volumebinder import CLAIM_HINT_SCOPE
+from kubeplane.scheduler.plugins.hint_scopes import CLAIM_HINT_SCOPE
 from kubeplane.scheduler.framework.types import (
     ActionType,
     ClusterEvent,

@@ -1,45 +1,18 @@
-"""The scheduling queue, with upstream kube-scheduler's PriorityQueue semantics.
-
-Three places hold pending pods:
-
-* ``activeQ``: heap ordered by the profile's QueueSort ``less``; ``pop`` takes
-  its head and blocks while it is empty.
-* ``backoffQ``: heaps ordered by backoff expiry, one for pods rejected by
-  plugins and one for pods that failed with an error (no rejector plugin).
-* ``unschedulablePods``: a map of pods waiting for a cluster event that may
-  make them schedulable (or for the periodic flush), including gated pods
-  that failed PreEnqueue.
-
-Popped pods are "in flight" until ``done`` (or ``add_unschedulable_if_not_present``).
-With queueing hints enabled, cluster events arriving while any pod is in
-flight are logged, and replayed through the hints of the rejecting plugins
-when that pod comes back, so no event that could help it is lost. The log only
-keeps events that some in-flight pod may still need.
-
-For a cluster event, unschedulablePods are pre-selected through the hints'
-scopes (:class:`HintScope`): pods whose rejectors' matching hints certainly
-answer Skip are not visited at all.
-
-Heaps are keyed by ``namespace/name`` as upstream; in-flight tracking and the
-nominator by UID. All state is guarded by one re-entrant lock, so methods may
-be called from worker threads; ``pop`` must be awaited on one event loop.
-"""
+"""The SchedulingQueue (upstream PriorityQueue): activeQ, backoffQ, unschedulablePods and
+in-flight tracking, moved by cluster events through the plugins' queueing hints."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import enum
-import heapq
 import logging
-import math
 import threading
 import time
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, Callable, Hashable, Iterable, Iterator, Optional
 
-from kubeplane.api.quantity import parse_quantity
+from kubeplane.scheduler.framework.hintscope import HintScope, hint_scope
 from kubeplane.scheduler.framework.types import (
     FORCE_ACTIVATE,
     UNSCHEDULABLE_TIMEOUT,
@@ -50,17 +23,34 @@ from kubeplane.scheduler.framework.types import (
     QueueingHint,
     Status,
 )
-from kubeplane.scheduler.framework.hintscope import HintScope, hint_scope
 from kubeplane.scheduler.nominator import Nominator, PodGetter
+from kubeplane.scheduler.queue.backoff import Backoff
+from kubeplane.scheduler.queue.events import (
+    EVENT_ASSIGNED_POD_ADD,
+    EVENT_ASSIGNED_POD_UPDATE,
+    EVENT_UNSCHEDULED_POD_ADD,
+    EVENT_UNSCHEDULED_POD_UPDATE,
+    event_label,
+    is_pod_updated,
+    match_event,
+    pod_update_events,
+)
+from kubeplane.scheduler.queue.heap import Heap, KeyedHeap
+from kubeplane.scheduler.queue.inflight import InFlightLog
+from kubeplane.scheduler.queue.queued_pod_info import (
+    LessFn,
+    Obj,
+    QueuedPodInfo,
+    SortKeyFn,
+    _meta,
+    pod_key,
+    pod_uid,
+    priority_less,
+    scheduler_name,
+)
+from kubeplane.scheduler.queue.unschedulable_pods import Group, UnschedulablePods
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
-
-DEFAULT_SCHEDULER_NAME = "default-scheduler"
-
-#: Backoff expiries are grouped in windows of this size when popping from backoffQ is enabled.
-BACKOFF_ORDERING_WINDOW = 1.0
 
 # Queue names (metrics label values and return values of internal moves).
 ACTIVE_Q = "active"
@@ -74,21 +64,14 @@ BACKOFF_COMPLETE = "BackoffComplete"
 POP_FROM_BACKOFF_Q = "PopFromBackoffQ"
 FORCE_ACTIVATE_LABEL = "ForceActivate"
 
-EVENT_UNSCHEDULED_POD_ADD = ClusterEvent(EventResource.UNSCHEDULED_POD, ActionType.ADD, "UnscheduledPodAdd")
-EVENT_UNSCHEDULED_POD_UPDATE = ClusterEvent(EventResource.UNSCHEDULED_POD, ActionType.UPDATE, "UnscheduledPodUpdate")
-EVENT_UNSCHEDULED_POD_DELETE = ClusterEvent(EventResource.UNSCHEDULED_POD, ActionType.DELETE, "UnscheduledPodDelete")
-EVENT_ASSIGNED_POD_ADD = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD, "AssignedPodAdd")
-EVENT_ASSIGNED_POD_UPDATE = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.UPDATE, "AssignedPodUpdate")
-EVENT_ASSIGNED_POD_DELETE = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE, "AssignedPodDelete")
-
 #: Plugins whose rejections an assigned pod add/update may resolve (see ``assigned_pod_added``).
 CROSS_TOPOLOGY_PLUGINS = ("InterPodAffinity", "PodTopologySpread")
 
 _POD_SCALE_DOWN = ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_SCALE_DOWN)
 
-
 #: bound of the per-event memo tables (distinct events are few; cleared when exceeded)
 _MATCH_CACHE_SIZE = 4096
+
 
 class QueueingStrategy(enum.IntEnum):
     """Where a pod goes when it leaves unschedulablePods (or comes back from a cycle)."""
@@ -98,118 +81,8 @@ class QueueingStrategy(enum.IntEnum):
     IMMEDIATELY = 2
 
 
-def event_label(event: ClusterEvent) -> str:
-    """Upstream-style label: the custom label, else resource + action (``NodeAdd``)."""
-    if event.label:
-        return event.label
-    name = event.action.name or str(int(event.action))
-    action = "".join(part.capitalize() for part in name.split("_"))
-    return f"{event.resource.value}{action}"
-
-
-def match_event(registered: ClusterEvent, incoming: ClusterEvent) -> bool:
-    """Whether a registered event covers an incoming one (upstream MatchClusterEvents).
-
-    An incoming wildcard event (e.g. UnschedulableTimeout) only matches a
-    registration on the wildcard resource.
-    """
-    if registered.is_wildcard():
-        return True
-    if incoming.resource == EventResource.WILDCARD and registered.resource != EventResource.WILDCARD:
-        return False
-    return registered.matches(incoming)
-
-
-def _meta(pod: Obj) -> Obj:
-    return pod.get("metadata") or {}
-
-
-def pod_key(pod: Obj) -> str:
-    """``namespace/name``."""
-    m = _meta(pod)
-    return f"{m.get('namespace', '')}/{m.get('name', '')}"
-
-
-def pod_uid(pod: Obj) -> str:
-    """The pod's UID (falls back to its key for objects without one)."""
-    return _meta(pod).get("uid") or pod_key(pod)
-
-
-def pod_priority(pod: Obj) -> int:
-    """``spec.priority``, 0 when unset."""
-    return int((pod.get("spec") or {}).get("priority") or 0)
-
-
-def scheduler_name(pod: Obj) -> str:
-    """``spec.schedulerName`` with the API default."""
-    return (pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER_NAME
-
-
-@dataclass(eq=False)
-class QueuedPodInfo:
-    """A pod plus the queue's bookkeeping about it."""
-
-    pod: Obj
-    timestamp: float = 0.0
-    initial_attempt_timestamp: float | None = None
-    attempts: int = 0
-    unschedulable_count: int = 0
-    consecutive_errors_count: int = 0
-    unschedulable_plugins: set[str] = field(default_factory=set)
-    pending_plugins: set[str] = field(default_factory=set)
-    gating_plugin: str | None = None
-    gating_plugin_events: list[ClusterEvent] = field(default_factory=list)
-    #: cached backoff expiry; None means "recompute"
-    backoff_expiration: float | None = None
-    #: insertion sequence; keeps activeQ FIFO among equal pods even with a frozen clock
-    seq: int = 0
-    _key: str = field(init=False, repr=False, default="")
-    #: ``spec.priority`` (immutable in the API; cached for QueueSort)
-    priority: int = field(init=False, default=0)
-
-    def __post_init__(self) -> None:
-        self._key = pod_key(self.pod)
-        self.priority = pod_priority(self.pod)
-
-    @property
-    def pod_uid(self) -> str:
-        return pod_uid(self.pod)
-
-    @property
-    def key(self) -> str:
-        """``namespace/name`` (fixed for the pod's lifetime; cached)."""
-        return self._key
-
-    @property
-    def gated(self) -> bool:
-        """True while a PreEnqueue plugin keeps the pod out of activeQ."""
-        return self.gating_plugin is not None
-
-    @property
-    def rejector_plugins(self) -> set[str]:
-        """Unschedulable ∪ pending plugins of the last attempt."""
-        return self.unschedulable_plugins | self.pending_plugins
-
-    def update(self, new_pod: Obj) -> None:
-        """Replace the pod object (same namespace/name)."""
-        self.pod = new_pod
-        self._key = pod_key(new_pod)
-        self.priority = pod_priority(new_pod)
-
-
-LessFn = Callable[[QueuedPodInfo, QueuedPodInfo], bool]
-#: a QueueSort plugin's ordering as a key: ``a`` sorts before ``b`` iff key(a) < key(b)
-SortKeyFn = Callable[[QueuedPodInfo], tuple]
 PreEnqueueFn = Callable[[Obj], Optional[Status]]
 PreCheck = Callable[[Obj], bool]
-
-
-def priority_less(a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-    """PrioritySort: higher ``spec.priority`` first, then earlier timestamp."""
-    pa, pb = a.priority, b.priority
-    if pa != pb:
-        return pa > pb
-    return a.timestamp < b.timestamp
 
 
 @dataclass
@@ -222,447 +95,6 @@ class QueueProfile:
     less: LessFn = priority_less
     #: the same order as ``less`` as a key function, when the plugin offers one
     sort_key: SortKeyFn | None = None
-
-
-class _Heap:
-    """Binary heap ordered by ``lt``, with O(log n) update/delete by key (see
-    :class:`_KeyedHeap` for activeQ under a QueueSort plugin with a sort key)."""
-
-    __slots__ = ("_items", "_pos", "_lt")
-
-    def __init__(self, lt: Callable[[QueuedPodInfo, QueuedPodInfo], bool]) -> None:
-        self._items: list[QueuedPodInfo] = []
-        self._pos: dict[str, int] = {}
-        self._lt = lt
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._pos
-
-    def get(self, key: str) -> QueuedPodInfo | None:
-        i = self._pos.get(key)
-        return None if i is None else self._items[i]
-
-    def peek(self) -> QueuedPodInfo | None:
-        return self._items[0] if self._items else None
-
-    def list(self) -> list[QueuedPodInfo]:
-        return list(self._items)
-
-    def add_or_update(self, item: QueuedPodInfo) -> None:
-        key = item.key
-        i = self._pos.get(key)
-        if i is None:
-            self._items.append(item)
-            i = len(self._items) - 1
-            self._pos[key] = i
-            self._up(i)
-        else:
-            self._items[i] = item
-            self._fix(i)
-
-    def pop(self) -> QueuedPodInfo | None:
-        if not self._items:
-            return None
-        return self._remove_at(0)
-
-    def delete(self, key: str) -> QueuedPodInfo | None:
-        i = self._pos.get(key)
-        return None if i is None else self._remove_at(i)
-
-    def _remove_at(self, i: int) -> QueuedPodInfo:
-        items = self._items
-        item = items[i]
-        del self._pos[item.key]
-        last = items.pop()
-        if i < len(items):
-            items[i] = last
-            self._pos[last.key] = i
-            self._fix(i)
-        return item
-
-    def _fix(self, i: int) -> None:
-        if not self._up(i):
-            self._down(i)
-
-    def _up(self, i: int) -> bool:
-        items, pos, lt = self._items, self._pos, self._lt
-        item = items[i]
-        moved = False
-        while i > 0:
-            parent = (i - 1) >> 1
-            if not lt(item, items[parent]):
-                break
-            items[i] = items[parent]
-            pos[items[i].key] = i
-            i = parent
-            moved = True
-        items[i] = item
-        pos[item.key] = i
-        return moved
-
-    def _down(self, i: int) -> None:
-        items, pos, lt = self._items, self._pos, self._lt
-        n = len(items)
-        item = items[i]
-        while True:
-            child = 2 * i + 1
-            if child >= n:
-                break
-            right = child + 1
-            if right < n and lt(items[right], items[child]):
-                child = right
-            if not lt(items[child], item):
-                break
-            items[i] = items[child]
-            pos[items[i].key] = i
-            i = child
-        items[i] = item
-        pos[item.key] = i
-
-
-class _KeyedHeap:
-    """activeQ when the QueueSort plugin offers a sort key: a heapq of
-    ``(key, n, pod key, item)`` entries, so sifting runs in C. An update or a
-    delete leaves the old entry behind; it is skipped when it reaches the top
-    and dropped when stale entries come to outnumber live ones. Same interface
-    as :class:`_Heap` (``list`` in no particular order)."""
-
-    __slots__ = ("_heap", "_live", "_keyfn", "_n")
-
-    def __init__(self, keyfn: Callable[[QueuedPodInfo], tuple]) -> None:
-        self._heap: list[tuple[tuple, int, str, QueuedPodInfo]] = []
-        self._live: dict[str, tuple[tuple, int, str, QueuedPodInfo]] = {}
-        self._keyfn = keyfn
-        self._n = 0
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._live
-
-    def get(self, key: str) -> QueuedPodInfo | None:
-        e = self._live.get(key)
-        return None if e is None else e[3]
-
-    def peek(self) -> QueuedPodInfo | None:
-        heap, live = self._heap, self._live
-        while heap and live.get(heap[0][2]) is not heap[0]:
-            heapq.heappop(heap)
-        return heap[0][3] if heap else None
-
-    def list(self) -> list[QueuedPodInfo]:
-        return [e[3] for e in self._live.values()]
-
-    def add_or_update(self, item: QueuedPodInfo) -> None:
-        k = self._keyfn(item)
-        self._n += 1
-        e = (k, self._n, item.key, item)
-        self._live[item.key] = e
-        heapq.heappush(self._heap, e)
-        self._compact()
-
-    def pop(self) -> QueuedPodInfo | None:
-        heap, live = self._heap, self._live
-        while heap:
-            e = heapq.heappop(heap)
-            if live.get(e[2]) is e:
-                del live[e[2]]
-                return e[3]
-        return None
-
-    def delete(self, key: str) -> QueuedPodInfo | None:
-        e = self._live.pop(key, None)
-        if e is None:
-            return None
-        self._compact()
-        return e[3]
-
-    def _compact(self) -> None:
-        if len(self._heap) > 2 * len(self._live) + 64:
-            self._heap = list(self._live.values())
-            heapq.heapify(self._heap)
-
-
-_Group = tuple[str, frozenset[str]]
-
-
-class _UnschedulablePods:
-    """Map key -> pod info, counting gated pods separately for metrics.
-
-    For event handling, pods are also filed by group (scheduler name,
-    rejector plugins) and, per hint scope, under the keys the scope gives
-    them (see :class:`HintScope`). ``order`` numbers keys in insertion order
-    (the order of ``pods``). Pod infos in the map may only change through
-    the queue, which calls :meth:`refresh` after changing one in place.
-    """
-
-    __slots__ = ("pods", "gated", "scopes", "order", "groups", "by_key", "unkeyed", "_seq", "_filed")
-
-    def __init__(self, scopes: Iterable[HintScope] = ()) -> None:
-        self.pods: dict[str, QueuedPodInfo] = {}
-        self.gated: set[str] = set()
-        self.scopes: tuple[HintScope, ...] = tuple(scopes)
-        self.order: dict[str, int] = {}
-        self.groups: dict[_Group, set[str]] = {}
-        #: (scope position, key) -> pod keys
-        self.by_key: dict[tuple[int, Hashable], set[str]] = {}
-        #: pods whose scope keys could not be computed (always candidates)
-        self.unkeyed: set[str] = set()
-        self._seq = 0
-        self._filed: dict[str, tuple[_Group, list[tuple[int, Hashable]] | None]] = {}
-
-    def __len__(self) -> int:
-        return len(self.pods)
-
-    def get(self, key: str) -> QueuedPodInfo | None:
-        return self.pods.get(key)
-
-    def add_or_update(self, pinfo: QueuedPodInfo) -> None:
-        key = pinfo.key
-        if key in self.pods:
-            self._unfile(key)
-        else:
-            self._seq += 1
-            self.order[key] = self._seq
-        self.pods[key] = pinfo
-        if pinfo.gated:
-            self.gated.add(key)
-        else:
-            self.gated.discard(key)
-        self._file(key, pinfo)
-
-    def delete(self, key: str) -> QueuedPodInfo | None:
-        self.gated.discard(key)
-        pinfo = self.pods.pop(key, None)
-        if pinfo is not None:
-            self._unfile(key)
-            del self.order[key]
-        return pinfo
-
-    def refresh(self, pinfo: QueuedPodInfo) -> None:
-        """File ``pinfo`` again if it is the info held for its key (it changed in place)."""
-        key = pinfo.key
-        if self.pods.get(key) is pinfo:
-            self._unfile(key)
-            self._file(key, pinfo)
-
-    def _file(self, key: str, pinfo: QueuedPodInfo) -> None:
-        group = (scheduler_name(pinfo.pod), frozenset(pinfo.unschedulable_plugins | pinfo.pending_plugins))
-        self.groups.setdefault(group, set()).add(key)
-        keys: list[tuple[int, Hashable]] | None = None
-        if self.scopes:
-            keys = []
-            try:
-                for i, scope in enumerate(self.scopes):
-                    for k in scope.pod_keys(pinfo.pod):
-                        hash(k)
-                        keys.append((i, k))
-            except Exception:  # malformed pod or unhashable key: never left out
-                keys = None
-                self.unkeyed.add(key)
-            else:
-                for k in keys:
-                    self.by_key.setdefault(k, set()).add(key)
-        self._filed[key] = (group, keys)
-
-    def _unfile(self, key: str) -> None:
-        filed = self._filed.pop(key, None)
-        if filed is None:
-            return
-        group, keys = filed
-        members = self.groups.get(group)
-        if members is not None:
-            members.discard(key)
-            if not members:
-                del self.groups[group]
-        if keys is None:
-            self.unkeyed.discard(key)
-            return
-        for k in keys:
-            members = self.by_key.get(k)
-            if members is not None:
-                members.discard(key)
-                if not members:
-                    del self.by_key[k]
-
-
-_POD, _EVENT = 0, 1
-
-
-class _InFlightLog:
-    """Popped pods and the events received while any of them was in flight.
-
-    Entries are ``(seq, kind, a, b, c)``: for a pod ``a`` is its UID and ``b``
-    the pod; for an event ``a`` is the ClusterEvent, ``b``/``c`` old/new objects.
-    A finished pod's entry is dropped lazily once it reaches the head.
-    """
-
-    def __init__(self) -> None:
-        self._entries: collections.deque[tuple[int, int, Any, Any, Any]] = collections.deque()
-        self._pods: dict[str, int] = {}
-        self._seq = 0
-
-    def __contains__(self, uid: str) -> bool:
-        return uid in self._pods
-
-    def __len__(self) -> int:
-        return len(self._pods)
-
-    def add_pod(self, uid: str, pod: Obj) -> None:
-        self._seq += 1
-        self._pods[uid] = self._seq
-        self._entries.append((self._seq, _POD, uid, pod, None))
-
-    def add_event(self, event: ClusterEvent, old: Any, new: Any) -> None:
-        self._seq += 1
-        self._entries.append((self._seq, _EVENT, event, old, new))
-
-    def events_since(self, uid: str) -> list[tuple[ClusterEvent, Any, Any]] | None:
-        start = self._pods.get(uid)
-        if start is None:
-            return None
-        return [(e[2], e[3], e[4]) for e in self._entries if e[1] == _EVENT and e[0] > start]
-
-    def done(self, uid: str) -> None:
-        if self._pods.pop(uid, None) is None:
-            return
-        entries, pods = self._entries, self._pods
-        while entries:
-            seq, kind, a, _, _ = entries[0]
-            if kind == _POD and pods.get(a) == seq:
-                break
-            entries.popleft()
-
-    def pods(self) -> list[Obj]:
-        return [e[3] for e in self._entries if e[1] == _POD and self._pods.get(e[2]) == e[0]]
-
-    def events(self) -> list[tuple[ClusterEvent, Any, Any]]:
-        return [(e[2], e[3], e[4]) for e in self._entries if e[1] == _EVENT]
-
-    def clear(self) -> None:
-        self._pods.clear()
-        self._entries.clear()
-
-
-# --------------------------------------------------------------------------------------------
-# Pod update classification (upstream PodSchedulingPropertiesChange)
-
-
-def _parse_qty(v: Any) -> Fraction | None:
-    try:
-        return parse_quantity(v)
-    except Exception:  # malformed quantities are ignored here; validation rejects them
-        return None
-
-
-def _container_requests(c: Obj) -> dict[str, Fraction]:
-    out: dict[str, Fraction] = {}
-    for name, v in (((c.get("resources") or {}).get("requests")) or {}).items():
-        q = _parse_qty(v)
-        if q is not None:
-            out[name] = q
-    return out
-
-
-def _add_into(dst: dict[str, Fraction], src: dict[str, Fraction]) -> None:
-    for k, v in src.items():
-        dst[k] = dst.get(k, Fraction(0)) + v
-
-
-def _max_into(dst: dict[str, Fraction], src: dict[str, Fraction]) -> None:
-    for k, v in src.items():
-        if k not in dst or v > dst[k]:
-            dst[k] = v
-
-
-def pod_requests(pod: Obj) -> dict[str, Fraction]:
-    """Effective pod requests: containers + sidecars, max with init steps, plus overhead."""
-    spec = pod.get("spec") or {}
-    reqs: dict[str, Fraction] = {}
-    for c in spec.get("containers") or ():
-        _add_into(reqs, _container_requests(c))
-    sidecars: dict[str, Fraction] = {}
-    init_max: dict[str, Fraction] = {}
-    for c in spec.get("initContainers") or ():
-        r = _container_requests(c)
-        if c.get("restartPolicy") == "Always":
-            _add_into(reqs, r)
-            _add_into(sidecars, r)
-            step = dict(sidecars)
-        else:
-            step = dict(r)
-            _add_into(step, sidecars)
-        _max_into(init_max, step)
-    _max_into(reqs, init_max)
-    overhead: dict[str, Fraction] = {}
-    for name, v in (spec.get("overhead") or {}).items():
-        q = _parse_qty(v)
-        if q is not None:
-            overhead[name] = q
-    if overhead:
-        _add_into(reqs, overhead)
-    return reqs
-
-
-#: the parts of a pod spec ``pod_requests`` reads
-_REQUEST_FIELDS = ("containers", "initContainers", "overhead")
-
-
-def _is_scale_down(new_pod: Obj, old_pod: Obj) -> bool:
-    new_spec, old_spec = new_pod.get("spec") or {}, old_pod.get("spec") or {}
-    if all(new_spec.get(f) == old_spec.get(f) for f in _REQUEST_FIELDS):
-        return False  # the same requests (most updates change only metadata or status)
-    new_reqs = pod_requests(new_pod)
-    for name, old_v in pod_requests(old_pod).items():
-        new_v = new_reqs.get(name)
-        if new_v is None or old_v > new_v:
-            return True
-    return False
-
-
-def pod_update_events(old_pod: Obj, new_pod: Obj) -> list[ClusterEvent]:
-    """Classify a pod update into UpdatePodXYZ events (UnscheduledPod or AssignedPod resource)."""
-    new_spec = new_pod.get("spec") or {}
-    old_spec = old_pod.get("spec") or {}
-    resource = EventResource.ASSIGNED_POD if new_spec.get("nodeName") else EventResource.UNSCHEDULED_POD
-    actions: list[ActionType] = []
-    if (_meta(new_pod).get("labels") or {}) != (_meta(old_pod).get("labels") or {}):
-        actions.append(ActionType.UPDATE_POD_LABEL)
-    if _is_scale_down(new_pod, old_pod):
-        actions.append(ActionType.UPDATE_POD_SCALE_DOWN)
-    if old_spec.get("schedulingGates") and not new_spec.get("schedulingGates"):
-        actions.append(ActionType.UPDATE_POD_SCHEDULING_GATES_ELIMINATED)
-    if (new_spec.get("tolerations") or []) != (old_spec.get("tolerations") or []):
-        actions.append(ActionType.UPDATE_POD_TOLERATIONS)
-    old_claims = (old_pod.get("status") or {}).get("resourceClaimStatuses") or []
-    new_claims = (new_pod.get("status") or {}).get("resourceClaimStatuses") or []
-    if old_claims != new_claims:
-        actions.append(ActionType.UPDATE_POD_GENERATED_RESOURCE_CLAIM)
-    if not actions:
-        actions.append(ActionType.UPDATED_POD_OTHER)
-    return [ClusterEvent(resource, a) for a in actions]
-
-
-def is_pod_updated(old_pod: Obj, new_pod: Obj) -> bool:
-    """Whether anything but status/resourceVersion/generation/managedFields/finalizers changed."""
-
-    def strip(p: Obj) -> Obj:
-        meta = {k: v for k, v in _meta(p).items()
-                if k not in ("resourceVersion", "generation", "managedFields", "finalizers")}
-        out = {k: v for k, v in p.items() if k not in ("metadata", "status")}
-        out["metadata"] = meta
-        status = p.get("status") or {}
-        out["status"] = {k: status[k] for k in ("resourceClaimStatuses", "extendedResourceClaimStatus") if k in status}
-        return out
-
-    return strip(old_pod) != strip(new_pod)
-
-
-# --------------------------------------------------------------------------------------------
 
 
 class SchedulingQueue:
@@ -686,8 +118,6 @@ class SchedulingQueue:
             raise ValueError("at least one profile is required")
         self._profiles = dict(profiles)
         self._clock = clock
-        self._initial_backoff = float(initial_backoff)
-        self._max_backoff = float(max_backoff)
         self._max_unschedulable_duration = float(max_unschedulable_duration)
         self._flush_backoff_interval = float(flush_backoff_interval)
         self._flush_unschedulable_interval = float(flush_unschedulable_interval)
@@ -717,7 +147,7 @@ class SchedulingQueue:
         self._scope_pos: dict[int, int] = {id(sc): i for i, sc in enumerate(self._scopes)}
         #: pick event candidates through hint scopes (False: every unschedulable pod, for comparisons)
         self._use_scopes = True
-        self._plan_cache: dict[tuple[_Group, ClusterEvent], tuple[int, ...] | None] = {}
+        self._plan_cache: dict[tuple[Group, ClusterEvent], tuple[int, ...] | None] = {}
         self._interest_cache: dict[ClusterEvent, bool] = {}
         self._match_cache: dict[tuple[str, ClusterEvent], list[tuple[str, Any]]] = {}
 
@@ -734,13 +164,14 @@ class SchedulingQueue:
 
         sort_key = next(iter(self._profiles.values())).sort_key
         if sort_key is not None:
-            self._active: _Heap | _KeyedHeap = _KeyedHeap(lambda p: (*sort_key(p), p.seq))
+            self._active: Heap | KeyedHeap = KeyedHeap(lambda p: (*sort_key(p), p.seq))
         else:
-            self._active = _Heap(active_lt)
-        self._backoff = _Heap(self._backoff_lt_with_priority if pop_from_backoff else self._backoff_lt)
-        self._error_backoff = _Heap(self._backoff_lt)
-        self._unschedulable = _UnschedulablePods(self._scopes)
-        self._in_flight = _InFlightLog()
+            self._active = Heap(active_lt)
+        backoff = self._backoff_policy = Backoff(initial_backoff, max_backoff, clock, pop_from_backoff, less)
+        self._backoff = Heap(backoff.lt_with_priority if pop_from_backoff else backoff.lt)
+        self._error_backoff = Heap(backoff.lt)
+        self._unschedulable = UnschedulablePods(self._scopes)
+        self._in_flight = InFlightLog()
         self.nominator = Nominator(pod_getter)
 
         self._lock = threading.RLock()
@@ -842,57 +273,16 @@ class SchedulingQueue:
     # ---------------------------------------------------------------- backoff
 
     def backoff_duration(self, pinfo: QueuedPodInfo) -> float:
-        """``min(initial * 2**(count-1), max)``; count = consecutive errors if any, else unschedulable count."""
-        count = pinfo.consecutive_errors_count if pinfo.consecutive_errors_count > 0 else pinfo.unschedulable_count
-        if count <= 0 or self._max_backoff <= 0:
-            return 0.0
-        duration = self._initial_backoff
-        for _ in range(count - 1):
-            if duration >= self._max_backoff - duration:
-                return self._max_backoff
-            duration += duration
-        return min(duration, self._max_backoff)
-
-    def _align(self, t: float) -> float:
-        if not self._pop_from_backoff:
-            return t
-        return math.floor(t / BACKOFF_ORDERING_WINDOW) * BACKOFF_ORDERING_WINDOW
+        """How long ``pinfo`` backs off (see :meth:`Backoff.duration`)."""
+        return self._backoff_policy.duration(pinfo)
 
     def backoff_expiry(self, pinfo: QueuedPodInfo) -> float:
         """When the pod's backoff completes (cached in ``pinfo.backoff_expiration``)."""
-        duration = self.backoff_duration(pinfo)
-        if duration <= 0:
-            return -math.inf
-        if pinfo.backoff_expiration is None:
-            pinfo.backoff_expiration = self._align(pinfo.timestamp + duration)
-        return pinfo.backoff_expiration
+        return self._backoff_policy.expiry(pinfo)
 
     def is_pod_backing_off(self, pinfo: QueuedPodInfo) -> bool:
         """Whether the pod must still wait before being retried."""
-        expiry = self.backoff_expiry(pinfo)
-        if expiry == -math.inf:
-            return False
-        now = self._clock()
-        if self._pop_from_backoff:
-            # Same window as now (or later) still counts as backing off.
-            return expiry >= self._align(now)
-        return expiry > now
-
-    def _backoff_lt(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-        ea, eb = self.backoff_expiry(a), self.backoff_expiry(b)
-        if ea != eb:
-            return ea < eb
-        return a.seq < b.seq
-
-    def _backoff_lt_with_priority(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-        ea, eb = self.backoff_expiry(a), self.backoff_expiry(b)
-        if ea != eb:
-            return ea < eb
-        if self._less(a, b):
-            return True
-        if self._less(b, a):
-            return False
-        return a.seq < b.seq
+        return self._backoff_policy.is_backing_off(pinfo)
 
     # ---------------------------------------------------------------- internals
 
@@ -990,7 +380,7 @@ class SchedulingQueue:
         if strategy == QueueingStrategy.SKIP:
             self._add_to_unschedulable(pinfo, event)
             return UNSCHEDULABLE_Q
-        if strategy == QueueingStrategy.AFTER_BACKOFF and self.is_pod_backing_off(pinfo):
+        if strategy == QueueingStrategy.AFTER_BACKOFF and self._backoff_policy.is_backing_off(pinfo):
             return BACKOFF_Q if self._move_to_backoff(pinfo, event) else UNSCHEDULABLE_Q
         return ACTIVE_Q if self._move_to_active(pinfo, event) else UNSCHEDULABLE_Q
 
@@ -1184,7 +574,7 @@ class SchedulingQueue:
                     return
                 if old_pod is None or is_pod_updated(old_pod, new_pod):
                     label = EVENT_UNSCHEDULED_POD_UPDATE.label
-                    if self.is_pod_backing_off(pinfo):
+                    if self._backoff_policy.is_backing_off(pinfo):
                         if self._move_to_backoff(pinfo, label) and self._pop_from_backoff:
                             self._broadcast()
                         return
@@ -1353,7 +743,7 @@ class SchedulingQueue:
         except Exception:  # a malformed object: no pre-selection
             return None
 
-    def _group_plan(self, group: _Group, event: ClusterEvent) -> tuple[int, ...] | None:
+    def _group_plan(self, group: Group, event: ClusterEvent) -> tuple[int, ...] | None:
         """Positions of the scopes deciding whether ``event`` may requeue pods of ``group``;
         None when the whole group is a candidate (no rejectors, unknown profile,
         or a matching hint of a rejector without a scope). Memoized."""
@@ -1442,7 +832,7 @@ class SchedulingQueue:
             for heap in (self._backoff, self._error_backoff):
                 while True:
                     head = heap.peek()
-                    if head is None or self.is_pod_backing_off(head):
+                    if head is None or self._backoff_policy.is_backing_off(head):
                         break
                     heap.pop()
                     if self._move_to_active(head, BACKOFF_COMPLETE, True):

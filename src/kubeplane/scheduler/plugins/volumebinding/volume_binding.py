@@ -1,7 +1,7 @@
 """VolumeBinding: bind a pod's PersistentVolumeClaims as part of scheduling.
 
 Upstream ``pkg/scheduler/framework/plugins/volumebinding``; the work is done
-by :class:`~kubeplane.scheduler.volumebinder.VolumeBinder`:
+by :class:`~kubeplane.scheduler.plugins.volumebinding.binder.VolumeBinder`:
 
 * PreFilter: pods without claims Skip; missing, lost, deleting or foreign
   ephemeral claims and unbound Immediate claims are UnschedulableAndUnresolvable.
@@ -46,7 +46,7 @@ from kubeplane.scheduler.framework.types import (
     QueueingHint,
     Status,
 )
-from kubeplane.scheduler.passivecache import NotFoundError
+from kubeplane.scheduler.plugins.volumebinding.passivecache import NotFoundError
 from kubeplane.scheduler.framework.hintscope import HintScope, pod_independent_scope, set_hint_scope
 from kubeplane.api.selectors import label_selector_from_dict
 from kubeplane.volume.matching import (
@@ -57,16 +57,14 @@ from kubeplane.volume.matching import (
     volume_class,
     volume_mode,
 )
-from kubeplane.scheduler.volumebinder import (
-    CLAIM_HINT_SCOPE,
+from kubeplane.scheduler.plugins.hint_scopes import CLAIM_HINT_SCOPE, claim_event_keys, claim_keys_of_pod
+from kubeplane.scheduler.plugins.volumebinding.binder import (
     DEFAULT_BIND_TIMEOUT,
     REASON_BIND_CONFLICT,
     PodVolumeClaims,
     PodVolumes,
     VolumeBinder,
     VolumeBindingError,
-    claim_event_keys,
-    claim_keys_of_pod,
     pod_claim_names,
 )
 
@@ -356,13 +354,13 @@ class VolumeBinding(Plugin):
             self.scorer = self._build_scorer(self.args.get("shape") or DEFAULT_SHAPE)
         self._hint_memo = HintMemo()
         self._pv_hint = self._scoped_pv_hint()
-        self.binder: VolumeBinder | None = getattr(handle, "volume_binder", None)
+        self.binder: VolumeBinder | None = handle.volume_binder  # type: ignore[assignment]
         if self.binder is None and handle.informer_factory is not None:
             self.binder = VolumeBinder.from_informer_factory(
                 handle.informer_factory, client=handle.client,
-                pv_cache=getattr(handle, "pv_assume_cache", None),
-                pvc_cache=getattr(handle, "pvc_assume_cache", None),
+                pv_cache=handle.pv_assume_cache, pvc_cache=handle.pvc_assume_cache,
                 bind_timeout=self.bind_timeout)
+            handle.volume_binder = self.binder
 
     @staticmethod
     def _build_scorer(shape: list[Mapping[str, Any]]) -> Callable[[dict[str, tuple[Fraction, Fraction]]], int]:
