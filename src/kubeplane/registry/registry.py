@@ -31,6 +31,9 @@ from kubeplane.storage.interface import (
     KeyNotFoundError,
     RevisionConflictError,
     Store,
+    latest_revision,
+    parse_revision,
+    wait_for_revision,
 )
 
 Obj = dict[str, Any]
@@ -115,23 +118,24 @@ def _decode_continue(token: str) -> tuple[int, str]:
     try:
         pad = "=" * (-len(token) % 4)
         data = orjson.loads(base64.urlsafe_b64decode(token + pad))
-        rv = int(data["rv"])
+        encoded_rv = data["rv"]
         start = str(data["start"])
     except Exception as exc:  # noqa: BLE001 - any garbage is the client's error
         raise errors.bad_request(f"continue key is not valid: {exc}") from None
-    if rv <= 0:
+    try:
+        rv = parse_revision(encoded_rv)
+    except ValueError:
+        rv = 0
+    if rv == 0:
         raise errors.bad_request("continue key is not valid: incorrect encoded start resourceVersion")
     return rv, start
 
 
 def _parse_rv(value: str, what: str = "resourceVersion") -> int:
     try:
-        rv = int(value)
-    except (TypeError, ValueError):
+        return parse_revision(value)
+    except ValueError:
         raise errors.bad_request(f"invalid {what}: {value!r}") from None
-    if rv < 0:
-        raise errors.bad_request(f"invalid {what}: {value!r}")
-    return rv
 
 
 class Registry:
@@ -275,9 +279,7 @@ class Registry:
         elif resource_version_match not in ("", "NotOlderThan"):
             raise errors.bad_request(f"resourceVersionMatch: Unsupported value: {resource_version_match!r}")
         elif resource_version not in ("", "0", None):
-            min_rv = _parse_rv(resource_version)
-            if min_rv > self.store.revision:
-                await self._wait_for_revision(min_rv)
+            await self._wait_for_revision(_parse_rv(resource_version))
         items: list[Obj] = []
         more = False
         last_key = start_after
@@ -322,12 +324,9 @@ class Registry:
         return {"kind": res.list_kind, "apiVersion": res.api_version, "metadata": metadata, "items": items}
 
     async def _wait_for_revision(self, rv: int, timeout: float = 3.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self.store.revision < rv:
-            if loop.time() >= deadline:
-                raise errors.too_large_resource_version(rv, self.store.revision)
-            await asyncio.sleep(0.01)
+        """Wait (briefly) for the store to reach ``rv``: a 504 naming both revisions otherwise."""
+        if not await wait_for_revision(self.store, rv, timeout):
+            raise errors.too_large_resource_version(rv, self.store.revision)
 
     # -- create ------------------------------------------------------------
 
@@ -1126,17 +1125,15 @@ class Registry:
             raise errors.invalid("ListOptions", "", [errors.forbidden_field(
                 "resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")])
         if rv in ("", "0") or send_initial:
-            min_rv = _parse_rv(rv) if rv not in ("", "0") else 0
-            if min_rv > self.store.revision:
-                await self._wait_for_revision(min_rv)
+            if rv not in ("", "0"):
+                await self._wait_for_revision(_parse_rv(rv))
             result = await self.store.list(prefix)
             start = result.revision
             if send_initial:
                 initial = [kv.value for kv in result.items if matches(kv.value)]
         else:
             start = _parse_rv(rv)
-            if start > self.store.revision:
-                await self._wait_for_revision(start)
+            await self._wait_for_revision(start)
         try:
             stream = self.store.watch(prefix, start)
         except CompactedError as exc:
@@ -1173,7 +1170,7 @@ class Registry:
                     if opts.allow_bookmarks and (deadline is None or loop.time() < deadline):
                         progress = getattr(stream, "progress_revision", None)
                         if callable(progress):
-                            last_rv = max(last_rv, progress())
+                            last_rv = latest_revision(last_rv, progress())
                         yield [("BOOKMARK", self._bookmark(res, last_rv))]
                     continue
                 out: list[tuple[str, Obj]] = []
