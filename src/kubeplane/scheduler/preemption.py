@@ -69,8 +69,7 @@ def absent_status_of(statuses: Mapping[str, Status]) -> Status:
 # --------------------------------------------------------------------------- pod helpers
 
 
-def _meta(pod: Obj) -> Obj:
-    return pod.get("metadata") or {}
+from kubeplane.api.meta import meta_of as _meta  # noqa: E402 - the shared helper
 
 
 def pod_priority(pod: Obj | PodInfo) -> int:

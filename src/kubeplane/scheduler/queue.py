@@ -120,8 +120,7 @@ def match_event(registered: ClusterEvent, incoming: ClusterEvent) -> bool:
     return registered.matches(incoming)
 
 
-def _meta(pod: Obj) -> Obj:
-    return pod.get("metadata") or {}
+from kubeplane.api.meta import meta_of as _meta  # noqa: E402 - the shared helper
 
 
 def pod_key(pod: Obj) -> str:

@@ -92,8 +92,7 @@ class VolumeBindingError(Exception):
     """A binder step failed; the plugin turns it into an Error status."""
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+from kubeplane.api.meta import meta_of as _meta  # noqa: E402 - the shared helper
 
 
 def _rv(obj: Mapping[str, Any]) -> str:

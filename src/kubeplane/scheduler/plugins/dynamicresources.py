@@ -85,8 +85,7 @@ class ClaimError(Exception):
 # --------------------------------------------------------------------------- helpers
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+from kubeplane.api.meta import meta_of as _meta  # noqa: E402 - the shared helper
 
 
 def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -52,8 +52,7 @@ __all__ = ["CSI_NODE_LIMITED_DRIVER_INDEX", "NAME", "NodeVolumeLimits", "REASON_
            "limited_drivers_index", "volume_limits"]
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+from kubeplane.api.meta import meta_of as _meta  # noqa: E402 - the shared helper
 
 
 def volume_limits(csi_node: Mapping[str, Any] | None) -> dict[str, int]:

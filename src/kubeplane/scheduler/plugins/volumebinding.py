@@ -84,8 +84,7 @@ __all__ = ["CLAIM_HINT_SCOPE", "DEFAULT_SHAPE", "NAME", "PV_HINT_SCOPE", "Volume
            "set_hint_scope"]
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+from kubeplane.api.meta import meta_of as _meta  # noqa: E402 - the shared helper
 
 
 def _trunc_div(a: int, b: int) -> int:

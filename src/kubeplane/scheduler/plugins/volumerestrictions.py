@@ -46,8 +46,7 @@ __all__ = ["NAME", "REASON_DISK_CONFLICT", "REASON_RWOP_CONFLICT", "VolumeRestri
 _RESTRICTED = ("gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi")
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+from kubeplane.api.meta import meta_of as _meta  # noqa: E402 - the shared helper
 
 
 def _volumes(pod: Mapping[str, Any]) -> list[Obj]:

@@ -50,8 +50,7 @@ STORAGE_CLASSES = resource("storageclasses")
 __all__ = ["NAME", "REASON_CONFLICT", "TOPOLOGY_LABELS", "VolumeZone", "label_zones_to_set"]
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+from kubeplane.api.meta import meta_of as _meta  # noqa: E402 - the shared helper
 
 
 def label_zones_to_set(value: str) -> set[str]:
