@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from kubeplane.api.errors import Cause, duplicate, not_supported, required
-from kubeplane.api.validation import go_repr, is_dns1123_label, is_dns1123_subdomain, validate_node_selector
+from kubeplane.api.errors import go_repr
+from kubeplane.api.strings import is_dns1123_label, is_dns1123_subdomain
+from kubeplane.api.validation import validate_node_selector
 from kubeplane.dra.cel import CELCompileError, compile_selector, is_semver
 
 __all__ = ["validate_dra", "validate_selectors"]
