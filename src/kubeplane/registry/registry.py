@@ -1219,7 +1219,7 @@ _PATCH_TYPES = {
 
 def _default_validator() -> Callable[[ResourceInfo, Obj, Obj | None], list[errors.Cause]]:
     # DRA objects carry CEL selectors that must compile at create time.
-    from kubeplane.dra.register import install
+    from kubeplane.dra.validation import install
 
     install()
 

@@ -136,7 +136,10 @@ extra_validators: dict[str, list[ExtraValidator]] = {}
 
 
 def register_extra_validator(qualified: str, fn: ExtraValidator) -> None:
-    """Add ``fn(res, obj, old)`` to the checks of resource ``qualified`` (e.g. ``deviceclasses.resource.k8s.io``)."""
+    """Add ``fn(res, obj, old)`` to the checks of resource ``qualified`` (e.g. ``deviceclasses.resource.k8s.io``).
+
+    Its causes follow the built-in ones; a cause with the reason and field of
+    one the built-in checks reported is dropped (the same rule checked twice)."""
     extra_validators.setdefault(qualified, []).append(fn)
 
 
@@ -148,13 +151,21 @@ def validate_object(res: "ResourceInfo", obj: dict[str, Any], old: dict[str, Any
     out = validate_object_meta(meta, res.namespaced, name_fn, old=old_meta)
     if old is not None:
         out += validate_object_meta_update(meta, old_meta)
+    builtin_from = len(out)
     if check is not None and not (old is not None and res.qualified in SPEC_ONLY_CHECKS
                                   and same_json(obj.get("spec"), old.get("spec"))):
         out += check(obj)
     if old is not None and update_check is not None:
         out += update_check(obj, old)
-    for fn in extra_validators.get(res.qualified, ()):
-        out += fn(res, obj, old)
+    extras = extra_validators.get(res.qualified)
+    if extras:
+        reported: set[tuple[str, str]] | None = None
+        for fn in extras:
+            causes = fn(res, obj, old)
+            if causes:
+                if reported is None:
+                    reported = {(c.reason, c.field) for c in out[builtin_from:]}
+                out += [c for c in causes if (c.reason, c.field) not in reported]
     return out
 
 
