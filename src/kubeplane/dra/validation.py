@@ -27,6 +27,7 @@ from kubeplane.api.errors import (
 )
 from kubeplane.api.strings import is_dns1123_label, is_dns1123_subdomain
 from kubeplane.api.validation import extra_validators, register_extra_validator, validate_node_selector
+from kubeplane.api.validation.core import validate_unique_label_name
 from kubeplane.api.validation.common import _d, _l
 from kubeplane.dra.cel import CELCompileError, compile_selector, is_semver
 
@@ -151,14 +152,8 @@ def _validate_claim_spec(spec: Any, path: str) -> list[Cause]:
         p = f"{dpath}.requests[{i}]"
         req = _d(req)
         name = req.get("name")
-        if not name:
-            out.append(required(f"{p}.name"))
-        else:
-            for msg in is_dns1123_label(name):
-                out.append(invalid_value(f"{p}.name", name, msg))
-            if name in names:
-                out.append(duplicate(f"{p}.name", name))
-            names.add(name)
+        out += validate_unique_label_name(name, f"{p}.name", names)
+        if name:
             ref_names.add(name)
         exactly, first = req.get("exactly"), req.get("firstAvailable")
         if exactly is not None and first is not None:
@@ -179,16 +174,9 @@ def _validate_claim_spec(spec: Any, path: str) -> list[Cause]:
                 sp = f"{fp}[{k}]"
                 sub = _d(sub)
                 sname = sub.get("name")
-                if not sname:
-                    out.append(required(f"{sp}.name"))
-                else:
-                    for msg in is_dns1123_label(sname):
-                        out.append(invalid_value(f"{sp}.name", sname, msg))
-                    if sname in sub_names:
-                        out.append(duplicate(f"{sp}.name", sname))
-                    sub_names.add(sname)
-                    if name:
-                        ref_names.add(f"{name}/{sname}")
+                out += validate_unique_label_name(sname, f"{sp}.name", sub_names)
+                if sname and name:
+                    ref_names.add(f"{name}/{sname}")
                 out += _validate_exact(sub, sp, False)
     constraints = _l(devices.get("constraints"))
     if len(constraints) > MAX_CONSTRAINTS:

@@ -32,8 +32,8 @@ from kubeplane.api.strings import (
 )
 from kubeplane.api.validation.common import _canonical, _d, _immutable, _is_int, _l, _norm, _quantity, _s
 from kubeplane.api.validation.meta import (
-    STANDARD_FINALIZERS,
     validate_annotations,
+    validate_finalizer_name,
     validate_label_selector,
     validate_labels,
 )
@@ -207,14 +207,7 @@ def _validate_container(
 ) -> list[Cause]:
     ctr = _d(ctr)
     out: list[Cause] = []
-    name = _s(ctr.get("name"))
-    if not name:
-        out.append(required(f"{path}.name"))
-    else:
-        out += [invalid_value(f"{path}.name", name, m) for m in is_dns1123_label(name)]
-        if name in names:
-            out.append(duplicate(f"{path}.name", name))
-        names.add(name)
+    out += validate_unique_label_name(_s(ctr.get("name")), f"{path}.name", names)
     image = _s(ctr.get("image"))
     if not image:
         out.append(required(f"{path}.image"))
@@ -651,12 +644,7 @@ def _validate_service_update(new: dict[str, Any], old: dict[str, Any]) -> list[C
 def _validate_namespace(obj: dict[str, Any]) -> list[Cause]:
     out: list[Cause] = []
     for i, f in enumerate(_l(_d(obj.get("spec")).get("finalizers"))):
-        f = _s(f)
-        p = f"spec.finalizers[{i}]"
-        msgs = is_qualified_name(f)
-        out += [invalid_value(p, f, m) for m in msgs]
-        if not msgs and "/" not in f and f not in STANDARD_FINALIZERS:
-            out.append(invalid_value(p, f, "name is neither a standard finalizer name nor is it fully qualified"))
+        out += validate_finalizer_name(_s(f), f"spec.finalizers[{i}]")
     return out
 
 

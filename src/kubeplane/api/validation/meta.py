@@ -71,15 +71,21 @@ def _validate_owner_references(refs: Any, path: str) -> list[Cause]:
     return out
 
 
+def validate_finalizer_name(name: str, path: str) -> list[Cause]:
+    """A finalizer (of an object or of a namespace's spec): a qualified name,
+    either one of the standard ones or with a domain prefix."""
+    msgs = is_qualified_name(name)
+    out = [invalid_value(path, name, m) for m in msgs]
+    if not msgs and "/" not in name and name not in STANDARD_FINALIZERS:
+        out.append(invalid_value(path, name, "name is neither a standard finalizer name nor is it fully qualified"))
+    return out
+
+
 def _validate_finalizers(finalizers: Any, path: str) -> list[Cause]:
     out: list[Cause] = []
     items = [_s(f) for f in _l(finalizers)]
     for f in items:
-        msgs = is_qualified_name(f)
-        for msg in msgs:
-            out.append(invalid_value(path, f, msg))
-        if not msgs and "/" not in f and f not in STANDARD_FINALIZERS:
-            out.append(invalid_value(path, f, "name is neither a standard finalizer name nor is it fully qualified"))
+        out += validate_finalizer_name(f, path)
     if "orphan" in items and "foregroundDeletion" in items:
         out.append(invalid_value(path, items, "finalizer orphan and foregroundDeletion cannot be both set"))
     return out

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubeplane.api.errors import Cause, duplicate, invalid_value, not_supported, required
-from kubeplane.api.strings import is_dns1123_label, is_dns1123_subdomain
+from kubeplane.api.errors import Cause, invalid_value, not_supported, required
+from kubeplane.api.strings import is_dns1123_subdomain
 from kubeplane.api.validation.common import _d, _immutable, _is_int, _l, _nonnegative, _quantity, _s
 from kubeplane.api.validation.core import (
     _validate_tolerations,
@@ -83,13 +83,8 @@ def validate_device_claim_spec(spec: Any, path: str = "spec") -> list[Cause]:
             sub = _d(sub)
             sp = f"{p}.firstAvailable[{j}]"
             sname = _s(sub.get("name"))
-            if not sname:
-                out.append(required(f"{sp}.name"))
-            else:
-                out += [invalid_value(f"{sp}.name", sname, m) for m in is_dns1123_label(sname)]
-                if sname in sub_names:
-                    out.append(duplicate(f"{sp}.name", sname))
-                sub_names.add(sname)
+            out += validate_unique_label_name(sname, f"{sp}.name", sub_names)
+            if sname:
                 refs.add(f"{name}/{sname}")
             out += _validate_exact_request(sub, sp)
     ref_msg = "must be the name of a request in the claim or the name of a request and a subrequest separated by '/'"
