@@ -22,6 +22,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy, format_time, new_uid, now_text, random_suffix, utcnow
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
 from kubeplane.api.selectors import parse_field_selector, parse_label_selector
+from kubeplane.api.validation import validate_object
 from kubeplane.registry.admission import CREATE, DELETE, AdmissionChain, default_chain
 from kubeplane.registry.namespaces import NamespaceFinalizer
 from kubeplane.registry.retries import RETRY_SECONDS, Retries
@@ -799,14 +800,10 @@ _PATCH_TYPES = {
 
 
 def _default_validator() -> Callable[[ResourceInfo, Obj, Obj | None], list[errors.Cause]]:
-    # DRA objects carry CEL selectors that must compile at create time.
+    # DRA objects carry CEL selectors that must compile at create time. Imported
+    # here for start-up time: the CEL library loads when a registry is built,
+    # not whenever this module is imported (clients import it for WatchOptions).
     from kubeplane.dra.validation import install
 
     install()
-
-    def validate(res: ResourceInfo, obj: Obj, old: Obj | None) -> list[errors.Cause]:
-        from kubeplane.api.validation import validate_object
-
-        return validate_object(res, obj, old)
-
-    return validate
+    return validate_object

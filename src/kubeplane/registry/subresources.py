@@ -27,7 +27,6 @@ class SubresourcesMixin:
     _turns: "KeyedTurns"
     _retry_seconds: float
 
-
     async def bind(self, name: str, namespace: str, binding: Obj, *, dry_run: bool = False) -> Obj:
         """``pods/binding``: set spec.nodeName once and mark the pod scheduled.
 

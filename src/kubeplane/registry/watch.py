@@ -50,7 +50,6 @@ class WatchMixin:
 
     store: "Store"
 
-
     async def watch(
         self, res: ResourceInfo, namespace: str | None, opts: WatchOptions
     ) -> AsyncIterator[tuple[str, Obj]]:
