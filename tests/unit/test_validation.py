@@ -817,7 +817,7 @@ def test_go_repr_matches_upstream_value_printing():
 
 
 def test_pod_spec_validation_memo_returns_the_same_causes_and_fresh_lists():
-    from kubeplane.api import validation as v
+    from kubeplane.api.validation import core as v
 
     bad = {"containers": [{"name": "Bad_Name", "image": ""}], "restartPolicy": "Sometimes"}
     good = {"containers": [{"name": "c", "image": "i"}]}
@@ -833,7 +833,7 @@ def test_pod_spec_validation_memo_returns_the_same_causes_and_fresh_lists():
 
 
 def test_pod_spec_memo_is_shared_by_pods_mounting_their_own_claims():
-    from kubeplane.api import validation as v
+    from kubeplane.api.validation import core as v
 
     def spec(claim: str, volume: str = "data", mount: str = "data") -> dict:
         return {"volumes": [{"name": volume, "persistentVolumeClaim": {"claimName": claim}}],
@@ -853,7 +853,7 @@ def test_pod_spec_memo_is_shared_by_pods_mounting_their_own_claims():
 
 
 def test_pod_update_with_an_unchanged_spec_takes_the_short_path_with_the_same_result():
-    from kubeplane.api import validation as v
+    from kubeplane.api.validation import core as v
 
     old = {"spec": {"containers": [{"name": "c", "image": "i"}], "activeDeadlineSeconds": 30,
                     "tolerations": [{"key": "k", "operator": "Exists", "tolerationSeconds": 5}]}}

@@ -25,7 +25,7 @@ from typing import Any, Iterable
 import orjson
 
 from kubeplane.api import errors
-from kubeplane.api.meta import deep_copy, same_json
+from kubeplane.api.meta import deep_copy, same_json, without_managed_fields
 from kubeplane.api.errors import Cause, StatusError
 from kubeplane.api.patch import ListStrategy, json_equal, kind_tables
 
@@ -572,17 +572,6 @@ def _without_managed(obj: dict | None) -> dict:
     return out
 
 
-def _shallow_without_managed(obj: dict | None) -> dict:
-    """``obj`` minus managedFields, sharing everything but the metadata dict."""
-    if not obj:
-        return {}
-    out = dict(obj)
-    meta = out.get("metadata")
-    if isinstance(meta, dict):
-        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    return out
-
-
 def _with_managed(obj: dict, managers: list[_Manager]) -> dict:
     meta = obj.setdefault("metadata", {})
     entries = _encode(managers)
@@ -937,7 +926,7 @@ def track_update(
     sent = (new.get("metadata") or {}).get("managedFields")
     if old is None and not sent:
         # A create: the manager owns every tracked field.
-        after = _shallow_without_managed(new)
+        after = without_managed_fields(new, fresh=True)
         tree = _owned_fields_v1(after, schema, sub)
         if tree:
             entry = {"manager": manager, "operation": "Update", "apiVersion": api_version, "time": now,
@@ -955,8 +944,8 @@ def track_update(
         managers = _decode(stored, stored=True)
 
     # Read-only views suffice here: only the metadata dict is replaced.
-    before = _shallow_without_managed(old)
-    after = _shallow_without_managed(new)
+    before = without_managed_fields(old or {}, fresh=True)
+    after = without_managed_fields(new, fresh=True)
     added, modified, removed = _compare(before, after, schema, sub)
     changed = added | modified
 

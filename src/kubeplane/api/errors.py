@@ -7,8 +7,9 @@ whichever transport they use.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 
 @dataclass(frozen=True)
@@ -205,42 +206,65 @@ def unauthorized() -> StatusError:
     return StatusError(401, "Unauthorized", "Unauthorized")
 
 
-# Field-error helpers, mirroring upstream's field.ErrorList vocabulary.
+# Field errors: upstream's field.Error vocabulary. Every "Invalid value",
+# "Duplicate value", ... message of the project is built here, so a bad value
+# is printed one way everywhere.
 
-def required(path: str, message: str = "Required value") -> Cause:
-    return Cause("FieldValueRequired", message, path)
+def go_repr(value: Any) -> str:
+    """A bad value as upstream's field.Error prints it: strings quoted (``%q``),
+    numbers and booleans bare (``%v``), ``null`` for nil, string maps and
+    string slices as Go literals (``%#v``), other objects as compact JSON."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        inner = ", ".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in sorted(value.items()))
+        return "map[string]string{" + inner + "}"
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return "[]string{" + ", ".join(json.dumps(v) for v in value) + "}"
+    try:
+        return json.dumps(value, separators=(",", ":"), sort_keys=False)
+    except (TypeError, ValueError):
+        return json.dumps(str(value))
+
+
+def required(path: str, detail: str = "") -> Cause:
+    """``Required value`` (``Required value: <detail>`` with a detail)."""
+    return Cause("FieldValueRequired", f"Required value: {detail}" if detail else "Required value", path)
 
 
 def invalid_value(path: str, value: Any, detail: str) -> Cause:
-    import orjson
-
-    try:
-        shown = orjson.dumps(value).decode()
-    except TypeError:
-        shown = repr(value)
-    return Cause("FieldValueInvalid", f"Invalid value: {shown}: {detail}", path)
+    return Cause("FieldValueInvalid", f"Invalid value: {go_repr(value)}: {detail}", path)
 
 
 def forbidden_field(path: str, detail: str) -> Cause:
     return Cause("FieldValueForbidden", f"Forbidden: {detail}", path)
 
 
-def not_supported(path: str, value: Any, allowed: list[str]) -> Cause:
-    import orjson
-
+def not_supported(path: str, value: Any, allowed: Iterable[str]) -> Cause:
     quoted = ", ".join(f'"{a}"' for a in allowed)
     return Cause(
         "FieldValueNotSupported",
-        f"Unsupported value: {orjson.dumps(value).decode()}: supported values: {quoted}",
+        f"Unsupported value: {go_repr(value)}: supported values: {quoted}",
         path,
     )
 
 
-def duplicate(path: str, value: Any) -> Cause:
-    import orjson
+def duplicate(path: str, value: Any, detail: str = "") -> Cause:
+    msg = f"Duplicate value: {go_repr(value)}"
+    return Cause("FieldValueDuplicate", f"{msg}: {detail}" if detail else msg, path)
 
-    return Cause("FieldValueDuplicate", f"Duplicate value: {orjson.dumps(value).decode()}", path)
+
+def field_not_found(path: str, value: Any) -> Cause:
+    return Cause("FieldValueNotFound", f"Not found: {go_repr(value)}", path)
 
 
 def too_long(path: str, value: Any, limit: int) -> Cause:
     return Cause("FieldValueTooLong", f"Too long: may not be more than {limit} bytes", path)
+
+
+def too_many(path: str, count: int, limit: int) -> Cause:
+    return Cause("FieldValueTooMany", f"Too many: {count}: must have at most {limit} items", path)

@@ -8,7 +8,7 @@ import random
 import string
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import orjson
 
@@ -98,6 +98,11 @@ def random_suffix(n: int = 5, rng: Callable[[str], str] = random.choice) -> str:
     return "".join(rng(_NAME_ALPHABET) for _ in range(n))
 
 
+def meta_of(obj: Mapping[str, Any]) -> Any:
+    """``obj["metadata"]``, or an empty dict when it is missing or empty (read-only)."""
+    return obj.get("metadata") or {}
+
+
 def key_of(obj: Obj) -> str:
     """``namespace/name``, or ``name`` for cluster-scoped objects (client-go's key)."""
     md = obj.get("metadata") or {}
@@ -125,13 +130,18 @@ def is_alnum(s: str) -> bool:
     return bool(s) and all(c in string.ascii_lowercase + string.digits for c in s)
 
 
-def without_managed_fields(obj: Obj) -> Obj:
-    """``obj`` without ``metadata.managedFields``: ``obj`` itself when it has none,
-    else a copy sharing all but the top level and the metadata dict."""
+def without_managed_fields(obj: Obj, *, fresh: bool = False) -> Obj:
+    """``obj`` without ``metadata.managedFields``: a copy sharing all but the
+    top level and the metadata dict, or ``obj`` itself when it has none and
+    ``fresh`` is False (with ``fresh``, always a new top level and metadata
+    dict that the caller may modify)."""
     md = obj.get("metadata")
-    if not md or "managedFields" not in md:
+    if not fresh and (not md or "managedFields" not in md):
         return obj
-    return {**obj, "metadata": {k: v for k, v in md.items() if k != "managedFields"}}
+    out = dict(obj)
+    if isinstance(md, dict):
+        out["metadata"] = {k: v for k, v in md.items() if k != "managedFields"}
+    return out
 
 
 def same_json(a: Any, b: Any) -> bool:

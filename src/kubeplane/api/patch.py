@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from kubeplane.api import errors
 from kubeplane.api.meta import deep_copy
 from kubeplane.api.errors import StatusError
+from kubeplane.api.resources import RESOURCES
 
 __all__ = [
     "ListStrategy",
@@ -218,8 +219,6 @@ del _gk, _prefix
 
 
 def _builtin_kinds() -> frozenset[tuple[str, str]]:
-    from kubeplane.api.resources import RESOURCES
-
     kinds = {(r.group, r.kind) for r in RESOURCES}
     kinds.add(("autoscaling", "Scale"))
     return frozenset(kinds)

@@ -18,7 +18,8 @@ from dataclasses import field as dc_field
 from typing import Any, Callable, Mapping
 
 from kubeplane.api import errors
-from kubeplane.api.validation import go_repr, is_qualified_name, is_valid_label_value
+from kubeplane.api.errors import go_repr
+from kubeplane.api.strings import is_qualified_name, is_valid_label_value
 
 __all__ = [
     "FieldRequirement",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kubeplane.api.errors import bad_request
-from kubeplane.api.meta import parse_time
+from kubeplane.api.meta import meta_of, parse_time
 from kubeplane.api.resources import ResourceInfo
 
 Obj = dict[str, Any]
@@ -114,16 +114,12 @@ def _get(obj: Any, *path: str, default: Any = None) -> Any:
     return cur
 
 
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
-
-
 def _name(obj: Obj) -> str:
-    return _meta(obj).get("name", "")
+    return meta_of(obj).get("name", "")
 
 
 def _age(obj: Obj, now: _dt.datetime) -> str:
-    return since(_meta(obj).get("creationTimestamp"), now)
+    return since(meta_of(obj).get("creationTimestamp"), now)
 
 
 def format_labels(labels: dict[str, str] | None) -> str:
@@ -322,7 +318,7 @@ def _pod_status_reason(pod: Obj) -> tuple[str, int, int, _dt.datetime | None]:
         if reason == "Completed" and has_running:
             reason = "Running" if _condition_status(status.get("conditions"), "Ready") else "NotReady"
 
-    deleting = bool(_meta(pod).get("deletionTimestamp"))
+    deleting = bool(meta_of(pod).get("deletionTimestamp"))
     if deleting and status.get("reason") == "NodeLost":
         reason = "Unknown"
     elif deleting and phase not in ("Succeeded", "Failed"):
@@ -410,7 +406,7 @@ def _node_row(node: Obj, now: _dt.datetime) -> list[Cell]:
         parts.append("SchedulingDisabled")
 
     roles: set[str] = set()
-    for k, v in (_meta(node).get("labels") or {}).items():
+    for k, v in (meta_of(node).get("labels") or {}).items():
         if k.startswith(_NODE_ROLE_PREFIX):
             role = k[len(_NODE_ROLE_PREFIX):]
             if role:
@@ -464,8 +460,8 @@ def _pv_row(pv: Obj, now: _dt.datetime) -> list[Cell]:
     status = pv.get("status") or {}
     claim_ref = spec.get("claimRef")
     claim = f"{claim_ref.get('namespace', '')}/{claim_ref.get('name', '')}" if claim_ref else ""
-    phase = "Terminating" if _meta(pv).get("deletionTimestamp") else status.get("phase", "")
-    annotations = _meta(pv).get("annotations") or {}
+    phase = "Terminating" if meta_of(pv).get("deletionTimestamp") else status.get("phase", "")
+    annotations = meta_of(pv).get("annotations") or {}
     storage_class = annotations.get(_BETA_STORAGE_CLASS_ANNOTATION, spec.get("storageClassName") or "")
     return [
         _name(pv),
@@ -503,14 +499,14 @@ _PV = Printer(
 def _pvc_row(pvc: Obj, now: _dt.datetime) -> list[Cell]:
     spec = pvc.get("spec") or {}
     status = pvc.get("status") or {}
-    phase = "Terminating" if _meta(pvc).get("deletionTimestamp") else status.get("phase", "")
+    phase = "Terminating" if meta_of(pvc).get("deletionTimestamp") else status.get("phase", "")
     capacity = ""
     modes = ""
     volume = spec.get("volumeName") or ""
     if volume:
         modes = access_modes(status.get("accessModes"))
         capacity = str(_get(status, "capacity", "storage", default="0"))
-    annotations = _meta(pvc).get("annotations") or {}
+    annotations = meta_of(pvc).get("annotations") or {}
     storage_class = annotations.get(_BETA_STORAGE_CLASS_ANNOTATION, spec.get("storageClassName") or "")
     return [
         _name(pvc),
@@ -542,7 +538,7 @@ _PVC = Printer(
 
 
 def _storage_class_row(sc: Obj, now: _dt.datetime) -> list[Cell]:
-    annotations = _meta(sc).get("annotations") or {}
+    annotations = meta_of(sc).get("annotations") or {}
     name = _name(sc)
     if any(annotations.get(a) == "true" for a in _DEFAULT_CLASS_ANNOTATIONS):
         name += " (default)"
@@ -677,7 +673,7 @@ def _job_row(job: Obj, now: _dt.datetime) -> list[Cell]:
         state = "Complete"
     elif _condition_status(conds, "Failed"):
         state = "Failed"
-    elif _meta(job).get("deletionTimestamp"):
+    elif meta_of(job).get("deletionTimestamp"):
         state = "Terminating"
     elif _condition_status(conds, "Suspended"):
         state = "Suspended"
@@ -881,7 +877,7 @@ _LEASE = Printer(
 def resource_claim_state(claim: Obj) -> str:
     """``allocated,reserved``, ``pending``, ``deleted,allocated`` and so on."""
     states: list[str] = []
-    deleting = bool(_meta(claim).get("deletionTimestamp"))
+    deleting = bool(meta_of(claim).get("deletionTimestamp"))
     if deleting:
         states.append("deleted")
     status = claim.get("status") or {}
@@ -977,7 +973,7 @@ def _row_object(resource: ResourceInfo, obj: Obj, include_object: str, api_versi
     return {
         "kind": "PartialObjectMetadata",
         "apiVersion": api_version,
-        "metadata": copy.deepcopy(_meta(obj)),
+        "metadata": copy.deepcopy(meta_of(obj)),
     }
 
 
@@ -1010,8 +1006,8 @@ def build_table(
         for key in ("resourceVersion", "continue", "remainingItemCount"):
             if list_metadata.get(key) not in (None, ""):
                 metadata[key] = list_metadata[key]
-    elif len(items) == 1 and _meta(items[0]).get("resourceVersion"):
-        metadata["resourceVersion"] = _meta(items[0])["resourceVersion"]
+    elif len(items) == 1 and meta_of(items[0]).get("resourceVersion"):
+        metadata["resourceVersion"] = meta_of(items[0])["resourceVersion"]
 
     rows: list[Obj] = []
     for obj in items:

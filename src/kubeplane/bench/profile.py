@@ -30,7 +30,7 @@ from typing import Any
 #: (part, module name prefixes), first match wins
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("CEL", ("kubeplane.dra.cel", "cel_expr_python")),
-    ("validation", ("kubeplane.api.validation", "kubeplane.dra.validation", "kubeplane.dra.register")),
+    ("validation", ("kubeplane.api.validation", "kubeplane.api.strings", "kubeplane.dra.validation")),
     ("DRA plugin and allocator", ("kubeplane.dra", "kubeplane.scheduler.plugins.dynamicresources",
                                   "kubeplane.scheduler.assumecache")),
     ("volume binding", ("kubeplane.scheduler.plugins.volumebinding",)),

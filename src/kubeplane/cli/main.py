@@ -111,7 +111,7 @@ def _check_not_empty(ctx, param, value):
 
 
 def _check_node_prefix(ctx, param, value):
-    from kubeplane.api.validation import is_dns1123_subdomain
+    from kubeplane.api.strings import is_dns1123_subdomain
 
     errs = is_dns1123_subdomain(f"{value}-0")
     if errs or len(value) > 240:
@@ -122,7 +122,7 @@ def _check_node_prefix(ctx, param, value):
 
 def _check_provisioner(ctx, param, value):
     """A StorageClass provisioner name, checked as upstream validates the field."""
-    from kubeplane.api.validation import is_qualified_name
+    from kubeplane.api.strings import is_qualified_name
 
     errs = is_qualified_name(value.lower())
     if errs:

@@ -1,15 +1,48 @@
-"""Validation of resource.k8s.io objects: DeviceClass, ResourceClaim,
-ResourceClaimTemplate and ResourceSlice (field paths as upstream)."""
+"""The DRA validator: the resource.k8s.io checks that need this package
+(CEL selectors compiled, semver versions) beside the structural ones, for
+DeviceClass, ResourceClaim, ResourceClaimTemplate and ResourceSlice (field
+paths as upstream).
+
+The API's built-in checks live in :mod:`kubeplane.api.validation.resource`;
+the api layer cannot import this package (it sits above api and below the
+registry), so :func:`install` adds :func:`validate_resource` to the API
+validation dispatch through its extra-validator hook, and the dispatch drops
+the causes the built-in checks already reported. The registry installs it
+when it builds its default validator; calling it again is harmless.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from kubeplane.api.errors import Cause, duplicate, not_supported, required
-from kubeplane.api.validation import go_repr, is_dns1123_label, is_dns1123_subdomain, validate_node_selector
+from kubeplane.api.errors import (
+    Cause,
+    duplicate,
+    forbidden_field,
+    invalid_value,
+    not_supported,
+    required,
+    too_long,
+    too_many,
+)
+from kubeplane.api.strings import is_dns1123_label, is_dns1123_subdomain
+from kubeplane.api.validation import extra_validators, register_extra_validator, validate_node_selector
+from kubeplane.api.validation.core import validate_unique_label_name
+from kubeplane.api.validation.common import _d, _l
 from kubeplane.dra.cel import CELCompileError, compile_selector, is_semver
 
-__all__ = ["validate_dra", "validate_selectors"]
+if TYPE_CHECKING:
+    from kubeplane.api.resources import ResourceInfo
+
+__all__ = ["DRA_RESOURCES", "install", "installed", "validate_dra", "validate_resource", "validate_selectors"]
+
+#: resources (``ResourceInfo.qualified``) validated by :func:`validate_resource`
+DRA_RESOURCES = (
+    "deviceclasses.resource.k8s.io",
+    "resourceclaims.resource.k8s.io",
+    "resourceclaimtemplates.resource.k8s.io",
+    "resourceslices.resource.k8s.io",
+)
 
 MAX_REQUESTS = 32
 MAX_CONSTRAINTS = 32
@@ -21,28 +54,13 @@ ALLOCATION_MODES = ("All", "ExactCount")
 IMMUTABLE = "field is immutable"
 
 
-def _invalid(path: str, value: Any, detail: str) -> Cause:
-    return Cause("FieldValueInvalid", f"Invalid value: {go_repr(value)}: {detail}", path)
-
-
-def _too_many(path: str, n: int, limit: int) -> Cause:
-    return Cause("FieldValueTooMany", f"Too many: {n}: must have at most {limit} items", path)
-
-
-def _d(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
-
-def _l(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
-
 
 def validate_selectors(selectors: Any, path: str) -> list[Cause]:
     """Each selector needs ``cel.expression`` that compiles."""
     out: list[Cause] = []
     sels = _l(selectors)
     if len(sels) > MAX_SELECTORS:
-        out.append(_too_many(path, len(sels), MAX_SELECTORS))
+        out.append(too_many(path, len(sels), MAX_SELECTORS))
     for i, sel in enumerate(sels):
         p = f"{path}[{i}]"
         cel = _d(sel).get("cel")
@@ -57,7 +75,7 @@ def validate_selectors(selectors: Any, path: str) -> list[Cause]:
         try:
             compile_selector(expr)
         except CELCompileError as err:
-            out.append(_invalid(ep, expr, err.message))
+            out.append(invalid_value(ep, expr, err.message))
     return out
 
 
@@ -77,7 +95,7 @@ def _validate_configs(configs: Any, path: str, request_names: set[str] | None) -
             out.append(required(f"{p}.opaque.driver"))
         else:
             for msg in is_dns1123_subdomain(driver):
-                out.append(_invalid(f"{p}.opaque.driver", driver, msg))
+                out.append(invalid_value(f"{p}.opaque.driver", driver, msg))
         if _d(opaque).get("parameters") is None:
             out.append(required(f"{p}.opaque.parameters"))
     return out
@@ -93,7 +111,7 @@ def _validate_request_refs(refs: Any, path: str, names: set[str]) -> list[Cause]
             continue
         seen.add(ref)
         if ref not in names:
-            out.append(_invalid(rp, ref, "must be the name of a request in the claim or the name of a request and a subrequest separated by '/'"))
+            out.append(invalid_value(rp, ref, "must be the name of a request in the claim or the name of a request and a subrequest separated by '/'"))
     return out
 
 
@@ -104,20 +122,20 @@ def _validate_exact(spec: Mapping[str, Any], path: str, allow_admin: bool) -> li
         out.append(required(f"{path}.deviceClassName"))
     else:
         for msg in is_dns1123_subdomain(dc):
-            out.append(_invalid(f"{path}.deviceClassName", dc, msg))
+            out.append(invalid_value(f"{path}.deviceClassName", dc, msg))
     out += validate_selectors(spec.get("selectors"), f"{path}.selectors")
     mode = spec.get("allocationMode") or "ExactCount"
     count = spec.get("count")
     if mode == "ExactCount":
         if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
-            out.append(_invalid(f"{path}.count", count, "must be greater than zero"))
+            out.append(invalid_value(f"{path}.count", count, "must be greater than zero"))
     elif mode == "All":
         if count:
-            out.append(_invalid(f"{path}.count", count, "must not be specified when allocationMode is 'All'"))
+            out.append(invalid_value(f"{path}.count", count, "must not be specified when allocationMode is 'All'"))
     else:
         out.append(not_supported(f"{path}.allocationMode", mode, list(ALLOCATION_MODES)))
     if not allow_admin and spec.get("adminAccess") is not None:
-        out.append(Cause("FieldValueForbidden", "Forbidden: admin access is not allowed for subrequests", f"{path}.adminAccess"))
+        out.append(forbidden_field(f"{path}.adminAccess", "admin access is not allowed for subrequests"))
     return out
 
 
@@ -127,25 +145,19 @@ def _validate_claim_spec(spec: Any, path: str) -> list[Cause]:
     dpath = f"{path}.devices"
     requests = _l(devices.get("requests"))
     if len(requests) > MAX_REQUESTS:
-        out.append(_too_many(f"{dpath}.requests", len(requests), MAX_REQUESTS))
+        out.append(too_many(f"{dpath}.requests", len(requests), MAX_REQUESTS))
     names: set[str] = set()
     ref_names: set[str] = set()
     for i, req in enumerate(requests):
         p = f"{dpath}.requests[{i}]"
         req = _d(req)
         name = req.get("name")
-        if not name:
-            out.append(required(f"{p}.name"))
-        else:
-            for msg in is_dns1123_label(name):
-                out.append(_invalid(f"{p}.name", name, msg))
-            if name in names:
-                out.append(duplicate(f"{p}.name", name))
-            names.add(name)
+        out += validate_unique_label_name(name, f"{p}.name", names)
+        if name:
             ref_names.add(name)
         exactly, first = req.get("exactly"), req.get("firstAvailable")
         if exactly is not None and first is not None:
-            out.append(_invalid(p, "", "exactly one of `exactly` or `firstAvailable` is required, but multiple fields are set"))
+            out.append(invalid_value(p, "", "exactly one of `exactly` or `firstAvailable` is required, but multiple fields are set"))
         elif exactly is None and first is None:
             out.append(required(p, "exactly one of `exactly` or `firstAvailable` is required"))
         elif exactly is not None:
@@ -156,26 +168,19 @@ def _validate_claim_spec(spec: Any, path: str) -> list[Cause]:
             if not subs:
                 out.append(required(fp))
             if len(subs) > MAX_SUBREQUESTS:
-                out.append(_too_many(fp, len(subs), MAX_SUBREQUESTS))
+                out.append(too_many(fp, len(subs), MAX_SUBREQUESTS))
             sub_names: set[str] = set()
             for k, sub in enumerate(subs):
                 sp = f"{fp}[{k}]"
                 sub = _d(sub)
                 sname = sub.get("name")
-                if not sname:
-                    out.append(required(f"{sp}.name"))
-                else:
-                    for msg in is_dns1123_label(sname):
-                        out.append(_invalid(f"{sp}.name", sname, msg))
-                    if sname in sub_names:
-                        out.append(duplicate(f"{sp}.name", sname))
-                    sub_names.add(sname)
-                    if name:
-                        ref_names.add(f"{name}/{sname}")
+                out += validate_unique_label_name(sname, f"{sp}.name", sub_names)
+                if sname and name:
+                    ref_names.add(f"{name}/{sname}")
                 out += _validate_exact(sub, sp, False)
     constraints = _l(devices.get("constraints"))
     if len(constraints) > MAX_CONSTRAINTS:
-        out.append(_too_many(f"{dpath}.constraints", len(constraints), MAX_CONSTRAINTS))
+        out.append(too_many(f"{dpath}.constraints", len(constraints), MAX_CONSTRAINTS))
     for i, c in enumerate(constraints):
         p = f"{dpath}.constraints[{i}]"
         c = _d(c)
@@ -191,13 +196,13 @@ def _validate_claim_spec(spec: Any, path: str) -> list[Cause]:
 
 def _validate_fully_qualified(name: Any, path: str) -> list[Cause]:
     if not isinstance(name, str) or "/" not in name:
-        return [_invalid(path, name, "must include a domain")]
+        return [invalid_value(path, name, "must include a domain")]
     domain, _, ident = name.partition("/")
     out: list[Cause] = []
     for msg in is_dns1123_subdomain(domain):
-        out.append(_invalid(path, domain, msg))
+        out.append(invalid_value(path, domain, msg))
     if not ident or not (ident[0].isalpha() or ident[0] == "_") or not all(ch.isalnum() or ch == "_" for ch in ident):
-        out.append(_invalid(path, ident, "a C identifier must start with a letter or underscore, followed by letters, digits or underscores"))
+        out.append(invalid_value(path, ident, "a C identifier must start with a letter or underscore, followed by letters, digits or underscores"))
     return out
 
 
@@ -209,23 +214,23 @@ def _validate_device(dev: Any, path: str) -> list[Cause]:
         out.append(required(f"{path}.name"))
     else:
         for msg in is_dns1123_label(name):
-            out.append(_invalid(f"{path}.name", name, msg))
+            out.append(invalid_value(f"{path}.name", name, msg))
     attrs, caps = _d(dev.get("attributes")), _d(dev.get("capacity"))
     if len(attrs) + len(caps) > MAX_ATTRIBUTES_AND_CAPACITY:
-        out.append(_too_many(path, len(attrs) + len(caps), MAX_ATTRIBUTES_AND_CAPACITY))
+        out.append(too_many(path, len(attrs) + len(caps), MAX_ATTRIBUTES_AND_CAPACITY))
     for key, attr in attrs.items():
         ap = f"{path}.attributes[{key}]"
         set_fields = [k for k in ("bool", "int", "string", "version") if k in _d(attr)]
         if len(set_fields) != 1:
-            out.append(_invalid(ap, attr, "exactly one value must be specified"))
+            out.append(invalid_value(ap, attr, "exactly one value must be specified"))
             continue
         kind = set_fields[0]
         value = attr[kind]
         if kind in ("string", "version") and isinstance(value, str) and len(value) > 64:
-            out.append(Cause("FieldValueTooLong", "Too long: may not be more than 64 bytes", f"{ap}.{kind}"))
+            out.append(too_long(f"{ap}.{kind}", value, 64))
         if kind == "version":
             if not is_semver(str(value)):
-                out.append(_invalid(f"{ap}.version", value, "must be a string compatible with semver.org spec 2.0.0"))
+                out.append(invalid_value(f"{ap}.version", value, "must be a string compatible with semver.org spec 2.0.0"))
     for key, cap in caps.items():
         if _d(cap).get("value") is None:
             out.append(required(f"{path}.capacity[{key}].value"))
@@ -240,9 +245,9 @@ def _validate_slice(obj: Mapping[str, Any]) -> list[Cause]:
         out.append(required("spec.driver"))
     else:
         for msg in is_dns1123_subdomain(driver):
-            out.append(_invalid("spec.driver", driver, msg))
+            out.append(invalid_value("spec.driver", driver, msg))
         if len(driver) > 63:
-            out.append(Cause("FieldValueTooLong", "Too long: may not be more than 63 bytes", "spec.driver"))
+            out.append(too_long("spec.driver", driver, 63))
     pool = spec.get("pool")
     if pool is None:
         out.append(required("spec.pool"))
@@ -254,30 +259,30 @@ def _validate_slice(obj: Mapping[str, Any]) -> list[Cause]:
         else:
             for part in str(pname).split("/"):
                 for msg in is_dns1123_subdomain(part):
-                    out.append(_invalid("spec.pool.name", pname, msg))
+                    out.append(invalid_value("spec.pool.name", pname, msg))
         gen = pool.get("generation", 0)
         if not isinstance(gen, int) or isinstance(gen, bool) or gen < 0:
-            out.append(_invalid("spec.pool.generation", gen, "must be greater than or equal to 0"))
+            out.append(invalid_value("spec.pool.generation", gen, "must be greater than or equal to 0"))
         count = pool.get("resourceSliceCount")
         if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
-            out.append(_invalid("spec.pool.resourceSliceCount", count, "must be greater than zero"))
+            out.append(invalid_value("spec.pool.resourceSliceCount", count, "must be greater than zero"))
     chosen = [f for f in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection") if spec.get(f)]
     if not chosen:
         out.append(required("spec", "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"))
     elif len(chosen) > 1:
-        out.append(_invalid("spec", "{" + ", ".join(f"`{c}`" for c in chosen) + "}",
+        out.append(invalid_value("spec", "{" + ", ".join(f"`{c}`" for c in chosen) + "}",
                             "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set"))
     if spec.get("nodeName"):
         for msg in is_dns1123_subdomain(spec["nodeName"]):
-            out.append(_invalid("spec.nodeName", spec["nodeName"], msg))
+            out.append(invalid_value("spec.nodeName", spec["nodeName"], msg))
     if spec.get("nodeSelector"):
         out += validate_node_selector(spec["nodeSelector"], "spec.nodeSelector")
         terms = _l(_d(spec["nodeSelector"]).get("nodeSelectorTerms"))
         if len(terms) != 1:
-            out.append(_invalid("spec.nodeSelector.nodeSelectorTerms", len(terms), "must have exactly one node selector term"))
+            out.append(invalid_value("spec.nodeSelector.nodeSelectorTerms", len(terms), "must have exactly one node selector term"))
     devices = _l(spec.get("devices"))
     if len(devices) > MAX_DEVICES_PER_SLICE:
-        out.append(_too_many("spec.devices", len(devices), MAX_DEVICES_PER_SLICE))
+        out.append(too_many("spec.devices", len(devices), MAX_DEVICES_PER_SLICE))
     seen: set[str] = set()
     for i, dev in enumerate(devices):
         p = f"spec.devices[{i}]"
@@ -291,7 +296,7 @@ def _validate_slice(obj: Mapping[str, Any]) -> list[Cause]:
 
 
 def _immutable(new: Any, old: Any, path: str) -> list[Cause]:
-    return [] if new == old else [_invalid(path, "", IMMUTABLE)]
+    return [] if new == old else [invalid_value(path, "", IMMUTABLE)]
 
 
 def validate_dra(res_kind: str, obj: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[Cause]:
@@ -318,3 +323,21 @@ def validate_dra(res_kind: str, obj: Mapping[str, Any], old: Mapping[str, Any] |
             out += _immutable(_d(obj.get("spec")).get("driver"), _d(old.get("spec")).get("driver"), "spec.driver")
         return out
     return []
+
+
+def validate_resource(res: "ResourceInfo", obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[Cause]:
+    """The DRA field errors of ``obj`` (``old`` set on update), as the API
+    validation dispatch runs it after the built-in checks of ``res``."""
+    return validate_dra(res.kind, obj, old)
+
+
+def installed() -> bool:
+    """Whether :func:`validate_resource` is registered for every DRA resource."""
+    return all(validate_resource in extra_validators.get(q, ()) for q in DRA_RESOURCES)
+
+
+def install() -> None:
+    """Register :func:`validate_resource` for the DRA resources (idempotent)."""
+    for qualified in DRA_RESOURCES:
+        if validate_resource not in extra_validators.get(qualified, ()):
+            register_extra_validator(qualified, validate_resource)

@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any, Callable
 
 import orjson
 
@@ -22,7 +21,14 @@ from kubeplane.api import errors
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy, format_time, new_uid, now_text, random_suffix, utcnow
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
-from kubeplane.registry.strategies import DEFAULT_CLASS_ANNOTATION, Strategy, strategy_for
+from kubeplane.api.selectors import parse_field_selector, parse_label_selector
+from kubeplane.api.validation import validate_object
+from kubeplane.registry.admission import CREATE, DELETE, AdmissionChain, default_chain
+from kubeplane.registry.namespaces import NamespaceFinalizer
+from kubeplane.registry.retries import RETRY_SECONDS, Retries
+from kubeplane.registry.strategies import Strategy, strategy_for
+from kubeplane.registry.subresources import SubresourcesMixin
+from kubeplane.registry.watch import WatchMixin, WatchOptions, parse_resource_version  # noqa: F401 - WatchOptions: callers import it here
 from kubeplane.runtime import KeyedTurns
 from kubeplane.storage.interface import (
     CompactedError,
@@ -31,6 +37,8 @@ from kubeplane.storage.interface import (
     KeyNotFoundError,
     RevisionConflictError,
     Store,
+    parse_revision,
+    wait_for_revision,
 )
 
 Obj = dict[str, Any]
@@ -38,63 +46,7 @@ Obj = dict[str, Any]
 log = logging.getLogger("kubeplane.registry")
 
 NAMESPACES = resource("namespaces")
-STORAGE_CLASSES = resource("storageclasses")
 
-#: how long a write that keeps losing optimistic races it did not cause is
-#: retried against the fresh object before the request gives up (upstream's
-#: GuaranteedUpdate retries for as long as the request lasts)
-RETRY_SECONDS = 30.0
-
-#: namespaces upstream's NamespaceLifecycle admission refuses to delete
-IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
-
-
-class _Retries:
-    """The retries of one write that lost a race with another writer.
-
-    Bounded in time, not in count: ordinary contention always ends, but a
-    writer may lose many races in a row on a hot key. Every few attempts it
-    lets the event loop run so the writers it races with can finish.
-    """
-
-    __slots__ = ("_limit", "_deadline", "_count")
-
-    def __init__(self, limit: float) -> None:
-        self._limit = limit
-        self._deadline: float | None = None
-        self._count = 0
-
-    async def again(self) -> None:
-        """Called before each retry; a 504 Timeout once the time is up."""
-        now = asyncio.get_running_loop().time()
-        if self._deadline is None:
-            self._deadline = now + self._limit
-        elif now >= self._deadline:
-            raise errors.StatusError(
-                504, "Timeout",
-                "Timeout: request did not complete within requested timeout - context deadline exceeded",
-                retry_after=1,
-            )
-        self._count += 1
-        if self._count % 4 == 0:
-            await asyncio.sleep(0)
-
-
-@dataclass(slots=True)
-class WatchOptions:
-    resource_version: str = ""
-    resource_version_match: str = ""
-    label_selector: str = ""
-    field_selector: str = ""
-    allow_bookmarks: bool = False
-    send_initial_events: bool | None = None
-    timeout_seconds: float | None = None
-    bookmark_interval: float = 5.0
-    #: yield one empty batch once the watch is established (every error that
-    #: can come before it has been raised), so a server can send its headers
-    announce_start: bool = False
-    #: called if the store drops the watcher for not reading its backlog
-    on_overflow: Callable[[], None] | None = None
 
 
 def _finalizer_names(md: dict[str, Any]) -> set[str]:
@@ -124,27 +76,26 @@ def _decode_continue(token: str) -> tuple[int, str]:
     try:
         pad = "=" * (-len(token) % 4)
         data = orjson.loads(base64.urlsafe_b64decode(token + pad))
-        rv = int(data["rv"])
+        encoded_rv = data["rv"]
         start = str(data["start"])
     except Exception as exc:  # noqa: BLE001 - any garbage is the client's error
         raise errors.bad_request(f"continue key is not valid: {exc}") from None
-    if rv <= 0:
+    try:
+        rv = parse_revision(encoded_rv)
+    except ValueError:
+        rv = 0
+    if rv == 0:
         raise errors.bad_request("continue key is not valid: incorrect encoded start resourceVersion")
     return rv, start
 
 
-def _parse_rv(value: str, what: str = "resourceVersion") -> int:
-    try:
-        rv = int(value)
-    except (TypeError, ValueError):
-        raise errors.bad_request(f"invalid {what}: {value!r}") from None
-    if rv < 0:
-        raise errors.bad_request(f"invalid {what}: {value!r}")
-    return rv
+class Registry(WatchMixin, SubresourcesMixin, NamespaceFinalizer):
+    """REST verbs for every catalogued resource on top of one :class:`Store`.
 
-
-class Registry:
-    """REST verbs for every catalogued resource on top of one :class:`Store`."""
+    The verbs are here; watch (registry/watch.py), the subresources binding
+    and scale (registry/subresources.py), the namespace finalizer
+    (registry/namespaces.py) and admission (registry/admission.py) have
+    modules of their own, and this class is their one facade."""
 
     def __init__(
         self,
@@ -154,8 +105,11 @@ class Registry:
         clock: Callable[[], Any] = utcnow,
         validator: Callable[[ResourceInfo, Obj, Obj | None], list[errors.Cause]] | None = None,
         retry_seconds: float = RETRY_SECONDS,
+        admission: AdmissionChain | None = None,
     ) -> None:
         self.store = store
+        #: the admission plugins every write passes (registry/admission.py)
+        self.admission = admission if admission is not None else default_chain(store)
         self.catalogue = catalogue
         self.clock = clock
         self._strategies: dict[tuple[str, str], Strategy] = {}
@@ -228,24 +182,6 @@ class Registry:
         else:
             md.pop("namespace", None)
 
-    async def _check_namespace_usable(self, res: ResourceInfo, namespace: str, name: str = "") -> None:
-        if not res.namespaced:
-            return
-        kv = await self.store.get(NAMESPACES.storage_key(namespace))
-        if kv is None:
-            raise errors.not_found("namespaces", namespace)
-        if (kv.value.get("metadata") or {}).get("deletionTimestamp"):
-            # upstream's admission.NewForbidden: names the object being created
-            what = f'{res.qualified} "{name}"' if name else res.qualified
-            raise errors.StatusError(
-                403, "Forbidden",
-                f"{what} is forbidden: unable to create new content in namespace {namespace} "
-                "because it is being terminated",
-                name=name, group=res.group, kind=res.plural,
-            )
-
-    # -- reads -------------------------------------------------------------
-
     async def get(self, res: ResourceInfo, name: str, namespace: str | None = None) -> Obj:
         kv = await self.store.get(self._key(res, name, namespace))
         if kv is None:
@@ -264,8 +200,6 @@ class Registry:
         resource_version: str = "",
         resource_version_match: str = "",
     ) -> Obj:
-        from kubeplane.api.selectors import parse_field_selector, parse_label_selector
-
         lsel = parse_label_selector(label_selector) if label_selector else None
         fsel = parse_field_selector(field_selector, res.plural) if field_selector else None
         prefix = res.storage_prefix(namespace if res.namespaced else None)
@@ -280,13 +214,11 @@ class Registry:
         elif resource_version_match == "Exact":
             if resource_version in ("", "0"):
                 raise errors.bad_request("resourceVersionMatch \"Exact\" requires a resourceVersion other than \"0\"")
-            revision = _parse_rv(resource_version)
+            revision = parse_resource_version(resource_version)
         elif resource_version_match not in ("", "NotOlderThan"):
             raise errors.bad_request(f"resourceVersionMatch: Unsupported value: {resource_version_match!r}")
         elif resource_version not in ("", "0", None):
-            min_rv = _parse_rv(resource_version)
-            if min_rv > self.store.revision:
-                await self._wait_for_revision(min_rv)
+            await self._wait_for_revision(parse_resource_version(resource_version))
         items: list[Obj] = []
         more = False
         last_key = start_after
@@ -331,12 +263,9 @@ class Registry:
         return {"kind": res.list_kind, "apiVersion": res.api_version, "metadata": metadata, "items": items}
 
     async def _wait_for_revision(self, rv: int, timeout: float = 3.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self.store.revision < rv:
-            if loop.time() >= deadline:
-                raise errors.too_large_resource_version(rv, self.store.revision)
-            await asyncio.sleep(0.01)
+        """Wait (briefly) for the store to reach ``rv``: a 504 naming both revisions otherwise."""
+        if not await wait_for_revision(self.store, rv, timeout):
+            raise errors.too_large_resource_version(rv, self.store.revision)
 
     # -- create ------------------------------------------------------------
 
@@ -373,14 +302,13 @@ class Registry:
         md["uid"] = new_uid()
         strategy.prepare_for_create(obj)
         strategy.default(obj)
-        await self._admit_create(res, obj)
+        await self.admission.admit(CREATE, res, md.get("name") or "", md.get("namespace"), obj)
         if strategy.tracks_generation:
             md["generation"] = 1
         else:
             md.pop("generation", None)
         self._validate(res, obj, None)
-        if res.namespaced:
-            await self._check_namespace_usable(res, md["namespace"], md.get("name") or "")
+        await self.admission.validate(CREATE, res, md.get("name") or "", md.get("namespace"), obj)
         if _track_fields and field_manager is not None:
             self._track_managed_fields(res, None, obj, field_manager)
         key = res.storage_key(md["name"], md.get("namespace"))
@@ -393,27 +321,6 @@ class Registry:
         except KeyExistsError:
             raise errors.already_exists(res.plural, md["name"], res.group) from None
         return kv.value
-
-    async def _admit_create(self, res: ResourceInfo, obj: Obj) -> None:
-        """The admission steps upstream runs by default that change objects."""
-        if res.key == ("", "persistentvolumeclaims"):
-            spec = obj.get("spec")
-            if isinstance(spec, dict) and "storageClassName" not in spec:
-                default = await self._default_storage_class()
-                if default:
-                    spec["storageClassName"] = default
-
-    async def _default_storage_class(self) -> str | None:
-        result = await self.store.list(STORAGE_CLASSES.storage_prefix())
-        best: tuple[str, str] | None = None
-        for kv in result.items:
-            md = kv.value.get("metadata") or {}
-            if (md.get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true":
-                cand = (md.get("creationTimestamp", ""), md.get("name", ""))
-                # Upstream picks the newest default class when several exist.
-                if best is None or cand > best:
-                    best = cand
-        return best[1] if best else None
 
     def _track_managed_fields(
         self, res: ResourceInfo, old: Obj | None, new: Obj, manager: str, subresource: str | None = None
@@ -523,7 +430,7 @@ class Registry:
         field_manager: str | None,
         create_if_missing: Callable[[], Any] | None,
     ) -> Obj:
-        retries = _Retries(self._retry_seconds)
+        retries = Retries(self._retry_seconds)
         kv = await self.store.get(key)
         while True:
             if kv is None:
@@ -765,12 +672,7 @@ class Registry:
         if grace_period_seconds is not None and grace_period_seconds < 0:
             grace_period_seconds = 0
         key = self._key(res, name, namespace)
-        if res.key == NAMESPACES.key and name in IMMORTAL_NAMESPACES:
-            # upstream's NamespaceLifecycle admission
-            raise errors.StatusError(
-                403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
-                name=name, kind="namespaces",
-            )
+        await self.admission.validate(DELETE, res, name, namespace)
         await self._turns.acquire(key)
         try:
             return await self._delete_locked(
@@ -788,7 +690,7 @@ class Registry:
         preconditions: dict[str, str] | None,
         dry_run: bool,
     ) -> tuple[Obj, bool]:
-        retries = _Retries(self._retry_seconds)
+        retries = Retries(self._retry_seconds)
         is_ns = res.key == NAMESPACES.key
         kv = await self.store.get(key)
         while True:
@@ -892,329 +794,6 @@ class Registry:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def resume_namespace_finalization(self) -> None:
-        """Finishes deleting the namespaces left terminating (by a restart
-        while their contents were being deleted)."""
-        for kv in (await self.store.list(NAMESPACES.storage_prefix())).items:
-            md = kv.value.get("metadata") or {}
-            if md.get("deletionTimestamp"):
-                self._start_finalizing(md["name"])
-
-    def _start_finalizing(self, name: str) -> None:
-        """Runs :meth:`_finalize_namespace` unless it is already running."""
-        if name not in self._finalizing:
-            self._finalizing.add(name)
-            self._spawn(self._finalize_namespace(name))
-
-    async def _finalize_namespace(self, name: str) -> None:
-        """The namespace controller's job: delete everything in the namespace,
-        then drop the ``kubernetes`` finalizer and the namespace itself."""
-        try:
-            await self._empty_namespace(name)
-            key = NAMESPACES.storage_key(name)
-            await self._turns.acquire(key)
-            try:
-                await self._drop_namespace(key)
-            finally:
-                self._turns.release(key)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # noqa: BLE001 - a background task: report, never lose silently
-            log.exception("finalizing namespace %s failed", name)
-        finally:
-            self._finalizing.discard(name)
-
-    async def _empty_namespace(self, name: str) -> None:
-        for res in self.catalogue.resources:
-            if not res.namespaced:
-                continue
-            result = await self.store.list(res.storage_prefix(name))
-            for kv in result.items:
-                try:
-                    await self.delete(res, kv.value["metadata"]["name"], name, grace_period_seconds=0)
-                except StatusError:
-                    pass
-        # Objects with finalizers may linger; wait for them (bounded).
-        for _ in range(600):
-            remaining = 0
-            for res in self.catalogue.resources:
-                if res.namespaced:
-                    remaining += len((await self.store.list(res.storage_prefix(name), limit=1)).items)
-            if not remaining:
-                break
-            await asyncio.sleep(0.1)
-
-    async def _drop_namespace(self, key: str) -> None:
-        retries = _Retries(self._retry_seconds)
-        kv = await self.store.get(key)
-        # Only a terminating namespace: one created again under the name stays.
-        while kv is not None and (kv.value.get("metadata") or {}).get("deletionTimestamp"):
-            spec_finalizers = [f for f in ((kv.value.get("spec") or {}).get("finalizers") or []) if f != "kubernetes"]
-            try:
-                if spec_finalizers or (kv.value.get("metadata") or {}).get("finalizers"):
-                    new = deep_copy(kv.value)
-                    new.setdefault("spec", {})["finalizers"] = spec_finalizers
-                    new["metadata"].pop("resourceVersion", None)
-                    await self.store.update(key, new, expected_revision=kv.mod_revision)
-                else:
-                    await self.store.delete(key, expected_revision=kv.mod_revision)
-                return
-            except RevisionConflictError as exc:
-                kv = exc.current
-            except KeyNotFoundError:
-                return
-            await retries.again()
-
-    # -- subresources ------------------------------------------------------
-
-    async def bind(self, name: str, namespace: str, binding: Obj, *, dry_run: bool = False) -> Obj:
-        """``pods/binding``: set spec.nodeName once and mark the pod scheduled.
-
-        Success means the write is stored: a race lost to another writer is
-        retried against the state that won, so a pod bound meanwhile gets the
-        409 of upstream's BindingREST, never a second Success.
-        """
-        pods = resource("pods")
-        if not isinstance(binding, dict):
-            raise errors.bad_request("the body of the request must be a JSON object")
-        target = binding.get("target") or {}
-        node = target.get("name") if isinstance(target, dict) else None
-        if not node:
-            raise errors.invalid("Binding", name, [errors.required("target.name")])
-        bmd = binding.get("metadata") or {}
-        if not isinstance(bmd, dict):
-            raise errors.bad_request("metadata must be an object")
-        if bmd.get("name") and bmd["name"] != name:
-            raise errors.bad_request("the name of the binding does not match the name on the URL")
-        key = self._key(pods, name, namespace)
-        await self._turns.acquire(key)
-        try:
-            await self._bind_locked(key, name, node, bmd, dry_run)
-        finally:
-            self._turns.release(key)
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
-
-    async def _bind_locked(self, key: str, name: str, node: str, bmd: Obj, dry_run: bool) -> None:
-        retries = _Retries(self._retry_seconds)
-        want_uid = bmd.get("uid")
-        want_rv = bmd.get("resourceVersion")
-        kv = await self.store.get(key)
-        while True:
-            if kv is None:
-                raise errors.not_found("pods", name)
-            pod = kv.value
-            md = pod.get("metadata") or {}
-            if want_uid and want_uid != md.get("uid"):
-                raise errors.conflict("pods", name, detail=(
-                    f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: {md.get('uid')}"))
-            if want_rv and str(want_rv) != str(kv.mod_revision):
-                raise errors.conflict("pods", name, detail=(
-                    f"Precondition failed: ResourceVersion in precondition: {want_rv}, "
-                    f"ResourceVersion in object meta: {kv.mod_revision}"))
-            spec = pod.get("spec") or {}
-            # upstream names the subresource in these conflicts
-            if md.get("deletionTimestamp"):
-                raise errors.conflict("pods/binding", name, detail=(
-                    f"pod {name} is being deleted, cannot be assigned to a host"))
-            current_node = spec.get("nodeName")
-            if current_node:
-                raise errors.conflict("pods/binding", name, detail=(
-                    f'pod {name} is already assigned to node "{current_node}"'))
-            if spec.get("schedulingGates"):
-                raise errors.conflict("pods/binding", name, detail=(
-                    f"pod {name} has non-empty .spec.schedulingGates"))
-            if dry_run:
-                return
-            # Copies of the levels that change; the rest is shared with the
-            # stored version, which is never modified in place.
-            new_md = {k: v for k, v in md.items() if k != "resourceVersion"}
-            new = {**pod, "metadata": new_md, "spec": {**spec, "nodeName": node},
-                   "status": dict(pod.get("status") or {})}
-            ann = bmd.get("annotations")
-            if isinstance(ann, dict) and ann:
-                new_md["annotations"] = {**(md.get("annotations") or {}), **ann}
-            status = new["status"]
-            conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
-            conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                          "lastTransitionTime": self._now()})
-            status["conditions"] = conds
-            try:
-                await self.store.update(key, new, expected_revision=kv.mod_revision)
-                return
-            except RevisionConflictError as exc:
-                kv = exc.current  # decide again on the state that won the race
-            except KeyNotFoundError:
-                raise errors.not_found("pods", name) from None
-            await retries.again()
-
-    def to_scale(self, res: ResourceInfo, obj: Obj) -> Obj:
-        from kubeplane.api.selectors import label_selector_from_dict
-
-        md = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        sel = spec.get("selector")
-        selector = str(label_selector_from_dict(sel)) if isinstance(sel, dict) else ""
-        return {
-            "kind": "Scale",
-            "apiVersion": "autoscaling/v1",
-            "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                         if k in md},
-            "spec": {"replicas": spec.get("replicas", 0)},
-            "status": {"replicas": status.get("replicas", 0), "selector": selector},
-        }
-
-    async def get_scale(self, res: ResourceInfo, name: str, namespace: str) -> Obj:
-        return self.to_scale(res, await self.get(res, name, namespace))
-
-    async def update_scale(
-        self, res: ResourceInfo, name: str, namespace: str, scale_of: Callable[[Obj], Obj], *, dry_run: bool = False
-    ) -> Obj:
-        """``scale_of(current_scale) -> new_scale``; writes spec.replicas."""
-        key = self._key(res, name, namespace)
-        pinned: list[str] = []
-
-        def mutate(current: Obj) -> Obj:
-            scale = scale_of(self.to_scale(res, current))
-            if not isinstance(scale, dict):
-                raise errors.bad_request("the body of the request must be a Scale object")
-            smd = scale.get("metadata") if isinstance(scale.get("metadata"), dict) else {}
-            if smd.get("resourceVersion") and smd["resourceVersion"] != (current.get("metadata") or {}).get(
-                "resourceVersion"
-            ):
-                raise errors.conflict(res.plural, name, res.group)
-            replicas = (scale.get("spec") or {}).get("replicas", 0)
-            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-                raise errors.invalid("Scale", name, [errors.invalid_value(
-                    "spec.replicas", replicas, "must be greater than or equal to 0")], group="autoscaling")
-            new = deep_copy(current)
-            new["metadata"].pop("resourceVersion", None)
-            new.setdefault("spec", {})["replicas"] = replicas
-            return new
-
-        obj = await self._update_loop(res, key, name, mutate, dry_run=dry_run)
-        del pinned
-        return self.to_scale(res, obj)
-
-    # -- watch -------------------------------------------------------------
-
-    async def watch(
-        self, res: ResourceInfo, namespace: str | None, opts: WatchOptions
-    ) -> AsyncIterator[tuple[str, Obj]]:
-        """Yields ``(type, object)``; ERROR carries a Status. Ends at the timeout."""
-        batches = self.watch_batches(res, namespace, opts)
-        try:
-            async for batch in batches:
-                for ev in batch:
-                    yield ev
-        finally:
-            await batches.aclose()
-
-    async def watch_batches(
-        self, res: ResourceInfo, namespace: str | None, opts: WatchOptions
-    ) -> AsyncIterator[list[tuple[str, Obj]]]:
-        """Like :meth:`watch`, but yields every event ready at once as a list."""
-        from kubeplane.api.selectors import parse_field_selector, parse_label_selector
-
-        lsel = parse_label_selector(opts.label_selector) if opts.label_selector else None
-        fsel = parse_field_selector(opts.field_selector, res.plural) if opts.field_selector else None
-
-        def matches(obj: Obj | None) -> bool:
-            if obj is None:
-                return False
-            if lsel is not None and not lsel.matches((obj.get("metadata") or {}).get("labels")):
-                return False
-            return fsel is None or fsel.matches(obj)
-
-        prefix = res.storage_prefix(namespace if res.namespaced else None)
-        rv = opts.resource_version or ""
-        initial: list[Obj] = []
-        send_initial = opts.send_initial_events
-        if send_initial is None:
-            send_initial = rv in ("", "0")
-        if send_initial and opts.send_initial_events and opts.resource_version_match not in ("NotOlderThan",):
-            raise errors.invalid("ListOptions", "", [errors.forbidden_field(
-                "resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")])
-        if rv in ("", "0") or send_initial:
-            min_rv = _parse_rv(rv) if rv not in ("", "0") else 0
-            if min_rv > self.store.revision:
-                await self._wait_for_revision(min_rv)
-            result = await self.store.list(prefix)
-            start = result.revision
-            if send_initial:
-                initial = [kv.value for kv in result.items if matches(kv.value)]
-        else:
-            start = _parse_rv(rv)
-            if start > self.store.revision:
-                await self._wait_for_revision(start)
-        try:
-            stream = self.store.watch(prefix, start)
-        except CompactedError as exc:
-            yield [("ERROR", errors.gone(str(exc)).to_status())]
-            return
-        if opts.on_overflow is not None and hasattr(stream, "on_overflow"):
-            stream.on_overflow = opts.on_overflow
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + opts.timeout_seconds if opts.timeout_seconds else None
-        last_rv = start
-        try:
-            if opts.announce_start:
-                yield []
-            first: list[tuple[str, Obj]] = [("ADDED", obj) for obj in initial]
-            if opts.send_initial_events and opts.allow_bookmarks:
-                first.append(("BOOKMARK", self._bookmark(res, last_rv, initial_end=True)))
-            if first:
-                yield first
-            while True:
-                timeout = opts.bookmark_interval if opts.allow_bookmarks else None
-                if deadline is not None:
-                    left = deadline - loop.time()
-                    if left <= 0:
-                        break
-                    timeout = left if timeout is None else min(timeout, left)
-                try:
-                    events = await stream.next_batch(timeout)
-                except CompactedError as exc:
-                    yield [("ERROR", errors.gone(str(exc)).to_status())]
-                    return
-                if events is None:
-                    break
-                if not events:
-                    if opts.allow_bookmarks and (deadline is None or loop.time() < deadline):
-                        progress = getattr(stream, "progress_revision", None)
-                        if callable(progress):
-                            last_rv = max(last_rv, progress())
-                        yield [("BOOKMARK", self._bookmark(res, last_rv))]
-                    continue
-                out: list[tuple[str, Obj]] = []
-                for ev in events:
-                    last_rv = ev.revision
-                    if ev.type == "ADDED":
-                        if matches(ev.value):
-                            out.append(("ADDED", ev.value))
-                    elif ev.type == "MODIFIED":
-                        now_match = matches(ev.value)
-                        was = matches(ev.prev_value)
-                        if now_match and was:
-                            out.append(("MODIFIED", ev.value))
-                        elif now_match:
-                            out.append(("ADDED", ev.value))
-                        elif was:
-                            # Left the selection: the watcher sees it go, at this revision.
-                            out.append(("DELETED", ev.value))
-                    elif matches(ev.prev_value):
-                        out.append(("DELETED", ev.value))
-                if out:
-                    yield out
-        finally:
-            stream.close()
-
-    def _bookmark(self, res: ResourceInfo, rv: int, initial_end: bool = False) -> Obj:
-        md: Obj = {"resourceVersion": str(rv)}
-        if initial_end:
-            md["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return {"kind": res.kind, "apiVersion": res.api_version, "metadata": md}
-
     async def close(self) -> None:
         for t in list(self._background):
             t.cancel()
@@ -1231,14 +810,10 @@ _PATCH_TYPES = {
 
 
 def _default_validator() -> Callable[[ResourceInfo, Obj, Obj | None], list[errors.Cause]]:
-    # DRA objects carry CEL selectors that must compile at create time.
-    from kubeplane.dra.register import install
+    # DRA objects carry CEL selectors that must compile at create time. Imported
+    # here for start-up time: the CEL library loads when a registry is built,
+    # not whenever this module is imported (clients import it for WatchOptions).
+    from kubeplane.dra.validation import install
 
     install()
-
-    def validate(res: ResourceInfo, obj: Obj, old: Obj | None) -> list[errors.Cause]:
-        from kubeplane.api.validation import validate_object
-
-        return validate_object(res, obj, old)
-
-    return validate
+    return validate_object

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from kubeplane.api.meta import meta_of as _meta
 from kubeplane.api.resources import resource
 from kubeplane.api.selectors import label_selector_from_dict
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo, pod_start_time
@@ -65,10 +66,6 @@ def absent_status_of(statuses: Mapping[str, Status]) -> Status:
 
 
 # --------------------------------------------------------------------------- pod helpers
-
-
-def _meta(pod: Obj) -> Obj:
-    return pod.get("metadata") or {}
 
 
 def pod_priority(pod: Obj | PodInfo) -> int:

@@ -14,10 +14,45 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Literal, Protocol
 
 Obj = dict[str, Any]
+
+
+def parse_revision(value: Any) -> int:
+    """The store revision a ``resourceVersion`` names (a decimal string or an int).
+
+    ``ValueError`` unless it is a non-negative integer. Revisions are ordered
+    numbers only in this layer: above it a resourceVersion is an opaque string
+    compared for equality, and whatever needs its order asks here.
+    """
+    try:
+        revision = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"not a revision: {value!r}") from None
+    if revision < 0:
+        raise ValueError(f"not a revision: {value!r}")
+    return revision
+
+
+def latest_revision(*revisions: int) -> int:
+    """The newest of ``revisions``."""
+    return max(revisions)
+
+
+async def wait_for_revision(store: "Store", revision: int, timeout: float, poll: float = 0.01) -> bool:
+    """Wait until ``store`` has reached ``revision``; False if ``timeout`` seconds pass first."""
+    if store.revision >= revision:
+        return True
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while store.revision < revision:
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(poll)
+    return True
 
 
 class StorageError(Exception):

@@ -13,6 +13,7 @@ from fractions import Fraction
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping
 
+from kubeplane.api.meta import meta_of
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.selectors import label_selector_from_dict
 
@@ -33,12 +34,8 @@ def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("spec") or {}
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return _meta(obj).get("annotations") or {}
+    return meta_of(obj).get("annotations") or {}
 
 
 def claim_class(claim: Mapping[str, Any]) -> str:
@@ -88,7 +85,7 @@ def is_volume_bound_to_claim(pv: Mapping[str, Any], claim: Mapping[str, Any]) ->
     ref = _spec(pv).get("claimRef")
     if not ref:
         return False
-    md = _meta(claim)
+    md = meta_of(claim)
     if ref.get("name") != md.get("name") or (ref.get("namespace") or "") != (md.get("namespace") or ""):
         return False
     uid = ref.get("uid") or ""
@@ -140,8 +137,8 @@ def node_selector_matches(selector: Mapping[str, Any] | None, node: Mapping[str,
     """``NodeSelector`` terms are ORed; ``None`` matches every node, no terms none."""
     if selector is None:
         return True
-    labels = _meta(node).get("labels") or {}
-    name = _meta(node).get("name") or ""
+    labels = meta_of(node).get("labels") or {}
+    name = meta_of(node).get("name") or ""
     return any(node_selector_term_matches(t, labels, name) for t in selector.get("nodeSelectorTerms") or [])
 
 
@@ -216,12 +213,12 @@ def find_matching_volume(
     best: Any | None = None
     best_cap: Fraction | int | None = None
     for pv in volumes:
-        name = _meta(pv).get("name") or ""
+        name = meta_of(pv).get("name") or ""
         if name in excluded:
             continue
         if volume_mode(pv) != mode:
             continue
-        if _meta(pv).get("deletionTimestamp"):
+        if meta_of(pv).get("deletionTimestamp"):
             continue
         affinity_ok = node is None or check_node_affinity(pv, node)
         capacity = volume_capacity(pv)
@@ -237,7 +234,7 @@ def find_matching_volume(
             continue
         if _spec(pv).get("claimRef"):
             continue
-        if selector is not None and not selector.matches(_meta(pv).get("labels") or {}):
+        if selector is not None and not selector.matches(meta_of(pv).get("labels") or {}):
             continue
         if volume_class(pv) != cls:
             continue
@@ -258,7 +255,7 @@ def find_best_match_for_claim(
     modes = _spec(claim).get("accessModes") or []
     if delay_binding:
         # only volumes pre-bound to the claim can match without a node
-        claim_name = _meta(claim).get("name")
+        claim_name = meta_of(claim).get("name")
         volumes = [pv for pv in volumes
                    if ((pv.get("spec") or {}).get("claimRef") or {}).get("name") == claim_name
                    and is_volume_bound_to_claim(pv, claim)]
@@ -284,7 +281,7 @@ def check_volume_satisfies_claim(pv: Mapping[str, Any], claim: Mapping[str, Any]
         return "incompatible volumeMode"
     if not access_modes_contain(_spec(claim).get("accessModes") or [], _spec(pv).get("accessModes") or []):
         return "incompatible accessMode"
-    if _meta(pv).get("deletionTimestamp"):
+    if meta_of(pv).get("deletionTimestamp"):
         return "volume is being deleted"
     return None
 
@@ -340,7 +337,7 @@ class ClaimVolumeIndex:
                 if pv is not None:
                     best = (entry, pv)
                     break
-        hostname = (_meta(node).get("labels") or {}).get(HOSTNAME_LABEL)
+        hostname = (meta_of(node).get("labels") or {}).get(HOSTNAME_LABEL)
         if hostname is not None:
             best = _first_usable(self.by_hostname.get(hostname, ()), node, excluded, best, current)
         if self.other:
@@ -375,7 +372,7 @@ def volume_facts(pv: Mapping[str, Any]) -> VolumeFacts:
     access modes, capacity, hostnames)``; hostnames is :func:`pinned_hostnames`,
     or ``_UNSET`` for a volume without required node affinity."""
     spec = _spec(pv)
-    md = _meta(pv)
+    md = meta_of(pv)
     required = (spec.get("nodeAffinity") or {}).get("required")
     return (md.get("name") or "", bool(spec.get("claimRef")),
             ((pv.get("status") or {}).get("phase")) == "Available" and not md.get("deletionTimestamp"),
@@ -392,7 +389,7 @@ class VolumeFactsCache:
         self._facts: dict[str, tuple[Any, Any, VolumeFacts]] = {}
 
     def get(self, pv: Mapping[str, Any]) -> VolumeFacts:
-        md = _meta(pv)
+        md = meta_of(pv)
         name = md.get("name") or ""
         rv = md.get("resourceVersion")
         hit = self._facts.get(name)
@@ -431,13 +428,13 @@ def index_volumes_for_claim(
         name, has_ref, usable, pv_mode, pv_class, pv_modes, capacity, hosts = get_facts(pv)
         if has_ref:
             if (is_volume_bound_to_claim(pv, claim) and pv_mode == mode
-                    and not _meta(pv).get("deletionTimestamp") and capacity >= request):
+                    and not meta_of(pv).get("deletionTimestamp") and capacity >= request):
                 out.prebound = True
                 return out
             continue
         if not usable or pv_mode != mode or pv_class != cls or capacity < request or not modes <= pv_modes:
             continue
-        if selector is not None and not selector.matches(_meta(pv).get("labels") or {}):
+        if selector is not None and not selector.matches(meta_of(pv).get("labels") or {}):
             continue
         entry: _Entry = (capacity, pos, name, pv)
         if hosts is _UNSET:

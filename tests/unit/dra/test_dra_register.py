@@ -9,7 +9,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.inprocess import InProcessClient
-from kubeplane.dra.register import DRA_RESOURCES, install, installed, validate_resource
+from kubeplane.dra.validation import DRA_RESOURCES, install, installed, validate_resource
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from kubeplane.api.meta import meta_of as _meta
 from kubeplane.api.resources import resource
 from kubeplane.volume.matching import claim_class
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
@@ -50,10 +51,6 @@ CSI_NODE_LIMITED_DRIVER_INDEX = "csinode-limited-driver"
 
 __all__ = ["CSI_NODE_LIMITED_DRIVER_INDEX", "NAME", "NodeVolumeLimits", "REASON_MAX_VOLUME_COUNT",
            "limited_drivers_index", "volume_limits"]
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def volume_limits(csi_node: Mapping[str, Any] | None) -> dict[str, int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kubeplane.api.meta import meta_of as _meta
 from kubeplane.api.resources import resource
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
@@ -44,10 +45,6 @@ PVCS = resource("persistentvolumeclaims")
 __all__ = ["NAME", "REASON_DISK_CONFLICT", "REASON_RWOP_CONFLICT", "VolumeRestrictions", "is_volume_conflict"]
 
 _RESTRICTED = ("gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi")
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def _volumes(pod: Mapping[str, Any]) -> list[Obj]:

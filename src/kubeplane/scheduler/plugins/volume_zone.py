@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from kubeplane.api.meta import meta_of as _meta
 from kubeplane.api.resources import resource
 from kubeplane.volume.matching import claim_class
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
@@ -48,10 +49,6 @@ PVCS = resource("persistentvolumeclaims")
 STORAGE_CLASSES = resource("storageclasses")
 
 __all__ = ["NAME", "REASON_CONFLICT", "TOPOLOGY_LABELS", "VolumeZone", "label_zones_to_set"]
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def label_zones_to_set(value: str) -> set[str]:

@@ -5,15 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from kubeplane.api.meta import meta_of as _meta
 from kubeplane.scheduler.framework.types import ClusterEvent
 
 Obj = dict[str, Any]
 
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
-
-
-def _meta(pod: Obj) -> Obj:
-    return pod.get("metadata") or {}
 
 
 def pod_key(pod: Obj) -> str:

@@ -42,6 +42,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kubeplane.api.meta import meta_of as _meta
 from kubeplane.api.errors import StatusError
 from kubeplane.dra.allocator import (
     REASON_CANNOT_ALLOCATE, AllocationError, AllocationResult, Allocator, DeferredAllocation,
@@ -83,10 +84,6 @@ class ClaimError(Exception):
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
+from kubeplane.api.meta import meta_of as _meta
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy
 from kubeplane.api.quantity import parse_quantity
@@ -91,10 +92,6 @@ class Lister(Protocol):
 
 class VolumeBindingError(Exception):
     """A binder step failed; the plugin turns it into an Error status."""
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def _rv(obj: Mapping[str, Any]) -> str:

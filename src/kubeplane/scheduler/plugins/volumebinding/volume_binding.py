@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Mapping
 
+from kubeplane.api.meta import meta_of as _meta
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
@@ -80,10 +81,6 @@ DEFAULT_SHAPE: list[dict[str, int]] = [{"utilization": 0, "score": 10}, {"utiliz
 __all__ = ["CLAIM_HINT_SCOPE", "DEFAULT_SHAPE", "NAME", "PV_HINT_SCOPE", "VolumeBinding",
            "build_broken_linear_function", "claim_event_keys", "claim_keys_of_pod", "pod_independent_scope",
            "set_hint_scope"]
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def _trunc_div(a: int, b: int) -> int:
