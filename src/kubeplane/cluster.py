@@ -23,6 +23,19 @@ log = logging.getLogger("kubeplane")
 @dataclass
 class ControllerOptions:
     provisioner_name: str = "kubeplane.io/local"
+    #: the namespace controller (off where the API server's process runs it)
+    namespace: bool = True
+
+
+def namespace_controller(registry: Any) -> Any:
+    """The namespace controller over the in-process client of ``registry``: what
+    the API server's process runs itself (give it to
+    :class:`~kubeplane.apiserver.app.APIServer` as ``in_process``), since
+    namespaces must finish deleting with only the API server running."""
+    from kubeplane.client.inprocess import InProcessClient
+    from kubeplane.controllers.namespace import NamespaceController
+
+    return NamespaceController(InProcessClient(registry, field_manager="kubeplane"))
 
 
 def build_controllers(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
@@ -35,7 +48,10 @@ def build_controllers(client: Client, factory: SharedInformerFactory, opts: Cont
     from kubeplane.controllers.replicaset import ReplicaSetController
     from kubeplane.controllers.resourceclaim import ResourceClaimController
 
+    from kubeplane.controllers.namespace import NamespaceController
+
     return [
+        *([NamespaceController(client, factory)] if opts.namespace else []),
         PersistentVolumeController(client, factory),
         LocalProvisioner(client, factory, provisioner_name=opts.provisioner_name),
         ResourceClaimController(client, factory),
@@ -59,7 +75,7 @@ def node_agent(client: Client, factory: SharedInformerFactory, node_count: int, 
 
 async def start_components(comps: "Components", client: Client, node_args: tuple | None, sched_kwargs: dict,
                            *, controllers: bool = True, scheduler: bool = True, metrics_listen: str = "",
-                           scheduler_config: Any = None) -> None:
+                           scheduler_config: Any = None, namespace_controller: bool = True) -> None:
     """Controllers, simulated nodes (``node_args`` as :func:`node_agent` takes
     them after the factory; None for none) and the scheduler on ``client``,
     sharing one informer factory, added to ``comps`` in start order. With
@@ -74,7 +90,7 @@ async def start_components(comps: "Components", client: Client, node_args: tuple
     factory = SharedInformerFactory(client)
     agent = node_agent(client, factory, *node_args) if node_args is not None else None
     if controllers:
-        for ctrl in build_controllers(client, factory, ControllerOptions()):
+        for ctrl in build_controllers(client, factory, ControllerOptions(namespace=namespace_controller)):
             await comps.start(ctrl)
     if agent is not None:
         await comps.start(agent)

@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestServer
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
+from kubeplane.cluster import namespace_controller
 from kubeplane.apiserver.server import HANDLER_KEY, build_app
 from kubeplane.client.wireserver import WireServer
 from kubeplane.client.http import HttpClient
@@ -39,6 +40,9 @@ async def client(request):
     store = MemoryStore(history=50)
     registry = Registry(store, CATALOGUE)
     await ensure_default_namespaces(registry)
+    # the API server's process runs the namespace controller (as `kubeplane apiserver` does)
+    ns_controller = namespace_controller(registry)
+    await ns_controller.start()
     if request.param == "inprocess":
         c = InProcessClient(registry)
         yield c
@@ -60,6 +64,7 @@ async def client(request):
         yield c
         await c.close()
         await server.close()
+    await ns_controller.stop()
     await registry.close()
     await store.close()
 

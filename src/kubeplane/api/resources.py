@@ -21,7 +21,7 @@ class ResourceInfo:
     namespaced: bool
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-    subresources: tuple[str, ...] = ()  # "status", "scale", "binding", "log"
+    subresources: tuple[str, ...] = ()  # "status", "scale", "binding", "log", "finalize"
     verbs: tuple[str, ...] = (
         "create", "delete", "deletecollection", "get", "list", "patch", "update", "watch",
     )
@@ -76,7 +76,7 @@ def _r(group: str, version: str, kind: str, plural: str, namespaced: bool, **kw)
 RESOURCES: tuple[ResourceInfo, ...] = (
     # core/v1
     # upstream serves no deletecollection on namespaces
-    _r("", "v1", "Namespace", "namespaces", False, short_names=("ns",), subresources=("status",),
+    _r("", "v1", "Namespace", "namespaces", False, short_names=("ns",), subresources=("status", "finalize"),
        verbs=("create", "delete", "get", "list", "patch", "update", "watch")),
     _r("", "v1", "Node", "nodes", False, short_names=("no",), subresources=("status",)),
     _r("", "v1", "Pod", "pods", True, short_names=("po",), categories=("all",),

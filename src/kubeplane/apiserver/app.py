@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from aiohttp import web
 
@@ -70,6 +71,12 @@ class APIServer:
     _lock: DataDirLock | None = field(default=None, repr=False)
     _kubeconfig: KubeconfigFile | None = field(default=None, repr=False)
     _event_expiry: EventExpiry | None = field(default=None, repr=False)
+    #: components run in this process over the registry once it is ready and
+    #: stopped before it closes, each made by ``make(registry)`` and having
+    #: ``start()`` and ``stop()`` (the namespace controller, which callers
+    #: above this layer pass in: kubeplane.cluster.namespace_controller)
+    in_process: list[Callable[[Registry], Any]] = field(default_factory=list)
+    _started: list[Any] = field(default_factory=list, repr=False)
 
     async def start(self) -> None:
         """Lock the data directory, open the store, bind, serve; then write the
@@ -108,7 +115,10 @@ class APIServer:
         instrument_store(self.store, self.metrics)
         self.registry = Registry(self.store, CATALOGUE)
         await ensure_default_namespaces(self.registry)
-        await self.registry.resume_namespace_finalization()
+        for make in self.in_process:
+            component = make(self.registry)
+            await component.start()
+            self._started.append(component)
         self._keeper = asyncio.get_running_loop().create_task(
             keep_system_namespaces(self.registry, cfg.system_namespaces_interval))
         if cfg.event_ttl > 0:
@@ -133,6 +143,11 @@ class APIServer:
         if self._kubeconfig is not None:
             self._kubeconfig.withdraw()  # first: a kubeconfig must not name a stopping server
             self._kubeconfig = None
+        while self._started:
+            try:
+                await self._started.pop().stop()
+            except Exception:  # noqa: BLE001 - keep stopping the rest
+                log.exception("stopping an in-process component failed")
         if self._keeper is not None:
             self._keeper.cancel()
             await asyncio.gather(self._keeper, return_exceptions=True)

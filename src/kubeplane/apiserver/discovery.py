@@ -23,6 +23,7 @@ _SUB_VERBS = {
     "scale": ["get", "patch", "update"],
     "binding": ["create"],
     "log": ["get"],
+    "finalize": ["update"],
 }
 
 

@@ -406,6 +406,9 @@ class APIHandler:
             return await self.pod_log(request, t)
         if sub == "scale":
             return await self.scale(request, t)
+        if sub == "finalize" and m != "PUT":
+            # upstream's namespace finalize REST is an updater only
+            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
         if m == "GET":
             return await self.get(request, t)
         if m == "PUT":

@@ -288,11 +288,13 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
               history_bytes: int, event_ttl: float, verbosity: int, verbose: bool) -> None:
     """Run the API server alone."""
     from kubeplane.apiserver.app import APIServer, APIServerConfig
+    from kubeplane.cluster import namespace_controller
 
     _setup_logging(verbosity, verbose)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=kubeconfig,
                                          history_revisions=history_revisions, history_bytes=history_bytes,
-                                         event_ttl=event_ttl, limits=_serving_limits()))
+                                         event_ttl=event_ttl, limits=_serving_limits()),
+                       in_process=[namespace_controller])
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
@@ -358,7 +360,7 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
 
     from kubeplane.apiserver.app import APIServer, APIServerConfig
     from kubeplane.client.inprocess import InProcessClient
-    from kubeplane.cluster import Components
+    from kubeplane.cluster import Components, namespace_controller
     from kubeplane.startup import KubeconfigFile
 
     _setup_logging(verbosity, verbose)
@@ -369,7 +371,11 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
     # The data directory is locked with memory storage too: it holds the kubeconfig.
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=None,
                                        history_revisions=history_revisions, history_bytes=history_bytes,
-                                       event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True))
+                                       event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True),
+                       # With --split the namespace controller stays in this process (the
+                       # deletes it makes are served here anyway, and it keeps working while
+                       # the second process restarts); otherwise it is one of the controllers.
+                       in_process=[namespace_controller] if split else [])
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
     published = KubeconfigFile(kubeconfig)
 
@@ -398,13 +404,13 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
 
 
 async def _start_components(comps, client, node_args: tuple, sched_kwargs: dict, metrics_listen: str = "",
-                            sched_cfg=None) -> None:
+                            sched_cfg=None, namespace_controller: bool = True) -> None:
     """Controllers, simulated nodes and the scheduler on ``client``, sharing one informer factory;
     with ``metrics_listen``, their metrics server (scheduler metrics, work queues, /configz)."""
     from kubeplane.cluster import start_components
 
     await start_components(comps, client, node_args, sched_kwargs, metrics_listen=metrics_listen,
-                           scheduler_config=sched_cfg)
+                           scheduler_config=sched_cfg, namespace_controller=namespace_controller)
 
 
 async def _start_split(comps, registry, data_dir: str, node_args: tuple, scheduler_config: str | None,
@@ -470,7 +476,8 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
             say(f"error unknown command {' '.join(words)!r}")
 
         try:
-            await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg)
+            await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg,
+                                    namespace_controller=False)  # the API server's process runs it
             say("ready")
             commands = asyncio.ensure_future(read_commands(command))
             stopped = asyncio.ensure_future(stop.wait())

@@ -156,6 +156,8 @@ class InProcessClient:
                 return patching.json_patch(current, p) if patch_type == "json" else patching.merge_patch(current, p)
 
             return self._copy(await self.registry.update_scale(res, name, namespace or "", scale_of, dry_run=dry_run))
+        if subresource == "finalize":
+            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
         obj, _created = await self.registry.patch(
             res, name, self._copy(patch), namespace, patch_type=patch_type, subresource=subresource, dry_run=dry_run,
             field_manager=field_manager or self.field_manager, force=force,

@@ -35,6 +35,11 @@ _QUEUES: "weakref.WeakSet[WorkQueue]" = weakref.WeakSet()
 DURATION_BUCKETS = tuple(10e-9 * 10**i for i in range(10))
 
 
+class RetryLater(Exception):
+    """A sync that cannot finish yet (e.g. a namespace whose content remains):
+    retried with the queue's backoff and logged at debug level only."""
+
+
 class WorkQueue:
     """Deduplicating, rate-limited async queue of string keys."""
 
@@ -325,6 +330,9 @@ class Controller:
             except asyncio.CancelledError:
                 queue.done(key)
                 raise
+            except RetryLater as err:
+                log.debug("%s: %s, requeueing", queue.name, err)
+                queue.add_rate_limited(key)
             except StatusError as err:
                 if err.code == 409:
                     log.debug("%s: conflict syncing %s, requeueing", queue.name, key)

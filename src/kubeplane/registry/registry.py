@@ -24,7 +24,6 @@ from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
 from kubeplane.api.selectors import parse_field_selector, parse_label_selector
 from kubeplane.api.validation import validate_object
 from kubeplane.registry.admission import CREATE, DELETE, AdmissionChain, default_chain
-from kubeplane.registry.namespaces import NamespaceFinalizer
 from kubeplane.registry.retries import RETRY_SECONDS, Retries
 from kubeplane.registry.strategies import Strategy, strategy_for
 from kubeplane.registry.subresources import SubresourcesMixin
@@ -58,6 +57,14 @@ def _finalizer_names(md: dict[str, Any]) -> set[str]:
     return {"" if f is None else f for f in finalizers if f is None or isinstance(f, str)}
 
 
+def _spec_finalizers(ns: Obj) -> list:
+    """A namespace's spec.finalizers: it is deleted once they and its
+    metadata.finalizers are gone (upstream's ShouldDeleteNamespaceDuringUpdate)."""
+    spec = ns.get("spec")
+    finalizers = spec.get("finalizers") if isinstance(spec, dict) else None
+    return finalizers if isinstance(finalizers, list) else []
+
+
 def _status_success(res: ResourceInfo, name: str, uid: str | None) -> Obj:
     details: Obj = {"name": name, "group": res.group, "kind": res.plural}
     if not res.group:
@@ -89,13 +96,15 @@ def _decode_continue(token: str) -> tuple[int, str]:
     return rv, start
 
 
-class Registry(WatchMixin, SubresourcesMixin, NamespaceFinalizer):
+class Registry(WatchMixin, SubresourcesMixin):
     """REST verbs for every catalogued resource on top of one :class:`Store`.
 
     The verbs are here; watch (registry/watch.py), the subresources binding
-    and scale (registry/subresources.py), the namespace finalizer
-    (registry/namespaces.py) and admission (registry/admission.py) have
-    modules of their own, and this class is their one facade."""
+    and scale (registry/subresources.py) and admission (registry/admission.py)
+    have modules of their own, and this class is their one facade. A
+    namespace's spec.finalizers change through ``subresource="finalize"``
+    only; the namespace controller (controllers/namespace.py) empties
+    terminating namespaces and finalizes them."""
 
     def __init__(
         self,
@@ -114,12 +123,9 @@ class Registry(WatchMixin, SubresourcesMixin, NamespaceFinalizer):
         self.clock = clock
         self._strategies: dict[tuple[str, str], Strategy] = {}
         self._validator = validator if validator is not None else _default_validator()
-        self._background: set[asyncio.Task] = set()
         #: writers of one key take turns (see _update_loop)
         self._turns = KeyedTurns()
         self._retry_seconds = retry_seconds
-        #: namespaces whose contents this process is deleting
-        self._finalizing: set[str] = set()
 
     # -- helpers -----------------------------------------------------------
 
@@ -365,6 +371,8 @@ class Registry(WatchMixin, SubresourcesMixin, NamespaceFinalizer):
             raise errors.bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request"
             )
+        if subresource == "finalize" and res.key != NAMESPACES.key:
+            raise errors.not_found(res.plural, name, res.group)
         key = self._key(res, name, namespace)
         want_rv = md_in.get("resourceVersion") or ""
 
@@ -459,7 +467,7 @@ class Registry(WatchMixin, SubresourcesMixin, NamespaceFinalizer):
                 return current  # no-op writes do not bump the revision (as upstream)
             finalizers_gone = bool(
                 (new.get("metadata") or {}).get("deletionTimestamp") and not new["metadata"].get("finalizers")
-            )
+            ) and not (res.key == NAMESPACES.key and _spec_finalizers(new))
             if dry_run:
                 return new
             try:
@@ -516,6 +524,9 @@ class Registry(WatchMixin, SubresourcesMixin, NamespaceFinalizer):
             new["metadata"] = md_keep
             md = new["metadata"]
             md.pop("resourceVersion", None)
+        elif subresource == "finalize":
+            strategy.default(new)
+            strategy.prepare_for_finalize_update(new, current)
         else:
             strategy.default(new)
             strategy.prepare_for_update(new, current)
@@ -691,7 +702,6 @@ class Registry(WatchMixin, SubresourcesMixin, NamespaceFinalizer):
         dry_run: bool,
     ) -> tuple[Obj, bool]:
         retries = Retries(self._retry_seconds)
-        is_ns = res.key == NAMESPACES.key
         kv = await self.store.get(key)
         while True:
             if kv is None:
@@ -710,18 +720,12 @@ class Registry(WatchMixin, SubresourcesMixin, NamespaceFinalizer):
                         f"ResourceVersion in object meta: {kv.mod_revision}"))
             new = self._graceful(res, current, grace_period_seconds, propagation_policy)
             if new is current:
-                # Already terminating: nothing changes. A namespace whose
-                # finalization is not running here (the server restarted) resumes it.
-                if is_ns and not dry_run:
-                    self._start_finalizing(name)
-                return current, False
+                return current, False  # already terminating: nothing changes
             try:
                 if new is not None:
                     if dry_run:
                         return new, False
                     kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
-                    if is_ns:
-                        self._start_finalizing(name)
                     return kv2.value, False
                 if dry_run:
                     return _status_success(res, name, md.get("uid")), True
@@ -766,7 +770,8 @@ class Registry(WatchMixin, SubresourcesMixin, NamespaceFinalizer):
                 new["metadata"]["deletionGracePeriodSeconds"] = pod_grace
                 new["metadata"].pop("resourceVersion", None)
                 return new
-            if not finalizers and pod_grace is None and not is_ns:
+            # A terminating namespace goes once finalized (upstream's namespace REST).
+            if not finalizers and pod_grace is None and not (is_ns and _spec_finalizers(current)):
                 return None
             if not is_ns or (current.get("status") or {}).get("phase") == "Terminating":
                 return current
@@ -789,16 +794,9 @@ class Registry(WatchMixin, SubresourcesMixin, NamespaceFinalizer):
     def _after_delete(self, res: ResourceInfo, obj: Obj) -> None:
         """Hook for cascading effects of a delete."""
 
-    def _spawn(self, coro) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
     async def close(self) -> None:
-        for t in list(self._background):
-            t.cancel()
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        """Nothing of the registry runs in the background: kept for its callers."""
+        await asyncio.sleep(0)
 
 
 _PATCH_TYPES = {

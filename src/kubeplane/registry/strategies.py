@@ -324,6 +324,10 @@ class PodStrategy(Strategy):
         super().prepare_for_status_update(new, old)
 
 
+#: the finalizer of the namespace controller in a namespace's spec.finalizers
+NAMESPACE_FINALIZER = "kubernetes"
+
+
 class NamespaceStrategy(Strategy):
     tracks_generation = False
 
@@ -336,12 +340,43 @@ class NamespaceStrategy(Strategy):
                 labels = md["labels"] = {}
             if isinstance(labels, dict):
                 labels["kubernetes.io/metadata.name"] = name
-        spec = obj.setdefault("spec", {})
+        obj.setdefault("spec", {})
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        super().prepare_for_create(obj)
+        # On create the namespace controller's finalizer is required (as
+        # upstream's strategy): it may be removed later, through finalize only.
+        spec = obj.get("spec")
+        if spec is None:
+            spec = obj["spec"] = {}
         if isinstance(spec, dict):
-            spec.setdefault("finalizers", ["kubernetes"])
+            finalizers = spec.get("finalizers")
+            if finalizers is None:
+                spec["finalizers"] = [NAMESPACE_FINALIZER]
+            elif isinstance(finalizers, list) and NAMESPACE_FINALIZER not in finalizers:
+                spec["finalizers"] = [*finalizers, NAMESPACE_FINALIZER]
 
     def initial_status(self, obj: Obj) -> Obj:
         return {"phase": "Active"}
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        """spec.finalizers is written through the finalize subresource only."""
+        super().prepare_for_update(new, old)
+        old_spec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
+        spec = new.get("spec")
+        if not isinstance(spec, dict):
+            spec = new["spec"] = {}
+        if "finalizers" in old_spec:
+            spec["finalizers"] = old_spec["finalizers"]
+        else:
+            spec.pop("finalizers", None)
+
+    def prepare_for_finalize_update(self, new: Obj, old: Obj) -> None:
+        """``namespaces/finalize``: everything but the status comes from the request."""
+        if "status" in old:
+            new["status"] = old["status"]
+        else:
+            new.pop("status", None)
 
 
 _NODE_INFO_KEYS = ("architecture", "bootID", "containerRuntimeVersion", "kernelVersion", "kubeProxyVersion",

@@ -226,6 +226,7 @@ class Cluster:
     async def _astart(self) -> None:
         from kubeplane.apiserver.app import APIServer, APIServerConfig
         from kubeplane.client.inprocess import InProcessClient
+        from kubeplane.cluster import namespace_controller
 
         self._tmpdir = tempfile.mkdtemp(prefix="kubeplane-testing-")
         if self.storage == "sqlite":
@@ -233,7 +234,9 @@ class Cluster:
         kubeconfig = os.path.join(self._tmpdir, "kubeconfig")
         self._server = APIServer(APIServerConfig(
             data_dir=self.data_dir or os.path.join(self._tmpdir, "data"), listen="127.0.0.1:0",
-            storage=self.storage, kubeconfig=kubeconfig))
+            storage=self.storage, kubeconfig=kubeconfig),
+            # namespaces finish deleting without the controllers too; with them it is one of them
+            in_process=[] if self.controllers else [namespace_controller])
         try:
             async with asyncio.timeout(self.start_timeout):
                 await self._server.start()

@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestServer
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import APIServer, APIServerConfig, ensure_default_namespaces
 from kubeplane.apiserver.server import build_app
+from kubeplane.cluster import namespace_controller
 from kubeplane.registry.registry import Registry
 from kubeplane.storage import open_store
 from kubeplane.storage.interface import StorageError
@@ -31,11 +32,14 @@ async def api(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[a
     store = await open_store(request.param, str(tmp_path))
     registry = Registry(store, CATALOGUE)
     await ensure_default_namespaces(registry)
+    ns_controller = namespace_controller(registry)
+    await ns_controller.start()
     server = TestServer(build_app(registry, CATALOGUE), host="127.0.0.1")
     await server.start_server()
     async with aiohttp.ClientSession(str(server.make_url(""))) as session:
         yield session
     await server.close()
+    await ns_controller.stop()
     await registry.close()
     await store.close()
 
@@ -141,7 +145,7 @@ async def test_concurrent_deletions_of_a_namespace_never_fail(api: aiohttp.Clien
 
 async def _server(tmp_path: Path, interval: float) -> APIServer:
     server = APIServer(APIServerConfig(data_dir=str(tmp_path), listen="127.0.0.1:0", storage="memory",
-                                       system_namespaces_interval=interval))
+                                       system_namespaces_interval=interval), in_process=[namespace_controller])
     await server.start()
     return server
 
@@ -233,7 +237,7 @@ async def test_concurrent_bindings_over_http_store_what_they_answer(api: aiohttp
 
 async def test_a_namespace_left_terminating_by_a_restart_is_finished(tmp_path: Path) -> None:
     config = APIServerConfig(data_dir=str(tmp_path), listen="127.0.0.1:0", storage="sqlite")
-    server = APIServer(config)
+    server = APIServer(config, in_process=[namespace_controller])
     await server.start()
     try:
         key = NAMESPACES.storage_key("left")
@@ -246,7 +250,7 @@ async def test_a_namespace_left_terminating_by_a_restart_is_finished(tmp_path: P
         await server.store.update(key, ns)
     finally:
         await server.stop()
-    server = APIServer(config)
+    server = APIServer(config, in_process=[namespace_controller])
     await server.start()
     try:
         for _ in range(500):

@@ -1,5 +1,5 @@
-"""The API server's namespace finalizer waits for lingering content by
-watching the store, and finishes as soon as the last object goes."""
+"""The namespace controller the API server runs waits for lingering content
+without listing it in a loop, and finishes soon after the last object goes."""
 
 import asyncio
 
@@ -8,6 +8,7 @@ import pytest
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
+from kubeplane.cluster import namespace_controller
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
 
@@ -28,7 +29,10 @@ async def env():
     store = CountingStore()
     registry = Registry(store, CATALOGUE)
     await ensure_default_namespaces(registry)
+    ns_controller = namespace_controller(registry)
+    await ns_controller.start()
     yield store, registry
+    await ns_controller.stop()
     await registry.close()
     await store.close()
 
@@ -66,4 +70,4 @@ async def test_lingering_content_is_awaited_by_watch_then_the_namespace_goes(env
             return err.code == 404
         return False
 
-    await _until(ns_gone, timeout=5.0)  # well before the recheck interval: the watch woke it
+    await _until(ns_gone, timeout=5.0)  # the first retries come within seconds

@@ -19,6 +19,7 @@ import pytest
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
+from kubeplane.cluster import namespace_controller
 from kubeplane.registry.registry import Registry
 from kubeplane.storage import open_store
 from kubeplane.storage.interface import KeyValue, RevisionConflictError, Store
@@ -40,7 +41,10 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 async def registries(store: Store) -> AsyncIterator[list[Registry]]:
     regs = [Registry(store, CATALOGUE) for _ in range(3)]
     await ensure_default_namespaces(regs[0])
+    ns_controller = namespace_controller(regs[0])  # as the first API server's process runs it
+    await ns_controller.start()
     yield regs
+    await ns_controller.stop()
     for r in regs:
         await r.close()
 
