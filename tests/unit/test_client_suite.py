@@ -255,6 +255,23 @@ async def test_server_side_apply_creates_then_conflicts(client):
     assert forced["data"] == {"a": "2"}
 
 
+async def test_namespace_finalize_subresource(client):
+    ns = await client.create(NS, {"metadata": {"name": "fin", "finalizers": ["example.com/meta"]}})
+    assert ns["spec"]["finalizers"] == ["kubernetes"]
+    out = await client.update(NS, {**ns, "spec": {"finalizers": ["example.com/own"]}}, subresource="finalize")
+    assert out["spec"]["finalizers"] == ["example.com/own"] and out["kind"] == "Namespace"
+    # the main endpoint leaves them as they are
+    out = await client.update(NS, {**out, "spec": {"finalizers": []}})
+    assert out["spec"]["finalizers"] == ["example.com/own"]
+    await client.delete(NS, "fin")
+    ns = await client.patch(NS, "fin", {"metadata": {"finalizers": None}})
+    assert ns["status"]["phase"] == "Terminating"  # held by its own spec finalizer
+    await client.update(NS, {**ns, "spec": {"finalizers": []}}, subresource="finalize")
+    with pytest.raises(StatusError) as exc:
+        await client.get(NS, "fin")
+    assert exc.value.code == 404
+
+
 async def test_namespace_deletion_removes_contents(client):
     await client.create(NS, {"metadata": {"name": "gone"}})
     await client.create(CMS, {"metadata": {"name": "c"}}, "gone")

@@ -336,6 +336,13 @@ class APIHandler:
             watch_path = True
             parts = parts[1:]
         namespace = None
+        if len(parts) == 3 and parts[0] == "namespaces" and not watch_path:
+            # a namespace's own subresources (namespaces/{name}/status, /finalize),
+            # unless a namespaced resource has that name
+            ns_res = self.catalogue.by_gvr(group, version, "namespaces")
+            inner = self.catalogue.by_gvr(group, version, parts[2])
+            if ns_res is not None and parts[2] in ns_res.subresources and (inner is None or not inner.namespaced):
+                return Target(ns_res, None, parts[1], parts[2], watch_path)
         if len(parts) >= 3 and parts[0] == "namespaces":
             namespace = parts[1]
             parts = parts[2:]
