@@ -219,3 +219,15 @@ def test_orphaning_delete_of_a_whole_workload_never_conflicts(cluster):
                 break
             time.sleep(0.2)
         assert left == [], left
+
+
+def test_a_deleted_namespace_is_emptied_and_goes(cluster):
+    # one namespace controller runs: the controllers' under `up`, the API server's under `up --split`
+    _, kubectl = cluster
+    kubectl("create", "namespace", "doomed")
+    kubectl("-n", "doomed", "create", "configmap", "c", "--from-literal=a=b")
+    kubectl("-n", "doomed", "create", "deployment", "web", "--image=nginx:1.27", "--replicas=2")
+    kubectl("-n", "doomed", "rollout", "status", "deployment/web", "--timeout=60s")
+    kubectl("delete", "namespace", "doomed", "--timeout=60s")  # waits until it is gone
+    out = kubectl("get", "namespace", "doomed", check=False)
+    assert out.rc != 0 and "NotFound" in out.err

@@ -129,3 +129,31 @@ async def test_a_namespace_without_its_finalizer_is_not_touched(env) -> None:
     assert ns["spec"]["finalizers"] == ["example.com/own"] and ns["status"]["phase"] == "Terminating"
     await ctrl.sync("other")  # it has nothing to do here
     assert len((await client.list(CMS, "other"))["items"]) == 1
+
+
+async def test_one_namespace_controller_runs_in_a_test_cluster_with_or_without_the_controllers() -> None:
+    from kubeplane.testing import Cluster
+
+    for controllers in (False, True):
+        async with Cluster(controllers=controllers) as c:
+            in_server = [x for x in c._server._started if isinstance(x, NamespaceController)]
+            in_comps = [x for x in (c._comps.items if c._comps else []) if isinstance(x, NamespaceController)]
+            assert len(in_server) + len(in_comps) == 1, controllers
+            assert bool(in_comps) == controllers  # with the controllers it is one of them
+            client = c._client
+            await client.create(NS, {"metadata": {"name": "x"}})
+            await client.create(CMS, {"metadata": {"name": "c"}}, "x")
+            await client.delete(NS, "x")
+            await _until(lambda: _gone(client, "x"))
+
+
+def test_the_controller_set_has_the_namespace_controller_unless_told_otherwise() -> None:
+    from kubeplane.client.informer import SharedInformerFactory
+    from kubeplane.cluster import ControllerOptions, build_controllers
+
+    client = InProcessClient(Registry(MemoryStore(), CATALOGUE))
+    factory = SharedInformerFactory(client)
+    assert sum(isinstance(c, NamespaceController)
+               for c in build_controllers(client, factory, ControllerOptions())) == 1
+    assert not any(isinstance(c, NamespaceController)
+                   for c in build_controllers(client, factory, ControllerOptions(namespace=False)))
