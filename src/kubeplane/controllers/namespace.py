@@ -32,9 +32,10 @@ NAMESPACES = resource("namespaces")
 #: the finalizer this controller owns in a namespace's spec.finalizers
 FINALIZER = "kubernetes"
 #: first retry of a namespace whose content remains, doubling up to the maximum
-#: (upstream retries namespace deletion at least every minute)
+#: (upstream retries at least every minute; kubeplane's API server rechecked
+#: lingering content at least every 30 s, which this keeps)
 RETRY_SECONDS = 1.0
-RETRY_MAX_SECONDS = 60.0
+RETRY_MAX_SECONDS = 30.0
 
 
 class ContentRemaining(RetryLater):
