@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
 
 import pytest
 
@@ -21,27 +20,12 @@ from kubeplane.volume.matching import (
 )
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually
 
 PVS = resource("persistentvolumes")
 PVCS = resource("persistentvolumeclaims")
 SCS = resource("storageclasses")
 EVENTS = resource("events")
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 1.5) -> Any:
-    """Poll ``fn`` until it returns a truthy value."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 def make_pv(name: str, size: str = "1Gi", *, cls: str = "manual", modes=("ReadWriteOnce",), labels=None,

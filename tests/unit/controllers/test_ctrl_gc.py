@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator
 
 import pytest
 
@@ -17,27 +17,13 @@ from kubeplane.controllers.garbagecollector import GarbageCollector
 from kubeplane.controllers.replicaset import ReplicaSetController
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually
 
 PODS = resource("pods")
 RS = resource("replicasets")
 DEPLOY = resource("deployments")
 CMS = resource("configmaps")
 NS = "default"
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 2.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError, KeyError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 class Env:

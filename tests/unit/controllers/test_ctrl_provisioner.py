@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
 
-from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.informer import SharedInformerFactory
@@ -17,6 +16,7 @@ from kubeplane.volume.matching import ANN_PROVISIONED_BY, ANN_SELECTED_NODE, pin
 from kubeplane.controllers.pv.provisioner import capacity_object_name
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually
 
 PVS = resource("persistentvolumes")
 PVCS = resource("persistentvolumeclaims")
@@ -24,21 +24,6 @@ SCS = resource("storageclasses")
 NODES = resource("nodes")
 EVENTS = resource("events")
 CAPS = resource("csistoragecapacities")
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 1.5) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 def storage_class(name: str, *, mode: str = "WaitForFirstConsumer", per_node: str | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from typing import Any, Awaitable, Callable
+from typing import Awaitable
 
 import pytest
 
@@ -21,27 +21,12 @@ from kubeplane.controllers.replicaset import (
 )
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually
 
 PODS = resource("pods")
 RS = resource("replicasets")
 EVENTS = resource("events")
 NS = "default"
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 2.0) -> Any:
-    """Poll ``fn`` until it returns a truthy value."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError, KeyError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 def make_rs(name: str, replicas: int, labels: dict[str, str] | None = None, *, min_ready: int = 0) -> dict:

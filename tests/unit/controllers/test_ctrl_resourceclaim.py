@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
 
 import pytest
 
@@ -20,27 +19,13 @@ from kubeplane.controllers.resourceclaim import (
 )
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually
 
 PODS = resource("pods")
 CLAIMS = resource("resourceclaims")
 TEMPLATES = resource("resourceclaimtemplates")
 NS = "default"
 CLAIM_SPEC = {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": "gpu"}}]}}
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 1.5) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError, KeyError, IndexError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 def make_pod(name: str, *, templates: dict[str, str] | None = None, claims: dict[str, str] | None = None,

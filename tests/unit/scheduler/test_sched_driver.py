@@ -17,6 +17,7 @@ from kubeplane.scheduler.scheduler import (
 )
 from kubeplane.scheduler.framework.types import Status
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually as wait_for
 
 PODS = resource("pods")
 NODES = resource("nodes")
@@ -48,17 +49,6 @@ async def cluster():
     yield client
     await registry.close()
     await store.close()
-
-
-async def wait_for(fn, timeout: float = 5.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await fn()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 async def _start(client) -> tuple[Scheduler, asyncio.Task]:

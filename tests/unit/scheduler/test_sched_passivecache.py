@@ -6,7 +6,7 @@ import asyncio
 import copy
 import inspect
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -25,6 +25,7 @@ from kubeplane.scheduler.passivecache import (
     new_pvc_assume_cache,
 )
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually as wait_for
 
 
 class FakeInformer:
@@ -296,14 +297,6 @@ def make_pv(name: str) -> dict:
     return {"metadata": {"name": name}, "spec": {
         "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
         "hostPath": {"path": "/data/pv1"}, "storageClassName": "local"}}
-
-
-async def wait_for(cond: Callable[[], bool], timeout: float = 1.5) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.002)
 
 
 async def test_race_delayed_queue_handler_reads_newest_object() -> None:

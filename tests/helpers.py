@@ -1,0 +1,64 @@
+"""Polling helpers shared by every test (importable through pytest's ``pythonpath``).
+
+``eventually`` (async) and ``eventually_sync`` poll a predicate until it returns
+something truthy and return that value. A lookup error raised by the predicate
+(an assertion, a StatusError such as 404, a missing key or index) means "not
+yet"; when time runs out the last such error is chained to the AssertionError.
+
+One default timeout for all of them: generous, since a loaded machine can be
+slow, and free when the condition holds (polling returns at once). Pass
+``timeout=`` to override it for one call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from typing import Any, Awaitable, Callable
+
+from kubeplane.api.errors import StatusError
+
+#: seconds any polling helper waits unless told otherwise
+DEFAULT_TIMEOUT = 10.0
+#: seconds between two polls
+DEFAULT_INTERVAL = 0.01
+
+NOT_YET: tuple[type[BaseException], ...] = (AssertionError, StatusError, KeyError, IndexError)
+
+
+async def eventually(fn: Callable[[], Awaitable[Any] | Any], *, timeout: float | None = None,
+                     interval: float = DEFAULT_INTERVAL, what: str = "condition") -> Any:
+    """Await ``fn()`` (a coroutine function or a plain callable) until its result is truthy."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (DEFAULT_TIMEOUT if timeout is None else timeout)
+    last: BaseException | None = None
+    while True:
+        try:
+            result = fn()
+            if inspect.isawaitable(result):
+                result = await result
+        except NOT_YET as err:
+            last, result = err, None
+        if result:
+            return result
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not met in time") from last
+        await asyncio.sleep(interval)
+
+
+def eventually_sync(fn: Callable[[], Any], *, timeout: float | None = None,
+                    interval: float = 0.05, what: str = "condition") -> Any:
+    """Call ``fn()`` until its result is truthy (blocking; for tests without an event loop)."""
+    deadline = time.monotonic() + (DEFAULT_TIMEOUT if timeout is None else timeout)
+    last: BaseException | None = None
+    while True:
+        try:
+            result = fn()
+        except NOT_YET as err:
+            last, result = err, None
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met in time") from last
+        time.sleep(interval)
