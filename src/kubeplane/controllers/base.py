@@ -72,6 +72,11 @@ class WorkQueue:
     def shutting_down(self) -> bool:
         return self._shutting_down
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, in processing or waiting for a delayed add."""
+        return not self._queue and not self._processing and not self._timers
+
     def add(self, key: str) -> None:
         if self._shutting_down or key in self._dirty:
             return

@@ -36,6 +36,20 @@ async def test_key_readded_while_processing_waits_for_done() -> None:
     assert len(q) == 1 and await q.get() == "a"
 
 
+async def test_idle_only_when_nothing_is_queued_processing_or_delayed() -> None:
+    q = WorkQueue()
+    assert q.idle
+    q.add("a")
+    assert not q.idle  # queued
+    key = await q.get()
+    assert not q.idle  # in processing
+    q.done(key)
+    assert q.idle
+    q.add_after("b", 60)
+    assert not q.idle  # waiting for a delayed add
+    q.shut_down()
+
+
 async def test_backoff_is_exponential_and_capped_and_forget_resets() -> None:
     q = WorkQueue(base_delay=0.005, max_delay=1000.0)
     delays = [q.when("k") for _ in range(20)]

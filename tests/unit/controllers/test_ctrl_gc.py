@@ -125,8 +125,8 @@ async def test_dependent_with_a_live_owner_survives(env: Env) -> None:
 
 async def test_foreground_deletes_blocking_dependents_first(env: Env) -> None:
     owner = await env.client.create(CMS, cm("owner", finalizers=["example.com/hold"]), NS)
-    await env.client.create(CMS, cm("blocker", owners=[owner_ref(owner, block=True)],
-                                    finalizers=["example.com/hold"]), NS)
+    blocker = await env.client.create(CMS, cm("blocker", owners=[owner_ref(owner, block=True)],
+                                              finalizers=["example.com/hold"]), NS)
     await env.client.create(CMS, cm("plain", owners=[owner_ref(owner)]), NS)
     await env.client.delete(CMS, "owner", NS, propagation_policy="Foreground")
     got = await env.client.get(CMS, "owner", NS)
@@ -138,7 +138,12 @@ async def test_foreground_deletes_blocking_dependents_first(env: Env) -> None:
 
     await eventually(plain_gone_blocker_deleting)
     # The blocker lingers (its own finalizer): the owner keeps foregroundDeletion.
-    await asyncio.sleep(0.1)
+    # Sync point: the collector's graph has seen the blocker deleting and the plain
+    # dependent gone (which re-queues the owner), and its queues have drained.
+    gc = env.gc
+    await eventually(lambda: gc.nodes[blocker["metadata"]["uid"]].deleting
+                     and not any(n.name == "plain" for n in gc.nodes.values())
+                     and gc.attempt_to_delete.idle and gc.attempt_to_orphan.idle)
     owner_now = await env.client.get(CMS, "owner", NS)
     assert "foregroundDeletion" in owner_now["metadata"]["finalizers"]
     await env.client.patch(CMS, "blocker", {"metadata": {"finalizers": None}}, NS)
