@@ -62,3 +62,17 @@ def eventually_sync(fn: Callable[[], Any], *, timeout: float | None = None,
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not met in time") from last
         time.sleep(interval)
+
+
+class ManualClock:
+    """A clock a test moves by hand: ``clock()`` reads it, ``advance(seconds)`` moves it."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
