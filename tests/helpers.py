@@ -64,6 +64,14 @@ def eventually_sync(fn: Callable[[], Any], *, timeout: float | None = None,
         time.sleep(interval)
 
 
+def caught_up(controller: Any, informer: Any, resource_version: str) -> bool:
+    """A positive sync point for "the controller did nothing": ``informer`` has
+    seen ``resource_version`` (or later), delivered every notification to its
+    handlers, and every work queue of ``controller`` is idle."""
+    seen = informer.last_sync_resource_version
+    return bool(seen) and int(seen) >= int(resource_version) and informer.pending == 0 and controller.idle
+
+
 class ManualClock:
     """A clock a test moves by hand: ``clock()`` reads it, ``advance(seconds)`` moves it."""
 

@@ -286,6 +286,11 @@ class Controller:
     def running(self) -> bool:
         return self._running
 
+    @property
+    def idle(self) -> bool:
+        """Every work queue idle (nothing queued, in processing or delayed)."""
+        return all(queue.idle for queue, _ in self._queues.values())
+
     async def start(self, sync_timeout: float | None = 30.0) -> None:
         """Start informers (if not running), wait for their caches, start workers."""
         if self._running:

@@ -50,6 +50,21 @@ async def test_idle_only_when_nothing_is_queued_processing_or_delayed() -> None:
     q.shut_down()
 
 
+async def test_controller_idle_when_every_queue_is() -> None:
+    ctrl = Controller("t", client=None, factory=object())  # type: ignore[arg-type]
+
+    async def sync(key: str) -> None:
+        pass
+
+    a = ctrl.add_queue("a", sync)
+    b = ctrl.add_queue("b", sync)
+    assert ctrl.idle
+    b.add("k")
+    assert not ctrl.idle and a.idle
+    b.done(await b.get())
+    assert ctrl.idle
+
+
 async def test_backoff_is_exponential_and_capped_and_forget_resets() -> None:
     q = WorkQueue(base_delay=0.005, max_delay=1000.0)
     delays = [q.when("k") for _ in range(20)]

@@ -20,7 +20,7 @@ from kubeplane.volume.matching import (
 )
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
-from helpers import eventually
+from helpers import caught_up, eventually
 
 PVS = resource("persistentvolumes")
 PVCS = resource("persistentvolumeclaims")
@@ -179,10 +179,11 @@ async def test_wait_for_first_consumer_waits(env: Env) -> None:
     c = env.client
     await c.create(SCS, make_class("local", mode="WaitForFirstConsumer"))
     await c.create(PVS, make_pv("local-pv", cls="local"))
-    await c.create(PVCS, make_pvc("wffc", cls="local"), "default")
+    created = await c.create(PVCS, make_pvc("wffc", cls="local"), "default")
     ev = await eventually(lambda: env.events("WaitForFirstConsumer"))
     assert ev[0]["message"] == "waiting for first consumer to be created before binding"
-    await asyncio.sleep(0.05)
+    ctrl = env.ctrl  # type: ignore[attr-defined]
+    await eventually(lambda: caught_up(ctrl, ctrl.pvc_informer, created["metadata"]["resourceVersion"]))
     claim = await env.pvc("wffc")
     assert claim["status"]["phase"] == "Pending" and not claim["spec"].get("volumeName")
     assert (await env.pv("local-pv"))["spec"].get("claimRef") is None

@@ -17,7 +17,7 @@ from kubeplane.controllers.garbagecollector import GarbageCollector
 from kubeplane.controllers.replicaset import ReplicaSetController
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
-from helpers import eventually
+from helpers import caught_up, eventually
 
 PODS = resource("pods")
 RS = resource("replicasets")
@@ -179,7 +179,11 @@ async def test_orphan_strips_owner_references(env: Env) -> None:
     await eventually(lambda: env.gone(CMS, "owner"))
     dep = await env.client.get(CMS, "dep", NS)
     assert not dep["metadata"].get("ownerReferences")
-    await asyncio.sleep(0.1)
+    # Sync point: the collector has seen the owner's deletion and the stripped
+    # dependent, and has nothing left to do.
+    gc = env.gc
+    await eventually(lambda: caught_up(gc, gc.factory.informer_for(CMS), dep["metadata"]["resourceVersion"])
+                     and owner["metadata"]["uid"] not in gc.nodes)
     assert not await env.gone(CMS, "dep")
 
 

@@ -16,7 +16,7 @@ from kubeplane.volume.matching import ANN_PROVISIONED_BY, ANN_SELECTED_NODE, pin
 from kubeplane.controllers.pv.provisioner import capacity_object_name
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
-from helpers import eventually
+from helpers import caught_up, eventually
 
 PVS = resource("persistentvolumes")
 PVCS = resource("persistentvolumeclaims")
@@ -97,7 +97,8 @@ async def test_wffc_provisions_on_selected_node_and_deletes_on_release(env: Env)
     await c.create(SCS, storage_class("local"))
     created = await c.create(PVCS, claim("data", "local"), "default")
     await eventually(lambda: env.events("WaitForFirstConsumer", "data"))
-    await asyncio.sleep(0.03)
+    # Sync point: the provisioner has seen the claim and has nothing left to do.
+    await eventually(lambda: caught_up(env.prov, env.prov.pvc_informer, created["metadata"]["resourceVersion"]))
     assert (await c.list(PVS))["items"] == []
     # The scheduler selects a node.
     pvc = await env.pvc("data")

@@ -19,7 +19,7 @@ from kubeplane.controllers.resourceclaim import (
 )
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
-from helpers import eventually
+from helpers import caught_up, eventually
 
 PODS = resource("pods")
 CLAIMS = resource("resourceclaims")
@@ -108,15 +108,16 @@ async def test_creates_claim_from_template_and_records_status(env) -> None:
     # Further pod updates do not create more claims.
     p = await client.get(PODS, "p1", NS)
     p["metadata"]["labels"] = {"x": "y"}
-    await client.update(PODS, p)
-    await asyncio.sleep(0.05)
+    updated = await client.update(PODS, p)
+    await eventually(lambda: caught_up(ctrl, ctrl.pod_informer, updated["metadata"]["resourceVersion"]))
     assert len((await client.list(CLAIMS, NS))["items"]) == 1
 
 
 async def test_missing_template_is_retried(env) -> None:
     client, ctrl = env
     await client.create(PODS, make_pod("p1", templates={"gpu": "later"}), NS)
-    await asyncio.sleep(0.05)
+    # Sync point: the controller has tried the pod and failed (a retry is scheduled).
+    await eventually(lambda: ctrl.pods.num_requeues(f"{NS}/p1") >= 1)
     assert (await client.list(CLAIMS, NS))["items"] == []
     await client.create(TEMPLATES, template("later"), NS)
 
