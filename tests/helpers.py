@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
 import time
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from kubeplane.api.errors import StatusError
@@ -84,3 +86,15 @@ class ManualClock:
     def advance(self, seconds: float) -> float:
         self.now += seconds
         return self.now
+
+
+def make_cert(directory: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key (PEM files)."""
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    return cert, key

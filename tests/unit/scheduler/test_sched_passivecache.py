@@ -12,7 +12,7 @@ import pytest
 
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
-from kubeplane.client.informer import DeletedFinalStateUnknown, Indexer, SharedInformer
+from kubeplane.client.informer import DeletedFinalStateUnknown, SharedInformer
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.registry.registry import Registry
 from kubeplane.scheduler import passivecache
@@ -25,34 +25,8 @@ from kubeplane.scheduler.passivecache import (
     new_pvc_assume_cache,
 )
 from kubeplane.storage.memory import MemoryStore
+from fake_client import FakeInformer
 from helpers import eventually as wait_for
-
-
-class FakeInformer:
-    """An indexer plus handlers; mutations update the indexer, then (optionally) notify."""
-
-    def __init__(self) -> None:
-        self.indexer = Indexer()
-        self.handlers: list[tuple[Any, Any, Any]] = []
-
-    def add_event_handler(self, on_add=None, on_update=None, on_delete=None):
-        self.handlers.append((on_add, on_update, on_delete))
-        return len(self.handlers) - 1
-
-    def add(self, obj: dict, notify: bool = True) -> None:
-        old = self.indexer.add(obj)
-        if notify:
-            for on_add, on_update, _ in self.handlers:
-                if old is None:
-                    on_add(obj)
-                else:
-                    on_update(old, obj)
-
-    def delete(self, obj: dict, notify: bool = True) -> None:
-        self.indexer.delete(obj)
-        if notify:
-            for _, _, on_delete in self.handlers:
-                on_delete(obj)
 
 
 def obj(name: str, rv: str, ns: str = "ns", **annotations: str) -> dict:
