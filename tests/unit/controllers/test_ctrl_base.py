@@ -7,12 +7,9 @@ import asyncio
 import pytest
 
 from kubeplane.api.errors import conflict
-from kubeplane.api.resources import CATALOGUE, resource
-from kubeplane.apiserver.app import ensure_default_namespaces
+from kubeplane.api.resources import resource
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.controllers.base import Controller, EventRecorder, WorkQueue
-from kubeplane.registry.registry import Registry
-from kubeplane.storage.memory import MemoryStore
 
 CMS = resource("configmaps")
 EVENTS = resource("events")
@@ -137,15 +134,8 @@ async def test_a_worker_cancelled_after_its_wake_passes_the_key_on() -> None:
 
 
 @pytest.fixture
-async def client():
-    store = MemoryStore(history=100)
-    registry = Registry(store, CATALOGUE)
-    await ensure_default_namespaces(registry)
-    c = InProcessClient(registry)
-    yield c
-    await c.close()
-    await registry.close()
-    await store.close()
+def client(inprocess_client: InProcessClient) -> InProcessClient:
+    return inprocess_client
 
 
 class Counting(Controller):

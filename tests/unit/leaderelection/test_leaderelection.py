@@ -8,12 +8,8 @@ from typing import Any
 
 import pytest
 
-from kubeplane.api.resources import CATALOGUE
-from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.leaderelection import LEASES, LeaderElector, format_micro_time, parse_micro_time
-from kubeplane.registry.registry import Registry
-from kubeplane.storage.memory import MemoryStore
 from helpers import ManualClock, eventually
 
 NS, NAME = "kube-system", "kube-scheduler"
@@ -21,15 +17,8 @@ FAST = {"lease_duration": 1.0, "renew_deadline": 0.5, "retry_period": 0.1}
 
 
 @pytest.fixture
-async def client():
-    store = MemoryStore(history=50)
-    registry = Registry(store, CATALOGUE)
-    await ensure_default_namespaces(registry)
-    c = InProcessClient(registry)
-    yield c
-    await c.close()
-    await registry.close()
-    await store.close()
+def client(inprocess_client: InProcessClient) -> InProcessClient:
+    return inprocess_client
 
 
 class Candidate:
