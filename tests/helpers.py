@@ -74,6 +74,19 @@ def caught_up(controller: Any, informer: Any, resource_version: str) -> bool:
     return bool(seen) and int(seen) >= int(resource_version) and informer.pending == 0 and controller.idle
 
 
+async def settled(controller: Any, client: Any, *watched: tuple[Any, Any], namespace: str | None = None,
+                  timeout: float | None = None) -> None:
+    """Wait until ``controller`` has caught up (see :func:`caught_up`) with the
+    newest stored object of each watched ``(informer, resource)`` pair."""
+    targets = []
+    for informer, res in watched:
+        items = (await client.list(res, namespace))["items"]
+        newest = max((int(o["metadata"]["resourceVersion"]) for o in items), default=0)
+        targets.append((informer, str(newest)))
+    await eventually(lambda: all(caught_up(controller, inf, rv) for inf, rv in targets), timeout=timeout,
+                     what=f"{type(controller).__name__} settled")
+
+
 class ManualClock:
     """A clock a test moves by hand: ``clock()`` reads it, ``advance(seconds)`` moves it."""
 

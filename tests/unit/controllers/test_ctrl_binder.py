@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 
@@ -20,7 +19,7 @@ from kubeplane.volume.matching import (
 )
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
-from helpers import caught_up, eventually
+from helpers import caught_up, eventually, settled
 
 PVS = resource("persistentvolumes")
 PVCS = resource("persistentvolumeclaims")
@@ -197,7 +196,8 @@ async def test_wait_for_first_consumer_claim_naming_a_pv_binds_when_it_appears(e
     for i in range(20):
         await c.create(PVCS, make_pvc(f"other-{i}", cls="local"), "default")
     await c.create(PVCS, make_pvc("named", cls="local", volume_name="later"), "default")
-    await asyncio.sleep(0.05)
+    ctrl = env.ctrl  # type: ignore[attr-defined]
+    await settled(ctrl, c, (ctrl.pvc_informer, PVCS), namespace="default")
     assert (await env.pvc("named"))["status"]["phase"] == "Pending"
     await c.create(PVS, make_pv("later", cls="local"))
     claim = await eventually(lambda: env.bound("named"))
@@ -265,12 +265,13 @@ async def test_release_retain_and_delete(env: Env) -> None:
         return False
 
     await eventually(gone)
-    await asyncio.sleep(0.05)
+    ctrl = env.ctrl  # type: ignore[attr-defined]
+    await settled(ctrl, c, (ctrl.pv_informer, PVS))
     kept = await env.pv("keep")
     assert kept["status"]["phase"] == "Released" and kept["spec"]["claimRef"]["name"] == "a"
     # A new claim does not get the Released volume.
     await c.create(PVCS, make_pvc("c"), "default")
-    await asyncio.sleep(0.05)
+    await settled(ctrl, c, (ctrl.pvc_informer, PVCS), (ctrl.pv_informer, PVS), namespace="default")
     assert (await env.pvc("c"))["status"]["phase"] == "Pending"
 
 

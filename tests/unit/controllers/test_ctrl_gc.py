@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, AsyncIterator
 
 import pytest
@@ -17,7 +16,7 @@ from kubeplane.controllers.garbagecollector import GarbageCollector
 from kubeplane.controllers.replicaset import ReplicaSetController
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
-from helpers import caught_up, eventually
+from helpers import caught_up, eventually, settled
 
 PODS = resource("pods")
 RS = resource("replicasets")
@@ -198,5 +197,7 @@ async def test_orphan_deployment_delete_keeps_replicaset_and_pods(env: Env) -> N
     await eventually(lambda: env.gone(DEPLOY, "web"))
     (rs,) = (await env.client.list(RS, NS))["items"]
     assert not rs["metadata"].get("ownerReferences")
-    await asyncio.sleep(0.1)
+    gc = env.gc
+    await settled(gc, env.client, (gc.factory.informer_for(RS), RS), (gc.factory.informer_for(PODS), PODS),
+                  namespace=NS)
     assert len(await env.names(PODS)) == 2

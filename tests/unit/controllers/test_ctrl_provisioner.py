@@ -16,7 +16,7 @@ from kubeplane.volume.matching import ANN_PROVISIONED_BY, ANN_SELECTED_NODE, pin
 from kubeplane.controllers.pv.provisioner import capacity_object_name
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
-from helpers import caught_up, eventually
+from helpers import caught_up, eventually, settled
 
 PVS = resource("persistentvolumes")
 PVCS = resource("persistentvolumeclaims")
@@ -165,7 +165,7 @@ async def test_capacity_limit_exhausted_then_freed(env: Env) -> None:
     assert ev[0]["type"] == "Warning"
     assert 'insufficient capacity on node "n1" for storage class "small"' in ev[0]["message"]
     assert "remaining 0 of capacityPerNode 2Gi" in ev[0]["message"]
-    await asyncio.sleep(0.03)
+    await settled(env.prov, c, (env.prov.pvc_informer, PVCS), namespace="default")
     assert (await env.pvc("c"))["status"]["phase"] == "Pending"
     # The claim keeps its node and waits.
     assert (await env.pvc("c"))["metadata"]["annotations"][ANN_SELECTED_NODE] == "n1"

@@ -19,7 +19,7 @@ from kubeplane.controllers.resourceclaim import (
 )
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
-from helpers import caught_up, eventually
+from helpers import caught_up, eventually, settled
 
 PODS = resource("pods")
 CLAIMS = resource("resourceclaims")
@@ -174,7 +174,7 @@ async def test_deleted_pod_releases_direct_claim(env) -> None:
     c = await eventually(released)
     assert "allocation" not in c["status"] and "reservedFor" not in c["status"]
     # Not generated for a pod: the claim itself stays.
-    await asyncio.sleep(0.03)
+    await settled(ctrl, client, (ctrl.claim_informer, CLAIMS), (ctrl.pod_informer, PODS), namespace=NS)
     assert (await client.get(CLAIMS, "shared", NS))["metadata"]["name"] == "shared"
 
 
@@ -198,7 +198,7 @@ async def test_deleted_claim_of_running_pod_is_left_for_the_pod(env) -> None:
     p1 = await client.create(PODS, make_pod("p1", claims={"gpu": "c1"}), NS)
     await allocate_and_reserve(client, "c1", p1)
     await client.delete(CLAIMS, "c1", NS)
-    await asyncio.sleep(0.05)
+    await settled(ctrl, client, (ctrl.claim_informer, CLAIMS), namespace=NS)
     c = await client.get(CLAIMS, "c1", NS)
     assert c["metadata"]["deletionTimestamp"] and c["status"]["allocation"]
     await client.delete(PODS, "p1", NS, grace_period_seconds=0)
