@@ -259,9 +259,11 @@ async def test_ordered_delivery_per_handler_and_slow_handler_does_not_block(fake
         assert fast_seen == names
         assert slow_seen == []  # still blocked, and it blocked nobody
         assert len(inf.indexer) == 20
+        assert inf.pending == 19  # the slow handler holds p00; the rest wait for it
         release.set()
         await until(lambda: len(slow_seen) == 20)
         assert slow_seen == names
+        assert inf.pending == 0
     finally:
         await inf.stop()
 
