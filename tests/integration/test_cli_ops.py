@@ -11,12 +11,12 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
 
 from conftest import start_server
+from helpers import eventually_sync as wait_for
 
 CLI = [sys.executable, "-m", "kubeplane.cli.main"]
 KLOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} +(\d+) [\w.]+:\d+\] ")
@@ -24,14 +24,6 @@ KLOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} +(\d+) [\w.]+:\d+\] ")
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def wait_for(pred, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def free_port() -> int:
@@ -144,7 +136,7 @@ def test_component_waits_for_an_unreachable_api_server(tmp_path, command, ready)
                                 stderr=subprocess.STDOUT)
     server = None
     try:
-        wait_for(lambda: log_path.read_text().count("cannot reach the API server") >= 2, 30, "two logged retries")
+        wait_for(lambda: log_path.read_text().count("cannot reach the API server") >= 2, timeout=30, what="two logged retries")
         assert proc.poll() is None  # still trying, not exited
         lines = [l for l in log_path.read_text().splitlines() if "cannot reach the API server" in l]
         assert all(KLOG.match(l) and l.startswith("E") for l in lines), lines
@@ -153,7 +145,7 @@ def test_component_waits_for_an_unreachable_api_server(tmp_path, command, ready)
         server = subprocess.Popen([*CLI, "apiserver", "--storage", "memory", "--listen", f"127.0.0.1:{port}",
                                    "--data-dir", str(tmp_path / "d")], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
-        wait_for(lambda: ready in log_path.read_text(), 60, f"{command} to start once the API server is up")
+        wait_for(lambda: ready in log_path.read_text(), timeout=60, what=f"{command} to start once the API server is up")
         assert proc.poll() is None
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -197,7 +189,7 @@ def test_a_killed_servers_lock_and_kubeconfig_do_not_linger(tmp_path):
                 return False
             return bool(doc) and doc["clusters"][0]["cluster"]["server"] != stale_url
 
-        wait_for(fresh, 30, "the second server's kubeconfig")
+        wait_for(fresh, timeout=30, what="the second server's kubeconfig")
         assert second.poll() is None
         assert "removed the stale kubeconfig" in log_path.read_text()
     finally:

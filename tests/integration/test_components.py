@@ -8,26 +8,16 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import Kubectl, start_server
+from helpers import eventually_sync
 
 
 def _spawn(args: list[str], log) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "kubeplane.cli.main", *args], stdout=log,
                             stderr=subprocess.STDOUT)
-
-
-def _wait(fn, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +45,7 @@ def test_split_processes_with_leader_election_failover(apiserver):
         "sched-a": _spawn(["scheduler", *kc, "--leader-elect", "--metrics-listen", ""], log),
     }
     try:
-        holder_a = _wait(lambda: _lease_holder(kubectl), what="first leader")
+        holder_a = eventually_sync(lambda: _lease_holder(kubectl), timeout=30, interval=0.2, what="first leader")
         procs["sched-b"] = _spawn(["scheduler", *kc, "--leader-elect", "--metrics-listen", ""], log)
         kubectl("create", "deployment", "web", "--image=nginx", "--replicas=3")
 
@@ -63,12 +53,13 @@ def test_split_processes_with_leader_election_failover(apiserver):
             out = kubectl("get", "deploy", "web", "-o", "json").out
             return json.loads(out).get("status", {}).get("readyReplicas") == 3
 
-        _wait(ready, 40, "3 ready replicas")
+        eventually_sync(ready, timeout=40, interval=0.2, what="3 ready replicas")
         # Kill the leader: the other replica takes over within the lease duration (15 s).
         leader = procs["sched-a"]
         leader.send_signal(signal.SIGKILL)
         leader.wait(10)
-        holder_b = _wait(lambda: (h := _lease_holder(kubectl)) and h != holder_a and h, 40, "second leader")
+        holder_b = eventually_sync(lambda: (h := _lease_holder(kubectl)) and h != holder_a and h, timeout=40, interval=0.2,
+                                   what="second leader")
         assert holder_b != holder_a
         kubectl("run", "after-failover", "--image=nginx")
 
@@ -76,7 +67,7 @@ def test_split_processes_with_leader_election_failover(apiserver):
             r = kubectl("get", "pod", "after-failover", "-o", "jsonpath={.spec.nodeName}", check=False)
             return r.out.strip()
 
-        assert _wait(bound, 40, "pod scheduled by the new leader").startswith("node-")
+        assert eventually_sync(bound, timeout=40, interval=0.2, what="pod scheduled by the new leader").startswith("node-")
     finally:
         for p in procs.values():
             if p.poll() is None:

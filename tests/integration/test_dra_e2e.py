@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import time
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -23,6 +22,7 @@ from kubeplane.storage.interface import Event
 from kubeplane.storage.memory import MemoryStore
 
 from conftest import Kubectl, start_server
+from helpers import eventually_sync as wait_for
 
 GPU = "gpu.kubeplane.io"
 NS = "default"
@@ -38,17 +38,6 @@ def up(tmp_path_factory):
         yield Kubectl(srv.kubeconfig, tmp / "home")
     finally:
         srv.stop()
-
-
-def wait_for(fn: Callable[[], Any], timeout: float = 8.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = fn()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met in time")
-        time.sleep(0.05)
 
 
 def get_json(kubectl: Kubectl, *args: str) -> dict:

@@ -11,6 +11,8 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from conftest import start_server
+
 
 @pytest.fixture(scope="module")
 def api(server):
@@ -102,8 +104,6 @@ def test_watch_from_resource_version_and_bookmarks(api, ns):
 
 
 def test_watch_expired_resource_version_is_410(tmp_path):
-    from conftest import start_server
-
     srv = start_server(tmp_path, extra=["--history-revisions", "10"])
     try:
         cfg = client.Configuration()

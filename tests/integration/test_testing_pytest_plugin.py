@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import KUBECTL
+
 REPO = Path(__file__).resolve().parents[2]
 
 FIXTURE_TESTS = '''
@@ -113,8 +115,6 @@ def run_pytest(tmp: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_fixture_only_module_runs_through_the_entry_point(tmp_path):
-    from conftest import KUBECTL
-
     (tmp_path / "manifests").mkdir()
     (tmp_path / "manifests" / "cm.yaml").write_text(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-ini, namespace: default}\ndata: {a: b}\n")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -24,6 +23,7 @@ from kubeplane.storage.interface import Event
 from kubeplane.storage.memory import MemoryStore
 
 from conftest import Kubectl, start_server
+from helpers import eventually, eventually_sync as _wait
 
 PODS = resource("pods")
 NODES = resource("nodes")
@@ -31,21 +31,6 @@ PVS = resource("persistentvolumes")
 PVCS = resource("persistentvolumeclaims")
 SCS = resource("storageclasses")
 NS = "default"
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 5.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError, KeyError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 def node(name: str) -> dict:
@@ -465,17 +450,6 @@ def up_cluster(tmp_path_factory):
         yield srv, Kubectl(srv.kubeconfig, tmp / "home")
     finally:
         srv.stop()
-
-
-def _wait(fn: Callable[[], Any], timeout: float = 8.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = fn()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
 
 
 def test_kubectl_wait_for_first_consumer(up_cluster) -> None:

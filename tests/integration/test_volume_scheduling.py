@@ -8,7 +8,6 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.informer import SharedInformerFactory
@@ -18,6 +17,7 @@ from kubeplane.volume.matching import ANN_SELECTED_NODE, hostname_affinity, pinn
 from kubeplane.registry.registry import Registry
 from kubeplane.scheduler.scheduler import Scheduler
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually
 
 PODS = resource("pods")
 NODES = resource("nodes")
@@ -25,21 +25,6 @@ PVS = resource("persistentvolumes")
 PVCS = resource("persistentvolumeclaims")
 SCS = resource("storageclasses")
 CAPS = resource("csistoragecapacities")
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 6.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 def node(name: str) -> dict:

@@ -544,6 +544,11 @@ class SharedInformer:
     def last_sync_resource_version(self) -> str:
         return self._reflector.last_sync_resource_version
 
+    @property
+    def pending(self) -> int:
+        """Notifications queued for this informer's handlers and not yet delivered."""
+        return sum(reg.pending for reg in self._handlers)
+
     def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
         self._indexer.add_indexers(indexers)
 

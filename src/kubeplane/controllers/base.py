@@ -77,6 +77,11 @@ class WorkQueue:
     def shutting_down(self) -> bool:
         return self._shutting_down
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, in processing or waiting for a delayed add."""
+        return not self._queue and not self._processing and not self._timers
+
     def add(self, key: str) -> None:
         if self._shutting_down or key in self._dirty:
             return
@@ -285,6 +290,11 @@ class Controller:
     @property
     def running(self) -> bool:
         return self._running
+
+    @property
+    def idle(self) -> bool:
+        """Every work queue idle (nothing queued, in processing or delayed)."""
+        return all(queue.idle for queue, _ in self._queues.values())
 
     async def start(self, sync_timeout: float | None = 30.0) -> None:
         """Start informers (if not running), wait for their caches, start workers."""

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from kubeplane.apiserver.eventttl import EventExpiry
 from kubeplane.storage import open_store
+from helpers import eventually as until
 
 EVENTS = "/registry/core/events/default/"
 
@@ -25,14 +26,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    async def wait() -> None:
-        while not cond():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(wait(), timeout)
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])

@@ -7,12 +7,9 @@ import asyncio
 import pytest
 
 from kubeplane.api.errors import conflict
-from kubeplane.api.resources import CATALOGUE, resource
-from kubeplane.apiserver.app import ensure_default_namespaces
+from kubeplane.api.resources import resource
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.controllers.base import Controller, EventRecorder, WorkQueue
-from kubeplane.registry.registry import Registry
-from kubeplane.storage.memory import MemoryStore
 
 CMS = resource("configmaps")
 EVENTS = resource("events")
@@ -34,6 +31,35 @@ async def test_key_readded_while_processing_waits_for_done() -> None:
     assert len(q) == 0  # not handed to a second worker
     q.done(key)
     assert len(q) == 1 and await q.get() == "a"
+
+
+async def test_idle_only_when_nothing_is_queued_processing_or_delayed() -> None:
+    q = WorkQueue()
+    assert q.idle
+    q.add("a")
+    assert not q.idle  # queued
+    key = await q.get()
+    assert not q.idle  # in processing
+    q.done(key)
+    assert q.idle
+    q.add_after("b", 60)
+    assert not q.idle  # waiting for a delayed add
+    q.shut_down()
+
+
+async def test_controller_idle_when_every_queue_is() -> None:
+    ctrl = Controller("t", client=None, factory=object())  # type: ignore[arg-type]
+
+    async def sync(key: str) -> None:
+        pass
+
+    a = ctrl.add_queue("a", sync)
+    b = ctrl.add_queue("b", sync)
+    assert ctrl.idle
+    b.add("k")
+    assert not ctrl.idle and a.idle
+    b.done(await b.get())
+    assert ctrl.idle
 
 
 async def test_backoff_is_exponential_and_capped_and_forget_resets() -> None:
@@ -108,15 +134,8 @@ async def test_a_worker_cancelled_after_its_wake_passes_the_key_on() -> None:
 
 
 @pytest.fixture
-async def client():
-    store = MemoryStore(history=100)
-    registry = Registry(store, CATALOGUE)
-    await ensure_default_namespaces(registry)
-    c = InProcessClient(registry)
-    yield c
-    await c.close()
-    await registry.close()
-    await store.close()
+def client(inprocess_client: InProcessClient) -> InProcessClient:
+    return inprocess_client
 
 
 class Counting(Controller):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Awaitable, Callable
 
 import pytest
 
@@ -21,27 +19,12 @@ from kubeplane.volume.matching import (
 )
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import caught_up, eventually, settled
 
 PVS = resource("persistentvolumes")
 PVCS = resource("persistentvolumeclaims")
 SCS = resource("storageclasses")
 EVENTS = resource("events")
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 1.5) -> Any:
-    """Poll ``fn`` until it returns a truthy value."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 def make_pv(name: str, size: str = "1Gi", *, cls: str = "manual", modes=("ReadWriteOnce",), labels=None,
@@ -195,10 +178,11 @@ async def test_wait_for_first_consumer_waits(env: Env) -> None:
     c = env.client
     await c.create(SCS, make_class("local", mode="WaitForFirstConsumer"))
     await c.create(PVS, make_pv("local-pv", cls="local"))
-    await c.create(PVCS, make_pvc("wffc", cls="local"), "default")
+    created = await c.create(PVCS, make_pvc("wffc", cls="local"), "default")
     ev = await eventually(lambda: env.events("WaitForFirstConsumer"))
     assert ev[0]["message"] == "waiting for first consumer to be created before binding"
-    await asyncio.sleep(0.05)
+    ctrl = env.ctrl  # type: ignore[attr-defined]
+    await eventually(lambda: caught_up(ctrl, ctrl.pvc_informer, created["metadata"]["resourceVersion"]))
     claim = await env.pvc("wffc")
     assert claim["status"]["phase"] == "Pending" and not claim["spec"].get("volumeName")
     assert (await env.pv("local-pv"))["spec"].get("claimRef") is None
@@ -212,7 +196,8 @@ async def test_wait_for_first_consumer_claim_naming_a_pv_binds_when_it_appears(e
     for i in range(20):
         await c.create(PVCS, make_pvc(f"other-{i}", cls="local"), "default")
     await c.create(PVCS, make_pvc("named", cls="local", volume_name="later"), "default")
-    await asyncio.sleep(0.05)
+    ctrl = env.ctrl  # type: ignore[attr-defined]
+    await settled(ctrl, c, (ctrl.pvc_informer, PVCS), namespace="default")
     assert (await env.pvc("named"))["status"]["phase"] == "Pending"
     await c.create(PVS, make_pv("later", cls="local"))
     claim = await eventually(lambda: env.bound("named"))
@@ -280,12 +265,13 @@ async def test_release_retain_and_delete(env: Env) -> None:
         return False
 
     await eventually(gone)
-    await asyncio.sleep(0.05)
+    ctrl = env.ctrl  # type: ignore[attr-defined]
+    await settled(ctrl, c, (ctrl.pv_informer, PVS))
     kept = await env.pv("keep")
     assert kept["status"]["phase"] == "Released" and kept["spec"]["claimRef"]["name"] == "a"
     # A new claim does not get the Released volume.
     await c.create(PVCS, make_pvc("c"), "default")
-    await asyncio.sleep(0.05)
+    await settled(ctrl, c, (ctrl.pvc_informer, PVCS), (ctrl.pv_informer, PVS), namespace="default")
     assert (await env.pvc("c"))["status"]["phase"] == "Pending"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import contextlib
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator
 
 import pytest
 
@@ -29,27 +29,13 @@ from kubeplane.controllers.deployment import (
 from kubeplane.controllers.replicaset import ReplicaSetController
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually
 
 PODS = resource("pods")
 RS = resource("replicasets")
 DEPLOY = resource("deployments")
 EVENTS = resource("events")
 NS = "default"
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 2.5) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError, KeyError, IndexError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 def make_deploy(name: str, replicas: int, image: str = "nginx:1", *, strategy: dict | None = None,

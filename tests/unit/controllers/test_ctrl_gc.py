@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator
 
 import pytest
 
@@ -17,27 +16,13 @@ from kubeplane.controllers.garbagecollector import GarbageCollector
 from kubeplane.controllers.replicaset import ReplicaSetController
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import caught_up, eventually, settled
 
 PODS = resource("pods")
 RS = resource("replicasets")
 DEPLOY = resource("deployments")
 CMS = resource("configmaps")
 NS = "default"
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 2.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError, KeyError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 class Env:
@@ -139,8 +124,8 @@ async def test_dependent_with_a_live_owner_survives(env: Env) -> None:
 
 async def test_foreground_deletes_blocking_dependents_first(env: Env) -> None:
     owner = await env.client.create(CMS, cm("owner", finalizers=["example.com/hold"]), NS)
-    await env.client.create(CMS, cm("blocker", owners=[owner_ref(owner, block=True)],
-                                    finalizers=["example.com/hold"]), NS)
+    blocker = await env.client.create(CMS, cm("blocker", owners=[owner_ref(owner, block=True)],
+                                              finalizers=["example.com/hold"]), NS)
     await env.client.create(CMS, cm("plain", owners=[owner_ref(owner)]), NS)
     await env.client.delete(CMS, "owner", NS, propagation_policy="Foreground")
     got = await env.client.get(CMS, "owner", NS)
@@ -152,7 +137,12 @@ async def test_foreground_deletes_blocking_dependents_first(env: Env) -> None:
 
     await eventually(plain_gone_blocker_deleting)
     # The blocker lingers (its own finalizer): the owner keeps foregroundDeletion.
-    await asyncio.sleep(0.1)
+    # Sync point: the collector's graph has seen the blocker deleting and the plain
+    # dependent gone (which re-queues the owner), and its queues have drained.
+    gc = env.gc
+    await eventually(lambda: gc.nodes[blocker["metadata"]["uid"]].deleting
+                     and not any(n.name == "plain" for n in gc.nodes.values())
+                     and gc.attempt_to_delete.idle and gc.attempt_to_orphan.idle)
     owner_now = await env.client.get(CMS, "owner", NS)
     assert "foregroundDeletion" in owner_now["metadata"]["finalizers"]
     await env.client.patch(CMS, "blocker", {"metadata": {"finalizers": None}}, NS)
@@ -188,7 +178,11 @@ async def test_orphan_strips_owner_references(env: Env) -> None:
     await eventually(lambda: env.gone(CMS, "owner"))
     dep = await env.client.get(CMS, "dep", NS)
     assert not dep["metadata"].get("ownerReferences")
-    await asyncio.sleep(0.1)
+    # Sync point: the collector has seen the owner's deletion and the stripped
+    # dependent, and has nothing left to do.
+    gc = env.gc
+    await eventually(lambda: caught_up(gc, gc.factory.informer_for(CMS), dep["metadata"]["resourceVersion"])
+                     and owner["metadata"]["uid"] not in gc.nodes)
     assert not await env.gone(CMS, "dep")
 
 
@@ -203,5 +197,7 @@ async def test_orphan_deployment_delete_keeps_replicaset_and_pods(env: Env) -> N
     await eventually(lambda: env.gone(DEPLOY, "web"))
     (rs,) = (await env.client.list(RS, NS))["items"]
     assert not rs["metadata"].get("ownerReferences")
-    await asyncio.sleep(0.1)
+    gc = env.gc
+    await settled(gc, env.client, (gc.factory.informer_for(RS), RS), (gc.factory.informer_for(PODS), PODS),
+                  namespace=NS)
     assert len(await env.names(PODS)) == 2

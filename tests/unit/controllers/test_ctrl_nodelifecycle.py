@@ -4,7 +4,6 @@ passed."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 
 import pytest
@@ -17,6 +16,7 @@ from kubeplane.client.inprocess import InProcessClient
 from kubeplane.controllers.nodelifecycle import NodeLifecycleController
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually
 
 NODES = resource("nodes")
 
@@ -45,17 +45,6 @@ async def env():
     await client.close()
     await registry.close()
     await store.close()
-
-
-async def eventually(fn, timeout=3.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = await fn()
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 def conds(node):

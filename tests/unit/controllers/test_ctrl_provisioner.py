@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
 
-from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.informer import SharedInformerFactory
@@ -17,6 +16,7 @@ from kubeplane.volume.matching import ANN_PROVISIONED_BY, ANN_SELECTED_NODE, pin
 from kubeplane.controllers.pv.provisioner import capacity_object_name
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import caught_up, eventually, settled
 
 PVS = resource("persistentvolumes")
 PVCS = resource("persistentvolumeclaims")
@@ -24,21 +24,6 @@ SCS = resource("storageclasses")
 NODES = resource("nodes")
 EVENTS = resource("events")
 CAPS = resource("csistoragecapacities")
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 1.5) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 def storage_class(name: str, *, mode: str = "WaitForFirstConsumer", per_node: str | None = None,
@@ -112,7 +97,8 @@ async def test_wffc_provisions_on_selected_node_and_deletes_on_release(env: Env)
     await c.create(SCS, storage_class("local"))
     created = await c.create(PVCS, claim("data", "local"), "default")
     await eventually(lambda: env.events("WaitForFirstConsumer", "data"))
-    await asyncio.sleep(0.03)
+    # Sync point: the provisioner has seen the claim and has nothing left to do.
+    await eventually(lambda: caught_up(env.prov, env.prov.pvc_informer, created["metadata"]["resourceVersion"]))
     assert (await c.list(PVS))["items"] == []
     # The scheduler selects a node.
     pvc = await env.pvc("data")
@@ -179,7 +165,7 @@ async def test_capacity_limit_exhausted_then_freed(env: Env) -> None:
     assert ev[0]["type"] == "Warning"
     assert 'insufficient capacity on node "n1" for storage class "small"' in ev[0]["message"]
     assert "remaining 0 of capacityPerNode 2Gi" in ev[0]["message"]
-    await asyncio.sleep(0.03)
+    await settled(env.prov, c, (env.prov.pvc_informer, PVCS), namespace="default")
     assert (await env.pvc("c"))["status"]["phase"] == "Pending"
     # The claim keeps its node and waits.
     assert (await env.pvc("c"))["metadata"]["annotations"][ANN_SELECTED_NODE] == "n1"

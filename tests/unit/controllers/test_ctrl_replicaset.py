@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from typing import Any, Awaitable, Callable
+from typing import Awaitable
 
 import pytest
 
@@ -21,27 +21,12 @@ from kubeplane.controllers.replicaset import (
 )
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually, settled
 
 PODS = resource("pods")
 RS = resource("replicasets")
 EVENTS = resource("events")
 NS = "default"
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 2.0) -> Any:
-    """Poll ``fn`` until it returns a truthy value."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError, KeyError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 def make_rs(name: str, replicas: int, labels: dict[str, str] | None = None, *, min_ready: int = 0) -> dict:
@@ -126,8 +111,9 @@ async def test_creates_pods_with_owner_reference_and_events(env: Env) -> None:
     assert got["status"]["observedGeneration"] == got["metadata"]["generation"]
     created = await eventually(lambda: _n(env.events("SuccessfulCreate"), 3))
     assert all(e["message"].startswith("Created pod: web-") for e in created)
-    # Steady state: no more pods.
-    await asyncio.sleep(0.1)
+    # Steady state: no more pods once the controller has seen its own writes.
+    ctrl = env.ctrl
+    await settled(ctrl, env.client, (ctrl.pod_informer, PODS), (ctrl.rs_informer, RS), namespace=NS)
     assert len(await env.pods(uid)) == 3
 
 
@@ -205,7 +191,8 @@ async def test_expectations_prevent_over_creation(env: Env) -> None:
         env.ctrl.replicasets.add(f"{NS}/web")
         await asyncio.sleep(0.005)
     await eventually(lambda: _n(env.pods(uid), 5))
-    await asyncio.sleep(0.15)
+    ctrl = env.ctrl
+    await settled(ctrl, env.client, (ctrl.pod_informer, PODS), (ctrl.rs_informer, RS), namespace=NS)
     assert creates == 5
     assert len(await env.pods(uid)) == 5
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
 
 import pytest
 
@@ -20,27 +19,13 @@ from kubeplane.controllers.resourceclaim import (
 )
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import caught_up, eventually, settled
 
 PODS = resource("pods")
 CLAIMS = resource("resourceclaims")
 TEMPLATES = resource("resourceclaimtemplates")
 NS = "default"
 CLAIM_SPEC = {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": "gpu"}}]}}
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 1.5) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = await fn()
-        except (AssertionError, StatusError, KeyError, IndexError):
-            result = None
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 def make_pod(name: str, *, templates: dict[str, str] | None = None, claims: dict[str, str] | None = None,
@@ -123,15 +108,16 @@ async def test_creates_claim_from_template_and_records_status(env) -> None:
     # Further pod updates do not create more claims.
     p = await client.get(PODS, "p1", NS)
     p["metadata"]["labels"] = {"x": "y"}
-    await client.update(PODS, p)
-    await asyncio.sleep(0.05)
+    updated = await client.update(PODS, p)
+    await eventually(lambda: caught_up(ctrl, ctrl.pod_informer, updated["metadata"]["resourceVersion"]))
     assert len((await client.list(CLAIMS, NS))["items"]) == 1
 
 
 async def test_missing_template_is_retried(env) -> None:
     client, ctrl = env
     await client.create(PODS, make_pod("p1", templates={"gpu": "later"}), NS)
-    await asyncio.sleep(0.05)
+    # Sync point: the controller has tried the pod and failed (a retry is scheduled).
+    await eventually(lambda: ctrl.pods.num_requeues(f"{NS}/p1") >= 1)
     assert (await client.list(CLAIMS, NS))["items"] == []
     await client.create(TEMPLATES, template("later"), NS)
 
@@ -188,7 +174,7 @@ async def test_deleted_pod_releases_direct_claim(env) -> None:
     c = await eventually(released)
     assert "allocation" not in c["status"] and "reservedFor" not in c["status"]
     # Not generated for a pod: the claim itself stays.
-    await asyncio.sleep(0.03)
+    await settled(ctrl, client, (ctrl.claim_informer, CLAIMS), (ctrl.pod_informer, PODS), namespace=NS)
     assert (await client.get(CLAIMS, "shared", NS))["metadata"]["name"] == "shared"
 
 
@@ -212,7 +198,7 @@ async def test_deleted_claim_of_running_pod_is_left_for_the_pod(env) -> None:
     p1 = await client.create(PODS, make_pod("p1", claims={"gpu": "c1"}), NS)
     await allocate_and_reserve(client, "c1", p1)
     await client.delete(CLAIMS, "c1", NS)
-    await asyncio.sleep(0.05)
+    await settled(ctrl, client, (ctrl.claim_informer, CLAIMS), namespace=NS)
     c = await client.get(CLAIMS, "c1", NS)
     assert c["metadata"]["deletionTimestamp"] and c["status"]["allocation"]
     await client.delete(PODS, "p1", NS, grace_period_seconds=0)

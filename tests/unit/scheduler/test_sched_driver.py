@@ -17,6 +17,7 @@ from kubeplane.scheduler.scheduler import (
 )
 from kubeplane.scheduler.framework.types import Status
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually as wait_for
 
 PODS = resource("pods")
 NODES = resource("nodes")
@@ -48,17 +49,6 @@ async def cluster():
     yield client
     await registry.close()
     await store.close()
-
-
-async def wait_for(fn, timeout: float = 5.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await fn()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 async def _start(client) -> tuple[Scheduler, asyncio.Task]:
@@ -169,14 +159,18 @@ async def test_other_scheduler_names_are_ignored(cluster):
     await cluster.create(NODES, node("n1"))
     sched, task = await _start(cluster)
     try:
+        theirs = await cluster.create(PODS, pod("theirs", schedulerName="other"), "default")
         await cluster.create(PODS, pod("mine"), "default")
-        await cluster.create(PODS, pod("theirs", schedulerName="other"), "default")
 
         async def mine_bound():
             return (await cluster.get(PODS, "mine", "default"))["spec"].get("nodeName")
 
+        # Sync point: "mine" came after "theirs" on the same watch and is bound, so the
+        # scheduler has handled "theirs": had it taken it, it would be queued, in
+        # flight, assumed or bound by now (it was first in line).
         await wait_for(mine_bound)
-        await asyncio.sleep(0.2)
+        assert sched.queue.locate(theirs) is None
+        assert not sched.cache.is_assumed(theirs)
         assert not (await cluster.get(PODS, "theirs", "default"))["spec"].get("nodeName")
     finally:
         await _stop(sched, task)

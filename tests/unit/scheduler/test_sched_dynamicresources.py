@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -22,6 +22,7 @@ from kubeplane.scheduler.framework.runtime import Framework
 from kubeplane.scheduler.framework.types import Code, CycleState, EventResource, PassOnly, QueueingHint
 from kubeplane.scheduler.plugins.dynamicresources import FINALIZER, DynamicResources
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually as until
 
 CLAIMS = resource("resourceclaims")
 SLICES = resource("resourceslices")
@@ -83,14 +84,6 @@ def pod(name: str, *claims: str, templates: dict[str, str] | None = None, status
     if statuses is not None:
         p["status"]["resourceClaimStatuses"] = statuses
     return p
-
-
-async def until(pred: Callable[[], bool], timeout: float = 1.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not pred():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 class Env:

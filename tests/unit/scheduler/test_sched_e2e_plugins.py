@@ -13,6 +13,7 @@ from kubeplane.client.inprocess import InProcessClient
 from kubeplane.registry.registry import Registry
 from kubeplane.scheduler.scheduler import Scheduler
 from kubeplane.storage.memory import MemoryStore
+from helpers import eventually
 
 PODS = resource("pods")
 NODES = resource("nodes")
@@ -49,6 +50,7 @@ async def env():
         sched = Scheduler(client)
         state["sched"] = sched
         state["task"] = asyncio.create_task(sched.run())
+        return sched
 
     yield client, start
     if "sched" in state:
@@ -158,9 +160,10 @@ async def test_topology_spread_and_anti_affinity(env):
 async def test_scheduling_gates_hold_pods_until_removed(env):
     client, start = env
     await client.create(NODES, node("a"))
-    await start()
-    await client.create(PODS, pod("gated", schedulingGates=[{"name": "example.com/wait"}]), "default")
-    await asyncio.sleep(0.3)
+    sched = await start()
+    gated = await client.create(PODS, pod("gated", schedulingGates=[{"name": "example.com/wait"}]), "default")
+    # Sync point: the scheduler has received the pod and PreEnqueue parked it as gated.
+    await eventually(lambda: sched.queue.locate(gated) == "gated")
     assert (await client.get(PODS, "gated", "default"))["spec"].get("nodeName") is None
     await client.patch(PODS, "gated", {"spec": {"schedulingGates": None}}, "default")
     assert await node_of(client, "gated") == "a"

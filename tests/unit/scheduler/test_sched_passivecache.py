@@ -6,13 +6,13 @@ import asyncio
 import copy
 import inspect
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
-from kubeplane.client.informer import DeletedFinalStateUnknown, Indexer, SharedInformer
+from kubeplane.client.informer import DeletedFinalStateUnknown, SharedInformer
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.registry.registry import Registry
 from kubeplane.scheduler.plugins.volumebinding import passivecache
@@ -25,33 +25,8 @@ from kubeplane.scheduler.plugins.volumebinding.passivecache import (
     new_pvc_assume_cache,
 )
 from kubeplane.storage.memory import MemoryStore
-
-
-class FakeInformer:
-    """An indexer plus handlers; mutations update the indexer, then (optionally) notify."""
-
-    def __init__(self) -> None:
-        self.indexer = Indexer()
-        self.handlers: list[tuple[Any, Any, Any]] = []
-
-    def add_event_handler(self, on_add=None, on_update=None, on_delete=None):
-        self.handlers.append((on_add, on_update, on_delete))
-        return len(self.handlers) - 1
-
-    def add(self, obj: dict, notify: bool = True) -> None:
-        old = self.indexer.add(obj)
-        if notify:
-            for on_add, on_update, _ in self.handlers:
-                if old is None:
-                    on_add(obj)
-                else:
-                    on_update(old, obj)
-
-    def delete(self, obj: dict, notify: bool = True) -> None:
-        self.indexer.delete(obj)
-        if notify:
-            for _, _, on_delete in self.handlers:
-                on_delete(obj)
+from fake_client import FakeInformer
+from helpers import eventually as wait_for
 
 
 def obj(name: str, rv: str, ns: str = "ns", **annotations: str) -> dict:
@@ -296,14 +271,6 @@ def make_pv(name: str) -> dict:
     return {"metadata": {"name": name}, "spec": {
         "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
         "hostPath": {"path": "/data/pv1"}, "storageClassName": "local"}}
-
-
-async def wait_for(cond: Callable[[], bool], timeout: float = 1.5) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.002)
 
 
 async def test_race_delayed_queue_handler_reads_newest_object() -> None:

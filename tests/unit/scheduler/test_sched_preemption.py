@@ -20,22 +20,7 @@ from kubeplane.scheduler.preemption import (
     Candidate, NodeToStatus, Victims, filter_pods_with_pdb_violation, fit_error_message,
     pick_one_node_for_preemption, preemption_message,
 )
-
-
-class FakeClient:
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-
-    async def delete(self, res: Any, name: str, namespace: str | None = None, **kw: Any) -> dict:
-        self.calls.append(("delete", res.plural, namespace, name))
-        return {}
-
-    async def patch(self, res: Any, name: str, patch: Any, namespace: str | None = None, **kw: Any) -> dict:
-        self.calls.append(("patch", kw.get("subresource"), namespace, name, patch))
-        return {}
-
-    def deleted(self) -> list[str]:
-        return sorted(c[3] for c in self.calls if c[0] == "delete")
+from fake_client import RecordingClient as FakeClient
 
 
 def node(name: str, cpu: str = "4", pods: int = 110, **labels: str) -> dict:

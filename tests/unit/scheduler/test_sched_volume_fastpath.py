@@ -16,7 +16,8 @@ from kubeplane.scheduler.plugins.node_volume_limits import NodeVolumeLimits
 from kubeplane.scheduler.plugins.volumebinding.binder import bind_volume_to_claim
 from kubeplane.volume.matching import ANN_SELECTED_NODE, index_volumes_for_claim, pinned_hostnames
 
-from tests.unit.scheduler.test_sched_volumebinding import Env, FakeInformer, _random_volume, node, pod, pvc, sc
+from fake_client import FakeInformer
+from tests.unit.scheduler.test_sched_volumebinding import Env, _random_volume, node, pod, pvc, sc
 from tests.unit.scheduler.test_sched_volumeplugins import Factory, Snapshot, claim_vol
 from tests.unit.scheduler.test_sched_volumeplugins import pod as vl_pod
 from tests.unit.scheduler.test_sched_volumeplugins import pvc as vl_pvc

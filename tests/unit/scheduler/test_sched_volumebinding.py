@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from kubeplane.api.errors import conflict
-from kubeplane.client.informer import Indexer
 from kubeplane.volume.matching import (
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
@@ -33,42 +32,10 @@ from kubeplane.scheduler.plugins.volumebinding.binder import (
     REASON_NOT_ENOUGH_SPACE,
     REASON_PV_NOT_EXIST,
 )
+from fake_client import FakeInformer
 
 
 # --------------------------------------------------------------------------- fakes
-
-
-class FakeInformer:
-    """Indexer plus handlers; a change updates the indexer first, then (optionally) the handlers."""
-
-    def __init__(self) -> None:
-        self.indexer = Indexer()
-        self.handlers: list[tuple[Any, Any, Any]] = []
-
-    def add_event_handler(self, on_add=None, on_update=None, on_delete=None):
-        self.handlers.append((on_add, on_update, on_delete))
-        return len(self.handlers) - 1
-
-    def put(self, obj: dict, notify: bool = True) -> dict:
-        old = self.indexer.add(obj)
-        if notify:
-            for i in range(len(self.handlers)):
-                self.deliver(i, old, obj)
-        return obj
-
-    def deliver(self, i: int, old: dict | None, new: dict) -> None:
-        on_add, on_update, _ = self.handlers[i]
-        if old is None:
-            if on_add:
-                on_add(new)
-        elif on_update:
-            on_update(old, new)
-
-    def remove(self, obj: dict) -> None:
-        self.indexer.delete(obj)
-        for _, _, on_delete in self.handlers:
-            if on_delete:
-                on_delete(obj)
 
 
 class FakeFactory:

@@ -4,7 +4,6 @@ import base64
 import os
 import shutil
 import ssl
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,9 @@ from kubeplane.client.kubeconfig import (
     load_kubeconfig,
     write_kubeconfig,
 )
+from helpers import make_cert
 
 needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not available")
-
-
-def make_cert(directory: Path, name: str) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 and its key (PEM files)."""
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-         "-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )
-    return cert, key
 
 
 def b64(path: Path) -> str:

@@ -1,4 +1,7 @@
-"""An in-memory Client for informer tests.
+"""Fakes shared by the unit tests: an in-memory Client for informer tests, a
+hand-driven FakeInformer, and a RecordingClient that only logs writes.
+
+FakeClient:
 
 Faithful where informers care: one global revision, lists with limit/continue
 at a revision, watches from a revision (history replay, 410 once compacted),
@@ -15,6 +18,7 @@ from typing import Any
 
 from kubeplane.api import errors
 from kubeplane.api.resources import ResourceInfo
+from kubeplane.client.informer import Indexer
 from kubeplane.client.interface import Obj, WatchEvent
 
 _END = object()
@@ -288,3 +292,62 @@ class FakeClient:
 
     async def close(self) -> None:
         self.end_watches()
+
+
+class FakeInformer:
+    """An indexer plus event handlers, driven by hand. A change updates the
+    indexer first, then (unless ``notify=False``) calls the handlers, as an
+    informer does; ``deliver`` replays one change to one handler later."""
+
+    def __init__(self) -> None:
+        self.indexer = Indexer()
+        self.handlers: list[tuple[Any, Any, Any]] = []
+
+    def add_event_handler(self, on_add: Any = None, on_update: Any = None, on_delete: Any = None) -> int:
+        self.handlers.append((on_add, on_update, on_delete))
+        return len(self.handlers) - 1
+
+    def put(self, obj: Obj, notify: bool = True) -> Obj:
+        old = self.indexer.add(obj)
+        if notify:
+            for i in range(len(self.handlers)):
+                self.deliver(i, old, obj)
+        return obj
+
+    add = put
+
+    def deliver(self, i: int, old: Obj | None, new: Obj) -> None:
+        on_add, on_update, _ = self.handlers[i]
+        if old is None:
+            if on_add:
+                on_add(new)
+        elif on_update:
+            on_update(old, new)
+
+    def remove(self, obj: Obj, notify: bool = True) -> None:
+        self.indexer.delete(obj)
+        if notify:
+            for _, _, on_delete in self.handlers:
+                if on_delete:
+                    on_delete(obj)
+
+    delete = remove
+
+
+class RecordingClient:
+    """Accepts deletes and patches of any object and logs them in ``calls``:
+    ("delete", plural, namespace, name) and ("patch", subresource, namespace, name, patch)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def delete(self, res: Any, name: str, namespace: str | None = None, **kw: Any) -> dict:
+        self.calls.append(("delete", res.plural, namespace, name))
+        return {}
+
+    async def patch(self, res: Any, name: str, patch: Any, namespace: str | None = None, **kw: Any) -> dict:
+        self.calls.append(("patch", kw.get("subresource"), namespace, name, patch))
+        return {}
+
+    def deleted(self) -> list[str]:
+        return sorted(c[3] for c in self.calls if c[0] == "delete")

@@ -4,32 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from typing import Any
 
 import pytest
 
-from kubeplane.api.resources import CATALOGUE
-from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.leaderelection import LEASES, LeaderElector, format_micro_time, parse_micro_time
-from kubeplane.registry.registry import Registry
-from kubeplane.storage.memory import MemoryStore
+from helpers import ManualClock, eventually
 
 NS, NAME = "kube-system", "kube-scheduler"
 FAST = {"lease_duration": 1.0, "renew_deadline": 0.5, "retry_period": 0.1}
 
 
 @pytest.fixture
-async def client():
-    store = MemoryStore(history=50)
-    registry = Registry(store, CATALOGUE)
-    await ensure_default_namespaces(registry)
-    c = InProcessClient(registry)
-    yield c
-    await c.close()
-    await registry.close()
-    await store.close()
+def client(inprocess_client: InProcessClient) -> InProcessClient:
+    return inprocess_client
 
 
 class Candidate:
@@ -85,20 +74,41 @@ def test_rejects_bad_timings(client: Any) -> None:
                       on_started_leading=lambda: None, on_stopped_leading=lambda: None)
 
 
+class _CountingClient:
+    """Delegates to a client and counts the lease reads (one per election attempt)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.gets = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def get(self, *args: Any, **kw: Any) -> dict:
+        self.gets += 1
+        return await self.inner.get(*args, **kw)
+
+
 async def test_only_one_leads_and_renews(client: Any) -> None:
-    a, b = Candidate(client, "a").start(), Candidate(client, "b").start()
+    # Lease times come from a clock the test moves: the lease cannot expire
+    # while it stands still, however slowly the machine runs.
+    clock = ManualClock()
+    a = Candidate(client, "a", clock=clock).start()
+    b = Candidate(client, "b", clock=clock).start()
     await asyncio.wait_for(asyncio.wait([asyncio.create_task(a.started.wait()),
                                          asyncio.create_task(b.started.wait())],
                                         return_when=asyncio.FIRST_COMPLETED), 2)
     leader, other = (a, b) if a.started.is_set() else (b, a)
     first = await _lease(client)
-    await asyncio.sleep(0.5)
-    spec = await _lease(client)
+    # Sync point: the other candidate has read the lease and seen the leader.
+    await eventually(lambda: other.leaders == [leader.elector.identity])
+    clock.advance(0.5)  # half the 1 s lease: the leader renews, nobody takes over
+    renewed = format_micro_time(clock())
+    spec = await eventually(lambda: _renewed(client, renewed))
     assert not other.started.is_set()
     assert spec["holderIdentity"] == leader.elector.identity
     assert spec["leaseDurationSeconds"] == 1 and spec["leaseTransitions"] == 0
-    assert spec["acquireTime"] == first["acquireTime"]
-    assert parse_micro_time(spec["renewTime"]) > parse_micro_time(first["renewTime"])
+    assert spec["acquireTime"] == first["acquireTime"] == format_micro_time(1000.0)
     assert leader.elector.is_leader() and not other.elector.is_leader()
     assert other.elector.get_leader() == leader.elector.identity
     assert other.leaders == [leader.elector.identity]
@@ -106,37 +116,47 @@ async def test_only_one_leads_and_renews(client: Any) -> None:
     await b.stop()
 
 
+async def _renewed(client: Any, stamp: str) -> dict | None:
+    spec = await _lease(client)
+    return spec if spec["renewTime"] == stamp else None
+
+
 async def test_takeover_after_leader_dies(client: Any) -> None:
-    a = Candidate(client, "a", release=False).start()
+    clock = ManualClock()
+    a = Candidate(client, "a", release=False, clock=clock).start()
     await asyncio.wait_for(a.started.wait(), 1)
-    b = Candidate(client, "b").start()
-    await asyncio.sleep(0.3)
-    assert not b.started.is_set()
-    killed_at = time.monotonic()
+    counting = _CountingClient(client)
+    b = Candidate(counting, "b", clock=clock).start()
+    await eventually(lambda: b.leaders == ["a"])  # b has seen a's lease at t=1000
     await a.stop()  # no release: the lease still names "a" until it expires
     assert (await _lease(client))["holderIdentity"] == "a"
-    await asyncio.wait_for(b.started.wait(), 2.5)
-    waited = time.monotonic() - killed_at
-    assert waited >= 0.7  # the 1 s lease had to expire first
+    clock.advance(0.9)  # not yet expired for b (1 s lease, observed at t=1000)
+    seen = counting.gets
+    await eventually(lambda: counting.gets >= seen + 2)  # b tried again, twice
+    assert not b.started.is_set()
+    clock.advance(0.2)  # 1.1 s since b first saw the record unchanged
+    await asyncio.wait_for(b.started.wait(), 5)
     spec = await _lease(client)
     assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+    assert spec["acquireTime"] == format_micro_time(1001.1)
     assert b.leaders == ["a", "b"]
     await b.stop()
 
 
 async def test_graceful_release_hands_over_quickly(client: Any) -> None:
-    # Generous deadlines: a loaded machine must not make "a" lose the lease early.
-    a = Candidate(client, "a", lease_duration=15.0, renew_deadline=5.0, retry_period=0.1).start()
+    # The clock stands still: "b" can only take over because "a" released the
+    # lease, never because the 15 s lease expired.
+    clock = ManualClock()
+    opts = {"lease_duration": 15.0, "renew_deadline": 5.0, "retry_period": 0.1, "clock": clock}
+    a = Candidate(client, "a", **opts).start()
     await asyncio.wait_for(a.started.wait(), 3)
-    b = Candidate(client, "b", lease_duration=15.0, renew_deadline=5.0, retry_period=0.1).start()
-    await asyncio.sleep(0.2)
-    released_at = time.monotonic()
+    b = Candidate(client, "b", **opts).start()
+    await eventually(lambda: b.leaders == ["a"])
     await a.stop()
     assert a.events == ["started", "stopped"]
     spec = await _lease(client)
     assert spec["holderIdentity"] in ("", "b")
-    await asyncio.wait_for(b.started.wait(), 5)  # far less than the 15 s lease
-    assert time.monotonic() - released_at < 5
+    await asyncio.wait_for(b.started.wait(), 5)
     spec = await _lease(client)
     assert spec["holderIdentity"] == "b" and spec["leaseDurationSeconds"] == 15
     assert spec["leaseTransitions"] == 1

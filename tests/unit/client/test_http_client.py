@@ -19,7 +19,7 @@ from kubeplane.api.resources import Catalogue
 from kubeplane.client.http import HttpClient
 from kubeplane.client.informer import SharedInformer
 from kubeplane.client.kubeconfig import ClientConfig, write_kubeconfig
-from test_kubeconfig import make_cert
+from helpers import make_cert
 
 CAT = Catalogue()
 PODS = CAT.by_kind("Pod")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -18,6 +18,7 @@ from kubeplane.client.informer import (
     meta_namespace_key,
     unwrap_deleted,
 )
+from helpers import eventually as until
 
 CAT = Catalogue()
 PODS = CAT.by_kind("Pod")
@@ -32,14 +33,6 @@ def pod(name: str, node: str = "", ns: str = "default", **labels: str) -> dict[s
 def by_node(obj: dict[str, Any]) -> list[str]:
     node = obj.get("spec", {}).get("nodeName")
     return [node] if node else []
-
-
-async def until(cond: Callable[[], bool], timeout: float = 3.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 class Recorder:
@@ -266,9 +259,11 @@ async def test_ordered_delivery_per_handler_and_slow_handler_does_not_block(fake
         assert fast_seen == names
         assert slow_seen == []  # still blocked, and it blocked nobody
         assert len(inf.indexer) == 20
+        assert inf.pending == 19  # the slow handler holds p00; the rest wait for it
         release.set()
         await until(lambda: len(slow_seen) == 20)
         assert slow_seen == names
+        assert inf.pending == 0
     finally:
         await inf.stop()
 
