@@ -99,7 +99,6 @@ class APIServer:
             raise
 
     async def _start(self, host: str, port: int) -> None:
-        cfg = self.config
         sock = bind_socket(host, port)  # before opening the store: a busy port fails fast
         try:
             await self._serve(sock, host)
