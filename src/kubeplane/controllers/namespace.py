@@ -76,14 +76,19 @@ class NamespaceController(Controller):
         if _deleting(ns):
             self.work.add((ns.get("metadata") or {}).get("name", ""))
 
-    async def sync(self, name: str) -> None:
+    async def _terminating(self, name: str) -> Obj | None:
+        """The namespace while it is being deleted; None once it is gone or not deleting."""
         try:
             ns = await self.client.get(NAMESPACES, name)
         except StatusError as err:
             if err.code == 404:
-                return
+                return None
             raise
-        if not _deleting(ns):
+        return ns if _deleting(ns) else None
+
+    async def sync(self, name: str) -> None:
+        ns = await self._terminating(name)
+        if ns is None:
             return
         remaining = 0
         for res in self.resources:
@@ -128,14 +133,10 @@ class NamespaceController(Controller):
                     return
                 if err.code != 409:
                     raise
-            try:
-                ns = await self.client.get(NAMESPACES, name)
-            except StatusError as err:
-                if err.code == 404:
-                    return
-                raise
-            if not _deleting(ns):
+            fresh = await self._terminating(name)
+            if fresh is None:
                 return
+            ns = fresh
         raise RetryLater(f"finalizing namespace {name} kept conflicting")
 
 
