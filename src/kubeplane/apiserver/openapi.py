@@ -766,7 +766,10 @@ _RFC3339_RE = re.compile(
 _B64_CHARS = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\r\n")
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """How Go's JSON decoder names a value it cannot store in a field."""
+    if value is None:
+        return "null"
     if isinstance(value, str):
         return "string"
     if isinstance(value, bool):
@@ -824,7 +827,7 @@ class _Walk:
         self.found: list[tuple[dict, str]] = []
 
     def type_error(self, value: Any, node: _Node, owner: str, gopath: str) -> None:
-        shown = _json_kind(value)
+        shown = json_kind(value)
         if shown == "number" and node.kind in (_INT32, _INT64):
             shown = "number " + _number_text(value)
         if owner:
@@ -894,14 +897,14 @@ class _Walk:
                 )
         elif kind == _INTSTR:
             if type(value) is not str and (type(value) is not int or not -(2**31) <= value < 2**31):
-                shown = _json_kind(value)
+                shown = json_kind(value)
                 if shown == "number":
                     shown = "number " + _number_text(value)
                 self.types.append(f"json: cannot unmarshal {shown} into Go value of type int32")
         elif kind == _TIME:
             if type(value) is not str:
                 self.types.append(
-                    f"json: cannot unmarshal {_json_kind(value)} into Go value of type string"
+                    f"json: cannot unmarshal {json_kind(value)} into Go value of type string"
                 )
             elif value and not _RFC3339_RE.match(value):
                 self.types.append(

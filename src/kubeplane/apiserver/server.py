@@ -27,6 +27,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy
 from kubeplane.api.resources import Catalogue, ResourceInfo
 from kubeplane.apiserver import codec, discovery, health
+from kubeplane.apiserver.openapi import json_kind as _json_kind
 from kubeplane.apiserver.serving import InflightLimiter, ServingLimits, deadline_middleware
 from kubeplane.registry.registry import Registry, WatchOptions
 from kubeplane.storage.interface import WriteFailedError
@@ -792,21 +793,6 @@ class APIHandler:
         if typ != "ERROR" and ("kind" not in obj or "apiVersion" not in obj):
             obj = {"apiVersion": res.api_version, "kind": res.kind, **obj}
         return orjson.dumps({"type": typ, "object": obj}) + b"\n"
-
-
-def _json_kind(value: Any) -> str:
-    """How Go's JSON decoder names a value it cannot store in a field."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "string"
 
 
 def _unmarshal_error(value: Any, struct: str, field: str, go_type: str) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +30,7 @@ from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from kubeplane.api import errors
+from kubeplane.api.duration import parse_duration
 
 log = logging.getLogger("kubeplane.apiserver")
 
@@ -129,38 +129,6 @@ def too_many_requests() -> web.Response:
 
 # -- request deadline -------------------------------------------------------------
 
-_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)([^\d.]*)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
-                 "h": 3600.0}
-
-
-def parse_go_duration(text: str) -> float:
-    """Go's time.ParseDuration ("1m30s", "250ms", "-1.5h"), in seconds."""
-    s = text
-    sign = 1.0
-    if s[:1] in ("+", "-"):
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    if not s:
-        raise ValueError(f'time: invalid duration "{text}"')
-    total = 0.0
-    pos = 0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if m is None:
-            raise ValueError(f'time: invalid duration "{text}"')
-        unit = m.group(2)
-        if not unit:
-            raise ValueError(f'time: missing unit in duration "{text}"')
-        if unit not in _UNIT_SECONDS:
-            raise ValueError(f'time: unknown unit "{unit}" in duration "{text}"')
-        total += float(m.group(1)) * _UNIT_SECONDS[unit]
-        pos = m.end()
-    return sign * total
-
-
 def _status(err: errors.StatusError, close: bool = False) -> web.Response:
     headers = {"Content-Type": "application/json"}
     if err.retry_after:
@@ -188,7 +156,7 @@ def deadline_middleware(request_timeout: float) -> Any:
         asked = request.query.get("timeout")
         if asked:
             try:
-                wanted = parse_go_duration(asked)
+                wanted = parse_duration(asked)
             except ValueError as exc:
                 return _status(errors.bad_request(f"invalid timeout specified in the request URL - {exc}"))
             if 0 < wanted < timeout or timeout <= 0 < wanted:

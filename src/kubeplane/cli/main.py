@@ -150,23 +150,23 @@ class _ByteSize(click.ParamType):
 
 
 class _Duration(click.ParamType):
-    """A Go duration such as ``1h``, ``30m``, ``1h30m`` or ``90s``, in seconds."""
+    """A Go duration such as ``1h``, ``30m``, ``1h30m`` or ``90s``, in seconds (not negative)."""
 
     name = "duration"
-    _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
     def convert(self, value, param, ctx):
         if isinstance(value, (int, float)):
             return float(value)
-        import re
+        from kubeplane.api.duration import parse_duration
 
         text = str(value).strip()
-        parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text)
-        if text == "0":
-            return 0.0
-        if not parts or "".join(n + u for n, u in parts) != text:
+        try:
+            seconds = parse_duration(text)
+        except ValueError:
+            seconds = -1.0
+        if seconds < 0:
             self.fail(f"{value!r} is not a duration (e.g. 1h, 30m, 1h30m, 90s)", param, ctx)
-        return sum(float(n) * self._UNITS[u] for n, u in parts)
+        return seconds
 
 
 _server_options = [
@@ -201,9 +201,9 @@ def _limit_option(name: str, key: str, convert, **kw):
 
 
 def _seconds(value: str) -> float:
-    from kubeplane.apiserver.serving import parse_go_duration
+    from kubeplane.api.duration import parse_duration
 
-    seconds = parse_go_duration(value)
+    seconds = parse_duration(value)
     if seconds < 0:
         raise ValueError(f"must not be negative: {value!r}")
     return seconds

@@ -14,12 +14,12 @@ classmethod raising ``ValueError``; it is called for their ``pluginConfig``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import yaml
 
+from kubeplane.api.duration import parse_duration as go_parse_duration
 from kubeplane.scheduler.framework.plugin import EXTENSION_METHODS, Plugin, implements
 from kubeplane.scheduler.framework.registry import default_multi_point
 from kubeplane.scheduler.plugins.registry import DEFAULT_PLUGINS
@@ -192,31 +192,14 @@ def _load_yaml(text: str, source: str) -> Any:
 
 # --------------------------------------------------------------------------- field helpers
 
-_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_duration(value: str) -> float:
     """Parse a Go duration string (``15s``, ``1m30s``, ``1.5h``, ``500ms``, ``0``) into seconds."""
     if not isinstance(value, str):
         raise ValueError(f"duration must be a string like \"15s\", got {value!r}")
-    text = value.strip()
-    sign = 1.0
-    if text[:1] in "+-" and text:
-        sign = -1.0 if text[0] == "-" else 1.0
-        text = text[1:]
-    if text == "0":
-        return 0.0
-    if not text:
-        raise ValueError(f"invalid duration {value!r}")
-    pos, total = 0, 0.0
-    while pos < len(text):
-        m = _DURATION_RE.match(text, pos)
-        if m is None:
-            raise ValueError(f"invalid duration {value!r}")
-        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-        pos = m.end()
-    return sign * total
+    try:
+        return go_parse_duration(value.strip())
+    except ValueError:
+        raise ValueError(f"invalid duration {value!r}") from None
 
 
 def _type_name(v: Any) -> str:

@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from kubeplane.apiserver.app import APIServer, APIServerConfig
-from kubeplane.apiserver.serving import ServingLimits, is_long_running, parse_go_duration
+from kubeplane.api.duration import parse_duration as parse_go_duration
+from kubeplane.apiserver.serving import ServingLimits, is_long_running
 from rawhttp import closed_within, read_response, request
 
 CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}}
