@@ -166,6 +166,10 @@ class Watch(Protocol):
         """All events ready now (waiting up to ``timeout`` for the first):
         ``[]`` on timeout, ``None`` when closed."""
 
+    @property
+    def waiting(self) -> bool:
+        """True while a reader is parked waiting for the next event."""
+
     def close(self) -> None: ...
 
 

@@ -24,6 +24,7 @@ from kubeplane.scheduler.plugins.volumebinding.binder import (
     REASON_PV_NOT_EXIST,
 )
 from fake_client import FakeInformer
+from helpers import eventually
 from volume_binding_env import Env, node, pod, pv, pvc, random_volume, sc
 
 
@@ -265,7 +266,8 @@ async def test_prebind_static_waits_for_pv_controller() -> None:
     env.put("persistentvolumes", pv("pv1", on="n1"))
     state = _reserve(env, pod("pa", "a"), "n1")
     task = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod("pa", "a")), "n1"))
-    await asyncio.sleep(0.01)
+    binder = env.plugin.binder
+    await eventually(lambda: binder.is_waiting(pod("pa", "a")), what="PreBind waiting")
     assert not task.done()
     assert [(r, o["metadata"]["name"]) for r, o in env.client.updates] == [("persistentvolumes", "pv1")]
     written = env.client.updates[0][1]
@@ -274,7 +276,8 @@ async def test_prebind_static_waits_for_pv_controller() -> None:
     done_pv = copy.deepcopy(written)
     done_pv["status"]["phase"] = "Bound"
     env.put("persistentvolumes", done_pv)
-    await asyncio.sleep(0.01)
+    assert not binder.is_waiting(pod("pa", "a"))  # the PV's event woke it
+    await eventually(lambda: binder.is_waiting(pod("pa", "a")), what="PreBind re-checked and waiting")
     assert not task.done()
     env.put("persistentvolumeclaims", pvc("a", volume="pv1", bound=True))
     assert await asyncio.wait_for(task, 1) is None
@@ -302,20 +305,22 @@ async def test_prebind_wakes_only_for_its_own_volumes() -> None:
     binder.check_bindings = counting
     state_a = _reserve(env, pod("pa", "a"), "n1")
     task_a = asyncio.create_task(env.plugin.pre_bind(state_a, PodInfo(pod("pa", "a")), "n1"))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: binder.is_waiting(pod("pa", "a")), what="PreBind waiting")
     assert checks == ["pa"]
     # Changes of other objects: claim b, the other PV, an unrelated claim.
     env.put("persistentvolumeclaims", pvc("b", note="x"))
     env.put("persistentvolumeclaims", pvc("c"))
     other = [o for r, o in env.client.updates if o["metadata"]["name"] == "pv1"]
     env.put("persistentvolumes", pv("pv3", on="n2"))
-    await asyncio.sleep(0.01)
+    # Informer handlers run synchronously: a wake would have resolved its future by now.
+    assert binder.is_waiting(pod("pa", "a"))
     assert checks == ["pa"] and not task_a.done() and other
     # Its own PV moves on: one re-check; then its claim completes.
     done_pv = copy.deepcopy(other[0])
     done_pv["status"]["phase"] = "Bound"
     env.put("persistentvolumes", done_pv)
-    await asyncio.sleep(0.01)
+    assert not binder.is_waiting(pod("pa", "a"))
+    await eventually(lambda: binder.is_waiting(pod("pa", "a")), what="PreBind re-checked and waiting")
     assert checks == ["pa", "pa"]
     env.put("persistentvolumeclaims", pvc("a", volume="pv1", bound=True))
     assert await asyncio.wait_for(task_a, 1) is None
@@ -337,12 +342,14 @@ async def test_prebind_wakes_for_the_provisioned_pv_its_node_and_its_pod() -> No
     for name, node_name in (("c", "n1"), ("d", "n2"), ("e", "n1")):
         state = _reserve(env, pod(f"p{name}", name), node_name)
         tasks[name] = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod(f"p{name}", name)), node_name))
-    await asyncio.sleep(0.01)
+    binder = env.plugin.binder
+    await eventually(lambda: all(binder.is_waiting(pod(f"p{n}", n)) for n in tasks), what="every PreBind waiting")
     assert not any(t.done() for t in tasks.values())
     # The claim names its new PV before the PV informer has it: not done yet.
     claim_c = pvc("c", volume="pv-c", bound=True, **{ANN_SELECTED_NODE: "n1"})
     env.put("persistentvolumeclaims", claim_c)
-    await asyncio.sleep(0.01)
+    assert not binder.is_waiting(pod("pc", "c"))  # the claim's event woke it
+    await eventually(lambda: binder.is_waiting(pod("pc", "c")), what="PreBind re-checked and waiting")
     assert not tasks["c"].done()
     # The PV arrives, bound to the claim: its event wakes the claim's PreBind.
     env.put("persistentvolumes", pv("pv-c", on="n1", claim=claim_c, phase="Bound"))
@@ -365,7 +372,7 @@ async def test_prebind_provisioning_and_rescheduling_request() -> None:
     env.put("persistentvolumeclaims", pvc("c"))
     state = _reserve(env, pod("p", "c"), "n1")
     task = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod("p", "c")), "n1"))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: env.plugin.binder.is_waiting(pod("p", "c")), what="PreBind waiting")
     assert env.client.updates[0][0] == "persistentvolumeclaims"
     assert env.client.updates[0][1]["metadata"]["annotations"][ANN_SELECTED_NODE] == "n1"
     # The provisioner gives up on n1 and asks for another node.
@@ -382,7 +389,8 @@ async def test_prebind_provisioned_claim_bound() -> None:
     env.put("persistentvolumeclaims", pvc("c"))
     state = _reserve(env, pod("p", "c"), "n1")
     task = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod("p", "c")), "n1"))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: env.plugin.binder.is_waiting(pod("p", "c")), what="PreBind waiting")
+    assert not task.done()
     env.put("persistentvolumes", pv("pvc-1", on="n1", claim=env.get("persistentvolumeclaims", "default/c"),
                                     phase="Bound"))
     env.put("persistentvolumeclaims", pvc("c", volume="pvc-1", bound=True, **{ANN_SELECTED_NODE: "n1"}))
@@ -428,7 +436,8 @@ async def test_prebind_times_out_and_claimref_reset_fails() -> None:
     env2.put("persistentvolumes", pv("pv1", on="n1"))
     state = _reserve(env2, pod("p", "a"), "n1")
     task = asyncio.create_task(env2.plugin.pre_bind(state, PodInfo(pod("p", "a")), "n1"))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: env2.plugin.binder.is_waiting(pod("p", "a")), what="PreBind waiting")
+    assert not task.done()
     env2.put("persistentvolumes", pv("pv1", on="n1"))
     st = await asyncio.wait_for(task, 1)
     assert st is not None and 'ClaimRef got reset for pv "pv1"' in st.message()
