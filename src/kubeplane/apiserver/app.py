@@ -16,7 +16,10 @@ from kubeplane.apiserver.server import MAX_BODY_BYTES, build_app
 from kubeplane.apiserver.serving import BoundedAppRunner, ServingLimits
 from kubeplane.registry.registry import Registry
 from kubeplane.storage import open_store
-from kubeplane.startup import DataDirLock, KubeconfigFile, bind_socket, format_address
+from kubeplane.startup import DataDirLock, KubeconfigFile, StartupError, bind_socket, format_address
+from kubeplane.apiserver.encryptionconfig import NO_ENCRYPTION, EncryptionConfig, EncryptionConfigError
+from kubeplane.apiserver.encryptionconfig import load as load_encryption_config
+from kubeplane.storage.transformer import TransformingStore
 from kubeplane.storage.memory import DEFAULT_HISTORY_BYTES
 from kubeplane.storage.interface import Store
 
@@ -55,6 +58,9 @@ class APIServerConfig:
     history_bytes: int = DEFAULT_HISTORY_BYTES
     #: seconds an Event lives after its last write (0: forever)
     event_ttl: float = DEFAULT_EVENT_TTL
+    #: upstream's EncryptionConfiguration file (``--encryption-provider-config``):
+    #: which resources are encrypted at rest, with which providers and keys
+    encryption_provider_config: str | None = None
 
 
 @dataclass
@@ -71,6 +77,7 @@ class APIServer:
     _lock: DataDirLock | None = field(default=None, repr=False)
     _kubeconfig: KubeconfigFile | None = field(default=None, repr=False)
     _event_expiry: EventExpiry | None = field(default=None, repr=False)
+    _encryption: EncryptionConfig = field(default=NO_ENCRYPTION, repr=False)
     #: components run in this process over the registry once it is ready and
     #: stopped before it closes, each made by ``make(registry)`` and having
     #: ``start()`` and ``stop()`` (the namespace controller, which callers
@@ -84,6 +91,12 @@ class APIServer:
         reason) when the directory is in use or the address cannot be bound."""
         cfg = self.config
         host, port = parse_listen(cfg.listen)
+        self._encryption = NO_ENCRYPTION
+        if cfg.encryption_provider_config:
+            try:
+                self._encryption = load_encryption_config(cfg.encryption_provider_config)
+            except EncryptionConfigError as exc:
+                raise StartupError(str(exc)) from None
         if cfg.storage == "sqlite" or cfg.lock_data_dir:
             # One server per data directory: a second one would hand out the
             # same resourceVersions and replace the first one's kubeconfig.
@@ -108,8 +121,11 @@ class APIServer:
 
     async def _serve(self, sock, host: str) -> None:
         cfg = self.config
-        self.store = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
-                                      history=cfg.history_revisions, history_bytes=cfg.history_bytes)
+        backend = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
+                                   history=cfg.history_revisions, history_bytes=cfg.history_bytes)
+        # Values pass the encryption transformers on their way to and from the backend
+        # (without a file too: then an encrypted value left by an earlier run fails to read).
+        self.store = TransformingStore(backend, self._encryption.transformer_for)
         self.metrics = APIServerMetrics()
         instrument_store(self.store, self.metrics)
         self.registry = Registry(self.store, CATALOGUE)

@@ -31,6 +31,7 @@ from kubeplane.apiserver.openapi import json_kind as _json_kind
 from kubeplane.apiserver.serving import InflightLimiter, ServingLimits, deadline_middleware
 from kubeplane.registry.registry import Registry, WatchOptions
 from kubeplane.storage.interface import WriteFailedError
+from kubeplane.storage.transformer import TransformError
 
 if TYPE_CHECKING:
     from kubeplane.apiserver.metrics import APIServerMetrics
@@ -242,9 +243,10 @@ class APIHandler:
             if exc.status == 413:
                 return status_response(errors.too_large(self.max_body))
             return status_response(StatusError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason))
-        if isinstance(exc, WriteFailedError):
-            # Upstream answers a storage failure as an internal error carrying its text.
-            log.error("storage write failed serving %s %s: %s", request.method, request.path, exc)
+        if isinstance(exc, (WriteFailedError, TransformError)):
+            # Upstream answers a storage failure (a write that failed, a value that
+            # cannot be decrypted) as an internal error carrying its text.
+            log.error("storage failed serving %s %s: %s", request.method, request.path, exc)
             return status_response(errors.internal(f"Internal error occurred: {exc}"))
         # The server must survive any input.
         log.error("internal error serving %s %s", request.method, request.path, exc_info=exc)

@@ -229,6 +229,31 @@ _server_options += [
 ]
 
 
+def _check_encryption_config(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Read and validate the EncryptionConfiguration before anything starts."""
+    if value is not None:
+        from kubeplane.apiserver.encryptionconfig import EncryptionConfigError, load
+
+        try:
+            load(value)
+        except EncryptionConfigError as exc:
+            raise click.BadParameter(str(exc)) from None
+    ctx.meta["encryption_provider_config"] = value
+    return value
+
+
+_server_options += [
+    click.option("--encryption-provider-config", callback=_check_encryption_config, expose_value=False,
+                 default=None, metavar="FILE",
+                 help="EncryptionConfiguration file (apiserver.config.k8s.io/v1): the resources encrypted at rest "
+                      "and their providers (aesgcm, aescbc, secretbox, identity) and keys."),
+]
+
+
+def _encryption_provider_config() -> str | None:
+    return click.get_current_context().meta.get("encryption_provider_config")
+
+
 def _serving_limits():
     from kubeplane.apiserver.serving import ServingLimits
 
@@ -293,7 +318,8 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
     _setup_logging(verbosity, verbose)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=kubeconfig,
                                          history_revisions=history_revisions, history_bytes=history_bytes,
-                                         event_ttl=event_ttl, limits=_serving_limits()),
+                                         event_ttl=event_ttl, limits=_serving_limits(),
+                                         encryption_provider_config=_encryption_provider_config()),
                        in_process=[namespace_controller])
 
     async def go(stop: asyncio.Event) -> None:
@@ -371,7 +397,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
     # The data directory is locked with memory storage too: it holds the kubeconfig.
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=None,
                                        history_revisions=history_revisions, history_bytes=history_bytes,
-                                       event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True),
+                                       event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True,
+                                       encryption_provider_config=_encryption_provider_config()),
                        # With --split the namespace controller stays in this process (the
                        # deletes it makes are served here anyway, and it keeps working while
                        # the second process restarts); otherwise it is one of the controllers.

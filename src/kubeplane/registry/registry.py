@@ -463,8 +463,10 @@ class Registry(WatchMixin, SubresourcesMixin):
             if rv and rv != str(kv.mod_revision):
                 raise errors.conflict(res.plural, name, res.group)
             new = self._prepare_update(res, new, current, subresource, field_manager)
-            if new == current:
-                return current  # no-op writes do not bump the revision (as upstream)
+            if new == current and not kv.stale:
+                # No-op writes do not bump the revision (as upstream), unless the
+                # stored value is stale: rewriting it re-encrypts with the current key.
+                return current
             finalizers_gone = bool(
                 (new.get("metadata") or {}).get("deletionTimestamp") and not new["metadata"].get("finalizers")
             ) and not (res.key == NAMESPACES.key and _spec_finalizers(new))

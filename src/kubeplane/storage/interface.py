@@ -125,6 +125,9 @@ class KeyValue:
     value: Obj
     create_revision: int
     mod_revision: int
+    #: read through a transformer other than the one that writes now (an older
+    #: encryption key or provider): writing the same object again is not a no-op
+    stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)
