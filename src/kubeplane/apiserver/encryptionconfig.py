@@ -232,6 +232,8 @@ class EncryptionConfig:
 
     def transformer_for(self, key: str) -> ValueTransformer:
         """The transformer of a storage key ``/registry/<group|core>/<resource>/...``."""
+        if not self.transformers:
+            return IDENTITY
         parts = key.split("/", 4)
         head = "/".join(parts[:4])
         found = self._by_head.get(head)

@@ -349,11 +349,21 @@ class TransformingStore:
         kv = await self.inner.get(key)
         return None if kv is None else self._read(kv)
 
+    def _of_prefix(self, prefix: str) -> ValueTransformer | None:
+        """The one transformer of every key under ``prefix`` when the prefix names
+        a whole resource (``/registry/<group>/<resource>/...``), else None."""
+        return self._transformer_for(prefix) if prefix.count("/") >= 4 else None
+
     async def list(self, prefix: str, *, revision: int = 0, limit: int = 0, start_after: str = "") -> ListResult:
         result = await self.inner.list(prefix, revision=revision, limit=limit, start_after=start_after)
+        if self._of_prefix(prefix) is IDENTITY:
+            # The common case, kept cheap: nothing to transform unless an envelope is found.
+            for kv in result.items:
+                if ENVELOPE_FIELD in kv.value:
+                    break
+            else:
+                return result
         items = [self._read(kv, in_list=True) for kv in result.items]
-        if all(a is b for a, b in zip(items, result.items)):
-            return result
         return ListResult(items, result.revision, result.more)
 
     def _conflict(self, exc: RevisionConflictError) -> RevisionConflictError:
@@ -384,7 +394,7 @@ class TransformingStore:
         return self._read(kv)
 
     def watch(self, prefix: str, revision: int) -> "TransformingWatch":
-        return TransformingWatch(self, self.inner.watch(prefix, revision))
+        return TransformingWatch(self, self.inner.watch(prefix, revision), self._of_prefix(prefix) is IDENTITY)
 
     def _event(self, ev: Event) -> Event:
         value = self._value(ev.key, ev.value)
@@ -402,16 +412,18 @@ class TransformingWatch:
     """A watch whose events are transformed back. An event that cannot be read
     ends the watch with :class:`TransformError`, after the events before it."""
 
-    def __init__(self, store: TransformingStore, inner: Any) -> None:
+    def __init__(self, store: TransformingStore, inner: Any, plain: bool = False) -> None:
         self._store = store
         self._inner = inner
         self._error: TransformError | None = None
+        #: every key watched is identity's: only envelopes need a look
+        self._plain = plain
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("_store", "_inner", "_error"):
+        if name in ("_store", "_inner", "_error", "_plain"):
             object.__setattr__(self, name, value)
         else:  # e.g. on_overflow: the inner watch calls it
             setattr(self._inner, name, value)
@@ -435,6 +447,12 @@ class TransformingWatch:
         batch = await self._inner.next_batch(timeout)
         if not batch:
             return batch
+        if self._plain:
+            for ev in batch:
+                if ENVELOPE_FIELD in ev.value or ev.prev_value is not None and ENVELOPE_FIELD in ev.prev_value:
+                    break
+            else:
+                return batch
         out: list[Event] = []
         for ev in batch:
             try:

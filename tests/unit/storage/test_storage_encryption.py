@@ -243,6 +243,8 @@ async def test_an_unreadable_value_fails_its_reads_and_nothing_else(backend) -> 
     await TransformingStore(backend, secrets_only(ENCRYPTED)).create(KEY, secret())
     await backend.create("/registry/core/configmaps/default/c", {"kind": "ConfigMap", "metadata": {"name": "c"}})
     w_other = TransformingStore(backend, lambda k: IDENTITY).watch("/registry/", backend.revision)
+    # A watch of one resource takes the cheap path for plain values, but still sees envelopes.
+    w_secrets = TransformingStore(backend, lambda k: IDENTITY).watch("/registry/core/secrets/", backend.revision)
     lost_key = TransformingStore(backend, lambda k: IDENTITY)  # e.g. restarted without the file
     with pytest.raises(TransformError, match="^identity transformer tried to read encrypted data$"):
         await lost_key.get(KEY)
@@ -260,6 +262,8 @@ async def test_an_unreadable_value_fails_its_reads_and_nothing_else(backend) -> 
             got += [e.key for e in await w_other.next_batch(timeout=2) or []]
     assert got == ["/registry/core/configmaps/default/d"]
     assert await w_other.next_batch(timeout=0.01) is None  # ended
+    with pytest.raises(TransformError, match="identity transformer tried to read encrypted data"):
+        await w_secrets.next_batch(timeout=2)
 
 
 async def test_sqlite_file_holds_no_plaintext_secret(tmp_path: Path) -> None:
