@@ -7,7 +7,11 @@ In-process registry over SQLite (fsync on), 8 concurrent writers creating
 Secrets with 1 KiB of data, then one list of all of them. Configurations run
 in alternating order, several rounds; the figures are medians.
 
-    PYTHONPATH=src python benchmarks/encryption_at_rest.py [--n 2000] [--rounds 5]
+    PYTHONPATH=src python benchmarks/encryption_at_rest.py [--n 2000] [--rounds 5] [--http]
+
+With ``--http``: Secret creates/s over HTTP against an API server subprocess
+(SQLite) started without and with ``--encryption-provider-config`` (aesgcm),
+8 concurrent clients, alternating.
 """
 
 from __future__ import annotations
@@ -119,9 +123,82 @@ async def main(n: int, rounds: int) -> None:
         print(f"{name:22} {c:10.0f} {100 * (c / base - 1):+7.1f}% {1000 * statistics.median(lists[name]):14.1f}")
 
 
+def _server(tmp: str, config_file: str | None):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    kubeconfig = Path(tmp) / "kubeconfig"
+    extra = ["--encryption-provider-config", config_file] if config_file else []
+    proc = subprocess.Popen([sys.executable, "-m", "kubeplane.cli.main", "apiserver", "--listen", "127.0.0.1:0",
+                             "--data-dir", str(Path(tmp) / "data"), "--kubeconfig", str(kubeconfig), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not kubeconfig.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("API server did not start")
+        time.sleep(0.05)
+    return proc, yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+
+
+async def http_creates(url: str, n: int, clients: int = 8) -> float:
+    import aiohttp
+    import orjson
+
+    sessions = [aiohttp.ClientSession(url) for _ in range(clients)]
+    try:
+        per = n // clients
+
+        async def client(c: int, s) -> None:
+            for i in range(per):
+                r = await s.post("/api/v1/namespaces/default/secrets", data=orjson.dumps(body(f"s-{c}-{i}")),
+                                 headers={"Content-Type": "application/json"})
+                if r.status != 201:
+                    raise RuntimeError(f"create failed: {r.status} {await r.text()}")
+                await r.read()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(c, s) for c, s in enumerate(sessions)))
+        return per * clients / (time.perf_counter() - t0)
+    finally:
+        for s in sessions:
+            await s.close()
+
+
+def http(n: int, rounds: int) -> None:
+    results: dict[str, list[float]] = {"without": [], "aesgcm": []}
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "enc.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"""apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+  - resources: [secrets]
+    providers:
+      - aesgcm: {{keys: [{{name: k1, secret: {KEY}}}]}}
+""")
+        for r in range(rounds):
+            for name in ("without", "aesgcm") if r % 2 == 0 else ("aesgcm", "without"):
+                with tempfile.TemporaryDirectory() as tmp:
+                    proc, url = _server(tmp, cfg if name == "aesgcm" else None)
+                    try:
+                        results[name].append(asyncio.run(http_creates(url, n)))
+                    finally:
+                        proc.terminate()
+                        proc.wait(10)
+    for name, vals in results.items():
+        print(f"HTTP secret creates/s {name:8} median {statistics.median(vals):7.0f}  runs {[round(v) for v in vals]}")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--http", action="store_true")
     args = ap.parse_args()
-    asyncio.run(main(args.n, args.rounds))
+    if args.http:
+        http(args.n, args.rounds)
+    else:
+        asyncio.run(main(args.n, args.rounds))
