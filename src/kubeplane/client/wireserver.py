@@ -25,6 +25,7 @@ from kubeplane.api.meta import without_managed_fields
 from kubeplane.client.inprocess import InProcessClient, typed_view
 from kubeplane.client.wire import ENDED, EVENTS, FAILED, OK, OMIT_MANAGED_FIELDS, FrameProtocol
 from kubeplane.registry.registry import Registry, WatchOptions
+from kubeplane.storage.transformer import TransformError
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,8 @@ class _Connection:
             reply = [rid, OK, result]
         except errors.StatusError as err:
             reply = [rid, FAILED, err.to_status()]
+        except TransformError as err:  # a stored value that cannot be decrypted, as over HTTP
+            reply = [rid, FAILED, errors.internal(f"Internal error occurred: {err}").to_status()]
         except asyncio.CancelledError:
             return
         except Exception as err:  # noqa: BLE001 - the server must survive any input

@@ -46,8 +46,6 @@ from kubeplane.storage.memory import stamp
 
 #: the envelope field holding an encrypted value's text
 ENVELOPE_FIELD = "encrypted"
-#: every encrypted value starts with this (upstream reserves it for encrypted data)
-ENCRYPTED_PREFIX = "k8s:enc:"
 
 AESGCM_PREFIX = "k8s:enc:aesgcm:v1:"
 AESCBC_PREFIX = "k8s:enc:aescbc:v1:"
@@ -269,11 +267,10 @@ class ValueTransformer:
         errs: list[str] = []
         for i, p in enumerate(self.providers):
             if p.identity:
-                if text.startswith(ENCRYPTED_PREFIX):
-                    # Migrating away from encryption puts identity first: keep trying.
-                    errs.append("identity transformer tried to read encrypted data")
-                    continue
-                return stored, i != 0
+                # An envelope is never a plain object. Migrating away from
+                # encryption puts identity first: keep trying the providers after it.
+                errs.append("identity transformer tried to read encrypted data")
+                continue
             if not text.startswith(p.prefix):
                 continue
             try:
