@@ -82,10 +82,10 @@ def test_resources_are_matched_exactly_then_by_group_then_everything() -> None:
 
 
 def test_config_errors_are_upstreams() -> None:
-    assert error_of(f"""
+    assert error_of("""
     resources:
       - resources: [secrets]
-        providers: [{{aesgcm: {{keys: [{{name: k, secret: cGFzc3dvcmQK}}]}}}}]
+        providers: [{aesgcm: {keys: [{name: k, secret: cGFzc3dvcmQK}]}}]
     """) == ('error while parsing file: resources[0].providers[0].aesgcm.keys[0].secret: Invalid value: '
              '"REDACTED": secret is not of the expected length, got 9, expected one of [16 24 32]')
     assert error_of(f"""
