@@ -10,6 +10,7 @@ HTTP against any Kubernetes API server.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,66 @@ class ControllerOptions:
     provisioner_name: str = "kubeplane.io/local"
     #: the namespace controller (off where the API server's process runs it)
     namespace: bool = True
+    #: the ServiceAccount controller (off where the API server's process runs it)
+    service_accounts: bool = True
+    #: the CA bundle published as ``kube-root-ca.crt`` in every namespace
+    #: (kube-controller-manager's --root-ca-file); without one the publisher does not run
+    root_ca_file: str | None = None
+    #: the CA that signs approved CertificateSigningRequests (--cluster-signing-cert-file
+    #: and --cluster-signing-key-file); without them the signer does not run
+    signing_cert_file: str | None = None
+    signing_key_file: str | None = None
+
+
+def cluster_ca_options(data_dir: str) -> dict[str, str]:
+    """The cluster CA the API server keeps in ``<data_dir>/pki`` (``ca.crt``,
+    ``ca.key``) as :class:`ControllerOptions` fields, for those that exist."""
+    import os
+
+    cert = os.path.join(data_dir, "pki", "ca.crt")
+    key = os.path.join(data_dir, "pki", "ca.key")
+    out: dict[str, str] = {}
+    if os.path.isfile(cert):
+        out["root_ca_file"] = cert
+        if os.path.isfile(key):
+            out["signing_cert_file"] = cert
+            out["signing_key_file"] = key
+    return out
+
+
+def service_account_controller(registry: Any) -> Any:
+    """The ServiceAccount controller over the in-process client of ``registry``,
+    for the API server's process to run (as :func:`namespace_controller`) when
+    no controllers run: without a ``default`` ServiceAccount the ServiceAccount
+    admission refuses every pod."""
+    from kubeplane.client.inprocess import InProcessClient
+    from kubeplane.controllers.serviceaccount import ServiceAccountsController
+
+    return ServiceAccountsController(InProcessClient(registry, field_manager="kubeplane"))
+
+
+def _ca_controllers(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    """The root CA publisher and the CSR signer, for the CA files given."""
+    out: list[Any] = []
+    if opts.root_ca_file:
+        from kubeplane.controllers.serviceaccount import RootCACertPublisher
+
+        with open(opts.root_ca_file, "rb") as f:
+            bundle = f.read()
+        if bundle.strip():
+            out.append(RootCACertPublisher(client, bundle, factory))
+        else:
+            log.warning("the root CA file %s is empty: kube-root-ca.crt is not published", opts.root_ca_file)
+    else:
+        log.info("no cluster CA given: the kube-root-ca.crt publisher does not run")
+    if opts.signing_cert_file and opts.signing_key_file:
+        from kubeplane.controllers.csrsigning import CertificateAuthority, CSRSigningController
+
+        ca = CertificateAuthority.from_files(opts.signing_cert_file, opts.signing_key_file)
+        out.append(CSRSigningController(client, ca, factory))
+    else:
+        log.info("no cluster signing CA given: CertificateSigningRequests are not signed")
+    return out
 
 
 def namespace_controller(registry: Any) -> Any:
@@ -49,9 +110,12 @@ def build_controllers(client: Client, factory: SharedInformerFactory, opts: Cont
     from kubeplane.controllers.resourceclaim import ResourceClaimController
 
     from kubeplane.controllers.namespace import NamespaceController
+    from kubeplane.controllers.serviceaccount import ServiceAccountsController
 
     return [
         *([NamespaceController(client, factory)] if opts.namespace else []),
+        *([ServiceAccountsController(client, factory)] if opts.service_accounts else []),
+        *_ca_controllers(client, factory, opts),
         PersistentVolumeController(client, factory),
         LocalProvisioner(client, factory, provisioner_name=opts.provisioner_name),
         ResourceClaimController(client, factory),
@@ -75,10 +139,12 @@ def node_agent(client: Client, factory: SharedInformerFactory, node_count: int, 
 
 async def start_components(comps: "Components", client: Client, node_args: tuple | None, sched_kwargs: dict,
                            *, controllers: bool = True, scheduler: bool = True, metrics_listen: str = "",
-                           scheduler_config: Any = None, namespace_controller: bool = True) -> None:
+                           scheduler_config: Any = None, namespace_controller: bool = True,
+                           controller_options: ControllerOptions | None = None) -> None:
     """Controllers, simulated nodes (``node_args`` as :func:`node_agent` takes
     them after the factory; None for none) and the scheduler on ``client``,
-    sharing one informer factory, added to ``comps`` in start order. With
+    sharing one informer factory, added to ``comps`` in start order
+    (``controller_options`` choose and configure the controllers). With
     ``metrics_listen``, their metrics server (scheduler metrics, work queues,
     /configz) is started first."""
     from kubeplane.client.informer import SharedInformerFactory
@@ -90,7 +156,9 @@ async def start_components(comps: "Components", client: Client, node_args: tuple
     factory = SharedInformerFactory(client)
     agent = node_agent(client, factory, *node_args) if node_args is not None else None
     if controllers:
-        for ctrl in build_controllers(client, factory, ControllerOptions(namespace=namespace_controller)):
+        opts = controller_options if controller_options is not None else ControllerOptions()
+        opts = dataclasses.replace(opts, namespace=opts.namespace and namespace_controller)
+        for ctrl in build_controllers(client, factory, opts):
             await comps.start(ctrl)
     if agent is not None:
         await comps.start(agent)

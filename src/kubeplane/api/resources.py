@@ -88,6 +88,7 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     _r("", "v1", "Event", "events", True, short_names=("ev",)),
     _r("", "v1", "ConfigMap", "configmaps", True, short_names=("cm",)),
     _r("", "v1", "Secret", "secrets", True),
+    _r("", "v1", "ServiceAccount", "serviceaccounts", True, short_names=("sa",), subresources=("token",)),
     _r("", "v1", "Service", "services", True, short_names=("svc",), categories=("all",),
        subresources=("status",)),
     # storage.k8s.io/v1
@@ -106,6 +107,9 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     # policy/v1 (PodDisruptionBudgets, respected by preemption)
     _r("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, short_names=("pdb",),
        subresources=("status",)),
+    # certificates.k8s.io/v1
+    _r("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", False,
+       short_names=("csr",), subresources=("status", "approval")),
     # scheduling.k8s.io/v1
     _r("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, short_names=("pc",)),
     # resource.k8s.io/v1

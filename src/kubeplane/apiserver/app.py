@@ -14,6 +14,7 @@ from kubeplane.apiserver.metrics import APIServerMetrics, instrument_store
 from kubeplane.apiserver.eventttl import DEFAULT_EVENT_TTL, EventExpiry
 from kubeplane.apiserver.server import MAX_BODY_BYTES, build_app
 from kubeplane.apiserver.serving import BoundedAppRunner, ServingLimits
+from kubeplane.registry.admission import default_chain
 from kubeplane.registry.registry import Registry
 from kubeplane.storage import open_store
 from kubeplane.startup import DataDirLock, KubeconfigFile, bind_socket, format_address
@@ -55,6 +56,9 @@ class APIServerConfig:
     history_bytes: int = DEFAULT_HISTORY_BYTES
     #: seconds an Event lives after its last write (0: forever)
     event_ttl: float = DEFAULT_EVENT_TTL
+    #: the ServiceAccount admission plugin (pods run as an existing
+    #: ServiceAccount and mount its token); needs the ServiceAccount controller
+    service_account_admission: bool = True
 
 
 @dataclass
@@ -112,7 +116,8 @@ class APIServer:
                                       history=cfg.history_revisions, history_bytes=cfg.history_bytes)
         self.metrics = APIServerMetrics()
         instrument_store(self.store, self.metrics)
-        self.registry = Registry(self.store, CATALOGUE)
+        self.registry = Registry(self.store, CATALOGUE, admission=default_chain(
+            self.store, service_accounts=cfg.service_account_admission))
         await ensure_default_namespaces(self.registry)
         for make in self.in_process:
             component = make(self.registry)

@@ -288,13 +288,14 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
               history_bytes: int, event_ttl: float, verbosity: int, verbose: bool) -> None:
     """Run the API server alone."""
     from kubeplane.apiserver.app import APIServer, APIServerConfig
-    from kubeplane.cluster import namespace_controller
+    from kubeplane.cluster import namespace_controller, service_account_controller
 
     _setup_logging(verbosity, verbose)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=kubeconfig,
                                          history_revisions=history_revisions, history_bytes=history_bytes,
                                          event_ttl=event_ttl, limits=_serving_limits()),
-                       in_process=[namespace_controller])
+                       # with the API server alone, pods still get their ServiceAccount
+                       in_process=[namespace_controller, service_account_controller])
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
@@ -360,7 +361,7 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
 
     from kubeplane.apiserver.app import APIServer, APIServerConfig
     from kubeplane.client.inprocess import InProcessClient
-    from kubeplane.cluster import Components, namespace_controller
+    from kubeplane.cluster import Components, cluster_ca_options, namespace_controller
     from kubeplane.startup import KubeconfigFile
 
     _setup_logging(verbosity, verbose)
@@ -384,12 +385,15 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
         published.remove_stale()  # safe: the data directory's lock is ours
         comps = Components()
         try:
+            # the cluster CA, once the API server has made it, publishes kube-root-ca.crt and signs CSRs
+            ca_files = cluster_ca_options(data_dir)
             if split:
                 await _start_split(comps, server.registry, data_dir, node_args, scheduler_config, verbosity,
-                                   metrics_listen)
+                                   metrics_listen, ca_files)
             else:
                 client = InProcessClient(server.registry, field_manager="kubeplane")
-                await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg)
+                await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg,
+                                        ca_files=ca_files)
             # Written last and atomically: the kubeconfig appearing means the cluster is usable.
             published.publish(server.url)
             log.info("kubeplane is up: API server at %s, %d simulated node(s); try: kubectl --kubeconfig %s get nodes",
@@ -404,17 +408,20 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
 
 
 async def _start_components(comps, client, node_args: tuple, sched_kwargs: dict, metrics_listen: str = "",
-                            sched_cfg=None, namespace_controller: bool = True) -> None:
+                            sched_cfg=None, namespace_controller: bool = True, ca_files: dict | None = None) -> None:
     """Controllers, simulated nodes and the scheduler on ``client``, sharing one informer factory;
-    with ``metrics_listen``, their metrics server (scheduler metrics, work queues, /configz)."""
-    from kubeplane.cluster import start_components
+    with ``metrics_listen``, their metrics server (scheduler metrics, work queues, /configz);
+    ``ca_files``: the CA files of the root CA publisher and the CSR signer
+    (:func:`kubeplane.cluster.cluster_ca_options`)."""
+    from kubeplane.cluster import ControllerOptions, start_components
 
     await start_components(comps, client, node_args, sched_kwargs, metrics_listen=metrics_listen,
-                           scheduler_config=sched_cfg, namespace_controller=namespace_controller)
+                           scheduler_config=sched_cfg, namespace_controller=namespace_controller,
+                           controller_options=ControllerOptions(**(ca_files or {})))
 
 
 async def _start_split(comps, registry, data_dir: str, node_args: tuple, scheduler_config: str | None,
-                       verbosity: int, metrics_listen: str = "") -> None:
+                       verbosity: int, metrics_listen: str = "", ca_files: dict | None = None) -> None:
     """``up --split``: serve the registry on a private Unix socket and run
     :func:`components` in a child process, restarted if it dies."""
     import os
@@ -437,6 +444,9 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
             "--nodes", str(count), "--node-cpu", cpu, "--node-memory", memory, "--node-pods", str(pods),
             "--zones", str(zones), "--node-prefix", prefix, "--gpus-per-node", str(gpus),
             "--metrics-listen", metrics_listen, f"--v={verbosity}"]
+    for field, flag in _CA_FLAGS:
+        if (ca_files or {}).get(field):
+            argv += [flag, ca_files[field]]
     if scheduler_config:
         argv += ["--scheduler-config", os.path.abspath(scheduler_config)]
     child = ComponentProcess(argv, "components process")
@@ -448,16 +458,41 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
     comps.run(child.supervise(), "components-supervisor")
 
 
+#: ControllerOptions fields and the kube-controller-manager flags that set them
+_CA_FLAGS = (("root_ca_file", "--root-ca-file"), ("signing_cert_file", "--cluster-signing-cert-file"),
+             ("signing_key_file", "--cluster-signing-key-file"))
+
+
+def _ca_options(fn):
+    """kube-controller-manager's CA flags: the root CA publisher and the CSR signer run with them."""
+    fn = click.option("--cluster-signing-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                      help="PEM private key of the CA that signs approved CertificateSigningRequests.")(fn)
+    fn = click.option("--cluster-signing-cert-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                      help="PEM certificate of the CA that signs approved CertificateSigningRequests "
+                           "(with --cluster-signing-key-file).")(fn)
+    return click.option("--root-ca-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                        help="CA bundle published as the kube-root-ca.crt ConfigMap in every namespace.")(fn)
+
+
+def _ca_files(root_ca_file: str | None, cert_file: str | None, key_file: str | None) -> dict:
+    if bool(cert_file) != bool(key_file):
+        raise click.UsageError("--cluster-signing-cert-file and --cluster-signing-key-file go together")
+    values = {"root_ca_file": root_ca_file, "signing_cert_file": cert_file, "signing_key_file": key_file}
+    return {k: v for k, v in values.items() if v}
+
+
 @main.command(hidden=True)
 @click.option("--api-socket", required=True, help="The API server's local wire socket.")
 @_node_options
 @click.option("--scheduler-config", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--metrics-listen", default="", callback=_check_listen, help=_COMPONENTS_METRICS_HELP)
+@_ca_options
 @_verbosity_options[0]
 @_verbosity_options[1]
 def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
                node_prefix: str, gpus_per_node: int, scheduler_config: str | None, metrics_listen: str,
-               verbosity: int, verbose: bool) -> None:
+               root_ca_file: str | None, cluster_signing_cert_file: str | None,
+               cluster_signing_key_file: str | None, verbosity: int, verbose: bool) -> None:
     """The second process of ``up --split``: scheduler, controllers and simulated
     nodes over the local wire. Stops at ``stop`` or when its input ends."""
     from kubeplane.client.wire import WireClient
@@ -477,7 +512,9 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
 
         try:
             await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg,
-                                    namespace_controller=False)  # the API server's process runs it
+                                    namespace_controller=False,  # the API server's process runs it
+                                    ca_files=_ca_files(root_ca_file, cluster_signing_cert_file,
+                                                       cluster_signing_key_file))
             say("ready")
             commands = asyncio.ensure_future(read_commands(command))
             stopped = asyncio.ensure_future(stop.wait())
@@ -700,8 +737,10 @@ def scheduler(kubeconfig: str | None, context: str | None, verbosity: int, verbo
 @click.option("--metrics-listen", default="127.0.0.1:10257", show_default=True, callback=_check_listen,
               help="HOST:PORT for the controllers' /metrics (work queues) and /healthz, as "
                    "kube-controller-manager's secure port; empty to disable.")
+@_ca_options
 def controllers(kubeconfig: str | None, context: str | None, verbosity: int, verbose: bool, provisioner_name: str,
-                metrics_listen: str) -> None:
+                metrics_listen: str, root_ca_file: str | None, cluster_signing_cert_file: str | None,
+                cluster_signing_key_file: str | None) -> None:
     """Run the controllers against any Kubernetes API server."""
     from kubeplane.client.informer import SharedInformerFactory
     from kubeplane.cluster import Components, ControllerOptions, build_controllers
@@ -723,7 +762,9 @@ def controllers(kubeconfig: str | None, context: str | None, verbosity: int, ver
             comps = Components()
             factory = SharedInformerFactory(client)
             try:
-                for ctrl in build_controllers(client, factory, ControllerOptions(provisioner_name=provisioner_name)):
+                opts = ControllerOptions(provisioner_name=provisioner_name, **_ca_files(
+                    root_ca_file, cluster_signing_cert_file, cluster_signing_key_file))
+                for ctrl in build_controllers(client, factory, opts):
                     await comps.start(ctrl)
             except BaseException:
                 await comps.stop()

@@ -226,7 +226,7 @@ class Cluster:
     async def _astart(self) -> None:
         from kubeplane.apiserver.app import APIServer, APIServerConfig
         from kubeplane.client.inprocess import InProcessClient
-        from kubeplane.cluster import namespace_controller
+        from kubeplane.cluster import namespace_controller, service_account_controller
 
         self._tmpdir = tempfile.mkdtemp(prefix="kubeplane-testing-")
         if self.storage == "sqlite":
@@ -235,8 +235,9 @@ class Cluster:
         self._server = APIServer(APIServerConfig(
             data_dir=self.data_dir or os.path.join(self._tmpdir, "data"), listen="127.0.0.1:0",
             storage=self.storage, kubeconfig=kubeconfig),
-            # namespaces finish deleting without the controllers too; with them it is one of them
-            in_process=[] if self.controllers else [namespace_controller])
+            # namespaces finish deleting and pods get their ServiceAccount without the
+            # controllers too; with them these are two of them
+            in_process=[] if self.controllers else [namespace_controller, service_account_controller])
         try:
             async with asyncio.timeout(self.start_timeout):
                 await self._server.start()
@@ -255,14 +256,16 @@ class Cluster:
 
     async def _start_components(self) -> None:
         from kubeplane.client.inprocess import InProcessClient
-        from kubeplane.cluster import Components, start_components
+        from kubeplane.cluster import Components, ControllerOptions, cluster_ca_options, start_components
 
         self._comps = Components()
         client = InProcessClient(self._server.registry, field_manager="kubeplane")
         node_args = ((self.nodes, self.node_cpu, self.node_memory, self.node_pods, 0, "node", 0)
                      if self.nodes else None)
+        # the cluster CA the API server keeps in its data directory, if it made one
+        ca = cluster_ca_options(self._server.config.data_dir)
         await start_components(self._comps, client, node_args, {}, controllers=self.controllers,
-                               scheduler=self.scheduler)
+                               scheduler=self.scheduler, controller_options=ControllerOptions(**ca))
 
     async def _install(self) -> None:
         """What the cluster holds before it is handed over: ``manifests``.
