@@ -24,6 +24,7 @@ _SUB_VERBS = {
     "binding": ["create"],
     "log": ["get"],
     "finalize": ["update"],
+    "approval": ["get", "patch", "update"],
 }
 
 

@@ -231,7 +231,8 @@ class ServiceAccount(AdmissionPlugin):
         if not isinstance(spec, dict):
             return
         if not spec.get("serviceAccountName"):
-            spec["serviceAccountName"] = DEFAULT_SERVICE_ACCOUNT
+            # the deprecated field names it when the new one does not (upstream's v1 conversion)
+            spec["serviceAccountName"] = spec.get("serviceAccount") or DEFAULT_SERVICE_ACCOUNT
         # the deprecated field mirrors the name, as upstream's v1 conversion writes it
         spec["serviceAccount"] = spec["serviceAccountName"]
         account = await self._lookup(attrs, str(spec["serviceAccountName"]))

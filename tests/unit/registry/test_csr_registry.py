@@ -227,3 +227,18 @@ async def test_system_masters_through_the_client_signer_is_forbidden():
     # other signers may ask for it (their own rules decide)
     await reg.create(CSRS, csr(signerName="example.com/mine", request=b64(make_request(orgs=("system:masters",)))))
     await store.close()
+
+
+def test_discovery_lists_csrs_with_their_approval_subresource():
+    from kubeplane.apiserver.discovery import aggregated, api_resource_list
+
+    legacy = api_resource_list(CATALOGUE, "certificates.k8s.io", "v1")
+    by_name = {r["name"]: r for r in legacy["resources"]}
+    assert by_name["certificatesigningrequests"]["shortNames"] == ["csr"]
+    assert by_name["certificatesigningrequests"]["namespaced"] is False
+    assert by_name["certificatesigningrequests/approval"]["verbs"] == ["get", "patch", "update"]
+    assert by_name["certificatesigningrequests/status"]["verbs"] == ["get", "patch", "update"]
+    groups = aggregated(CATALOGUE, core=False)["items"]
+    (group,) = [g for g in groups if g["metadata"]["name"] == "certificates.k8s.io"]
+    (res,) = group["versions"][0]["resources"]
+    assert {s["subresource"] for s in res["subresources"]} == {"status", "approval"}

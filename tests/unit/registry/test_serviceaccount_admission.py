@@ -186,6 +186,13 @@ async def test_the_default_account_is_waited_for(env):
     assert pod["spec"]["serviceAccountName"] == "default" and len(sleeps.calls) == 3
 
 
+async def test_the_deprecated_field_names_the_account(env):
+    registry, _, _ = env
+    await _sa(registry, "old")
+    pod = await registry.create(PODS, _pod(serviceAccount="old"), "default")
+    assert pod["spec"]["serviceAccountName"] == "old" and pod["spec"]["serviceAccount"] == "old"
+
+
 async def test_a_generated_name_is_reported_as_its_prefix(env):
     registry, _, _ = env
     pod = _pod()
