@@ -192,11 +192,18 @@ class ServiceAccount(AdmissionPlugin):
 
     async def _account(self, namespace: str, name: str) -> Obj | None:
         key = SERVICE_ACCOUNTS.storage_key(name, namespace)
+        kv = await self.store.get(key)
+        if kv is not None:
+            return kv.value
+        ns = await self.store.get(NAMESPACES.storage_key(namespace))
+        if ns is None or (ns.value.get("metadata") or {}).get("deletionTimestamp"):
+            # upstream's NamespaceLifecycle refuses this request before this
+            # plugin runs; here it does so in the validating phase
+            raise _NamespaceNotActive(namespace)
         attempts = 10 if name == DEFAULT_SERVICE_ACCOUNT else 1
         interval = (100 + self._rng.randrange(100)) / 1000
-        for i in range(attempts):
-            if i:
-                await self._sleep(interval)
+        for _ in range(attempts - 1):
+            await self._sleep(interval)
             kv = await self.store.get(key)
             if kv is not None:
                 return kv.value
@@ -220,6 +227,12 @@ class ServiceAccount(AdmissionPlugin):
         return account
 
     async def admit(self, attrs: Attributes) -> None:
+        try:
+            await self._admit(attrs)
+        except _NamespaceNotActive:
+            return  # NamespaceLifecycle's refusal comes next
+
+    async def _admit(self, attrs: Attributes) -> None:
         pod = attrs.obj
         if not isinstance(pod, dict):
             return
@@ -264,7 +277,12 @@ class ServiceAccount(AdmissionPlugin):
         sa_name = spec.get("serviceAccountName")
         if not sa_name:
             raise self._forbidden(attrs, f"no service account specified for pod {attrs.namespace}/{attrs.name}")
-        await self._check(attrs, await self._lookup(attrs, str(sa_name)))
+        try:
+            account = await self._lookup(attrs, str(sa_name))
+        except _NamespaceNotActive:
+            raise self._forbidden(attrs, f"error looking up service account {attrs.namespace}/{sa_name}: "
+                                         f'serviceaccount "{sa_name}" not found') from None
+        await self._check(attrs, account)
 
     async def _check(self, attrs: Attributes, account: Obj) -> None:
         ann = ((account.get("metadata") or {}).get("annotations") or {})
@@ -296,6 +314,10 @@ class ServiceAccount(AdmissionPlugin):
                 needed = True
         if needed and not has_volume:
             spec["volumes"] = [*volumes, service_account_token_volume(name)]
+
+
+class _NamespaceNotActive(Exception):
+    """The pod's namespace is missing or terminating: NamespaceLifecycle's business."""
 
 
 def _should_automount(account: Obj, spec: Obj) -> bool:

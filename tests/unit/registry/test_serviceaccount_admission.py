@@ -316,3 +316,18 @@ async def test_validating_phase_refuses_a_pod_whose_account_went_missing():
 
 def test_a_bare_registry_leaves_it_off():
     assert "ServiceAccount" not in [p.name for p in default_chain(MemoryStore()).plugins]
+
+
+async def test_a_missing_or_terminating_namespace_is_namespace_lifecycles_refusal(env):
+    """Upstream's NamespaceLifecycle answers before this plugin: 404 for a
+    missing namespace, 403 for a terminating one, without waiting for an account."""
+    registry, _, sleeps = env
+    with pytest.raises(StatusError) as err:
+        await registry.create(PODS, _pod(), "nowhere")
+    assert err.value.code == 404 and err.value.message == 'namespaces "nowhere" not found'
+    await registry.create(resource("namespaces"), {"metadata": {"name": "going", "finalizers": ["x.io/hold"]}})
+    await registry.delete(resource("namespaces"), "going")
+    with pytest.raises(StatusError) as err:
+        await registry.create(PODS, _pod(), "going")
+    assert err.value.code == 403 and "because it is being terminated" in err.value.message
+    assert sleeps.calls == []
