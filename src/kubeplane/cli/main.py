@@ -229,6 +229,62 @@ _server_options += [
 ]
 
 
+def _security_option(name: str, key: str, **kw):
+    """An option of TLS and authentication: kept in the context, not passed as a parameter."""
+
+    def store(ctx: click.Context, param: click.Parameter, value):
+        ctx.meta.setdefault("security", {})[key] = value
+        return value
+
+    return click.option(name, callback=store, expose_value=False, **kw)
+
+
+_server_options += [
+    _security_option("--insecure-http", "insecure_http", is_flag=True,
+                     help="Serve plain HTTP with neither TLS nor authentication (every client is cluster "
+                          "admin); refused unless --listen is a loopback address."),
+    _security_option("--tls-cert-file", "tls_cert_file", type=click.Path(exists=True, dir_okay=False),
+                     help="Serving certificate (PEM, with its chain); default: one made in <data-dir>/pki."),
+    _security_option("--tls-private-key-file", "tls_private_key_file", type=click.Path(exists=True, dir_okay=False),
+                     help="The serving certificate's private key."),
+    _security_option("--client-ca-file", "client_ca_file", type=click.Path(exists=True, dir_okay=False),
+                     help="CA bundle verifying client certificates; default: <data-dir>/pki/ca.crt."),
+    _security_option("--token-auth-file", "token_auth_file", type=click.Path(exists=True, dir_okay=False),
+                     help='Static bearer tokens, CSV lines: token,user,uid,"group1,group2".'),
+    _security_option("--service-account-key-file", "service_account_key_files", multiple=True,
+                     type=click.Path(exists=True, dir_okay=False),
+                     help="PEM keys verifying ServiceAccount tokens (repeatable); default: the signing key."),
+    _security_option("--service-account-signing-key-file", "service_account_signing_key_file",
+                     type=click.Path(exists=True, dir_okay=False),
+                     help="Private key (RSA or ECDSA) signing ServiceAccount tokens; default: "
+                          "<data-dir>/pki/sa.key, made on first start."),
+    _security_option("--service-account-issuer", "service_account_issuers", multiple=True,
+                     help="Issuer of ServiceAccount tokens (repeatable; the first issues). Default: "
+                          "https://kubernetes.default.svc.cluster.local."),
+    _security_option("--api-audiences", "api_audiences", default="",
+                     help="Comma-separated audiences of the API (default: the issuer)."),
+    _security_option("--anonymous-auth", "anonymous", type=bool, default=True, show_default=True,
+                     help="Requests without credentials are system:anonymous (else 401)."),
+]
+
+
+def _security_config() -> dict:
+    """APIServerConfig keyword arguments of the TLS and authentication options."""
+    from kubeplane.apiserver.app import AuthenticationConfig
+
+    opts = dict(click.get_current_context().meta.get("security", {}))
+    auds = tuple(a.strip() for a in (opts.pop("api_audiences", "") or "").split(",") if a.strip())
+    authn = AuthenticationConfig(
+        token_auth_file=opts.pop("token_auth_file", None),
+        service_account_key_files=tuple(opts.pop("service_account_key_files", ()) or ()),
+        service_account_signing_key_file=opts.pop("service_account_signing_key_file", None),
+        service_account_issuers=tuple(opts.pop("service_account_issuers", ()) or ()),
+        api_audiences=auds, anonymous=bool(opts.pop("anonymous", True)))
+    return {"insecure_http": bool(opts.get("insecure_http")), "tls_cert_file": opts.get("tls_cert_file"),
+            "tls_private_key_file": opts.get("tls_private_key_file"), "client_ca_file": opts.get("client_ca_file"),
+            "authentication": authn}
+
+
 def _serving_limits():
     from kubeplane.apiserver.serving import ServingLimits
 
@@ -293,7 +349,7 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
     _setup_logging(verbosity, verbose)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=kubeconfig,
                                          history_revisions=history_revisions, history_bytes=history_bytes,
-                                         event_ttl=event_ttl, limits=_serving_limits()),
+                                         event_ttl=event_ttl, limits=_serving_limits(), **_security_config()),
                        in_process=[namespace_controller])
 
     async def go(stop: asyncio.Event) -> None:
@@ -371,7 +427,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
     # The data directory is locked with memory storage too: it holds the kubeconfig.
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=None,
                                        history_revisions=history_revisions, history_bytes=history_bytes,
-                                       event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True),
+                                       event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True,
+                                       **_security_config()),
                        # With --split the namespace controller stays in this process (the
                        # deletes it makes are served here anyway, and it keeps working while
                        # the second process restarts); otherwise it is one of the controllers.
@@ -391,7 +448,7 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                 client = InProcessClient(server.registry, field_manager="kubeplane")
                 await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg)
             # Written last and atomically: the kubeconfig appearing means the cluster is usable.
-            published.publish(server.url)
+            published.publish(server.url, **server.admin_credentials())
             log.info("kubeplane is up: API server at %s, %d simulated node(s); try: kubectl --kubeconfig %s get nodes",
                      server.url, node_count, kubeconfig)
             await stop.wait()
