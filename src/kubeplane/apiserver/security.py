@@ -86,9 +86,9 @@ class Security:
             # certificate itself if self-signed, the top of a given chain;
             # otherwise none (clients then use their system roots).
             leaf = chain[0]
-            if leaf.issuer == own.ca_cert.subject:
+            if _issued_by(leaf, own.ca_cert):
                 server_ca = own.ca_pem
-            elif leaf.issuer == leaf.subject:
+            elif _issued_by(leaf, leaf):
                 server_ca = pki.cert_pem(leaf)
             elif len(chain) > 1:
                 server_ca = pki.cert_pem(chain[-1])
@@ -148,6 +148,14 @@ class Security:
         for stem, user, groups in COMPONENTS:
             write_kubeconfig(os.path.join(base, f"{stem}.kubeconfig"), url,
                              **self.component_credentials(stem, user, groups))
+
+
+def _issued_by(cert, issuer) -> bool:
+    try:
+        cert.verify_directly_issued_by(issuer)
+        return True
+    except (ValueError, TypeError, Exception):  # noqa: BLE001 - any failure: not its issuer
+        return False
 
 
 def b64(data: bytes) -> str:
