@@ -486,7 +486,17 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
     if len(path.encode()) > 100:  # Unix socket paths are limited to about 100 bytes
         sock_dir = tempfile.mkdtemp(prefix="kubeplane-")
         path = os.path.join(sock_dir, "api.sock")
-    wire = WireServer(registry, path)
+    # The child authenticates with a token made for this run (given in its
+    # environment, never on its command line) and then acts as each of its
+    # components (system:kube-scheduler, system:kube-controller-manager,
+    # system:node:<name>), as the local wire allows (kubeplane.client.wire).
+    import secrets
+
+    from kubeplane.auth.user import AUTHENTICATED, SYSTEM_MASTERS, UserInfo
+
+    token = secrets.token_urlsafe(32)
+    wire = WireServer(registry, path, tokens={
+        token: UserInfo("system:kubeplane-components", groups=(SYSTEM_MASTERS, AUTHENTICATED))})
     await wire.start()
     comps.items.append(ServedSocket(wire, sock_dir))
     count, cpu, memory, pods, zones, prefix, gpus = node_args
@@ -496,7 +506,7 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
             "--metrics-listen", metrics_listen, f"--v={verbosity}"]
     if scheduler_config:
         argv += ["--scheduler-config", os.path.abspath(scheduler_config)]
-    child = ComponentProcess(argv, "components process")
+    child = ComponentProcess(argv, "components process", env={**os.environ, WIRE_TOKEN_ENV: token})
     try:
         await child.start()
     except RuntimeError as exc:  # the child logged why (e.g. its metrics address is in use)
@@ -517,6 +527,8 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
                verbosity: int, verbose: bool) -> None:
     """The second process of ``up --split``: scheduler, controllers and simulated
     nodes over the local wire. Stops at ``stop`` or when its input ends."""
+    import os
+
     from kubeplane.client.wire import WireClient
     from kubeplane.cluster import Components, read_commands, say
 
@@ -526,7 +538,7 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
 
     async def go(stop: asyncio.Event) -> None:
-        client = WireClient(api_socket, managed_fields=False)
+        client = WireClient(api_socket, managed_fields=False, token=os.environ.get(WIRE_TOKEN_ENV))
         comps = Components()
 
         async def command(words: list[str]) -> None:
@@ -546,6 +558,10 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
             await client.close()
 
     _run(go)
+
+
+#: the environment variable the components process finds its wire token in
+WIRE_TOKEN_ENV = "KUBEPLANE_WIRE_TOKEN"
 
 
 def _load_scheduler_config(path: str | None):
