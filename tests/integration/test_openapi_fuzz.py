@@ -224,6 +224,7 @@ def _fuzz(srv: ServerProcess) -> Report:
     report = Report()
     with requests.Session() as session:
         session.verify, session.cert = srv.ca_file, srv.cert  # HTTPS, as the admin
+        session.trust_env = False  # else REQUESTS_CA_BUNDLE would replace session.verify
         index = session.get(f"{url}/openapi/v3", timeout=CLIENT_TIMEOUT).json()
         documents = sorted(index["paths"].items())
         # One document per served group-version, as discovery lists them.
