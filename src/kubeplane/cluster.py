@@ -15,10 +15,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubeplane.auth.user import AUTHENTICATED, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, UserInfo
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.interface import Client
 
 log = logging.getLogger("kubeplane")
+
+#: the identities of kubeplane's own components, as upstream's
+SCHEDULER_USER = UserInfo(KUBE_SCHEDULER, groups=(AUTHENTICATED,))
+CONTROLLER_MANAGER_USER = UserInfo(KUBE_CONTROLLER_MANAGER, groups=(AUTHENTICATED,))
 
 
 @dataclass
@@ -147,8 +152,13 @@ async def start_components(comps: "Components", client: Client, node_args: tuple
     (``controller_options`` choose and configure the controllers). With
     ``metrics_listen``, their metrics server (scheduler metrics, work queues,
     /configz) is started first."""
+    from kubeplane.auth.user import acting_as
     from kubeplane.client.informer import SharedInformerFactory
 
+    # Each component starts (and so runs: its tasks inherit the context) as
+    # upstream's component of that name; requests through the in-process
+    # client and the local wire carry the identity, and over HTTP the
+    # kubeconfig's certificate names it.
     metrics = None
     if metrics_listen:
         server, metrics = components_metrics_server(metrics_listen, scheduler_config, with_scheduler=scheduler)
@@ -158,15 +168,17 @@ async def start_components(comps: "Components", client: Client, node_args: tuple
     if controllers:
         opts = controller_options if controller_options is not None else ControllerOptions()
         opts = dataclasses.replace(opts, namespace=opts.namespace and namespace_controller)
-        for ctrl in build_controllers(client, factory, opts):
-            await comps.start(ctrl)
+        with acting_as(CONTROLLER_MANAGER_USER):
+            for ctrl in build_controllers(client, factory, opts):
+                await comps.start(ctrl)
     if agent is not None:
-        await comps.start(agent)
+        await comps.start(agent)  # each node acts as system:node:<name> (NodeAgent)
     if scheduler:
         from kubeplane.scheduler.scheduler import Scheduler
 
-        sched = Scheduler(client, informer_factory=factory, metrics=metrics, **sched_kwargs)
-        comps.run(sched.run(), "scheduler")
+        with acting_as(SCHEDULER_USER):
+            sched = Scheduler(client, informer_factory=factory, metrics=metrics, **sched_kwargs)
+            comps.run(sched.run(), "scheduler")
         comps.items.append(sched)
 
 
@@ -205,9 +217,10 @@ class ComponentProcess:
     input, e.g. because this process died) makes it stop and exit. Other
     lines are requests answered with one line each."""
 
-    def __init__(self, argv: list[str], name: str) -> None:
+    def __init__(self, argv: list[str], name: str, env: dict[str, str] | None = None) -> None:
         self.argv = argv
         self.name = name
+        self.env = env
         self.proc: asyncio.subprocess.Process | None = None
         #: one reader of the child's stdout at a time (start, request, shutdown)
         self._lock = asyncio.Lock()
@@ -219,7 +232,8 @@ class ComponentProcess:
             # A session of its own: a Ctrl-C at the terminal reaches only the
             # parent, which then stops the child in order.
             self.proc = await asyncio.create_subprocess_exec(
-                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True)
+                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True,
+                env=self.env)
             try:
                 line = await self._line(timeout)
             except asyncio.TimeoutError:

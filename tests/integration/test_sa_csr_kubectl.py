@@ -2,7 +2,8 @@
 ``kubeplane up``: the default ServiceAccount and the root CA ConfigMap in
 every namespace, ``kubectl create sa``, pods given their ServiceAccount and
 the projected token volume, a missing account refused, and a CSR created,
-approved with ``kubectl certificate approve`` and issued by the cluster CA."""
+approved with ``kubectl certificate approve``, issued by the cluster CA and
+used by kubectl to authenticate."""
 
 from __future__ import annotations
 
@@ -23,30 +24,14 @@ from helpers import eventually_sync
 MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
-def _write_ca(pki):
-    """The cluster CA the API server keeps in <data-dir>/pki (made in advance here)."""
-    pki.mkdir(parents=True)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubeplane-test-ca")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
-            .not_valid_after(now + dt.timedelta(days=30))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    (pki / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (pki / "ca.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                   serialization.NoEncryption()))
-    return cert
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sa-csr")
-    ca = _write_ca(tmp / "data" / "pki")
     srv = start_server(tmp, command="up", extra=["--nodes", "1"])
     try:
-        yield Kubectl(srv.kubeconfig, tmp / "home"), ca
+        # the cluster CA `up` made in <data-dir>/pki: it signs CSRs and is published as kube-root-ca.crt
+        ca = x509.load_pem_x509_certificate((srv.data_dir / "pki" / "ca.crt").read_bytes())
+        yield Kubectl(srv.kubeconfig, tmp / "home"), ca, srv
     finally:
         srv.stop()
 
@@ -56,7 +41,7 @@ def _json(kubectl, *args):
 
 
 def test_default_account_and_root_ca_in_every_namespace(cluster):
-    kubectl, ca = cluster
+    kubectl, ca, _ = cluster
     kubectl("create", "namespace", "team-a")
     eventually_sync(lambda: kubectl("get", "sa", "default", "-n", "team-a", check=False).rc == 0,
                     what="default ServiceAccount in team-a")
@@ -68,7 +53,7 @@ def test_default_account_and_root_ca_in_every_namespace(cluster):
 
 
 def test_pods_get_their_service_account_and_the_token_volume(cluster):
-    kubectl, _ = cluster
+    kubectl, _, _ = cluster
     kubectl("create", "serviceaccount", "robot")
     eventually_sync(lambda: kubectl("get", "sa", "default", check=False).rc == 0)
     kubectl("run", "with-robot", "--image=nginx", "--restart=Never",
@@ -95,7 +80,7 @@ def test_pods_get_their_service_account_and_the_token_volume(cluster):
 
 
 def test_a_pod_of_a_missing_account_is_refused(cluster):
-    kubectl, _ = cluster
+    kubectl, _, _ = cluster
     res = kubectl("run", "ghost", "--image=nginx", "--restart=Never",
                   '--overrides={"spec":{"serviceAccountName":"nobody"}}', check=False)
     assert res.rc != 0
@@ -103,8 +88,8 @@ def test_a_pod_of_a_missing_account_is_refused(cluster):
             'default/nobody: serviceaccount "nobody" not found') in res.err
 
 
-def test_csr_approved_with_kubectl_is_issued_by_the_cluster_ca(cluster):
-    kubectl, ca = cluster
+def test_csr_approved_with_kubectl_is_issued_by_the_cluster_ca_and_authenticates(cluster):
+    kubectl, ca, srv = cluster
     key = ec.generate_private_key(ec.SECP256R1())
     req = (x509.CertificateSigningRequestBuilder()
            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "jane"),
@@ -139,10 +124,28 @@ def test_csr_approved_with_kubectl_is_issued_by_the_cluster_ca(cluster):
     # a decision cannot be reversed
     res = kubectl("certificate", "deny", "jane", check=False)
     assert res.rc != 0 and "already Approved" in res.err
+    # and the certificate authenticates: kubectl with it is jane of devs
+    home = kubectl.cache_dir / "jane"
+    home.mkdir()
+    (home / "jane.crt").write_bytes(pem)
+    (home / "jane.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                      serialization.PrivateFormat.PKCS8,
+                                                      serialization.NoEncryption()))
+    kubeconfig = home / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "jane",
+        "clusters": [{"name": "c", "cluster": {"server": srv.url, "certificate-authority": srv.ca_file}}],
+        "users": [{"name": "jane", "user": {"client-certificate": str(home / "jane.crt"),
+                                            "client-key": str(home / "jane.key")}}],
+        "contexts": [{"name": "jane", "context": {"cluster": "c", "user": "jane"}}],
+    }))
+    whoami = json.loads(Kubectl(kubeconfig, home)("auth", "whoami", "-o", "json").out)
+    assert whoami["status"]["userInfo"]["username"] == "jane"
+    assert "devs" in whoami["status"]["userInfo"]["groups"]
 
 
 def test_csr_for_system_masters_is_forbidden(cluster):
-    kubectl, _ = cluster
+    kubectl, _, _ = cluster
     key = ec.generate_private_key(ec.SECP256R1())
     req = (x509.CertificateSigningRequestBuilder()
            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "root"),

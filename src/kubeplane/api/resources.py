@@ -21,7 +21,7 @@ class ResourceInfo:
     namespaced: bool
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-    subresources: tuple[str, ...] = ()  # "status", "scale", "binding", "log", "finalize"
+    subresources: tuple[str, ...] = ()  # "status", "scale", "binding", "log", "finalize", "token"
     verbs: tuple[str, ...] = (
         "create", "delete", "deletecollection", "get", "list", "patch", "update", "watch",
     )
@@ -91,6 +91,9 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     _r("", "v1", "ServiceAccount", "serviceaccounts", True, short_names=("sa",), subresources=("token",)),
     _r("", "v1", "Service", "services", True, short_names=("svc",), categories=("all",),
        subresources=("status",)),
+    # authentication.k8s.io/v1
+    _r("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", False, verbs=("create",)),
+    _r("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False, verbs=("create",)),
     # storage.k8s.io/v1
     _r("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, short_names=("sc",)),
     _r("storage.k8s.io", "v1", "CSINode", "csinodes", False),

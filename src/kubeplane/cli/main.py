@@ -229,6 +229,62 @@ _server_options += [
 ]
 
 
+def _security_option(name: str, key: str, **kw):
+    """An option of TLS and authentication: kept in the context, not passed as a parameter."""
+
+    def store(ctx: click.Context, param: click.Parameter, value):
+        ctx.meta.setdefault("security", {})[key] = value
+        return value
+
+    return click.option(name, callback=store, expose_value=False, **kw)
+
+
+_server_options += [
+    _security_option("--insecure-http", "insecure_http", is_flag=True,
+                     help="Serve plain HTTP with neither TLS nor authentication (every client is cluster "
+                          "admin); refused unless --listen is a loopback address."),
+    _security_option("--tls-cert-file", "tls_cert_file", type=click.Path(exists=True, dir_okay=False),
+                     help="Serving certificate (PEM, with its chain); default: one made in <data-dir>/pki."),
+    _security_option("--tls-private-key-file", "tls_private_key_file", type=click.Path(exists=True, dir_okay=False),
+                     help="The serving certificate's private key."),
+    _security_option("--client-ca-file", "client_ca_file", type=click.Path(exists=True, dir_okay=False),
+                     help="CA bundle verifying client certificates; default: <data-dir>/pki/ca.crt."),
+    _security_option("--token-auth-file", "token_auth_file", type=click.Path(exists=True, dir_okay=False),
+                     help='Static bearer tokens, CSV lines: token,user,uid,"group1,group2".'),
+    _security_option("--service-account-key-file", "service_account_key_files", multiple=True,
+                     type=click.Path(exists=True, dir_okay=False),
+                     help="PEM keys verifying ServiceAccount tokens (repeatable); default: the signing key."),
+    _security_option("--service-account-signing-key-file", "service_account_signing_key_file",
+                     type=click.Path(exists=True, dir_okay=False),
+                     help="Private key (RSA or ECDSA) signing ServiceAccount tokens; default: "
+                          "<data-dir>/pki/sa.key, made on first start."),
+    _security_option("--service-account-issuer", "service_account_issuers", multiple=True,
+                     help="Issuer of ServiceAccount tokens (repeatable; the first issues). Default: "
+                          "https://kubernetes.default.svc.cluster.local."),
+    _security_option("--api-audiences", "api_audiences", default="",
+                     help="Comma-separated audiences of the API (default: the issuer)."),
+    _security_option("--anonymous-auth", "anonymous", type=bool, default=True, show_default=True,
+                     help="Requests without credentials are system:anonymous (else 401)."),
+]
+
+
+def _security_config() -> dict:
+    """APIServerConfig keyword arguments of the TLS and authentication options."""
+    from kubeplane.apiserver.app import AuthenticationConfig
+
+    opts = dict(click.get_current_context().meta.get("security", {}))
+    auds = tuple(a.strip() for a in (opts.pop("api_audiences", "") or "").split(",") if a.strip())
+    authn = AuthenticationConfig(
+        token_auth_file=opts.pop("token_auth_file", None),
+        service_account_key_files=tuple(opts.pop("service_account_key_files", ()) or ()),
+        service_account_signing_key_file=opts.pop("service_account_signing_key_file", None),
+        service_account_issuers=tuple(opts.pop("service_account_issuers", ()) or ()),
+        api_audiences=auds, anonymous=bool(opts.pop("anonymous", True)))
+    return {"insecure_http": bool(opts.get("insecure_http")), "tls_cert_file": opts.get("tls_cert_file"),
+            "tls_private_key_file": opts.get("tls_private_key_file"), "client_ca_file": opts.get("client_ca_file"),
+            "authentication": authn}
+
+
 def _serving_limits():
     from kubeplane.apiserver.serving import ServingLimits
 
@@ -293,7 +349,7 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
     _setup_logging(verbosity, verbose)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=kubeconfig,
                                          history_revisions=history_revisions, history_bytes=history_bytes,
-                                         event_ttl=event_ttl, limits=_serving_limits()),
+                                         event_ttl=event_ttl, limits=_serving_limits(), **_security_config()),
                        # with the API server alone, pods still get their ServiceAccount
                        in_process=[namespace_controller, service_account_controller])
 
@@ -372,7 +428,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
     # The data directory is locked with memory storage too: it holds the kubeconfig.
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=None,
                                        history_revisions=history_revisions, history_bytes=history_bytes,
-                                       event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True),
+                                       event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True,
+                                       **_security_config()),
                        # With --split the namespace controller stays in this process (the
                        # deletes it makes are served here anyway, and it keeps working while
                        # the second process restarts); otherwise it is one of the controllers.
@@ -395,7 +452,7 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                 await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg,
                                         ca_files=ca_files)
             # Written last and atomically: the kubeconfig appearing means the cluster is usable.
-            published.publish(server.url)
+            published.publish(server.url, **server.admin_credentials())
             log.info("kubeplane is up: API server at %s, %d simulated node(s); try: kubectl --kubeconfig %s get nodes",
                      server.url, node_count, kubeconfig)
             await stop.wait()
@@ -436,7 +493,17 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
     if len(path.encode()) > 100:  # Unix socket paths are limited to about 100 bytes
         sock_dir = tempfile.mkdtemp(prefix="kubeplane-")
         path = os.path.join(sock_dir, "api.sock")
-    wire = WireServer(registry, path)
+    # The child authenticates with a token made for this run (given in its
+    # environment, never on its command line) and then acts as each of its
+    # components (system:kube-scheduler, system:kube-controller-manager,
+    # system:node:<name>), as the local wire allows (kubeplane.client.wire).
+    import secrets
+
+    from kubeplane.auth.user import AUTHENTICATED, SYSTEM_MASTERS, UserInfo
+
+    token = secrets.token_urlsafe(32)
+    wire = WireServer(registry, path, tokens={
+        token: UserInfo("system:kubeplane-components", groups=(SYSTEM_MASTERS, AUTHENTICATED))})
     await wire.start()
     comps.items.append(ServedSocket(wire, sock_dir))
     count, cpu, memory, pods, zones, prefix, gpus = node_args
@@ -449,7 +516,7 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
             argv += [flag, ca_files[field]]
     if scheduler_config:
         argv += ["--scheduler-config", os.path.abspath(scheduler_config)]
-    child = ComponentProcess(argv, "components process")
+    child = ComponentProcess(argv, "components process", env={**os.environ, WIRE_TOKEN_ENV: token})
     try:
         await child.start()
     except RuntimeError as exc:  # the child logged why (e.g. its metrics address is in use)
@@ -495,6 +562,8 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
                cluster_signing_key_file: str | None, verbosity: int, verbose: bool) -> None:
     """The second process of ``up --split``: scheduler, controllers and simulated
     nodes over the local wire. Stops at ``stop`` or when its input ends."""
+    import os
+
     from kubeplane.client.wire import WireClient
     from kubeplane.cluster import Components, read_commands, say
 
@@ -504,7 +573,7 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
 
     async def go(stop: asyncio.Event) -> None:
-        client = WireClient(api_socket, managed_fields=False)
+        client = WireClient(api_socket, managed_fields=False, token=os.environ.get(WIRE_TOKEN_ENV))
         comps = Components()
 
         async def command(words: list[str]) -> None:
@@ -526,6 +595,10 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
             await client.close()
 
     _run(go)
+
+
+#: the environment variable the components process finds its wire token in
+WIRE_TOKEN_ENV = "KUBEPLANE_WIRE_TOKEN"
 
 
 def _load_scheduler_config(path: str | None):

@@ -30,7 +30,9 @@ _VALIDATE_MODES = ("Strict", "Warn", "Ignore")
 
 
 class Cluster:
-    """A kubeplane API server on ``127.0.0.1`` (a free port, plain HTTP) with,
+    """A kubeplane API server on ``127.0.0.1`` (a free port, HTTPS: a CA,
+    serving and admin certificates made in a temporary directory, which the
+    kubeconfig carries) with,
     optionally, the scheduler, the controllers and simulated nodes, for tests.
 
     ``with Cluster() as c:`` runs it in a background thread on an event loop
@@ -87,7 +89,7 @@ class Cluster:
             self._manifests = list(manifests)
         else:
             self._manifests = [manifests]
-        #: ``http://127.0.0.1:PORT`` while running
+        #: ``https://127.0.0.1:PORT`` while running
         self.url = ""
         #: a kubeconfig file for this cluster (context ``kubeplane``, namespace ``default``) while running
         self.kubeconfig = ""
@@ -234,7 +236,7 @@ class Cluster:
         kubeconfig = os.path.join(self._tmpdir, "kubeconfig")
         self._server = APIServer(APIServerConfig(
             data_dir=self.data_dir or os.path.join(self._tmpdir, "data"), listen="127.0.0.1:0",
-            storage=self.storage, kubeconfig=kubeconfig),
+            storage=self.storage, kubeconfig=kubeconfig, component_kubeconfigs=False),
             # namespaces finish deleting and pods get their ServiceAccount without the
             # controllers too; with them these are two of them
             in_process=[] if self.controllers else [namespace_controller, service_account_controller])
@@ -343,8 +345,11 @@ class Cluster:
             raise ImportError("api_client() needs the official client: pip install 'kubeplane[testing]' "
                               "(or kubernetes)") from err
 
-        cfg = k8s.Configuration(host=self.url)
-        api = k8s.ApiClient(cfg)
+        from kubernetes import config as k8s_config
+
+        # From the kubeconfig: the server is verified with the cluster's CA and
+        # the client authenticates with the admin certificate.
+        api = k8s_config.new_client_from_config(config_file=self.kubeconfig)
         self._api_clients.append(api)
         return api
 
