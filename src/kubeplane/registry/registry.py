@@ -143,8 +143,11 @@ class Registry(WatchMixin, SubresourcesMixin):
             raise errors.bad_request("the server could not find the requested resource: namespace is required")
         return res.storage_key(name, namespace if res.namespaced else None)
 
-    def _validate(self, res: ResourceInfo, obj: Obj, old: Obj | None) -> None:
+    def _validate(self, res: ResourceInfo, obj: Obj, old: Obj | None, more: list[errors.Cause] | None = None) -> None:
+        """``more``: causes the strategy found for the endpoint written to."""
         causes = self._validator(res, obj, old)
+        if more:
+            causes = [*causes, *more]
         if causes:
             name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName", "")
             raise errors.invalid(res.kind, name, causes, group=res.group)
@@ -518,8 +521,11 @@ class Registry(WatchMixin, SubresourcesMixin):
                     "metadata.finalizers",
                     f"no new finalizers can be added if the object is being deleted, found new finalizers []string{{{listed}}}",
                 )], group=res.group)
-        if subresource == "status":
-            strategy.prepare_for_status_update(new, current)
+        if subresource in ("status", "approval"):
+            if subresource == "status":
+                strategy.prepare_for_status_update(new, current)
+            else:
+                strategy.prepare_for_approval_update(new, current)
             # Metadata is not writable through the status endpoint. Only its top level
             # changes below (resourceVersion, managedFields): the rest is shared.
             md_keep = dict(cur_md)
@@ -538,7 +544,7 @@ class Registry(WatchMixin, SubresourcesMixin):
             self._track_managed_fields(res, current, new, field_manager, subresource)
         elif "managedFields" not in md and "managedFields" in cur_md:
             md["managedFields"] = cur_md["managedFields"]
-        self._validate(res, new, current)
+        self._validate(res, new, current, strategy.subresource_causes(new, current, subresource))
         cur_cmp = dict(current)
         cur_cmp["metadata"] = {k: v for k, v in cur_md.items() if k != "resourceVersion"}
         if new == cur_cmp:
