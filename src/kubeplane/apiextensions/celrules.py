@@ -308,6 +308,16 @@ def _decls() -> list[Any]:
     return out
 
 
+_HAS_OLD = "__hasOldSelf"
+_OPT_HAS = re.compile(r"(?<![A-Za-z0-9_.])oldSelf\s*\.\s*hasValue\s*\(\s*\)")
+_OPT_VALUE = re.compile(r"(?<![A-Za-z0-9_.])oldSelf\s*\.\s*value\s*\(\s*\)")
+
+
+def _optional_rewrite(expr: str) -> str:
+    """optionalOldSelf rules: ``oldSelf.hasValue()`` and ``oldSelf.value()`` over a plain ``oldSelf``."""
+    return _OPT_VALUE.sub("oldSelf", _OPT_HAS.sub(_HAS_OLD, expr))
+
+
 _DECLS = None
 _envs: dict[str, Any] = {}
 _env_lock = threading.Lock()
@@ -321,7 +331,7 @@ def _env_for(t: Any) -> Any:
         if env is None:
             if _DECLS is None:
                 _DECLS = _decls()
-            env = _cel.NewEnv(variables={"self": t, "oldSelf": t}, functions=_DECLS,
+            env = _cel.NewEnv(variables={"self": t, "oldSelf": t, _HAS_OLD: _T.BOOL}, functions=_DECLS,
                               extensions=[ext_strings.ExtStrings()])
             _envs[key] = env
     return env
@@ -491,8 +501,9 @@ class _Compiled:
         if not self.text:
             return
         env = _env_for(node.cel_type)
+        source = _optional_rewrite(self.text) if self.optional_old_self else self.text
         try:
-            program = env.compile(self.text)
+            program = env.compile(source)
         except RuntimeError as err:
             self.error = RULE_COMPILE_ERROR + _clean(str(err))
             return
@@ -712,7 +723,7 @@ class RuleSet:
                 return
             budget.remaining -= cost
             if activation is None:
-                data: dict[str, Any] = {"self": cv}
+                data: dict[str, Any] = {"self": cv, _HAS_OLD: ov is not None}
                 if ov is not None:
                     data["oldSelf"] = ov
                 activation = env.Activation(data=data)
