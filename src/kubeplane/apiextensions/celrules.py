@@ -49,7 +49,7 @@ from cel_expr_python.ext import ext_strings
 from kubeplane.api.errors import Cause, duplicate, forbidden_field, invalid_value, required
 from kubeplane.dra import cel as _dracel
 
-from .regex import compile_or_none
+from .regex import compile_full
 from .schema import NIL_PATH, _Node
 
 __all__ = ["RuleSet", "check_rules", "valid_field_path", "RULE_COMPILE_ERROR"]
@@ -96,7 +96,7 @@ def _runtime_message(text: str) -> str:
 
 
 def _f_find(s: str, pattern: str) -> str:
-    r = compile_or_none(pattern)
+    r = compile_full(pattern)
     if r is None:
         raise ValueError(f"invalid regex: {pattern}")
     m = r.search(s)
@@ -104,7 +104,7 @@ def _f_find(s: str, pattern: str) -> str:
 
 
 def _f_find_all(s: str, pattern: str, limit: int = -1) -> list[str]:
-    r = compile_or_none(pattern)
+    r = compile_full(pattern)
     if r is None:
         raise ValueError(f"invalid regex: {pattern}")
     out = []
@@ -462,6 +462,24 @@ def _cost_message(name: str, cost: int, limit: int) -> str:
 _OLD_SELF = re.compile(r"(?<![A-Za-z0-9_.])oldSelf(?![A-Za-z0-9_])")
 
 
+_STRINGS = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_SELF_REF = re.compile(r"(?<![A-Za-z0-9_.])(self|oldSelf)(?![A-Za-z0-9_])")
+_FIELD_AFTER = re.compile(r"\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\()?")
+
+
+def _self_fields(expr: str) -> frozenset[str] | None:
+    """The fields of ``self``/``oldSelf`` an expression reads, when it reads
+    them only as ``self.field`` (None: it uses the whole value)."""
+    stripped = _STRINGS.sub("''", expr)
+    fields: set[str] = set()
+    for m in _SELF_REF.finditer(stripped):
+        f = _FIELD_AFTER.match(stripped, m.end())
+        if f is None or f.group(2) is not None or f.group(1) in ("all", "exists", "exists_one", "map", "filter"):
+            return None
+        fields.add(f.group(1))
+    return frozenset(fields)
+
+
 def _uses_old_self(expr: str) -> bool:
     # identifiers inside string literals do not count
     stripped = re.sub(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", "''", expr)
@@ -470,7 +488,7 @@ def _uses_old_self(expr: str) -> bool:
 
 class _Compiled:
     __slots__ = ("rule", "text", "program", "error", "error_required", "message_program", "message_error",
-                 "uses_old_self", "optional_old_self", "field_path", "reason", "message", "depth", "base",
+                 "uses_old_self", "fields", "optional_old_self", "field_path", "reason", "message", "depth", "base",
                  "msg_depth", "msg_base")
 
     def __init__(self, rule: dict[str, Any], node: _Node) -> None:
@@ -513,6 +531,7 @@ class _Compiled:
             return
         self.program = program
         self.uses_old_self = _uses_old_self(self.text)
+        self.fields = _self_fields(self.text)
         mexpr = rule.get("messageExpression") if isinstance(rule.get("messageExpression"), str) else ""
         if mexpr.strip():
             try:
@@ -529,6 +548,8 @@ class _Compiled:
                     self.msg_base = _base_cost(mexpr)
             if _uses_old_self(mexpr):
                 self.uses_old_self = True
+            mf = _self_fields(mexpr)
+            self.fields = None if mf is None or self.fields is None else self.fields | mf
 
     def rule_string(self) -> str:
         return self.message or self.text
@@ -626,6 +647,17 @@ def _root_view(obj: Any) -> Any:
     return obj
 
 
+def _view(v: Any, n: _Node, resource_root: bool, fields: frozenset[str] | None) -> Any:
+    """The CEL value of ``self``: only the fields the rules read, when known."""
+    if resource_root:
+        v = _root_view(v)
+    else:
+        v = _to_cel(v, n)
+    if fields is not None and type(v) is dict:
+        return {k: v[k] for k in fields if k in v}
+    return v
+
+
 class _Budget:
     __slots__ = ("remaining", "exhausted")
 
@@ -642,11 +674,26 @@ class RuleSet:
         self.root = root
         self.root_is_resource = root_is_resource
         self.compiled: dict[int, list[_Compiled]] = {}
+        self.fields: dict[int, frozenset[str] | None] = {}
+        self.rule_children: dict[int, list[tuple[str, _Node]]] = {}
         self._compile(root)
 
     def _compile(self, n: _Node) -> None:
+        n.cel_env = _env_for(n.cel_type)
         if n.rules:
-            self.compiled[id(n)] = [_Compiled(r, n) for r in n.rules]
+            rules = [_Compiled(r, n) for r in n.rules]
+            self.compiled[id(n)] = rules
+            fields: frozenset[str] | None = frozenset()
+            for r in rules:
+                if r.program is None:
+                    continue
+                if r.fields is None or fields is None:
+                    fields = None
+                else:
+                    fields = fields | r.fields
+            # the fields of an object the rules read (None: all of it)
+            self.fields[id(n)] = fields if n.type == "object" and not n.embedded else None
+        self.rule_children[id(n)] = [(k, p) for k, p in n.properties.items() if p.has_rules_below]
         for c in n.properties.values():
             self._compile(c)
         for c in (n.items, n.additional):
@@ -671,8 +718,8 @@ class RuleSet:
         if isinstance(v, dict):
             old_map = old if isinstance(old, dict) else None
             if n.properties:
-                for k, prop in n.properties.items():
-                    if k in v and prop.has_rules_below:
+                for k, prop in self.rule_children[id(n)]:
+                    if k in v:
                         self._walk(prop, v[k], old_map.get(k) if old_map is not None and n.map_type != "atomic" else None,
                                    _child_path(path, k), errs, budget, False)
                         if budget.exhausted:
@@ -694,11 +741,12 @@ class RuleSet:
                    budget: _Budget, resource_root: bool) -> None:
         field = path or NIL_PATH
         tname = n.type
-        cv = _root_view(v) if resource_root else _to_cel(v, n)
+        fields = self.fields.get(id(n))
+        cv = _view(v, n, resource_root, fields)
         ov = None
         if old is not None:
-            ov = _root_view(old) if resource_root else _to_cel(old, n)
-        env = _env_for(n.cel_type)
+            ov = _view(old, n, resource_root, fields)
+        env = n.cel_env
         activation = None
         for r in rules:
             if r.error:

@@ -32,7 +32,7 @@ on a read from storage ``default`` (upstream also prunes there).
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from kubeplane.api.errors import Cause, duplicate, go_repr, invalid_value, not_supported, required, too_long, too_many
 
@@ -132,7 +132,8 @@ class _Node:
         "enum", "pattern", "pattern_src", "min_length", "max_length", "min_items", "max_items",
         "min_props", "max_props", "minimum", "maximum", "excl_min", "excl_max", "multiple_of",
         "required", "unique", "all_of", "any_of", "one_of", "not_", "rules", "has_value_checks",
-        "has_rules_below", "defaults_below", "structural", "cel_type",
+        "has_rules_below", "defaults_below", "structural", "cel_type", "ok", "fast", "prune_leaf",
+        "default_props", "default_children", "cel_env", "checks", "junctors",
     )
 
     def __init__(self, raw: dict[str, Any], structural: bool = True) -> None:
@@ -201,6 +202,33 @@ class _Node:
         children = list(self.properties.values()) + [c for c in (self.items, self.additional) if c is not None]
         self.has_rules_below = bool(self.rules) or any(c.has_rules_below for c in children)
         self.defaults_below = any(c.default is not _MISSING or c.defaults_below for c in children)
+        self.cel_env: Any = None
+        self.junctors = bool(self.all_of or self.any_of or self.one_of or self.not_ is not None)
+        self.checks = _build_checks(self)
+        # Python types the type validator accepts as they are (None: any type)
+        self.ok = _OK_TYPES.get(self.type) if structural and self.type else None
+        leaf = not (self.properties or self.items is not None or self.additional is not None)
+        # values of these types need no work at all below the parent (no checks, no children)
+        if structural and leaf and not self.has_value_checks and not self.int_or_string and not self.rules:
+            self.fast = self.ok if self.ok is not None else _ALL_TYPES
+        else:
+            self.fast = frozenset()
+        self.prune_leaf = leaf and not self.preserve and not self.embedded and self.additional_bool is None
+        self.default_props = [(k, p) for k, p in self.properties.items() if p.default is not _MISSING]
+        self.default_children = [(k, p) for k, p in self.properties.items() if p.defaults_below]
+
+
+_OK_TYPES = {
+    "string": frozenset({str}),
+    "integer": frozenset({int}),
+    "number": frozenset({int, float}),
+    "boolean": frozenset({bool}),
+    "array": frozenset({list}),
+    "object": frozenset({dict}),
+}
+_ALL_TYPES = frozenset({str, int, float, bool, list, dict, type(None)})
+_PY_TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object",
+                  type(None): "null"}
 
 
 def _dicts(v: Any) -> list[dict[str, Any]]:
@@ -236,25 +264,33 @@ def _prune(x: Any, s: _Node | None, path: str, root: bool, out: list[str]) -> No
                 out.append(_child(path, k))
             x.clear()
             return
+        props = s.properties
+        ap = s.additional
         for k in list(x):
             v = x[k]
-            kp = _child(path, k)
-            prop = s.properties.get(k)
+            prop = props.get(k)
             if prop is not None:
-                _prune_impl(v, prop, kp, out)
-            elif s.additional is not None:
-                _prune_impl(v, s.additional, kp, out)
+                if prop.prune_leaf and type(v) is not dict and type(v) is not list:
+                    continue
+                _prune_impl(v, prop, f"{path}.{k}" if path else k, out)
+            elif ap is not None:
+                if ap.prune_leaf and type(v) is not dict and type(v) is not list:
+                    continue
+                _prune_impl(v, ap, f"{path}.{k}" if path else k, out)
             elif s.additional_bool is True:
                 continue
             elif root and k in _META_KEYS:
                 if k == "metadata":
-                    _prune_meta(v, kp, out)
+                    _prune_meta(v, _child(path, k), out)
             else:
-                out.append(kp)
+                out.append(_child(path, k))
                 del x[k]
     elif isinstance(x, list):
         items = s.items if s is not None else None
+        leaf = items is not None and items.prune_leaf
         for i, v in enumerate(x):
+            if leaf and type(v) is not dict and type(v) is not list:
+                continue
             _prune_impl(v, items, f"{path}[{i}]", out)
 
 
@@ -307,26 +343,23 @@ def _non_nullable_null(v: Any, s: _Node | None) -> bool:
 
 def _default(x: Any, s: _Node) -> None:
     if isinstance(x, dict):
-        if s.defaults_below:
-            for k, prop in s.properties.items():
-                if prop.default is _MISSING:
-                    continue
-                if k not in x or _non_nullable_null(x[k], prop):
-                    x[k] = _copy(prop.default)
+        for k, prop in s.default_props:
+            if k not in x or (x[k] is None and not prop.nullable):
+                x[k] = _copy(prop.default)
+        for k, prop in s.default_children:
+            v = x.get(k)
+            if v is not None:
+                _default(v, prop)
         ap = s.additional
-        for k, v in x.items():
-            prop = s.properties.get(k)
-            if prop is not None:
-                if prop.defaults_below:
-                    _default(v, prop)
-            elif ap is not None:
+        if ap is not None and (ap.default is not _MISSING or ap.defaults_below):
+            for k, v in x.items():
                 if ap.default is not _MISSING and _non_nullable_null(v, ap):
                     v = x[k] = _copy(ap.default)
                 if ap.defaults_below:
                     _default(v, ap)
     elif isinstance(x, list):
         it = s.items
-        if it is None:
+        if it is None or not (it.default is not _MISSING or it.defaults_below):
             return
         for i, v in enumerate(x):
             if it.default is not _MISSING and _non_nullable_null(v, it):
@@ -337,24 +370,36 @@ def _default(x: Any, s: _Node) -> None:
 
 def _prune_nulls(x: Any, s: _Node) -> None:
     """Drop ``null`` values of non-nullable properties without default."""
-    if isinstance(x, dict):
-        if s.properties:
-            for k in [k for k, v in x.items() if v is None]:
-                prop = s.properties.get(k)
+    if type(x) is dict:
+        props = s.properties
+        if props:
+            nulls = [k for k, v in x.items() if v is None] if None in x.values() else ()
+            for k in nulls:
+                prop = props.get(k)
                 if prop is not None and prop.default is _MISSING and not prop.nullable:
                     del x[k]
-        ap = s.additional
-        for k, v in x.items():
-            if isinstance(v, (dict, list)):
-                prop = s.properties.get(k)
-                if prop is not None:
-                    _prune_nulls(v, prop)
-                elif ap is not None:
+            ap = s.additional
+            for k, v in x.items():
+                tv = type(v)
+                if tv is dict or tv is list:
+                    prop = props.get(k)
+                    if prop is not None:
+                        if not prop.prune_leaf:
+                            _prune_nulls(v, prop)
+                    elif ap is not None:
+                        _prune_nulls(v, ap)
+        elif s.additional is not None and not s.additional.prune_leaf:
+            ap = s.additional
+            for v in x.values():
+                tv = type(v)
+                if tv is dict or tv is list:
                     _prune_nulls(v, ap)
-    elif isinstance(x, list) and s.items is not None:
+    elif type(x) is list and s.items is not None and not s.items.prune_leaf:
+        it = s.items
         for v in x:
-            if isinstance(v, (dict, list)):
-                _prune_nulls(v, s.items)
+            tv = type(v)
+            if tv is dict or tv is list:
+                _prune_nulls(v, it)
 
 
 # ---------------------------------------------------------------- validation
@@ -393,24 +438,20 @@ def _composite(message: str) -> Cause:
 
 def _check_type(s: _Node, v: Any, path: str, errs: _Errors) -> bool:
     """The type validator; False when the value has the wrong type."""
+    ok = s.ok
+    t = type(v)
+    if ok is None or t in ok:
+        return True
     if v is None:
-        if s.type and s.type != "null" and not s.nullable:
-            errs.causes.append(_type_error(path, s.type, "null"))
-            return False
+        if s.nullable:
+            return True
+        errs.causes.append(_type_error(path, s.type, "null"))
+        return False
+    if t is float and s.type == "integer" and v.is_integer():
         return True
-    if not s.type:
+    if s.format and (t is str or t is list) and s.type not in ("number", "integer"):
         return True
-    got = json_type(v)
-    t = s.type
-    if got == t:
-        return True
-    if t == "integer" and got == "number" and v.is_integer():
-        return True
-    if t == "number" and got == "integer":
-        return True
-    if s.format and got in ("string", "array") and t not in ("number", "integer"):
-        return True
-    errs.causes.append(_type_error(path, t, got))
+    errs.causes.append(_type_error(path, s.type, _PY_TYPE_NAMES.get(t) or json_type(v)))
     return False
 
 
@@ -429,83 +470,161 @@ def _validate(s: _Node, v: Any, path: str, errs: _Errors) -> None:
         return
     if s.has_value_checks:
         _value_checks(s, v, path, errs)
-    if isinstance(v, dict):
+    t = type(v)
+    if t is dict:
         props = s.properties
-        if props or s.additional is not None:
-            ap = s.additional
+        ap = s.additional
+        if props:
             for k, x in v.items():
                 prop = props.get(k)
                 if prop is not None:
-                    _validate(prop, x, _child(path, k), errs)
+                    if type(x) in prop.fast:
+                        errs.matched += 1
+                        continue
+                    _validate(prop, x, f"{path}.{k}" if path else k, errs)
                 elif ap is not None:
                     _validate(ap, x, f"{path}.{k}", errs)
-    elif isinstance(v, list):
+        elif ap is not None:
+            fast = ap.fast
+            for k, x in v.items():
+                if type(x) in fast:
+                    continue
+                _validate(ap, x, f"{path}.{k}", errs)
+    elif t is list:
         it = s.items
         if it is not None:
+            fast = it.fast
             for i, x in enumerate(v):
+                if type(x) in fast:
+                    continue
                 _validate(it, x, f"{path}[{i}]", errs)
 
 
 def _value_checks(s: _Node, v: Any, path: str, errs: _Errors) -> None:
-    c = errs.causes
-    if s.all_of or s.any_of or s.one_of or s.not_ is not None:
+    if s.junctors:
         _junctors(s, v, path, errs)
-    if isinstance(v, str):
-        if s.max_length is not None or s.min_length is not None:
+    c = errs.causes
+    for check in s.checks:
+        check(v, path, c)
+
+
+def _build_checks(s: _Node) -> tuple[Callable[[Any, str, list[Cause]], None], ...]:
+    """The value validations of a schema, each a small function guarding its own JSON type."""
+    out: list[Callable[[Any, str, list[Cause]], None]] = []
+    if s.max_length is not None:
+        mx = s.max_length
+
+        def max_length(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is str and len(v) > mx:
+                c.append(too_long(_field(path), v, mx))
+        out.append(max_length)
+    if s.min_length is not None:
+        mn = s.min_length
+
+        def min_length(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is str and len(v) < mn:
+                c.append(_invalid(path, v, f"{path} in body should be at least {mn} chars long"))
+        out.append(min_length)
+    if s.pattern is not None:
+        search, src = s.pattern.search, s.pattern_src
+
+        def pattern(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is str and not search(v):
+                c.append(_invalid(path, v, f"{path} in body should match '{src}'"))
+        out.append(pattern)
+    fmt_check = FORMAT_CHECKS.get(s.format) if s.format else None
+    if fmt_check is not None:
+        fmt = s.format
+
+        def format_(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is str and not fmt_check(v):
+                c.append(Cause("FieldValueTypeInvalid",
+                               f"Invalid value: {go_repr(v)}: {path} in body must be of type {fmt}: {go_repr(v)}",
+                               _field(path)))
+        out.append(format_)
+    if s.maximum is not None:
+        hi, excl = s.maximum, s.excl_max
+        shown = go_number(hi)
+
+        def maximum(v: Any, path: str, c: list[Cause]) -> None:
+            t = type(v)
+            if t is int or t is float:
+                if excl and v >= hi:
+                    c.append(_invalid(path, v, f"{path} in body should be less than {shown}"))
+                elif not excl and v > hi:
+                    c.append(_invalid(path, v, f"{path} in body should be less than or equal to {shown}"))
+        out.append(maximum)
+    if s.minimum is not None:
+        lo, excl_lo = s.minimum, s.excl_min
+        shown_lo = go_number(lo)
+
+        def minimum(v: Any, path: str, c: list[Cause]) -> None:
+            t = type(v)
+            if t is int or t is float:
+                if excl_lo and v <= lo:
+                    c.append(_invalid(path, v, f"{path} in body should be greater than {shown_lo}"))
+                elif not excl_lo and v < lo:
+                    c.append(_invalid(path, v, f"{path} in body should be greater than or equal to {shown_lo}"))
+        out.append(minimum)
+    if s.multiple_of is not None and s.multiple_of > 0:
+        factor = s.multiple_of
+        shown_f = go_number(factor)
+
+        def multiple_of(v: Any, path: str, c: list[Cause]) -> None:
+            t = type(v)
+            if (t is int or t is float) and not _multiple(v, factor):
+                c.append(_invalid(path, v, f"{path} in body should be a multiple of {shown_f}"))
+        out.append(multiple_of)
+    if s.min_items is not None or s.max_items is not None or s.unique:
+        min_i, max_i, unique = s.min_items, s.max_items, s.unique
+
+        def items_count(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is not list:
+                return
             n = len(v)
-            if s.max_length is not None and n > s.max_length:
-                c.append(too_long(_field(path), v, s.max_length))
-            if s.min_length is not None and n < s.min_length:
-                c.append(_invalid(path, v, f"{path} in body should be at least {s.min_length} chars long"))
-        if s.pattern_src:
-            if s.pattern is not None and not s.pattern.search(v):
-                c.append(_invalid(path, v, f"{path} in body should match '{s.pattern_src}'"))
-        if s.format:
-            check = FORMAT_CHECKS.get(s.format)
-            if check is not None and not check(v):
-                c.append(Cause(
-                    "FieldValueTypeInvalid",
-                    f"Invalid value: {go_repr(v)}: {path} in body must be of type {s.format}: {go_repr(v)}",
-                    _field(path),
-                ))
-    elif isinstance(v, (int, float)) and not isinstance(v, bool):
-        if s.maximum is not None:
-            if s.excl_max and v >= s.maximum:
-                c.append(_invalid(path, v, f"{path} in body should be less than {go_number(s.maximum)}"))
-            elif not s.excl_max and v > s.maximum:
-                c.append(_invalid(path, v, f"{path} in body should be less than or equal to {go_number(s.maximum)}"))
-        if s.minimum is not None:
-            if s.excl_min and v <= s.minimum:
-                c.append(_invalid(path, v, f"{path} in body should be greater than {go_number(s.minimum)}"))
-            elif not s.excl_min and v < s.minimum:
-                c.append(_invalid(path, v, f"{path} in body should be greater than or equal to {go_number(s.minimum)}"))
-        if s.multiple_of is not None and s.multiple_of > 0 and not _multiple(v, s.multiple_of):
-            c.append(_invalid(path, v, f"{path} in body should be a multiple of {go_number(s.multiple_of)}"))
-    elif isinstance(v, list):
-        n = len(v)
-        if s.min_items is not None and n < s.min_items:
-            c.append(_invalid(path, n, f"{path} in body should have at least {s.min_items} items"))
-        if s.max_items is not None and n > s.max_items:
-            c.append(too_many(_field(path), n, s.max_items))
-        if s.unique and not _all_unique(v):
-            c.append(_invalid(path, "", f"{path} in body shouldn't contain duplicates"))
-        if s.list_type == "set":
-            c.extend(_set_duplicates(v, path))
-        elif s.list_type == "map" and s.list_keys:
-            c.extend(_map_duplicates(v, s.list_keys, path))
-    elif isinstance(v, dict):
-        n = len(v)
-        if s.min_props is not None and n < s.min_props:
-            c.append(_invalid(path, n, f"{path} in body should have at least {s.min_props} properties"))
-        if s.max_props is not None and n > s.max_props:
-            c.append(too_many(_field(path), n, s.max_props))
-        for k in s.required:
-            if k not in v:
-                c.append(required(_child(path, k)))
+            if min_i is not None and n < min_i:
+                c.append(_invalid(path, n, f"{path} in body should have at least {min_i} items"))
+            if max_i is not None and n > max_i:
+                c.append(too_many(_field(path), n, max_i))
+            if unique and not _all_unique(v):
+                c.append(_invalid(path, "", f"{path} in body shouldn't contain duplicates"))
+        out.append(items_count)
+    if s.list_type == "set":
+        def list_set(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is list and len(v) > 1:
+                c.extend(_set_duplicates(v, path))
+        out.append(list_set)
+    elif s.list_type == "map" and s.list_keys:
+        keys = s.list_keys
+
+        def list_map(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is list and len(v) > 1:
+                c.extend(_map_duplicates(v, keys, path))
+        out.append(list_map)
+    if s.min_props is not None or s.max_props is not None or s.required:
+        min_p, max_p, req = s.min_props, s.max_props, tuple(s.required)
+
+        def object_checks(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is not dict:
+                return
+            n = len(v)
+            if min_p is not None and n < min_p:
+                c.append(_invalid(path, n, f"{path} in body should have at least {min_p} properties"))
+            if max_p is not None and n > max_p:
+                c.append(too_many(_field(path), n, max_p))
+            for k in req:
+                if k not in v:
+                    c.append(required(f"{path}.{k}" if path else k))
+        out.append(object_checks)
     if s.enum is not None:
-        if not any(_enum_equal(v, e) for e in s.enum):
-            allowed = [e if isinstance(e, str) else _json(e) for e in s.enum]
-            c.append(not_supported(_field(path), v, allowed))
+        enum = s.enum
+        allowed = [e if isinstance(e, str) else _json(e) for e in enum]
+
+        def enum_(v: Any, path: str, c: list[Cause]) -> None:
+            if not any(_enum_equal(v, e) for e in enum):
+                c.append(not_supported(_field(path), v, allowed))
+        out.append(enum_)
+    return tuple(out)
 
 
 def _json(v: Any) -> str:
