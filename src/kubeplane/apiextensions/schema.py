@@ -133,7 +133,7 @@ class _Node:
         "min_props", "max_props", "minimum", "maximum", "excl_min", "excl_max", "multiple_of",
         "required", "unique", "all_of", "any_of", "one_of", "not_", "rules", "has_value_checks",
         "has_rules_below", "defaults_below", "structural", "cel_type", "ok", "fast", "prune_leaf",
-        "default_props", "default_children", "cel_env", "checks", "junctors",
+        "default_props", "default_children", "cel_env", "checks", "junctors", "embedded_below",
     )
 
     def __init__(self, raw: dict[str, Any], structural: bool = True) -> None:
@@ -202,6 +202,7 @@ class _Node:
         children = list(self.properties.values()) + [c for c in (self.items, self.additional) if c is not None]
         self.has_rules_below = bool(self.rules) or any(c.has_rules_below for c in children)
         self.defaults_below = any(c.default is not _MISSING or c.defaults_below for c in children)
+        self.embedded_below = any(c.embedded or c.embedded_below for c in children)
         self.cel_env: Any = None
         self.junctors = bool(self.all_of or self.any_of or self.one_of or self.not_ is not None)
         self.checks = _build_checks(self)
@@ -268,6 +269,12 @@ def _prune(x: Any, s: _Node | None, path: str, root: bool, out: list[str]) -> No
         ap = s.additional
         for k in list(x):
             v = x[k]
+            if root and k in _META_KEYS:
+                # TypeMeta and ObjectMeta of a resource are not pruned by the schema;
+                # unknown ObjectMeta fields are dropped as decoding ObjectMeta does
+                if k == "metadata":
+                    _prune_meta(v, _child(path, k), out)
+                continue
             prop = props.get(k)
             if prop is not None:
                 if prop.prune_leaf and type(v) is not dict and type(v) is not list:
@@ -278,10 +285,8 @@ def _prune(x: Any, s: _Node | None, path: str, root: bool, out: list[str]) -> No
                     continue
                 _prune_impl(v, ap, f"{path}.{k}" if path else k, out)
             elif s.additional_bool is True:
-                continue
-            elif root and k in _META_KEYS:
-                if k == "metadata":
-                    _prune_meta(v, _child(path, k), out)
+                # additionalProperties: true has no schema: what is below a value is pruned
+                _prune(v, None, _child(path, k), False, out)
             else:
                 out.append(_child(path, k))
                 del x[k]
@@ -306,16 +311,18 @@ def _skip_prune(x: Any, s: _Node, path: str, out: list[str]) -> None:
     if isinstance(x, dict):
         for k, v in x.items():
             kp = _child(path, k)
+            if s.embedded and k in _META_KEYS:
+                if k == "metadata":
+                    _prune_meta(v, kp, out)
+                continue
             prop = s.properties.get(k)
             if prop is not None:
                 _prune_impl(v, prop, kp, out)
             elif s.additional is not None:
                 _prune_impl(v, s.additional, kp, out)
-            elif s.embedded and k == "metadata":
-                _prune_meta(v, kp, out)
     elif isinstance(x, list) and s.items is not None:
         for i, v in enumerate(x):
-            _prune_impl(v, s.items, f"{path}[{i}]", out)
+            _skip_prune(v, s.items, f"{path}[{i}]", out)
 
 
 def _prune_meta(meta: Any, path: str, out: list[str]) -> None:
@@ -823,13 +830,21 @@ class ResourceSchema:
         else:
             _validate(root, obj, "", errs)
         causes = errs.causes
+        if root.embedded_below:
+            _validate_embedded(root, obj, "", causes)
         if self._cel is not None:
             causes.extend(self._cel.validate(obj, old))
         return causes
 
     @property
     def has_rules(self) -> bool:
+        """True when the schema has x-kubernetes-validations rules."""
         return self._cel is not None
+
+    @property
+    def has_defaults(self) -> bool:
+        """True when some field has a default (reads from storage need defaulting)."""
+        return self.root.defaults_below
 
 
 def _validate_root(root: _Node, obj: dict[str, Any], errs: _Errors) -> None:
@@ -841,3 +856,77 @@ def _validate_root(root: _Node, obj: dict[str, Any], errs: _Errors) -> None:
             sub = {k: meta[k] for k in ("name", "generateName") if k in meta}
             view["metadata"] = sub
     _validate(root, view, "", errs)
+
+
+# ------------------------------------------------------- embedded resources
+
+
+def _fchild(path: str, k: str) -> str:
+    return f"{path}.{k}" if path else k
+
+
+def _validate_embedded(s: _Node, x: Any, path: str, out: list[Cause]) -> None:
+    """TypeMeta and ObjectMeta of embedded resources (upstream's objectmeta.Validate)."""
+    if type(x) is dict:
+        if s.embedded:
+            out.extend(_embedded_resource_errors(x, path))
+        for k, v in x.items():
+            prop = s.properties.get(k)
+            if prop is not None:
+                if prop.embedded or prop.embedded_below:
+                    _validate_embedded(prop, v, _fchild(path, k), out)
+            elif s.additional is not None and (s.additional.embedded or s.additional.embedded_below):
+                _validate_embedded(s.additional, v, f"{path}[{k}]", out)
+    elif type(x) is list and s.items is not None and (s.items.embedded or s.items.embedded_below):
+        for i, v in enumerate(x):
+            _validate_embedded(s.items, v, f"{path}[{i}]", out)
+
+
+def _path_segment_name(name: str, prefix: bool = False) -> list[str]:
+    if not prefix and name in (".", ".."):
+        return [f"may not be '{name}'"]
+    errs = []
+    for bad in ("/", "%"):
+        if bad in name:
+            errs.append(f"may not contain '{bad}'")
+    return errs
+
+
+def _embedded_resource_errors(x: dict[str, Any], path: str) -> list[Cause]:
+    from kubeplane.api.strings import is_dns1035_label
+    from kubeplane.api.validation.meta import validate_object_meta
+
+    out: list[Cause] = []
+    if "apiVersion" not in x:
+        out.append(required(_fchild(path, "apiVersion")))
+    if "kind" not in x:
+        out.append(required(_fchild(path, "kind")))
+    for k, v in x.items():
+        if k == "apiVersion":
+            p = _fchild(path, k)
+            if not isinstance(v, str):
+                out.append(invalid_value(p, v, "must be a string"))
+            elif not v:
+                out.append(required(p))
+            elif v.count("/") > 1:
+                out.append(invalid_value(p, v, f"unexpected GroupVersion string: {v}"))
+        elif k == "kind":
+            p = _fchild(path, k)
+            if not isinstance(v, str):
+                out.append(invalid_value(p, v, "must be a string"))
+            elif not v:
+                out.append(required(p))
+            else:
+                errs = is_dns1035_label(v.lower())
+                if errs:
+                    out.append(invalid_value(p, v, "may have mixed case, but should otherwise match: " + ",".join(errs)))
+        elif k == "metadata":
+            p = _fchild(path, k)
+            if not isinstance(v, dict):
+                out.append(invalid_value(p, v, "must be an object"))
+                continue
+            meta = dict(v)
+            if not meta.get("name"):
+                meta["name"] = "fakename"
+            out.extend(validate_object_meta(meta, bool(meta.get("namespace")), _path_segment_name, p))
+    return out

@@ -210,3 +210,34 @@ def test_garbage_never_crashes():
         rs.prune(v)
         rs.default(v)
         rs.validate(v)
+
+
+def test_prune_under_preserved_list_keeps_unknown_fields_of_items():
+    rs = ResourceSchema(spec(l={"type": "array", "x-kubernetes-preserve-unknown-fields": True,
+                                "items": {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}}}}))
+    obj = {"spec": {"l": [{"x": 1, "a": {"b": "y", "c": 2}}]}}
+    assert rs.prune(obj) == ["spec.l[0].a.c"]
+    assert obj == {"spec": {"l": [{"x": 1, "a": {"b": "y"}}]}}
+
+
+def test_prune_embedded_resource_keeps_type_meta_even_when_specified_otherwise():
+    rs = ResourceSchema(spec(t={"type": "object", "x-kubernetes-embedded-resource": True,
+                                "properties": {"spec": {"type": "object"}}}))
+    obj = {"spec": {"t": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}, "x": 1}}}
+    assert rs.prune(obj) == ["spec.t.x"]
+
+
+def test_embedded_resource_type_meta_and_metadata_are_validated():
+    s = spec(t={"type": "object", "x-kubernetes-embedded-resource": True, "x-kubernetes-preserve-unknown-fields": True})
+    out = errors(s, {"spec": {"t": {"kind": "Foo_bar", "metadata": {"name": "a/b"}}}})
+    assert out[0] == "spec.t.apiVersion: Required value"
+    assert out[1].startswith('spec.t.kind: Invalid value: "Foo_bar": may have mixed case, but should otherwise match: a DNS-1035 label')
+    assert out[2] == "spec.t.metadata.name: Invalid value: \"a/b\": may not contain '/'"
+    assert errors(s, {"spec": {"t": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {}}}}) == []
+    assert errors(s, {"spec": {"t": {"apiVersion": "a/b/c", "kind": "X"}}}) == [
+        'spec.t.apiVersion: Invalid value: "a/b/c": unexpected GroupVersion string: a/b/c']
+
+
+def test_has_defaults():
+    assert ResourceSchema(spec(r={"type": "integer", "default": 1})).has_defaults
+    assert not ResourceSchema(spec(r={"type": "integer"})).has_defaults
