@@ -480,6 +480,66 @@ def _self_fields(expr: str) -> frozenset[str] | None:
     return frozenset(fields)
 
 
+_CHAIN_START = re.compile(r"(?<![A-Za-z0-9_.])(?:self|oldSelf)(?![A-Za-z0-9_])")
+_CHAIN_STEP = re.compile(r"\s*(\.)\s*([A-Za-z_][A-Za-z0-9_]*)")
+_CALL_AFTER = re.compile(r"\s*\(")
+_TYPE_META = ("apiVersion", "kind")
+
+
+def _blank_strings(expr: str) -> str:
+    """``expr`` with the contents of string literals blanked, positions kept."""
+    return _STRINGS.sub(lambda m: m.group(0)[0] + " " * (len(m.group(0)) - 2) + m.group(0)[-1], expr)
+
+
+def _undefined_fields(expr: str, node: _Node, resource_root: bool) -> str:
+    """Compile errors for ``self.a.b`` chains naming fields the schema does not
+    declare (upstream's object types make these compile errors)."""
+    text = _blank_strings(expr)
+    issues = []
+    for m in _CHAIN_START.finditer(text):
+        n: _Node | None = node
+        root_level = resource_root
+        meta_level = False
+        pos = m.end()
+        while n is not None:
+            step = _CHAIN_STEP.match(text, pos)
+            if step is None or _CALL_AFTER.match(text, step.end()):
+                break
+            name, dot = step.group(2), step.start(1)
+            pos = step.end()
+            if meta_level:
+                if name not in ("name", "generateName"):
+                    issues.append((dot, name))
+                break
+            if root_level and name in _TYPE_META:
+                break
+            if root_level and name == "metadata":
+                meta_level, root_level = True, False
+                continue
+            root_level = False
+            if n.preserve or n.int_or_string or n.type != "object":
+                break
+            if n.properties:
+                nxt = n.properties.get(name)
+                if nxt is None:
+                    issues.append((dot, name))
+                    break
+                n = nxt
+            elif n.additional is not None:
+                n = n.additional
+            else:
+                break
+    if not issues:
+        return ""
+    lines = expr.split("\n")
+    out = []
+    for dot, name in issues:
+        line_no = expr.count("\n", 0, dot)
+        col = dot - (expr.rfind("\n", 0, dot) + 1)
+        out.append(f"ERROR: <input>:{line_no + 1}:{col + 1}: undefined field '{name}'\n | {lines[line_no]}\n | {'.' * col}^")
+    return "\n".join(out)
+
+
 def _uses_old_self(expr: str) -> bool:
     # identifiers inside string literals do not count
     stripped = re.sub(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", "''", expr)
@@ -491,7 +551,7 @@ class _Compiled:
                  "uses_old_self", "fields", "optional_old_self", "field_path", "reason", "message", "depth", "base",
                  "msg_depth", "msg_base")
 
-    def __init__(self, rule: dict[str, Any], node: _Node) -> None:
+    def __init__(self, rule: dict[str, Any], node: _Node, resource_root: bool = False) -> None:
         self.rule = rule
         text = rule.get("rule") if isinstance(rule.get("rule"), str) else ""
         self.text = text.strip()
@@ -524,6 +584,10 @@ class _Compiled:
             program = env.compile(source)
         except RuntimeError as err:
             self.error = RULE_COMPILE_ERROR + _clean(str(err))
+            return
+        undefined = _undefined_fields(self.text, node, resource_root)
+        if undefined:
+            self.error = RULE_COMPILE_ERROR + undefined
             return
         rt = program.return_type()
         if rt != _T.BOOL and rt != _T.DYN:
@@ -681,7 +745,7 @@ class RuleSet:
     def _compile(self, n: _Node) -> None:
         n.cel_env = _env_for(n.cel_type)
         if n.rules:
-            rules = [_Compiled(r, n) for r in n.rules]
+            rules = [_Compiled(r, n, (n is self.root and self.root_is_resource) or n.embedded) for r in n.rules]
             self.compiled[id(n)] = rules
             fields: frozenset[str] | None = frozenset()
             for r in rules:

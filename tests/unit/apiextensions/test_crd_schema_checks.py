@@ -182,3 +182,29 @@ def test_defaults_forbidden_when_not_allowed():
 def test_not_a_dict_never_crashes():
     assert check_crd_schema("nope", P)
     assert msgs({"type": "object", "properties": {"a": "x", "b": {"type": "array", "items": [1]}}}) is not None
+
+
+def test_undefined_field_is_a_compile_error():
+    schema = spec(a={"type": "object", "properties": {"b": {"type": "integer"}},
+                     "x-kubernetes-validations": [{"rule": "self.c > 0 && self.b > 0"}]})
+    out = msgs(schema)
+    assert len(out) == 1
+    assert out[0].endswith("compilation failed: ERROR: <input>:1:5: undefined field 'c'\n | self.c > 0 && self.b > 0\n | ....^")
+
+
+def test_root_rule_may_read_type_meta_and_name_only():
+    ok = {"type": "object", "properties": {"spec": {"type": "object"}},
+          "x-kubernetes-validations": [{"rule": "self.kind == 'K' && self.metadata.name.size() < 10 && has(self.spec)"}]}
+    assert msgs(ok) == []
+    bad = {"type": "object", "properties": {"spec": {"type": "object"}},
+           "x-kubernetes-validations": [{"rule": "self.metadata.namespace == 'x'"}]}
+    out = msgs(bad)
+    assert len(out) == 1 and "undefined field 'namespace'" in out[0]
+
+
+def test_fields_of_maps_and_preserved_objects_are_not_checked():
+    schema = spec(m={"type": "object", "additionalProperties": {"type": "string"},
+                     "x-kubernetes-validations": [{"rule": "self.anything == 'x' || true"}]},
+                  p={"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                     "x-kubernetes-validations": [{"rule": "!has(self.whatever)"}]})
+    assert msgs(schema) == []
