@@ -15,7 +15,7 @@ from datetime import date
 from typing import Callable
 from urllib.parse import urlsplit
 
-__all__ = ["FORMAT_CHECKS", "check_format"]
+__all__ = ["FORMAT_CHECKS", "SUPPORTED_FORMATS", "check_format", "supported_format"]
 
 _HOSTNAME = re.compile(
     r"^([a-zA-Z0-9\w](-?[a-zA-Z0-9\w]{0,62})?|([a-zA-Z0-9\w](([a-zA-Z0-9\-\w]{0,61}[a-zA-Z0-9\w])?)\.){1,}[a-zA-Z]{2,63})$",
@@ -194,6 +194,20 @@ FORMAT_CHECKS: dict[str, Callable[[str], bool]] = {
     "datetime": _datetime,
     "duration": lambda s: bool(_DURATION.match(s)),
 }
+
+
+# The formats custom resources are checked against; any other is ignored
+# (upstream strips it before validating). Names compare without dashes.
+SUPPORTED_FORMATS = frozenset({
+    "bsonobjectid", "uri", "email", "hostname", "ipv4", "ipv6", "cidr", "mac", "uuid", "uuid3", "uuid4",
+    "uuid5", "isbn", "isbn10", "isbn13", "creditcard", "ssn", "hexcolor", "rgbcolor", "byte", "password",
+    "date", "duration", "datetime",
+})
+
+
+def supported_format(fmt: str) -> str:
+    """``fmt`` when custom resources are validated against it, else ``""``."""
+    return fmt if fmt.replace("-", "") in SUPPORTED_FORMATS else ""
 
 
 def check_format(fmt: str, value: str) -> bool:

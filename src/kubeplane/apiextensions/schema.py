@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable
 
 from kubeplane.api.errors import Cause, duplicate, go_repr, invalid_value, not_supported, required, too_long, too_many
 
-from .formats import FORMAT_CHECKS
+from .formats import FORMAT_CHECKS, supported_format
 from . import regex
 
 __all__ = [
@@ -144,7 +144,7 @@ class _Node:
         t = raw.get("type")
         self.type = t if isinstance(t, str) else ""
         f = raw.get("format")
-        self.format = f if isinstance(f, str) else ""
+        self.format = supported_format(f) if isinstance(f, str) else ""
         self.nullable = raw.get("nullable") is True
         self.default = raw["default"] if "default" in raw else _MISSING
         props = raw.get("properties")
@@ -467,12 +467,13 @@ def _validate(s: _Node, v: Any, path: str, errs: _Errors) -> None:
         if not _check_type(s, v, path, errs):
             return
         errs.matched += 1
-        if s.int_or_string and v is not None and not s.any_of and not (
-            isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
-        ):
-            errs.causes.append(_composite(f'"{path}" must validate at least one schema (anyOf)'))
-            errs.causes.append(_type_error(path, "integer", json_type(v)))
-            return
+        if s.int_or_string and not _is_int_or_str(v):
+            # upstream validates x-kubernetes-int-or-string as type [integer, string]
+            if v is None and s.nullable:
+                return
+            if not (type(v) is float and v.is_integer()):
+                errs.causes.append(_type_error(path, "integer,string", json_type(v)))
+                return
     if v is None:
         return
     if s.has_value_checks:
@@ -539,7 +540,7 @@ def _build_checks(s: _Node) -> tuple[Callable[[Any, str, list[Cause]], None], ..
             if type(v) is str and not search(v):
                 c.append(_invalid(path, v, f"{path} in body should match '{src}'"))
         out.append(pattern)
-    fmt_check = FORMAT_CHECKS.get(s.format) if s.format else None
+    fmt_check = (FORMAT_CHECKS.get(s.format) or FORMAT_CHECKS.get(s.format.replace("-", ""))) if s.format else None
     if fmt_check is not None:
         fmt = s.format
 
