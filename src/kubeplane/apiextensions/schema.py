@@ -259,12 +259,10 @@ def _prune(x: Any, s: _Node | None, path: str, root: bool, out: list[str]) -> No
     if s is not None and s.preserve:
         _skip_prune(x, s, path, out)
         return
+    if s is None:
+        _prune_all(x, path, out)
+        return
     if isinstance(x, dict):
-        if s is None:
-            for k in list(x):
-                out.append(_child(path, k))
-            x.clear()
-            return
         props = s.properties
         ap = s.additional
         for k in list(x):
@@ -291,12 +289,27 @@ def _prune(x: Any, s: _Node | None, path: str, root: bool, out: list[str]) -> No
                 out.append(_child(path, k))
                 del x[k]
     elif isinstance(x, list):
-        items = s.items if s is not None else None
-        leaf = items is not None and items.prune_leaf
+        items = s.items
+        if items is None:
+            _prune_all(x, path, out)
+            return
+        leaf = items.prune_leaf
         for i, v in enumerate(x):
             if leaf and type(v) is not dict and type(v) is not list:
                 continue
             _prune_impl(v, items, f"{path}[{i}]", out)
+
+
+def _prune_all(x: Any, path: str, out: list[str]) -> None:
+    """Pruning without a schema: every object key goes (lists are walked without recursion)."""
+    stack = [(x, path)]
+    while stack:
+        v, p = stack.pop()
+        if type(v) is dict:
+            out.extend(_child(p, k) for k in v)
+            v.clear()
+        elif type(v) is list:
+            stack.extend((item, f"{p}[{i}]") for i, item in enumerate(v) if type(item) in (dict, list))
 
 
 def _prune_impl(x: Any, s: _Node | None, path: str, out: list[str]) -> None:
@@ -825,16 +838,20 @@ class ResourceSchema:
         """The field errors of ``obj`` (``old``: the stored object on update)."""
         errs = _Errors()
         root = self.root
-        if isinstance(obj, dict):
-            # the root's apiVersion/kind/metadata are not validated by the schema
-            _validate_root(root, obj, errs)
-        else:
-            _validate(root, obj, "", errs)
-        causes = errs.causes
-        if root.embedded_below:
-            _validate_embedded(root, obj, "", causes)
-        if self._cel is not None:
-            causes.extend(self._cel.validate(obj, old))
+        try:
+            if isinstance(obj, dict):
+                # the root's apiVersion/kind/metadata are not validated by the schema
+                _validate_root(root, obj, errs)
+            else:
+                _validate(root, obj, "", errs)
+            causes = errs.causes
+            if root.embedded_below:
+                _validate_embedded(root, obj, "", causes)
+            if self._cel is not None:
+                causes.extend(self._cel.validate(obj, old))
+        except RecursionError:
+            # only objects nested close to the JSON decoder's limit get here
+            return errs.causes + [Cause("FieldValueInvalid", 'Invalid value: "object": object is nested too deeply to be validated', NIL_PATH)]
         return causes
 
     @property
