@@ -723,11 +723,12 @@ def _view(v: Any, n: _Node, resource_root: bool, fields: frozenset[str] | None) 
 
 
 class _Budget:
-    __slots__ = ("remaining", "exhausted")
+    __slots__ = ("remaining", "exhausted", "warnings")
 
-    def __init__(self) -> None:
+    def __init__(self, warnings: list[str] | None = None) -> None:
         self.remaining = RUNTIME_BUDGET
         self.exhausted = False
+        self.warnings = warnings
 
 
 class RuleSet:
@@ -764,9 +765,11 @@ class RuleSet:
             if c is not None:
                 self._compile(c)
 
-    def validate(self, obj: Any, old: Any = None) -> list[Cause]:
+    def validate(self, obj: Any, old: Any = None, warnings: list[str] | None = None) -> list[Cause]:
+        """The rules' errors; rules not using oldSelf on values equal to their old
+        value are ratcheted: their failures go to ``warnings`` (when given)."""
         errs: list[Cause] = []
-        budget = _Budget()
+        budget = _Budget(warnings)
         self._walk(self.root, obj, old, "", errs, budget, self.root_is_resource)
         return errs
 
@@ -812,6 +815,7 @@ class RuleSet:
             ov = _view(old, n, resource_root, fields)
         env = n.cel_env
         activation = None
+        ratchet = old is not None and type(v) is type(old) and v == old
         for r in rules:
             if r.error:
                 errs.append(invalid_value(field, tname, f"rule compile error: {r.error}"))
@@ -819,6 +823,9 @@ class RuleSet:
             if r.program is None:
                 continue
             if r.uses_old_self and old is None and not r.optional_old_self:
+                continue
+            ratcheted = ratchet and not r.uses_old_self
+            if ratcheted and budget.warnings is None:
                 continue
             if budget.remaining <= 0:
                 errs.append(invalid_value(field, tname, "validation failed due to running out of cost budget, no further validation rules will be run"))
@@ -863,7 +870,11 @@ class RuleSet:
                 msg = _eval_message(r.message_program, activation)
                 if msg is not None:
                     detail = msg
-            errs.append(_reason_error(fpath, tname, detail, r.reason))
+            cause = _reason_error(fpath, tname, detail, r.reason)
+            if ratcheted:
+                budget.warnings.append(f"{cause.field}: {cause.message}")  # type: ignore[union-attr]
+            else:
+                errs.append(cause)
 
 
 def _correlate_list(n: _Node, v: list[Any], old: Any) -> list[Any] | None:

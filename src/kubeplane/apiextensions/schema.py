@@ -475,22 +475,97 @@ def _check_type(s: _Node, v: Any, path: str, errs: _Errors) -> bool:
     return False
 
 
-def _validate(s: _Node, v: Any, path: str, errs: _Errors) -> None:
+def _node_checks(s: _Node, v: Any, path: str, errs: _Errors) -> bool:
+    """The checks of one schema on one value; False when its children need no walk."""
     if s.structural:
         if not _check_type(s, v, path, errs):
-            return
+            return False
         errs.matched += 1
         if s.int_or_string and not _is_int_or_str(v):
             # upstream validates x-kubernetes-int-or-string as type [integer, string]
             if v is None and s.nullable:
-                return
+                return False
             if not (type(v) is float and v.is_integer()):
                 errs.causes.append(_type_error(path, "integer,string", json_type(v)))
-                return
+                return False
     if v is None:
-        return
+        return False
     if s.has_value_checks:
         _value_checks(s, v, path, errs)
+    return True
+
+
+def _unchanged(v: Any, old: Any) -> bool:
+    return type(v) is type(old) and v == old
+
+
+def _validate_ratcheting(s: _Node, v: Any, old: Any, path: str, errs: _Errors) -> None:
+    """Validation of an update: values equal to their correlated old value are
+    not checked again (upstream's CRD validation ratcheting), so objects stored
+    before a schema tightened can still be updated elsewhere."""
+    if _unchanged(v, old):
+        return
+    if not _node_checks(s, v, path, errs):
+        return
+    t = type(v)
+    if t is dict:
+        props = s.properties
+        ap = s.additional
+        old_map = old if type(old) is dict else None
+        if not props and ap is None:
+            return
+        for k, x in v.items():
+            prop = props.get(k) if props else None
+            if prop is None:
+                prop = ap
+                if prop is None:
+                    continue
+                kp = f"{path}.{k}"
+            else:
+                kp = f"{path}.{k}" if path else k
+            if type(x) in prop.fast:
+                continue
+            if old_map is not None and k in old_map:
+                _validate_ratcheting(prop, x, old_map[k], kp, errs)
+            else:
+                _validate(prop, x, kp, errs)
+    elif t is list:
+        it = s.items
+        if it is None:
+            return
+        olds = _correlate_items(s, v, old)
+        fast = it.fast
+        for i, x in enumerate(v):
+            if type(x) in fast:
+                continue
+            o = olds[i] if olds is not None else _MISSING
+            if o is _MISSING:
+                _validate(it, x, f"{path}[{i}]", errs)
+            else:
+                _validate_ratcheting(it, x, o, f"{path}[{i}]", errs)
+
+
+def _correlate_items(s: _Node, v: list[Any], old: Any) -> list[Any] | None:
+    """The old item of each new item: by map keys (list-type map) or by value (set)."""
+    if type(old) is not list or not old:
+        return None
+    if s.list_type == "map" and s.list_keys:
+        keys = s.list_keys
+        index = {}
+        for x in old:
+            if type(x) is dict:
+                index.setdefault(tuple(_hashable(x.get(k)) for k in keys), x)
+        return [index.get(tuple(_hashable(x.get(k)) for k in keys), _MISSING) if type(x) is dict else _MISSING
+                for x in v]
+    if s.list_type == "set":
+        seen = {_hashable(x) for x in old}
+        return [x if _hashable(x) in seen else _MISSING for x in v]
+    return None
+
+
+def _validate(s: _Node, v: Any, path: str, errs: _Errors) -> None:
+    if not _node_checks(s, v, path, errs):
+        return
     t = type(v)
     if t is dict:
         props = s.properties
@@ -834,21 +909,26 @@ class ResourceSchema:
             _prune_nulls(obj, self.root)
 
     # validation
-    def validate(self, obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[Cause]:
-        """The field errors of ``obj`` (``old``: the stored object on update)."""
+    def validate(self, obj: dict[str, Any], old: dict[str, Any] | None = None,
+                 warnings: list[str] | None = None) -> list[Cause]:
+        """The field errors of ``obj`` (``old``: the stored object on update).
+
+        On update, values equal to their correlated old value are not checked
+        again (validation ratcheting); the failures of CEL rules on such values
+        are appended to ``warnings`` when a list is given, as upstream warns."""
         errs = _Errors()
         root = self.root
         try:
             if isinstance(obj, dict):
                 # the root's apiVersion/kind/metadata are not validated by the schema
-                _validate_root(root, obj, errs)
+                _validate_root(root, obj, errs, old if isinstance(old, dict) else None)
             else:
                 _validate(root, obj, "", errs)
             causes = errs.causes
             if root.embedded_below:
                 _validate_embedded(root, obj, "", causes)
             if self._cel is not None:
-                causes.extend(self._cel.validate(obj, old))
+                causes.extend(self._cel.validate(obj, old, warnings))
         except RecursionError:
             # only objects nested close to the JSON decoder's limit get here
             return errs.causes + [Cause("FieldValueInvalid", 'Invalid value: "object": object is nested too deeply to be validated', NIL_PATH)]
@@ -865,15 +945,22 @@ class ResourceSchema:
         return self.root.defaults_below
 
 
-def _validate_root(root: _Node, obj: dict[str, Any], errs: _Errors) -> None:
+def _root_view(root: _Node, obj: dict[str, Any]) -> dict[str, Any]:
     view = {k: v for k, v in obj.items() if k not in _META_KEYS or k in root.properties and k != "metadata"}
     if "metadata" in obj and "metadata" in root.properties:
         # only name/generateName restrictions are allowed at the root metadata
         meta = obj["metadata"]
         if isinstance(meta, dict):
-            sub = {k: meta[k] for k in ("name", "generateName") if k in meta}
-            view["metadata"] = sub
-    _validate(root, view, "", errs)
+            view["metadata"] = {k: meta[k] for k in ("name", "generateName") if k in meta}
+    return view
+
+
+def _validate_root(root: _Node, obj: dict[str, Any], errs: _Errors, old: dict[str, Any] | None = None) -> None:
+    view = _root_view(root, obj)
+    if old is None:
+        _validate(root, view, "", errs)
+    else:
+        _validate_ratcheting(root, view, _root_view(root, old), "", errs)
 
 
 # ------------------------------------------------------- embedded resources

@@ -246,3 +246,43 @@ def test_embedded_resource_type_meta_and_metadata_are_validated():
 def test_has_defaults():
     assert ResourceSchema(spec(r={"type": "integer", "default": 1})).has_defaults
     assert not ResourceSchema(spec(r={"type": "integer"})).has_defaults
+
+
+# ----------------------------------------------------------------- ratcheting
+
+RATCHET = spec(
+    r={"type": "integer", "maximum": 10},
+    name={"type": "string"},
+    l={"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"],
+       "items": {"type": "object", "required": ["k"], "properties": {"k": {"type": "string"}, "v": {"type": "string", "maxLength": 2}}}},
+    s={"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string", "maxLength": 2}},
+    a={"type": "array", "items": {"type": "string", "maxLength": 2}},
+)
+
+
+def test_unchanged_invalid_values_are_ratcheted_on_update():
+    old = {"spec": {"r": 20, "name": "a", "l": [{"k": "x", "v": "long"}], "s": ["long"], "a": ["long"]}}
+    new = {"spec": {"r": 20, "name": "b", "l": [{"k": "y", "v": "ok"}, {"k": "x", "v": "long"}], "s": ["ok", "long"], "a": ["long"]}}
+    assert errors(RATCHET, new, old) == []
+    # without the old object every error shows
+    assert len(errors(RATCHET, new)) == 4
+
+
+def test_changed_values_are_validated_on_update():
+    old = {"spec": {"r": 20, "a": ["long"]}}
+    new = {"spec": {"r": 30, "a": ["x", "long"]}}
+    assert errors(RATCHET, new, old) == [
+        "spec.r: Invalid value: 30: spec.r in body should be less than or equal to 10",
+        "spec.a[1]: Too long: may not be more than 2 bytes",
+    ]
+
+
+def test_ratcheted_cel_failures_become_warnings():
+    s = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "x": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 5", "message": "too small"}]},
+        "y": {"type": "integer"}}}}}
+    rs = ResourceSchema(s)
+    warnings: list[str] = []
+    assert rs.validate({"spec": {"x": 1, "y": 2}}, {"spec": {"x": 1, "y": 1}}, warnings) == []
+    assert warnings == ['spec.x: Invalid value: "integer": too small']
+    assert [c.message for c in rs.validate({"spec": {"x": 2}}, {"spec": {"x": 1}})] == ['Invalid value: "integer": too small']
