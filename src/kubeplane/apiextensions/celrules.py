@@ -364,42 +364,152 @@ def _self_type(n: _Node) -> Any:
 # ------------------------------------------------------------ cost model
 
 _MACRO = re.compile(r"\.\s*(all|exists_one|exists|map|filter)\s*\(")
+_RECEIVER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*$")
+_ITER_VAR = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|[-+*/%<>=!&|?:]+|\[")
+# constants and the logical operators cost nothing of their own (as in CEL's cost model)
+_FREE = frozenset({"true", "false", "null", "&&", "||", "!", "?", ":"})
+_UNBOUNDED = (MAX_REQUEST_BYTES - 2) // 3
 
 
-def _macro_depth(expr: str) -> int:
-    """The deepest nesting of comprehension macros in an expression."""
-    depth = best = 0
-    stack: list[bool] = []
-    i, n = 0, len(expr)
-    in_str: str | None = None
-    while i < n:
-        c = expr[i]
-        if in_str:
-            if c == "\\":
-                i += 2
+class _CostModel:
+    """An expression's operations, each weighted by the sizes of the collections
+    the comprehension macros around it iterate (upstream estimates costs the
+    same way: per-element cost times the collection's maximum size)."""
+
+    __slots__ = ("macros", "counts")
+
+    def __init__(self, expr: str) -> None:
+        text = _blank_strings(expr)
+        # (receiver root, receiver fields, iteration variable, enclosing macro)
+        self.macros: list[tuple[str, tuple[str, ...], str, int]] = []
+        self.counts: dict[tuple[int, ...], int] = {}
+        parens: list[int] = []
+        open_macros: list[int] = []
+        i, n = 0, len(text)
+        while i < n:
+            c = text[i]
+            if c == ".":
+                m = _MACRO.match(text, i)
+                if m:
+                    recv = _RECEIVER.search(text, max(0, i - 512), i)
+                    root, fields = "", ()
+                    if recv is not None:
+                        parts = [p.strip() for p in recv.group(1).split(".")]
+                        root, fields = parts[0], tuple(parts[1:])
+                    var = _ITER_VAR.match(text, m.end())
+                    sig = tuple(open_macros)
+                    self.counts[sig] = self.counts.get(sig, 0) + 1
+                    self.macros.append((root, fields, var.group(1) if var else "", open_macros[-1] if open_macros else -1))
+                    idx = len(self.macros) - 1
+                    parens.append(idx)
+                    open_macros.append(idx)
+                    i = m.end()
+                    continue
+            if c == "(":
+                parens.append(-1)
+            elif c == ")":
+                if parens and parens.pop() >= 0:
+                    open_macros.pop()
+            else:
+                t = _TOKEN.match(text, i)
+                if t is not None:
+                    tok = t.group(0)
+                    if tok not in _FREE and not tok[0].isdigit():
+                        sig = tuple(open_macros)
+                        self.counts[sig] = self.counts.get(sig, 0) + 1
+                    i = t.end()
+                    continue
+            i += 1
+
+    def _origin(self, idx: int, var: str) -> int:
+        """The enclosing macro that binds ``var`` (-1: none)."""
+        j = self.macros[idx][3]
+        while j >= 0:
+            if self.macros[j][2] == var:
+                return j
+            j = self.macros[j][3]
+        return -1
+
+    def _total(self, sizes: list[int]) -> int:
+        total = 0
+        for sig, count in self.counts.items():
+            w = count
+            for k in sig:
+                w *= max(sizes[k], 1)
+            total += w
+        return total
+
+    def static_cost(self, node: _Node) -> int:
+        sizes: list[int] = []
+        elems: list[_Node | None] = []
+        resolved: list[bool] = []
+        for idx, (root, fields, _var, _parent) in enumerate(self.macros):
+            base: _Node | None = None
+            known = True
+            if root in ("self", "oldSelf"):
+                base = node
+            else:
+                j = self._origin(idx, root)
+                if j >= 0 and resolved[j]:
+                    base = elems[j]
+                    known = base is not None
+                else:
+                    known = False
+            for f in fields:
+                if base is None:
+                    break
+                base = base.properties.get(f) if base.properties else base.additional
+            if known and base is not None:
+                sizes.append(max(_max_len(base), 1))
+                elems.append(base.items if base.type == "array" else None)
+                resolved.append(True)
+            elif known:  # below preserved or untyped fields: unbounded, as upstream assumes
+                sizes.append(_UNBOUNDED)
+                elems.append(None)
+                resolved.append(False)
+            else:
+                sizes.append(-1)
+                elems.append(None)
+                resolved.append(False)
+        fallback = max([x for x in sizes if x > 0], default=max(_max_len(node), 1))
+        return self._total([x if x > 0 else fallback for x in sizes])
+
+    def runtime_cost(self, value: Any, limit: int = 1 << 20) -> int:
+        sizes: list[int] = []
+        elems: list[list[Any] | None] = []
+        for idx, (root, fields, _var, _parent) in enumerate(self.macros):
+            bases: list[Any] | None
+            if root in ("self", "oldSelf"):
+                bases = [value]
+            else:
+                j = self._origin(idx, root)
+                bases = elems[j] if j >= 0 else None
+            if bases is None:
+                sizes.append(-1)
+                elems.append(None)
                 continue
-            if c == in_str:
-                in_str = None
-            i += 1
-            continue
-        if c in "'\"":
-            in_str = c
-            i += 1
-            continue
-        m = _MACRO.match(expr, i) if c == "." else None
-        if m:
-            stack.append(True)
-            depth += 1
-            best = max(best, depth)
-            i = m.end()
-            continue
-        if c == "(":
-            stack.append(False)
-        elif c == ")":
-            if stack and stack.pop():
-                depth -= 1
-        i += 1
-    return best
+            found: list[Any] = []
+            for b in bases:
+                for f in fields:
+                    b = b.get(f) if type(b) is dict else None
+                    if b is None:
+                        break
+                if b is not None:
+                    found.append(b)
+            size = max((len(x) for x in found if type(x) in (list, dict, str)), default=0)
+            sizes.append(size)
+            items: list[Any] = []
+            for x in found:
+                if type(x) is list:
+                    items.extend(x)
+                elif type(x) is dict:
+                    items.extend(x)
+                if len(items) > limit:
+                    break
+            elems.append(items)
+        fallback = max([x for x in sizes if x >= 0], default=1)
+        return self._total([x if x >= 0 else fallback for x in sizes])
 
 
 def _min_size(n: _Node | None) -> int:
@@ -425,23 +535,6 @@ def _max_len(n: _Node | None) -> int:
     if n.type == "object":
         return max(len(n.properties), 1)
     return 1
-
-
-def _base_cost(expr: str) -> int:
-    return max(1, len(re.findall(r"[A-Za-z_][A-Za-z0-9_]*|\d+|[-+*/%<>=!&|]+|\[", expr)))
-
-
-def _static_cost(expr: str, n: _Node) -> int:
-    depth = _macro_depth(expr)
-    size = _max_len(n) if depth else 1
-    return _base_cost(expr) * (max(size, 1) ** depth)
-
-
-def _runtime_cost(depth: int, base: int, value: Any) -> int:
-    if not depth:
-        return base
-    size = len(value) if isinstance(value, (list, dict, str)) else 1
-    return base * (max(size, 1) ** depth)
 
 
 def _cost_message(name: str, cost: int, limit: int) -> str:
@@ -549,7 +642,7 @@ def _uses_old_self(expr: str) -> bool:
 class _Compiled:
     __slots__ = ("rule", "text", "program", "error", "error_required", "message_program", "message_error",
                  "uses_old_self", "fields", "optional_old_self", "field_path", "reason", "message", "depth", "base",
-                 "msg_depth", "msg_base")
+                 "cost", "msg_cost")
 
     def __init__(self, rule: dict[str, Any], node: _Node, resource_root: bool = False) -> None:
         self.rule = rule
@@ -565,10 +658,8 @@ class _Compiled:
         self.reason = rule.get("reason") if isinstance(rule.get("reason"), str) else ""
         self.optional_old_self = rule.get("optionalOldSelf") is True
         self.uses_old_self = False
-        self.depth = _macro_depth(self.text)
-        self.base = _base_cost(self.text)
-        self.msg_depth = 0
-        self.msg_base = 0
+        self.cost = _CostModel(self.text)
+        self.msg_cost: _CostModel | None = None
         fp = rule.get("fieldPath") if isinstance(rule.get("fieldPath"), str) else ""
         self.field_path = ""
         if fp.strip():
@@ -608,8 +699,7 @@ class _Compiled:
                     self.message_error = "must evaluate to a string"
                 else:
                     self.message_program = mp
-                    self.msg_depth = _macro_depth(mexpr)
-                    self.msg_base = _base_cost(mexpr)
+                    self.msg_cost = _CostModel(mexpr)
             if _uses_old_self(mexpr):
                 self.uses_old_self = True
             mf = _self_fields(mexpr)
@@ -831,7 +921,9 @@ class RuleSet:
                 errs.append(invalid_value(field, tname, "validation failed due to running out of cost budget, no further validation rules will be run"))
                 budget.exhausted = True
                 return
-            cost = max(_runtime_cost(r.depth, r.base, v), _runtime_cost(r.depth, r.base, old) if old is not None else 0)
+            cost = r.cost.runtime_cost(v)
+            if old is not None and r.uses_old_self:
+                cost = max(cost, r.cost.runtime_cost(old))
             if cost > PER_CALL_LIMIT:
                 errs.append(invalid_value(field, tname, "'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: " + r.rule_string()))
                 budget.exhausted = True
@@ -861,7 +953,7 @@ class RuleSet:
                 fpath = fpath or NIL_PATH
             detail = r.default_message()
             if r.message_program is not None:
-                mcost = _runtime_cost(r.msg_depth, r.msg_base, v)
+                mcost = r.msg_cost.runtime_cost(v) if r.msg_cost is not None else 1
                 if mcost > budget.remaining:
                     errs.append(invalid_value(fpath, tname, "messageExpression evaluation failed due to running out of cost budget, no further validation rules will be run"))
                     budget.exhausted = True
@@ -957,7 +1049,7 @@ def _check_node(n: _Node, raw: dict[str, Any], path: str, rules: RuleSet, errs: 
         rp = f"{path}.x-kubernetes-validations[{i}]"
         if not c.text:
             continue
-        cost = min(_static_cost(c.text, n) * cardinality, 2**64 - 1)
+        cost = min(c.cost.static_cost(n) * cardinality, 2**64 - 1)
         if cost > STATIC_EXPRESSION_LIMIT:
             errs.append(forbidden_field(f"{rp}.rule", _cost_message("estimated rule cost", cost, STATIC_EXPRESSION_LIMIT)))
         costs.append((cost, f"{rp}.rule"))
@@ -966,8 +1058,7 @@ def _check_node(n: _Node, raw: dict[str, Any], path: str, rules: RuleSet, errs: 
         if c.message_error:
             errs.append(_invalid_rule(f"{rp}.messageExpression", c.rule, c.message_error))
         elif c.message_program is not None:
-            mexpr = c.rule.get("messageExpression", "")
-            mcost = _static_cost(mexpr, n) * cardinality
+            mcost = (c.msg_cost.static_cost(n) if c.msg_cost is not None else 1) * cardinality
             if mcost > STATIC_EXPRESSION_LIMIT:
                 errs.append(forbidden_field(f"{rp}.messageExpression", _cost_message("estimated messageExpression cost", mcost, STATIC_EXPRESSION_LIMIT)))
             costs.append((mcost, f"{rp}.messageExpression"))

@@ -208,3 +208,41 @@ def test_fields_of_maps_and_preserved_objects_are_not_checked():
                   p={"type": "object", "x-kubernetes-preserve-unknown-fields": True,
                      "x-kubernetes-validations": [{"rule": "!has(self.whatever)"}]})
     assert msgs(schema) == []
+
+
+def test_cost_follows_iteration_variables_into_nested_lists():
+    inner = {"type": "array", "items": {"type": "object", "properties": {
+        "m": {"type": "array", "items": {"type": "string", "maxLength": 8}}}}}
+    bounded = dict(inner, maxItems=16)
+    bounded["items"] = {"type": "object", "properties": {"m": {"type": "array", "maxItems": 8, "items": {"type": "string"}}}}
+    rule = [{"rule": "self.all(r, r.m.all(q, q.size() < 5))"}]
+    assert msgs(spec(l=dict(bounded, **{"x-kubernetes-validations": rule}))) == []
+    out = msgs(spec(l=dict(inner, **{"x-kubernetes-validations": rule})))
+    assert (f"{P}.properties[spec].properties[l].x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds "
+            "budget by factor of more than 100x (try simplifying the rule, or adding maxItems, maxProperties, and "
+            "maxLength where arrays, maps, and strings are declared)") in out
+
+
+def test_single_comprehension_over_unbounded_list_is_within_budget():
+    schema = spec(l={"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}},
+                     "x-kubernetes-validations": [{"rule": "self.all(x, x.name.size() > 0 && x.name.size() < 64)"}]})
+    assert msgs(schema) == []
+
+
+def test_rules_inside_unbounded_lists_multiply_by_the_list_size():
+    item_rule = {"type": "object", "properties": {"a": {"type": "array", "maxItems": 100, "items": {"type": "string"},
+                                                        "x-kubernetes-validations": [{"rule": "self.all(x, x.size() > 1)"}]}}}
+    out = msgs(spec(l={"type": "array", "items": item_rule}))
+    assert any("estimated rule cost exceeds budget" in o for o in out)
+    assert msgs(spec(l={"type": "array", "maxItems": 4, "items": item_rule})) == []
+
+
+def test_total_cost_for_whole_schema():
+    rule = {"type": "array", "maxItems": 1500, "items": {"type": "string"},
+            "x-kubernetes-validations": [{"rule": "self.all(x, self.exists(y, x == y))"}]}
+    schema = spec(**{f"l{i}": rule for i in range(12)})
+    out = msgs(schema)
+    assert out[-1] == (f"{P}: Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds "
+                       "budget by factor of 1.080540x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength "
+                       "where arrays, maps, and strings are declared)")
+    assert sum("contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema" in o for o in out) == 4
