@@ -579,6 +579,16 @@ _CALL_AFTER = re.compile(r"\s*\(")
 _TYPE_META = ("apiVersion", "kind")
 
 
+def _unescape(name: str) -> str | None:
+    m = re.match(r"^__([a-z]+)__$", name)
+    if m and m.group(1) in _CEL_RESERVED:
+        return m.group(1)
+    if "__" not in name:
+        return None
+    return (name.replace("__underscores__", "\0").replace("__dot__", ".").replace("__dash__", "-")
+            .replace("__slash__", "/").replace("\0", "__"))
+
+
 def _blank_strings(expr: str) -> str:
     """``expr`` with the contents of string literals blanked, positions kept."""
     return _STRINGS.sub(lambda m: m.group(0)[0] + " " * (len(m.group(0)) - 2) + m.group(0)[-1], expr)
@@ -614,6 +624,9 @@ def _undefined_fields(expr: str, node: _Node, resource_root: bool) -> str:
                 break
             if n.properties:
                 nxt = n.properties.get(name)
+                if nxt is None:
+                    unescaped = _unescape(name)
+                    nxt = n.properties.get(unescaped) if unescaped is not None else None
                 if nxt is None:
                     issues.append((dot, name))
                     break
@@ -712,8 +725,34 @@ class _Compiled:
         return self.message if self.message else f"failed rule: {self.text}"
 
 
+_CEL_RESERVED = frozenset({
+    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for", "function", "if",
+    "import", "let", "loop", "package", "namespace", "return", "var", "void", "while",
+})
+_CEL_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def cel_escape(name: str) -> str | None:
+    """A property name as CEL rules name it (upstream's escaping: ``__`` ->
+    ``__underscores__``, ``.`` ``-`` ``/`` -> ``__dot__`` ``__dash__`` ``__slash__``,
+    reserved words -> ``__word__``); None when it cannot be named."""
+    if name in _CEL_RESERVED:
+        return f"__{name}__"
+    if not re.match(r"^[A-Za-z_./-][A-Za-z0-9_./-]*$", name):
+        return None
+    out = name.replace("__", "__underscores__").replace(".", "__dot__").replace("-", "__dash__").replace("/", "__slash__")
+    return out if _CEL_IDENT.match(out) else None
+
+
 def _annotate(n: _Node, inside_resource: bool = False) -> None:
     n.cel_type = _self_type(n)
+    names = {}
+    for k in n.properties:
+        e = cel_escape(k)
+        if e is not None and e != k:
+            names[e] = k
+    n.cel_names = names
+    n.cel_numbers = tuple(k for k, p in n.properties.items() if p.type == "number")
     for c in n.properties.values():
         _annotate(c)
     for c in (n.items, n.additional):
@@ -807,9 +846,27 @@ def _view(v: Any, n: _Node, resource_root: bool, fields: frozenset[str] | None) 
         v = _root_view(v)
     else:
         v = _to_cel(v, n)
-    if fields is not None and type(v) is dict:
-        return {k: v[k] for k in fields if k in v}
-    return v
+    if type(v) is not dict:
+        return v
+    names = n.cel_names
+    if fields is not None:
+        out = {}
+        for k in fields:
+            src = names.get(k, k)
+            if src in v:
+                out[k] = v[src]
+    elif names or n.cel_numbers:
+        out = dict(v)
+        for e, src in names.items():
+            if src in v:
+                out[e] = v[src]
+    else:
+        return v
+    for k in n.cel_numbers:
+        x = out.get(k)
+        if type(x) is int:
+            out[k] = float(x)
+    return out
 
 
 class _Budget:

@@ -134,6 +134,7 @@ class _Node:
         "required", "unique", "all_of", "any_of", "one_of", "not_", "rules", "has_value_checks",
         "has_rules_below", "defaults_below", "structural", "cel_type", "ok", "fast", "prune_leaf",
         "default_props", "default_children", "cel_env", "checks", "junctors", "embedded_below",
+        "cel_names", "cel_numbers",
     )
 
     def __init__(self, raw: dict[str, Any], structural: bool = True) -> None:
@@ -204,6 +205,8 @@ class _Node:
         self.defaults_below = any(c.default is not _MISSING or c.defaults_below for c in children)
         self.embedded_below = any(c.embedded or c.embedded_below for c in children)
         self.cel_env: Any = None
+        self.cel_names: dict[str, str] = {}  # CEL-escaped property name -> property name
+        self.cel_numbers: tuple[str, ...] = ()  # properties of type number (doubles in CEL)
         self.junctors = bool(self.all_of or self.any_of or self.one_of or self.not_ is not None)
         self.checks = _build_checks(self)
         # Python types the type validator accepts as they are (None: any type)

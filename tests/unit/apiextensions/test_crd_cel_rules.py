@@ -139,3 +139,17 @@ def test_transition_rule_on_list_map_items_correlates_by_key():
     new = {"spec": {"l": [{"k": "b", "v": 1}, {"k": "a", "v": 5}]}}
     old = {"spec": {"l": [{"k": "a", "v": 4}, {"k": "b", "v": 2}]}}
     assert errors(s, new, old) == ['FieldValueInvalid spec.l[0]: Invalid value: "object": v may only grow']
+
+
+def test_escaped_property_names():
+    s = spec_rules([{"rule": "self.__namespace__ == 'a' && self.foo__dash__bar == 1 && self.x__dot__y", "message": "m"}],
+                   namespace={"type": "string"}, **{"foo-bar": {"type": "integer"}, "x.y": {"type": "boolean"}})
+    assert errors(s, {"spec": {"namespace": "a", "foo-bar": 1, "x.y": True}}) == []
+    assert errors(s, {"spec": {"namespace": "b", "foo-bar": 1, "x.y": True}}) == ['FieldValueInvalid spec: Invalid value: "object": m']
+
+
+def test_number_fields_are_doubles():
+    s = spec_rules([{"rule": "self.ratio + 0.5 > 1.0"}], ratio={"type": "number"})
+    assert errors(s, {"spec": {"ratio": 1}}) == []
+    scalar = {"type": "object", "properties": {"r": {"type": "number", "x-kubernetes-validations": [{"rule": "self * 2.0 == 2.0"}]}}}
+    assert errors(scalar, {"r": 1}) == []
