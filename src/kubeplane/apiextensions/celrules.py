@@ -39,6 +39,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import threading
+from collections import OrderedDict
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
@@ -652,6 +653,30 @@ def _uses_old_self(expr: str) -> bool:
     return bool(_OLD_SELF.search(stripped))
 
 
+_programs: "OrderedDict[tuple[str, str], Any]" = OrderedDict()
+_programs_lock = threading.Lock()
+_PROGRAM_CACHE = 4096
+
+
+def _compile(self_type: Any, source: str) -> Any:
+    """A compiled program for ``self`` of this type (cached), or the compile error text."""
+    key = (self_type.name() if self_type is not None else "dyn", source)
+    with _programs_lock:
+        hit = _programs.get(key)
+        if hit is not None:
+            _programs.move_to_end(key)
+            return hit
+    try:
+        result: Any = _env_for(self_type).compile(source)
+    except RuntimeError as err:
+        result = _clean(str(err))
+    with _programs_lock:
+        _programs[key] = result
+        if len(_programs) > _PROGRAM_CACHE:
+            _programs.popitem(last=False)
+    return result
+
+
 class _Compiled:
     __slots__ = ("rule", "text", "program", "error", "error_required", "message_program", "message_error",
                  "uses_old_self", "fields", "optional_old_self", "field_path", "reason", "message", "depth", "base",
@@ -682,12 +707,10 @@ class _Compiled:
                 self.field_path = ""
         if not self.text:
             return
-        env = _env_for(node.cel_type)
         source = _optional_rewrite(self.text) if self.optional_old_self else self.text
-        try:
-            program = env.compile(source)
-        except RuntimeError as err:
-            self.error = RULE_COMPILE_ERROR + _clean(str(err))
+        program = _compile(node.cel_type, source)
+        if isinstance(program, str):
+            self.error = RULE_COMPILE_ERROR + program
             return
         undefined = _undefined_fields(self.text, node, resource_root)
         if undefined:
@@ -702,10 +725,9 @@ class _Compiled:
         self.fields = _self_fields(self.text)
         mexpr = rule.get("messageExpression") if isinstance(rule.get("messageExpression"), str) else ""
         if mexpr.strip():
-            try:
-                mp = env.compile(mexpr.strip())
-            except RuntimeError as err:
-                self.message_error = "messageExpression " + RULE_COMPILE_ERROR + _clean(str(err))
+            mp = _compile(node.cel_type, mexpr.strip())
+            if isinstance(mp, str):
+                self.message_error = "messageExpression " + RULE_COMPILE_ERROR + mp
             else:
                 mrt = mp.return_type()
                 if mrt != _T.STRING and mrt != _T.DYN:

@@ -2,31 +2,38 @@
 
 A CRD version's ``openAPIV3Schema`` is first checked with
 :func:`kubeplane.apiextensions.structural.check_crd_schema` (the checks the
-API server makes when a CRD is created or updated). A schema that passed is
-compiled once into a :class:`ResourceSchema`, which the caller caches per CRD
-version and applies to every custom resource, as upstream does:
+API server makes when a CRD is created or updated; it returns
+``list[Cause]`` with upstream's messages and field paths under the prefix
+given, e.g. ``spec.versions[0].schema.openAPIV3Schema``). A schema that
+passed is compiled once into a :class:`ResourceSchema`, which the caller
+caches per CRD version and applies to every custom resource, as upstream:
 
 * ``prune(obj) -> list[str]`` removes, in place, every field the schema does
-  not specify (``x-kubernetes-preserve-unknown-fields`` keeps a subtree,
-  ``x-kubernetes-embedded-resource`` keeps ``apiVersion``, ``kind`` and
-  ``metadata``; the root's ``apiVersion``/``kind``/``metadata`` are kept and
-  unknown fields of ObjectMeta are removed). It returns the removed paths,
-  sorted (``spec.foo``, ``spec.items[0].bar``), for the unknown-field
-  warnings and ``fieldValidation=Strict`` errors
-  (:func:`unknown_field_messages` gives upstream's wording).
-* ``default(obj)`` applies ``default`` values in place (on create, update
-  and when reading from storage), then drops ``null`` values of non-nullable
-  fields that have no default, as upstream's defaulter does.
-* ``validate(obj, old=None) -> list[Cause]`` checks the OpenAPI value
-  validations (type, format, enum, pattern, lengths, bounds, multipleOf,
-  required, nullable, allOf/anyOf/oneOf/not, list-type set/map uniqueness)
-  with the messages of upstream's 422, then the ``x-kubernetes-validations``
-  CEL rules (``old`` is the stored object on update: transition rules using
-  ``oldSelf`` run only when an old value exists, unless
-  ``optionalOldSelf``).
+  not specify (``x-kubernetes-preserve-unknown-fields`` keeps a subtree;
+  ``apiVersion``, ``kind`` and ``metadata`` of the root and of
+  ``x-kubernetes-embedded-resource`` objects are kept, with unknown ObjectMeta
+  fields removed). It returns the removed paths, sorted (``spec.foo``,
+  ``spec.items[0].bar``, ``metadata.junk``), for the unknown-field warnings
+  and ``fieldValidation=Strict`` errors (:func:`unknown_field_messages` gives
+  upstream's wording, ``unknown field "spec.foo"``).
+* ``default(obj) -> bool`` applies ``default`` values in place (on create,
+  update and when reading from storage), then drops ``null`` values of
+  non-nullable fields without default, as upstream's defaulter does; True
+  when ``obj`` changed. ``has_defaults`` tells whether reads need it at all.
+* ``validate(obj, old=None, warnings=None) -> list[Cause]``: the OpenAPI
+  value validations (type, format, enum, pattern, lengths, bounds,
+  multipleOf, required, nullable, allOf/anyOf/oneOf/not, list-type set/map
+  uniqueness), TypeMeta/ObjectMeta of embedded resources, then the
+  ``x-kubernetes-validations`` CEL rules, with the messages of upstream's
+  422. ``old`` is the stored object on update: transition rules (using
+  ``oldSelf``) run only then (unless ``optionalOldSelf``), and values equal
+  to their correlated old value are not checked again (upstream's validation
+  ratcheting; ratcheted CEL failures are appended to ``warnings`` when a list
+  is given). The root's ``apiVersion``, ``kind`` and ``metadata`` (except
+  ``name``/``generateName`` restrictions) are left to ObjectMeta validation.
 
-The expected call order on a write is ``prune``, ``default``, ``validate``;
-on a read from storage ``default`` (upstream also prunes there).
+Call order on a write: ``prune``, ``default``, ``validate``; on a read from
+storage: ``default``. Nothing here raises on malformed input.
 """
 
 from __future__ import annotations
@@ -364,22 +371,24 @@ def _non_nullable_null(v: Any, s: _Node | None) -> bool:
     return v is None and s is not None and not s.nullable
 
 
-def _default(x: Any, s: _Node) -> None:
+def _default(x: Any, s: _Node, ch: list[int]) -> None:
     if isinstance(x, dict):
         for k, prop in s.default_props:
             if k not in x or (x[k] is None and not prop.nullable):
                 x[k] = _copy(prop.default)
+                ch.append(1)
         for k, prop in s.default_children:
             v = x.get(k)
             if v is not None:
-                _default(v, prop)
+                _default(v, prop, ch)
         ap = s.additional
         if ap is not None and (ap.default is not _MISSING or ap.defaults_below):
             for k, v in x.items():
                 if ap.default is not _MISSING and _non_nullable_null(v, ap):
                     v = x[k] = _copy(ap.default)
+                    ch.append(1)
                 if ap.defaults_below:
-                    _default(v, ap)
+                    _default(v, ap, ch)
     elif isinstance(x, list):
         it = s.items
         if it is None or not (it.default is not _MISSING or it.defaults_below):
@@ -387,11 +396,12 @@ def _default(x: Any, s: _Node) -> None:
         for i, v in enumerate(x):
             if it.default is not _MISSING and _non_nullable_null(v, it):
                 x[i] = _copy(it.default)
+                ch.append(1)
             elif it.defaults_below:
-                _default(v, it)
+                _default(v, it, ch)
 
 
-def _prune_nulls(x: Any, s: _Node) -> None:
+def _prune_nulls(x: Any, s: _Node, ch: list[int]) -> None:
     """Drop ``null`` values of non-nullable properties without default."""
     if type(x) is dict:
         props = s.properties
@@ -401,6 +411,7 @@ def _prune_nulls(x: Any, s: _Node) -> None:
                 prop = props.get(k)
                 if prop is not None and prop.default is _MISSING and not prop.nullable:
                     del x[k]
+                    ch.append(1)
             ap = s.additional
             for k, v in x.items():
                 tv = type(v)
@@ -408,21 +419,21 @@ def _prune_nulls(x: Any, s: _Node) -> None:
                     prop = props.get(k)
                     if prop is not None:
                         if not prop.prune_leaf:
-                            _prune_nulls(v, prop)
+                            _prune_nulls(v, prop, ch)
                     elif ap is not None:
-                        _prune_nulls(v, ap)
+                        _prune_nulls(v, ap, ch)
         elif s.additional is not None and not s.additional.prune_leaf:
             ap = s.additional
             for v in x.values():
                 tv = type(v)
                 if tv is dict or tv is list:
-                    _prune_nulls(v, ap)
+                    _prune_nulls(v, ap, ch)
     elif type(x) is list and s.items is not None and not s.items.prune_leaf:
         it = s.items
         for v in x:
             tv = type(v)
             if tv is dict or tv is list:
-                _prune_nulls(v, it)
+                _prune_nulls(v, it, ch)
 
 
 # ---------------------------------------------------------------- validation
@@ -905,11 +916,14 @@ class ResourceSchema:
         return out
 
     # defaulting
-    def default(self, obj: dict[str, Any]) -> None:
-        """Apply defaults in place, then drop non-nullable nulls without default."""
+    def default(self, obj: dict[str, Any]) -> bool:
+        """Apply defaults in place, then drop non-nullable nulls without default;
+        True when ``obj`` changed."""
+        ch: list[int] = []
         if isinstance(obj, dict):
-            _default(obj, self.root)
-            _prune_nulls(obj, self.root)
+            _default(obj, self.root, ch)
+            _prune_nulls(obj, self.root, ch)
+        return bool(ch)
 
     # validation
     def validate(self, obj: dict[str, Any], old: dict[str, Any] | None = None,

@@ -286,3 +286,10 @@ def test_ratcheted_cel_failures_become_warnings():
     assert rs.validate({"spec": {"x": 1, "y": 2}}, {"spec": {"x": 1, "y": 1}}, warnings) == []
     assert warnings == ['spec.x: Invalid value: "integer": too small']
     assert [c.message for c in rs.validate({"spec": {"x": 2}}, {"spec": {"x": 1}})] == ['Invalid value: "integer": too small']
+
+
+def test_default_reports_whether_it_changed_the_object():
+    rs = ResourceSchema(spec(r={"type": "integer", "default": 1}, n={"type": "string"}))
+    assert rs.default({"spec": {}}) is True
+    assert rs.default({"spec": {"r": 2}}) is False
+    assert rs.default({"spec": {"r": 2, "n": None}}) is True
