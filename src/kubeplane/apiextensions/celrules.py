@@ -728,6 +728,9 @@ class _Compiled:
             mp = _compile(node.cel_type, mexpr.strip())
             if isinstance(mp, str):
                 self.message_error = "messageExpression " + RULE_COMPILE_ERROR + mp
+            elif _undefined_fields(mexpr.strip(), node, resource_root):
+                self.message_error = ("messageExpression " + RULE_COMPILE_ERROR
+                                      + _undefined_fields(mexpr.strip(), node, resource_root))
             else:
                 mrt = mp.return_type()
                 if mrt != _T.STRING and mrt != _T.DYN:

@@ -246,3 +246,12 @@ def test_total_cost_for_whole_schema():
                        "budget by factor of 1.080540x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength "
                        "where arrays, maps, and strings are declared)")
     assert sum("contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema" in o for o in out) == 4
+
+
+def test_message_expression_undefined_field():
+    schema = spec(x={"type": "object", "properties": {"a": {"type": "integer"}},
+                     "x-kubernetes-validations": [{"rule": "self.a > 0", "messageExpression": "'bad ' + string(self.b)"}]})
+    out = msgs(schema)
+    assert len(out) == 1
+    assert out[0].startswith(f"{P}.properties[spec].properties[x].x-kubernetes-validations[0].messageExpression: Invalid value: ")
+    assert "messageExpression compilation failed: ERROR: <input>:1:21: undefined field 'b'" in out[0]
