@@ -895,12 +895,13 @@ def _view(v: Any, n: _Node, resource_root: bool, fields: frozenset[str] | None) 
 
 
 class _Budget:
-    __slots__ = ("remaining", "exhausted", "warnings")
+    __slots__ = ("remaining", "exhausted", "warnings", "ratcheting")
 
     def __init__(self, warnings: list[str] | None = None) -> None:
         self.remaining = RUNTIME_BUDGET
         self.exhausted = False
         self.warnings = warnings
+        self.ratcheting = True
 
 
 class RuleSet:
@@ -937,11 +938,14 @@ class RuleSet:
             if c is not None:
                 self._compile(c)
 
-    def validate(self, obj: Any, old: Any = None, warnings: list[str] | None = None) -> list[Cause]:
-        """The rules' errors; rules not using oldSelf on values equal to their old
-        value are ratcheted: their failures go to ``warnings`` (when given)."""
+    def validate(self, obj: Any, old: Any = None, warnings: list[str] | None = None,
+                 ratcheting: bool = True) -> list[Cause]:
+        """The rules' errors; with ``ratcheting``, rules not using oldSelf on values
+        equal to their old value are ratcheted: their failures go to ``warnings``
+        (when given)."""
         errs: list[Cause] = []
         budget = _Budget(warnings)
+        budget.ratcheting = ratcheting
         self._walk(self.root, obj, old, "", errs, budget, self.root_is_resource)
         return errs
 
@@ -987,7 +991,7 @@ class RuleSet:
             ov = _view(old, n, resource_root, fields)
         env = n.cel_env
         activation = None
-        ratchet = old is not None and type(v) is type(old) and v == old
+        ratchet = budget.ratcheting and old is not None and type(v) is type(old) and v == old
         for r in rules:
             if r.error:
                 errs.append(invalid_value(field, tname, f"rule compile error: {r.error}"))

@@ -583,7 +583,7 @@ def _defaults(s: dict[str, Any], path: str, root: dict[str, Any], errs: list[Cau
                     from .celrules import RuleSet
 
                     rules = RuleSet(node, root_is_resource=s is root and s.get("x-kubernetes-embedded-resource") is True)
-                    errs.extend(_reprefix_cel(rules.validate(value, value), dpath))
+                    errs.extend(_reprefix_cel(rules.validate(value, value, ratcheting=False), dpath))
                 except Exception:  # a rule that does not compile is reported by the CEL checks
                     pass
     items = _sub(s, "items")

@@ -255,3 +255,10 @@ def test_message_expression_undefined_field():
     assert len(out) == 1
     assert out[0].startswith(f"{P}.properties[spec].properties[x].x-kubernetes-validations[0].messageExpression: Invalid value: ")
     assert "messageExpression compilation failed: ERROR: <input>:1:21: undefined field 'b'" in out[0]
+
+
+def test_default_must_satisfy_the_rules_of_its_schema():
+    schema = spec(r={"type": "integer", "default": 3, "x-kubernetes-validations": [{"rule": "self > 5", "message": "too small"}]})
+    assert msgs(schema) == [f'{P}.properties[spec].properties[r].default: Invalid value: "integer": too small']
+    ok = spec(r={"type": "integer", "default": 7, "x-kubernetes-validations": [{"rule": "self > 5", "message": "too small"}]})
+    assert msgs(ok) == []
