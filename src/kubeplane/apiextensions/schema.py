@@ -63,6 +63,11 @@ OBJECT_META_FIELDS = frozenset({
 _META_KEYS = ("apiVersion", "kind", "metadata")
 _MISSING = object()
 NIL_PATH = "<nil>"
+# errors after which the CEL rules are not evaluated (upstream's hasBlockingErr)
+_BLOCKING = frozenset({"FieldValueNotSupported", "FieldValueRequired", "FieldValueTooLong", "FieldValueTooMany",
+                       "FieldValueTypeInvalid"})
+RULES_NOT_CHECKED = ("some validation rules were not checked because the object was invalid; "
+                     "correct the existing errors to complete validation")
 
 
 def unknown_field_messages(paths: Iterable[str]) -> list[str]:
@@ -945,7 +950,11 @@ class ResourceSchema:
             if root.embedded_below:
                 _validate_embedded(root, obj, "", causes)
             if self._cel is not None:
-                causes.extend(self._cel.validate(obj, old, warnings))
+                if any(c.reason in _BLOCKING for c in causes):
+                    # as upstream: rules are not run on an object of the wrong shape
+                    causes.append(Cause("FieldValueInvalid", f"Invalid value: \"null\": {RULES_NOT_CHECKED}", NIL_PATH))
+                else:
+                    causes.extend(self._cel.validate(obj, old, warnings))
         except RecursionError:
             # only objects nested close to the JSON decoder's limit get here
             return errs.causes + [Cause("FieldValueInvalid", 'Invalid value: "object": object is nested too deeply to be validated', NIL_PATH)]

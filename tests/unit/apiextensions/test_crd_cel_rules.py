@@ -153,3 +153,18 @@ def test_number_fields_are_doubles():
     assert errors(s, {"spec": {"ratio": 1}}) == []
     scalar = {"type": "object", "properties": {"r": {"type": "number", "x-kubernetes-validations": [{"rule": "self * 2.0 == 2.0"}]}}}
     assert errors(scalar, {"r": 1}) == []
+
+
+def test_rules_not_run_after_blocking_schema_errors():
+    s = spec_rules([{"rule": "self.a > 100", "message": "never shown"}], a={"type": "integer"}, e={"type": "string", "enum": ["x"]})
+    assert errors(s, {"spec": {"a": 1, "e": "y"}}) == [
+        'FieldValueNotSupported spec.e: Unsupported value: "y": supported values: "x"',
+        'FieldValueInvalid <nil>: Invalid value: "null": some validation rules were not checked because the object was '
+        'invalid; correct the existing errors to complete validation',
+    ]
+    # a non-blocking error (a bound) still lets the rules run
+    s2 = spec_rules([{"rule": "self.a > 100", "message": "shown"}], a={"type": "integer", "maximum": 0})
+    assert errors(s2, {"spec": {"a": 1}}) == [
+        "FieldValueInvalid spec.a: Invalid value: 1: spec.a in body should be less than or equal to 0",
+        'FieldValueInvalid spec: Invalid value: "object": shown',
+    ]
