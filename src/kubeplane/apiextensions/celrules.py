@@ -13,14 +13,16 @@ per ``self`` type), with ``self`` and ``oldSelf`` declared:
   holds ``apiVersion``, ``kind`` and ``metadata`` with ``name`` and
   ``generateName`` only, as upstream.
 
-Libraries: the CEL standard library and string extensions, Kubernetes'
-regex (``find``, ``findAll``), lists (``isSorted``, ``sum``, ``min``,
+Libraries: the CEL standard library, string extensions, optional values
+(``self.?field.orValue(x)``; ``oldSelf`` is one under ``optionalOldSelf``),
+``cel.bind``, Kubernetes' regex (``find``, ``findAll``), lists (``isSorted``, ``sum``, ``min``,
 ``max``), urls (``url``, ``isURL``,
 ``getScheme``, ``getHost``, ``getHostname``, ``getPort``, ``getEscapedPath``,
 ``getQuery``), quantity (``quantity``, ``isQuantity`` and its members) and
 ip/cidr (``ip``, ``isIP``, ``cidr``, ``isCIDR``, ``family``,
-``containsIP``, ``prefixLength``...) libraries, and ``format.named(...)``
-is not provided.
+``containsIP``, ``prefixLength``...) libraries. Not provided: the
+``format`` library, and timestamp/duration/bytes typing of strings with
+those formats (they are strings in rules).
 
 Cost: the runtime cannot meter evaluation, so every rule gets a cost model
 as upstream's estimator reasons: the expression's size times the size of
@@ -45,7 +47,7 @@ from urllib.parse import urlsplit
 
 import re2
 from cel_expr_python import cel as _cel
-from cel_expr_python.ext import ext_strings
+from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from kubeplane.api.errors import Cause, duplicate, forbidden_field, invalid_value, required
 from kubeplane.dra import cel as _dracel
@@ -310,13 +312,30 @@ def _decls() -> list[Any]:
 
 
 _HAS_OLD = "__hasOldSelf"
-_OPT_HAS = re.compile(r"(?<![A-Za-z0-9_.])oldSelf\s*\.\s*hasValue\s*\(\s*\)")
-_OPT_VALUE = re.compile(r"(?<![A-Za-z0-9_.])oldSelf\s*\.\s*value\s*\(\s*\)")
+_OLD_VALUE = "__oldSelfValue"
+# optionalOldSelf rules see oldSelf as an optional value (optional.none() on create)
+_OPT_PREFIX = f"cel.bind(oldSelf, {_HAS_OLD} ? optional.of({_OLD_VALUE}) : optional.none(), "
+_ERROR_AT = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*?)\n \| [^\n]*\n \| [. ]*\^", re.S)
 
 
-def _optional_rewrite(expr: str) -> str:
-    """optionalOldSelf rules: ``oldSelf.hasValue()`` and ``oldSelf.value()`` over a plain ``oldSelf``."""
-    return _OPT_VALUE.sub("oldSelf", _OPT_HAS.sub(_HAS_OLD, expr))
+def _optional_wrap(expr: str) -> str:
+    return _OPT_PREFIX + expr + "\n)"
+
+
+def _unwrap_error(message: str, expr: str) -> str:
+    """A compile error of a wrapped optionalOldSelf rule, located in the rule as written."""
+    lines = expr.split("\n")
+
+    def fix(m: re.Match) -> str:
+        line, col = int(m.group(1)), int(m.group(2))
+        if line == 1:
+            col -= len(_OPT_PREFIX)
+        if not 1 <= line <= len(lines):
+            line, col = len(lines), len(lines[-1]) + 1
+        col = max(col, 1)
+        return f"ERROR: <input>:{line}:{col}: {m.group(3)}\n | {lines[line - 1]}\n | {'.' * (col - 1)}^"
+
+    return _ERROR_AT.sub(fix, message)
 
 
 _DECLS = None
@@ -332,8 +351,10 @@ def _env_for(t: Any) -> Any:
         if env is None:
             if _DECLS is None:
                 _DECLS = _decls()
-            env = _cel.NewEnv(variables={"self": t, "oldSelf": t, _HAS_OLD: _T.BOOL}, functions=_DECLS,
-                              extensions=[ext_strings.ExtStrings()])
+            env = _cel.NewEnv(variables={"self": t, "oldSelf": t, _OLD_VALUE: t, _HAS_OLD: _T.BOOL},
+                              functions=_DECLS,
+                              extensions=[ext_strings.ExtStrings(), ext_optional.ExtOptional(),
+                                          ext_bindings.ExtBindings()])
             _envs[key] = env
     return env
 
@@ -707,10 +728,10 @@ class _Compiled:
                 self.field_path = ""
         if not self.text:
             return
-        source = _optional_rewrite(self.text) if self.optional_old_self else self.text
+        source = _optional_wrap(self.text) if self.optional_old_self else self.text
         program = _compile(node.cel_type, source)
         if isinstance(program, str):
-            self.error = RULE_COMPILE_ERROR + program
+            self.error = RULE_COMPILE_ERROR + (_unwrap_error(program, self.text) if self.optional_old_self else program)
             return
         undefined = _undefined_fields(self.text, node, resource_root)
         if undefined:
@@ -1023,6 +1044,7 @@ class RuleSet:
                 data: dict[str, Any] = {"self": cv, _HAS_OLD: ov is not None}
                 if ov is not None:
                     data["oldSelf"] = ov
+                    data[_OLD_VALUE] = ov
                 activation = env.Activation(data=data)
             ok, err = _eval_bool(r.program, activation)
             if err is not None:

@@ -168,3 +168,25 @@ def test_rules_not_run_after_blocking_schema_errors():
         "FieldValueInvalid spec.a: Invalid value: 1: spec.a in body should be less than or equal to 0",
         'FieldValueInvalid spec: Invalid value: "object": shown',
     ]
+
+
+def test_optional_old_self_is_an_optional_value():
+    s = spec_rules([{"rule": "oldSelf.?a.orValue(0) <= self.a", "message": "a may only grow", "optionalOldSelf": True}])
+    assert errors(s, {"spec": {"a": 1}}) == []
+    assert errors(s, {"spec": {"a": 1}}, {"spec": {"a": 2}}) == ['FieldValueInvalid spec: Invalid value: "object": a may only grow']
+
+
+def test_optional_old_self_compile_error_points_into_the_rule():
+    from kubeplane.apiextensions.structural import check_crd_schema
+
+    s = spec_rules([{"rule": "oldSelf.hasValue() &&", "optionalOldSelf": True}])
+    out = [c.message for c in check_crd_schema(s, "p")]
+    assert len(out) == 1
+    assert "compilation failed: ERROR: <input>:1:22: Syntax error" in out[0]
+    assert "\n | oldSelf.hasValue() &&\n | .....................^" in out[0]
+
+
+def test_optional_field_selection():
+    s = spec_rules([{"rule": "self.?name.orValue('none') != 'bad'"}])
+    assert errors(s, {"spec": {}}) == []
+    assert errors(s, {"spec": {"name": "bad"}}) != []
