@@ -6,9 +6,11 @@ per ``self`` type), with ``self`` and ``oldSelf`` declared:
 * ``self`` is typed from the schema where the runtime allows it: ``string``,
   ``int``, ``double``, ``bool``, ``list(T)`` for arrays, ``map(string, T)``
   for ``additionalProperties`` maps, ``map(string, dyn)`` for objects with
-  properties, ``dyn`` for int-or-string and preserved unknown fields (so a
-  misspelt field name is a runtime ``no such key`` error, not a compile
-  error as upstream's object types give);
+  properties, ``dyn`` for int-or-string and preserved unknown fields;
+  ``self.a.b`` chains naming properties the schema does not declare are
+  compile errors (``undefined field 'x'``) as with upstream's object types,
+  property names are escaped as upstream (``self.__namespace__``,
+  ``self.foo__dash__bar``), and ``number`` properties are doubles;
 * at a resource root (the CRD's root or an embedded resource) ``self``
   holds ``apiVersion``, ``kind`` and ``metadata`` with ``name`` and
   ``generateName`` only, as upstream.
@@ -25,11 +27,12 @@ ip/cidr (``ip``, ``isIP``, ``cidr``, ``isCIDR``, ``family``,
 those formats (they are strings in rules).
 
 Cost: the runtime cannot meter evaluation, so every rule gets a cost model
-as upstream's estimator reasons: the expression's size times the size of
-the collections its comprehensions iterate (``maxItems``/``maxProperties``,
-or what fits in a 3 MiB request when unbounded) raised to their nesting
-depth, times the number of times the rule runs (the product of the bounds of
-the lists and maps above it). At CRD creation the estimate is checked
+as upstream's estimator reasons: each operation of the expression weighs the
+product of the sizes of the collections its enclosing comprehensions iterate
+(``maxItems``/``maxProperties``, following iteration variables into nested
+lists, or what fits in a 3 MiB request when unbounded), times the number of
+times the rule runs (the product of the bounds of the lists and maps above
+it). At CRD creation the estimate is checked
 against upstream's limits (10^7 per expression, 10^8 per schema); at run time
 the same model with the object's actual sizes is charged against the
 per-call limit (10^6) and the per-object budget (10^7) before a rule runs, so
