@@ -358,6 +358,8 @@ def _env_for(t: Any) -> Any:
                               functions=_DECLS,
                               extensions=[ext_strings.ExtStrings(), ext_optional.ExtOptional(),
                                           ext_bindings.ExtBindings()])
+            if len(_envs) >= 256:  # bounded: self types come from user schemas
+                _envs.pop(next(iter(_envs)))
             _envs[key] = env
     return env
 
