@@ -45,10 +45,9 @@ import ipaddress
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
-import re2
 from cel_expr_python import cel as _cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
@@ -147,20 +146,6 @@ def _f_max(items: list[Any]) -> Any:
     if not items:
         raise ValueError("max called on empty list")
     return max(items)
-
-
-def _f_index_of(items: Any, x: Any) -> int:
-    for i, v in enumerate(items):
-        if v == x and type(v) is type(x):
-            return i
-    return -1
-
-
-def _f_last_index_of(items: Any, x: Any) -> int:
-    for i in range(len(items) - 1, -1, -1):
-        if items[i] == x and type(items[i]) is type(x):
-            return i
-    return -1
 
 
 _UKEY = "__url__"
