@@ -972,12 +972,13 @@ class ResourceSchema:
 
 
 def _root_view(root: _Node, obj: dict[str, Any]) -> dict[str, Any]:
-    view = {k: v for k, v in obj.items() if k not in _META_KEYS or k in root.properties and k != "metadata"}
-    if "metadata" in obj and "metadata" in root.properties:
-        # only name/generateName restrictions are allowed at the root metadata
-        meta = obj["metadata"]
-        if isinstance(meta, dict):
-            view["metadata"] = {k: meta[k] for k in ("name", "generateName") if k in meta}
+    """The object as the schema validates it: the root's metadata reduced to
+    name and generateName (the only parts a schema may restrict)."""
+    meta = obj.get("metadata")
+    if type(meta) is not dict:
+        return obj
+    view = dict(obj)
+    view["metadata"] = {k: meta[k] for k in ("name", "generateName") if k in meta}
     return view
 
 

@@ -294,3 +294,10 @@ def test_default_reports_whether_it_changed_the_object():
     assert rs.default({"spec": {}}) is True
     assert rs.default({"spec": {"r": 2}}) is False
     assert rs.default({"spec": {"r": 2, "n": None}}) is True
+
+
+def test_root_required_type_meta_and_metadata():
+    schema = {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+              "properties": {"spec": {"type": "object"}}}
+    assert errors(schema, {"apiVersion": "a/v1", "kind": "K", "metadata": {"name": "x"}, "spec": {}}) == []
+    assert errors(schema, {"apiVersion": "a/v1", "kind": "K", "metadata": {"name": "x"}}) == ["spec: Required value"]
