@@ -16,17 +16,19 @@ resource alone, so the chain can remember the answer) and overrides
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable
 
 from kubeplane.api import errors
 from kubeplane.api.resources import ResourceInfo, resource
+from kubeplane.auth.user import UserInfo, current_user
 from kubeplane.registry.strategies import DEFAULT_CLASS_ANNOTATION
 from kubeplane.storage.interface import Store
 
 Obj = dict[str, Any]
 
 CREATE = "CREATE"
+UPDATE = "UPDATE"
 DELETE = "DELETE"
 
 NAMESPACES = resource("namespaces")
@@ -46,6 +48,15 @@ class Attributes:
     namespace: str | None
     #: the object being created (the plugin may change it in the mutating phase)
     obj: Obj | None = None
+    #: the stored object an update or delete replaces
+    old_obj: Obj | None = None
+    subresource: str | None = None
+    dry_run: bool = False
+    #: the request's CreateOptions, UpdateOptions or DeleteOptions, when known
+    options: Obj | None = None
+    user: UserInfo = field(default_factory=current_user)
+    #: audit annotations the plugins add: the request's admission record
+    audit_annotations: dict[str, str] = field(default_factory=dict)
 
 
 class AdmissionPlugin:
@@ -158,17 +169,35 @@ class AdmissionChain:
                 await p.admit(attrs)
 
     async def validate(self, operation: str, res: ResourceInfo, name: str, namespace: str | None,
-                       obj: Obj | None = None) -> None:
+                       obj: Obj | None = None, old: Obj | None = None, *, subresource: str | None = None,
+                       dry_run: bool = False, options: Obj | None = None) -> Attributes | None:
+        """Runs the validating plugins; returns the request's admission record
+        (None when no plugin handles the request)."""
         plugins = self._handling(False, operation, res)
         if plugins:
-            attrs = Attributes(operation, res, name, namespace, obj)
+            attrs = Attributes(operation, res, name, namespace, obj, old, subresource, dry_run, options)
             for p in plugins:
                 await p.validate(attrs)
+            return attrs
+        return None
+
+    def plugin(self, name: str) -> AdmissionPlugin | None:
+        """The plugin registered under ``name`` (e.g. ``ValidatingAdmissionPolicy``)."""
+        for p in self.plugins:
+            if p.name == name:
+                return p
+        return None
 
 
 def default_chain(store: Store) -> AdmissionChain:
     """kubeplane's default plugins, in the order of upstream's plugin list."""
-    return AdmissionChain([NamespaceLifecycle(store), DefaultStorageClass(store)])
+    from kubeplane.admission.policy import ValidatingAdmissionPolicyPlugin
+
+    return AdmissionChain([
+        NamespaceLifecycle(store), DefaultStorageClass(store),
+        # validating, before ValidatingAdmissionWebhook
+        ValidatingAdmissionPolicyPlugin(store),
+    ])
 
 
 __all__ = [
@@ -177,6 +206,7 @@ __all__ = [
     "Attributes",
     "CREATE",
     "DELETE",
+    "UPDATE",
     "DefaultStorageClass",
     "IMMORTAL_NAMESPACES",
     "NamespaceLifecycle",
