@@ -49,6 +49,9 @@ T = _cel.Type
 BOOL, STRING, NULL, ANY = "bool", "string", "null_type", "any"
 MAX_EXPRESSION_LENGTH = 5 * 1024 * 1024  # the request size bound; the API's own limits are smaller
 
+#: the runtime's bound of comprehension iterations in one evaluation
+MAX_ITERATIONS = 10_000
+
 _AUTHZ = T.Map(T.STRING, T.DYN)
 _MARK = "__k8s_authz__"
 
@@ -259,6 +262,10 @@ def _runtime_message(text: str) -> str:
         return f"no such key: {m.group(1)}"
     if text.startswith("No matching overloads found"):
         return "no such overload"
+    if text == "Iteration budget exceeded":
+        # the runtime's own bound (upstream has none besides the cost limit)
+        return (f"operation cancelled: iteration budget exceeded (at most {MAX_ITERATIONS - 1} comprehension "
+                "iterations per evaluation)")
     return text
 
 
