@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 
 import orjson
 
-from kubeplane.admission import cel
+from kubeplane.admission import cel, cost
 from kubeplane.admission.policy_api import default_binding, default_policy
 from kubeplane.api import errors
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
@@ -51,6 +51,10 @@ NAMESPACES = resource("namespaces", "")
 
 #: the audit annotation key of failed validations with the Audit action
 AUDIT_FAILURE_KEY = "validation.policy.admission.k8s.io/validation_failure"
+
+#: upstream's celconfig.MaxEvaluatedMessageExpressionSizeBytes and audit annotation value limit
+MAX_MESSAGE_BYTES = 5 * 1024
+MAX_ANNOTATION_BYTES = 10 * 1024
 
 _REASON_CODES = {"Unauthorized": 401, "Forbidden": 403, "RequestEntityTooLarge": 413, "Invalid": 422}
 
@@ -417,21 +421,18 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
             return
         await self._write_statuses()
         req = _request_from(attrs)
-        denials: list[Denial] = []
-        audit_failures: list[Obj] = []
-        annotations: dict[str, str] = {}
+        out = _Outcome()
         for name in sorted(self._compiled):
             cp = self._compiled[name]
             bindings = self._by_policy.get(name)
             if not bindings:
                 continue
-            if cp.error:
-                if not self.matcher.matches(cp.match_constraints, req, require_rules=True):
-                    continue
-                self._config_error(cp, None, cp.error, denials)
-                continue
             if not self.matcher.matches(cp.match_constraints, req, require_rules=True):
                 continue
+            if cp.error:
+                self._config_error(cp, None, cp.error, out.denials)
+                continue
+            out.policy_annotations = {}
             for binding in bindings:
                 bspec = binding.get("spec") or {}
                 if bspec.get("matchResources") is not None and \
@@ -441,18 +442,18 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
                 try:
                     params_list = self._params(cp, bspec, req)
                 except _ConfigError as err:
-                    self._config_error(cp, bname, err.message, denials)
+                    self._config_error(cp, bname, err.message, out.denials)
                     continue
-                actions = bspec.get("validationActions") or []
                 for params in params_list:
-                    self._evaluate(cp, bname, actions, params, req, denials, audit_failures, annotations)
+                    self._evaluate(cp, binding, params, req, out)
+            for key, values in out.policy_annotations.items():
+                out.annotations.setdefault(f"{cp.name}/{key}", ", ".join(values))
         record = getattr(attrs, "audit_annotations", None)
-        if audit_failures:
-            annotations[AUDIT_FAILURE_KEY] = orjson.dumps(audit_failures).decode()
         if isinstance(record, dict):
-            record.update(annotations)
-        if denials:
-            raise _denied(denials[0], req)
+            for key, value in out.annotations.items():
+                record.setdefault(key, value)
+        if out.denials:
+            raise _denied(out.denials[0], req)
 
     def _config_error(self, cp: CompiledPolicy, binding: str | None, message: str, denials: list[Denial]) -> None:
         if cp.failure_policy == "Ignore":
@@ -496,9 +497,12 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
             return []
         return found
 
-    def _evaluate(self, cp: CompiledPolicy, binding: str, actions: list[str], params: Obj | None,
-                  req: Request, denials: list[Denial], audit_failures: list[Obj],
-                  annotations: dict[str, str]) -> None:
+    def _evaluate(self, cp: CompiledPolicy, binding: Obj, params: Obj | None, req: Request,
+                  out: "_Outcome") -> None:
+        """One binding's evaluation of a policy with one param (upstream's validator)."""
+        bname = (binding.get("metadata") or {}).get("name", "")
+        bspec = binding.get("spec") or {}
+        actions = list(bspec.get("validationActions") or [])
         data = {
             "object": req.obj, "oldObject": req.old_obj, "request": _request_value(req),
             "namespaceObject": self.matcher.namespace_object(req) if req.resource.key != NAMESPACES.key else None,
@@ -511,64 +515,88 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
         ev = cel.Evaluation(data, req.user, self.authorizer, cp.variables)
         fail_closed = cp.failure_policy != "Ignore"
 
-        def error(message: str) -> None:
-            if fail_closed:
-                self._act(cp, binding, actions, message, "Invalid", None, req, denials, audit_failures)
+        def failed(index: int, message: str, reason: str = "Invalid") -> None:
+            """A validation that denies: acted on as the binding's actions say."""
+            if "Deny" in actions:
+                out.denials.append(Denial(cp.name, bname, message, reason))
+            if "Warn" in actions:
+                add_warning(f"Validation failed for ValidatingAdmissionPolicy '{cp.name}' with binding '{bname}': "
+                            f"{message}")
+            if "Audit" in actions and AUDIT_FAILURE_KEY not in out.annotations:
+                # the first failure is the annotation (a record keeps one value per key)
+                out.annotations[AUDIT_FAILURE_KEY] = orjson.dumps([{
+                    "message": message, "policy": bspec.get("policyName", cp.name), "binding": bname,
+                    "expressionIndex": index, "validationActions": actions}]).decode()
 
-        for cname, cond in cp.match_conditions:
+        # matchConditions: any false skips the policy; otherwise errors follow failurePolicy
+        errs: list[str] = []
+        for _cname, cond in cp.match_conditions:
             try:
                 ok = cond.evaluate(ev)
             except cel.EvalError as err:
-                error(f"expression '{cond.expression}' resulted in error: {err.message}")
-                return
+                errs.append(f"expression '{cond.expression}' resulted in error: {err.message}")
+                continue
             if ok is not True:
                 return
+        if errs:
+            if fail_closed:
+                failed(0, errs[0] if len(errs) == 1 else "[" + ", ".join(errs) + "]")
+            return
         for v in cp.validations:
             try:
                 ok = v.expression.evaluate(ev)
             except cel.EvalError as err:
-                if err.cost_exceeded and err.message.startswith("validation failed due to running out"):
-                    error(err.message)
-                    return
-                error(f"expression '{v.expression.expression}' resulted in error: {err.message}")
+                if err.message.startswith("validation failed due to running out of cost budget"):
+                    if fail_closed:
+                        failed(0, err.message)
+                    break
+                if fail_closed:
+                    failed(v.index, f"expression '{v.expression.expression}' resulted in error: {err.message}")
                 continue
             if ok is True:
                 continue
             message = ""
             if v.message_expression is not None:
                 try:
-                    out = v.message_expression.evaluate(ev)
-                    if isinstance(out, str):
-                        out = out.strip()
-                        if out and "\n" not in out and "\r" not in out and len(out) <= 5000:
-                            message = out
+                    text = v.message_expression.evaluate(ev)
                 except cel.EvalError as err:
+                    if err.cost_exceeded:
+                        if fail_closed:
+                            failed(v.index, f"failed messageExpression: {err.message}")
+                        continue
                     log.debug("messageExpression of policy %s failed: %s", cp.name, err.message)
+                    text = None
+                if isinstance(text, str):
+                    text = text.strip()
+                    if len(text) <= MAX_MESSAGE_BYTES and "\n" not in text:
+                        message = text
             if not message:
                 message = v.message or f"failed expression: {v.expression.expression.strip()}"
-            self._act(cp, binding, actions, message, v.reason, v.index, req, denials, audit_failures)
+            failed(v.index, message, v.reason)
+        # audit annotations have a budget of their own
+        ev.budget = cost.RUNTIME_BUDGET
         for key, compiled in cp.audit_annotations:
             try:
                 value = compiled.evaluate(ev)
             except cel.EvalError as err:
-                error(f"expression '{compiled.expression}' resulted in error: {err.message}")
+                if fail_closed:
+                    out.denials.append(Denial(
+                        cp.name, bname, f"expression '{compiled.expression}' resulted in error: {err.message}"))
                 continue
-            if isinstance(value, str):
-                annotations[f"{cp.name}/{key}"] = value[:10 * 1024]
+            if isinstance(value, str) and value.strip():
+                values = out.policy_annotations.setdefault(key, [])
+                value = value.strip()[:MAX_ANNOTATION_BYTES]
+                if value not in values:
+                    values.append(value)
 
-    def _act(self, cp: CompiledPolicy, binding: str, actions: list[str], message: str, reason: str,
-             index: int | None, req: Request, denials: list[Denial], audit_failures: list[Obj]) -> None:
-        if "Deny" in actions:
-            denials.append(Denial(cp.name, binding, message, reason))
-        if "Warn" in actions:
-            add_warning(f"Validation failed for ValidatingAdmissionPolicy '{cp.name}' with binding '{binding}': "
-                        f"{message}")
-        if "Audit" in actions:
-            entry: Obj = {"message": message, "policy": cp.name, "binding": binding}
-            if index is not None:
-                entry["expressionIndex"] = index
-            entry["validationActions"] = list(actions)
-            audit_failures.append(entry)
+
+@dataclass
+class _Outcome:
+    denials: list[Denial] = field(default_factory=list)
+    #: the request's audit annotations
+    annotations: dict[str, str] = field(default_factory=dict)
+    #: the current policy's annotation values by key, from all its bindings
+    policy_annotations: dict[str, list[str]] = field(default_factory=dict)
 
 
 class _ConfigError(Exception):

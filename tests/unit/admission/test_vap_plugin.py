@@ -311,3 +311,34 @@ async def test_status_records_type_checking(env) -> None:
         "warning": "apps/v1, Kind=Deployment: ERROR: <input>:1:40: undefined field 'replica'\n"
                    " | object.spec.replicas > 0 || object.spec.replica > 0\n"
                    " | .......................................^"}]
+
+
+async def test_audit_annotation_values_of_all_bindings_and_their_errors(env) -> None:
+    for n in ("a", "b"):
+        await env.create(CM, {"metadata": {"name": n}, "data": {"tier": n}}, "default")
+    await policy(env, "p", [{"expression": "true"}], paramKind={"apiVersion": "v1", "kind": "ConfigMap"},
+                 auditAnnotations=[{"key": "tier", "valueExpression": "string(params.data.tier)"}])
+    await binding(env, "ba", "p", paramRef={"name": "a", "parameterNotFoundAction": "Deny"})
+    await binding(env, "bb", "p", paramRef={"name": "b", "parameterNotFoundAction": "Deny"})
+    await binding(env, "bb2", "p", paramRef={"name": "b", "parameterNotFoundAction": "Deny"})
+    await env.create(DEPLOY, deployment("d"), "default")
+    rec = [r for r in env.recorder.records if r.name == "d"][-1]
+    assert rec.audit_annotations == {"p/tier": "a, b"}
+    # an annotation that fails to evaluate denies under failurePolicy Fail, whatever the binding's actions
+    await policy(env, "broken", [{"expression": "true"}], auditAnnotations=[
+        {"key": "k", "valueExpression": "string(object.nope)"}])
+    await binding(env, "warn-only", "broken", actions=("Warn",))
+    with pytest.raises(StatusError, match=r"expression .string\(object.nope\). resulted in error: no such key: nope"):
+        await env.create(DEPLOY, deployment("e"), "default")
+
+
+async def test_a_false_match_condition_wins_over_an_error(env) -> None:
+    await policy(env, "p", [{"expression": "false", "message": "no"}], matchConditions=[
+        {"name": "broken", "expression": "object.metadata.labels.missing == 'x'"},
+        {"name": "only-labelled", "expression": "'only' in object.metadata.labels"}])
+    await binding(env, "b", "p")
+    await env.create(DEPLOY, deployment("a", labels={"other": "1"}), "default")  # false + error: skipped
+    with pytest.raises(StatusError) as err:
+        await env.create(DEPLOY, deployment("b", labels={"only": "1"}), "default")  # true + error: failurePolicy
+    assert err.value.message.endswith(
+        "expression 'object.metadata.labels.missing == 'x'' resulted in error: no such key: missing")
