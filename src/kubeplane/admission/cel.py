@@ -343,15 +343,17 @@ class Evaluation:
                 [v for k, v in self.data.items() if k != "authorizer"] + list(self._values.values()))
         return self._unknown
 
-    def shapes(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in self.data.items():
-            s = self._shapes.get(k)
-            if s is None:
-                s = self._shapes[k] = cost.Shape([v])
-            out[k] = s
-        out["variables"] = cost.Shape([values])
-        return out
+    def shapes(self, values: Mapping[str, Any]) -> Callable[[str], Any]:
+        """The sizes of the inputs, looked up (and measured) by variable name."""
+        def lookup(name: str) -> Any:
+            if name == "variables":
+                return cost.Shape([values])
+            s = self._shapes.get(name)
+            if s is None and name in self.data:
+                s = self._shapes[name] = cost.Shape([self.data[name]])
+            return s
+
+        return lookup
 
     def values(self, names: frozenset[str]) -> dict[str, Any]:
         """The composited variables named, each evaluated once (lazily)."""

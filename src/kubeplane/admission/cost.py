@@ -100,6 +100,35 @@ class Bound:
         return Bound(self.elem_size, self.elem_size)
 
 
+class Unknown(Bound):
+    """A computed value bounded only by the size of all inputs, found when
+    (and only if) a cost needs it."""
+
+    __slots__ = ("_estimator",)
+
+    def __init__(self, estimator: "Estimator") -> None:
+        self._estimator = estimator
+
+    @property
+    def size(self) -> int:  # type: ignore[override]
+        return self._estimator.unknown
+
+    @property
+    def elem_size(self) -> int:  # type: ignore[override]
+        return self._estimator.unknown
+
+    def elem(self) -> "Bound":
+        return self
+
+    def keys(self) -> "Bound":
+        return self
+
+    def field(self, name: str) -> "Bound":
+        return self
+
+
+SCALAR = Bound(0, 0)
+
 Abstract = Shape | Bound
 
 
@@ -117,15 +146,25 @@ _STRING_SCANS = frozenset({
 _LIST_SCANS = frozenset({"isSorted", "sum", "min", "max", "join", "@in", "format", "sets.contains",
                          "sets.equivalent", "sets.intersects", "math.greatest", "math.least"})
 _REGEX = frozenset({"matches", "find", "findAll"})
+#: operators and functions whose result has no size
+_SCALAR_RESULTS = frozenset({
+    "!_", "-_", "_&&_", "_||_", "_%_", "_*_", "_/_", "_-_", "@not_strictly_false", "not_strictly_false",
+    "isSorted", "sign", "isInteger", "asInteger", "asApproximateFloat", "compareTo", "isLessThan",
+    "isGreaterThan", "major", "minor", "patch", "allowed", "errored", "isQuantity", "isSemver",
+})
 
 
 class Estimator:
     """Walks one tree; ``variables`` map each name to its abstract value."""
 
-    def __init__(self, variables: Mapping[str, Abstract], unknown: Callable[[], int]) -> None:
-        self.scope: dict[str, Abstract] = dict(variables)
+    def __init__(self, variables: Mapping[str, Abstract] | Callable[[str], Abstract | None],
+                 unknown: Callable[[], int]) -> None:
+        #: comprehension variables in scope
+        self.scope: dict[str, Abstract] = {}
+        self._roots = variables.get if isinstance(variables, Mapping) else variables
         self._unknown = unknown
         self._unknown_value: int | None = None
+        self._unknown_bound = Unknown(self)
 
     @property
     def unknown(self) -> int:
@@ -136,7 +175,7 @@ class Estimator:
         return self._unknown_value
 
     def _bound(self) -> Bound:
-        return Bound(self.unknown, self.unknown)
+        return self._unknown_bound
 
     def cost(self, node: Node) -> tuple[int, Abstract]:
         kind = node[0]
@@ -146,6 +185,8 @@ class Estimator:
             return 0, Shape([v]) if n else Bound(0, 0)
         if kind == "ident":
             found = self.scope.get(node[1])
+            if found is None:
+                found = self._roots(node[1])
             return 1, found if found is not None else self._bound()
         if kind == "select":
             c, v = self.cost(node[1])
@@ -225,6 +266,11 @@ class Estimator:
             if key is not None and key[0] == "const" and isinstance(key[1], str):
                 return total, base.field(key[1])
             return total, base.elem()
+        if fn in _SCALAR_RESULTS:
+            return total, SCALAR
+        if fn == "_?_:_" and len(vals) == 3:
+            a, b = vals[1], vals[2]
+            return total, a if a.size >= b.size else b
         if fn in ("size", "type", "has", "dyn", "int", "uint", "double", "bool", "duration", "timestamp"):
             return total, Bound(0, 0) if fn != "dyn" else (vals[0] if vals else self._bound())
         if fn in ("optional.of", "optional.ofNonZeroValue", "value", "orValue", "or", "_?._", "_[?_]"):
@@ -260,5 +306,6 @@ def unknown_bound(values: Iterable[Any], cap: int = 1 << 40) -> int:
     return total
 
 
-def estimate(root: Node, variables: Mapping[str, Abstract], unknown: Callable[[], int]) -> int:
+def estimate(root: Node, variables: Mapping[str, Abstract] | Callable[[str], Abstract | None],
+             unknown: Callable[[], int]) -> int:
     return Estimator(variables, unknown).cost(root)[0]
