@@ -189,14 +189,17 @@ class AdmissionChain:
         return None
 
 
-def default_chain(store: Store) -> AdmissionChain:
-    """kubeplane's default plugins, in the order of upstream's plugin list."""
+def default_chain(store: Store, authorizer: Any = None) -> AdmissionChain:
+    """kubeplane's default plugins, in the order of upstream's plugin list.
+    ``authorizer`` answers the policies' CEL ``authorizer`` checks (AlwaysAllow
+    when None; settable later as the ValidatingAdmissionPolicy plugin's
+    ``authorizer``)."""
     from kubeplane.admission.policy import ValidatingAdmissionPolicyPlugin
 
     return AdmissionChain([
         NamespaceLifecycle(store), DefaultStorageClass(store),
         # validating, before ValidatingAdmissionWebhook
-        ValidatingAdmissionPolicyPlugin(store),
+        ValidatingAdmissionPolicyPlugin(store, authorizer=authorizer),
     ])
 
 
