@@ -76,7 +76,12 @@ def test_deny_with_the_policys_message(k: Kubectl) -> None:
     assert out["spec"]["failurePolicy"] == "Fail"
     assert out["spec"]["matchConstraints"]["matchPolicy"] == "Equivalent"
     assert out["status"]["observedGeneration"] == 1 and out["status"]["typeChecking"] == {}
-    assert "max-replicas-binding" in k("get", "validatingadmissionpolicybindings").out
+    table = k("get", "validatingadmissionpolicies", "max-replicas.example.com").out.splitlines()
+    assert table[0].split() == ["NAME", "VALIDATIONS", "PARAMKIND", "AGE"]
+    assert table[1].split()[:3] == ["max-replicas.example.com", "1", "<unset>"]
+    table = k("get", "validatingadmissionpolicybindings", "max-replicas-binding").out.splitlines()
+    assert table[0].split() == ["NAME", "POLICYNAME", "PARAMREF", "AGE"]
+    assert table[1].split()[:3] == ["max-replicas-binding", "max-replicas.example.com", "<unset>"]
 
 
 def test_warn_action_shows_a_kubectl_warning(k: Kubectl) -> None:
@@ -100,6 +105,8 @@ def test_param_kind_with_a_configmap(k: Kubectl) -> None:
         param_kind={"apiVersion": "v1", "kind": "ConfigMap"}))
     _apply(k, _binding("param-replicas-binding", "param-replicas.example.com", "vap-params", ["Deny"], {
         "name": "replica-limit", "parameterNotFoundAction": "Deny"}))
+    assert k("get", "validatingadmissionpolicybinding", "param-replicas-binding", "--no-headers").out.split()[2] \
+        == "*/replica-limit"
     r = _apply(k, _deployment("four", "vap-params", 4), check=False)
     assert r.rc != 0
     assert ("deployments.apps \"four\" is forbidden: ValidatingAdmissionPolicy 'param-replicas.example.com' with "

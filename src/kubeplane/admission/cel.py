@@ -301,7 +301,7 @@ class Compiled:
         _local.evaluation = ev
         try:
             value = self.program.eval(data=activation)
-        except RuntimeError as err:
+        except Exception as err:  # noqa: BLE001 - whatever the runtime raises is this evaluation's error
             raise EvalError(_runtime_message(str(err))) from None
         finally:
             _local.evaluation = None
