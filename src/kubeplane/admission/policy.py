@@ -417,8 +417,9 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
                 {"expressionWarnings": warnings} if warnings else {})}
             try:
                 await self.status_writer(name, new_status)
-            except errors.StatusError as err:
-                log.debug("could not write the status of policy %s: %s", name, err.message)
+            except Exception as exc:  # noqa: BLE001 - the request being admitted must not fail for it
+                log.debug("could not write the status of policy %s: %s", name, exc)
+                self._status_written.pop(name, None)
 
     # -- admission ------------------------------------------------------
 

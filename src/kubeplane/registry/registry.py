@@ -129,6 +129,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         policies = self.admission.plugin("ValidatingAdmissionPolicy")
         if policies is not None and getattr(policies, "status_writer", False) is None:
             policies.status_writer = self._write_policy_status
+            policies.catalogue = self.catalogue  # paramKinds and rules resolve in the served catalogue
 
     # -- helpers -----------------------------------------------------------
 

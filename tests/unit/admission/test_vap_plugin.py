@@ -342,3 +342,23 @@ async def test_a_false_match_condition_wins_over_an_error(env) -> None:
         await env.create(DEPLOY, deployment("b", labels={"only": "1"}), "default")  # true + error: failurePolicy
     assert err.value.message.endswith(
         "expression 'object.metadata.labels.missing == 'x'' resulted in error: no such key: missing")
+
+
+async def test_next_request_sees_a_new_binding_with_sqlite_storage(tmp_path) -> None:
+    from kubeplane.storage.sqlite import SQLiteStore
+
+    store = await SQLiteStore.open(str(tmp_path / "db.sqlite"))
+    reg = Registry(store, CATALOGUE)
+    try:
+        await ensure_default_namespaces(reg)
+        await policy(reg, "p", [{"expression": "object.spec.replicas <= 5", "message": "at most 5"}])
+        for i in range(3):
+            await binding(reg, f"b{i}", "p")
+            with pytest.raises(StatusError, match="binding 'b0' denied request: at most 5"):
+                await reg.create(DEPLOY, deployment(f"d{i}", 9), "default")
+            await reg.delete(VAPB, f"b{i}") if i else None
+        await reg.delete(VAPB, "b0")
+        await reg.create(DEPLOY, deployment("free", 9), "default")
+    finally:
+        reg.admission.plugin("ValidatingAdmissionPolicy").close()
+        await store.close()
