@@ -356,21 +356,32 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
         await self.policies.sync()
         await self.bindings.sync()
         if not self.policies.items:
+            if self._compiled or self.params:
+                self._compiled, self._by_policy = {}, {}
+                self._index_version = (-1, -1)
+                for cache in self.params.values():
+                    cache.close()
+                self.params = {}
             return
         await self.namespaces.sync()
         version = (self.policies.version, self.bindings.version)
         if version != self._index_version:
             self._reindex()
             self._index_version = version
+        wanted: set[str] = set()
         for cp in self._compiled.values():
             pk = cp.param_kind
             if isinstance(pk, dict):
                 res = self._param_resource(pk)
                 if res is not None:
-                    cache = self.params.get(res.storage_prefix())
+                    prefix = res.storage_prefix()
+                    wanted.add(prefix)
+                    cache = self.params.get(prefix)
                     if cache is None:
-                        cache = self.params[res.storage_prefix()] = WatchedCache(self.store, res.storage_prefix())
+                        cache = self.params[prefix] = WatchedCache(self.store, prefix)
                     await cache.sync()
+        for prefix in [p for p in self.params if p not in wanted]:
+            self.params.pop(prefix).close()  # no policy reads this kind any more
 
     def _reindex(self) -> None:
         compiled: dict[str, CompiledPolicy] = {}
@@ -639,6 +650,8 @@ def _request_from(attrs: Any) -> Request:
 def _request_value(req: Request) -> Obj:
     res = req.resource
     kind = {"group": res.group, "version": res.version, "kind": res.kind}
+    if req.subresource == "scale":
+        kind = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
     resource_ = {"group": res.group, "version": res.version, "resource": res.plural}
     out: Obj = {
         "uid": req.uid, "kind": kind, "resource": resource_, "subResource": req.subresource,

@@ -130,7 +130,9 @@ async def test_updates_see_the_old_object_and_deletes_only_the_old_one(env) -> N
 
 
 async def test_scale_is_admitted_as_the_scale_subresource(env) -> None:
-    await policy(env, "scale", [{"expression": "object.spec.replicas <= 5", "message": "scale at most 5"}],
+    await policy(env, "scale", [{"expression": "object.spec.replicas <= 5", "message": "scale at most 5"},
+                                {"expression": "request.kind.kind == 'Scale' && request.subResource == 'scale' && "
+                                               "request.resource.resource == 'deployments'"}],
                  match={"resourceRules": rules(resources=("deployments/scale",))})
     await binding(env, "b", "scale")
     await env.create(DEPLOY, deployment("d", 9), "default")  # the rule names only the subresource
@@ -362,3 +364,14 @@ async def test_next_request_sees_a_new_binding_with_sqlite_storage(tmp_path) -> 
     finally:
         reg.admission.plugin("ValidatingAdmissionPolicy").close()
         await store.close()
+
+
+async def test_param_caches_live_as_long_as_a_policy_reads_the_kind(env) -> None:
+    plugin = env.admission.plugin("ValidatingAdmissionPolicy")
+    await policy(env, "p", [{"expression": "true"}], paramKind={"apiVersion": "v1", "kind": "ConfigMap"})
+    await binding(env, "b", "p", paramRef={"name": "x", "parameterNotFoundAction": "Allow"})
+    await env.create(DEPLOY, deployment("a"), "default")
+    assert list(plugin.params) == [CM.storage_prefix()]
+    await env.delete(VAP, "p")
+    await env.create(DEPLOY, deployment("b"), "default")
+    assert plugin.params == {}
