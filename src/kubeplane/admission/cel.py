@@ -10,7 +10,8 @@ expression refers to it) and ``authorizer`` (not for messageExpressions).
 
 Libraries: the CEL standard library with the string, math, encoder, optional
 and bindings extensions, Kubernetes' quantity and semver libraries (shared
-with the DRA device selectors), its list library (``isSorted``, ``sum``,
+with the DRA device selectors), its URL, IP and CIDR libraries
+(:mod:`kubeplane.admission.cel_net`), its list library (``isSorted``, ``sum``,
 ``min``, ``max``; the string extension owns the names ``indexOf`` and
 ``lastIndexOf``, so the list forms are missing) and its authorizer library::
 
@@ -34,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 from cel_expr_python import cel as _cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
-from kubeplane.admission import ast, cost
+from kubeplane.admission import ast, cel_net, cost
 from kubeplane.auth.authorizer import AlwaysAllow, Attributes as AuthzAttributes, Authorizer, Decision
 from kubeplane.auth.user import SERVICE_ACCOUNT_PREFIX, SERVICE_ACCOUNTS_GROUP, AUTHENTICATED, UserInfo
 from kubeplane.dra.cel import _decls as _quantity_decls
@@ -198,6 +199,7 @@ def _library() -> list[Any]:
     L = T.List(T.DYN)
     return [
         *_quantity_decls(),
+        *cel_net.decls(),
         F("isSorted", [_ov("k8s_list_is_sorted", T.BOOL, [L], _l_is_sorted)]),
         F("sum", [_ov("k8s_list_sum", T.DYN, [L], _l_sum)]),
         F("min", [_ov("k8s_list_min", T.DYN, [L], _l_min)]),

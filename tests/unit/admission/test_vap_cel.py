@@ -175,3 +175,22 @@ def test_string_functions_are_charged_by_length() -> None:
 
 def test_any_return_type_for_variables() -> None:
     assert compile_expression("object.spec", (ANY,)).evaluate(_ev({"spec": {"a": [1]}})) == {"a": [1]}
+
+
+def test_url_ip_and_cidr_libraries() -> None:
+    expr = ("url(object.u).getScheme() == 'https' && url(object.u).getHost() == 'example.com:8443'"
+            " && url(object.u).getHostname() == 'example.com' && url(object.u).getPort() == '8443'"
+            " && url(object.u).getEscapedPath() == '/a/b' && url(object.u).getQuery()['x'] == ['1', '2']"
+            " && !isURL('not a url') && isURL('/path')"
+            " && ip(object.ip).family() == 4 && ip('::1').isLoopback() && !isIP('1.2.3') && !isIP('01.2.3.4')"
+            " && ip.isCanonical('::1') && !ip.isCanonical('0:0::1')"
+            " && cidr('10.0.0.0/8').containsIP(object.ip) && cidr('10.0.0.0/8').containsIP(ip('10.1.1.1'))"
+            " && !cidr('10.0.0.0/8').containsCIDR('11.0.0.0/16') && cidr('10.0.0.0/8').containsCIDR('10.2.0.0/16')"
+            " && cidr('10.1.2.3/8').masked() == cidr('10.0.0.0/8') && cidr('10.1.2.3/8').ip() == ip('10.1.2.3')"
+            " && cidr('10.0.0.0/8').prefixLength() == 8 && ip('8.8.8.8').isGlobalUnicast()"
+            " && !ip('127.0.0.1').isGlobalUnicast() && ip('224.0.0.1').isLinkLocalMulticast()"
+            " && ip('fe80::1').isLinkLocalUnicast() && ip('0.0.0.0').isUnspecified()")
+    ev = _ev({"u": "https://user@example.com:8443/a/b?x=1&x=2", "ip": "10.0.0.1"})
+    assert compile_expression(expr, (BOOL,)).evaluate(ev) is True
+    with pytest.raises(EvalError, match="IPv4-mapped IPv6 address is not allowed"):
+        compile_expression("ip('::ffff:1.2.3.4').family() == 6", (BOOL,)).evaluate(ev)
