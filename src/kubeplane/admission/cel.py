@@ -11,7 +11,8 @@ expression refers to it) and ``authorizer`` (not for messageExpressions).
 Libraries: the CEL standard library with the string, math, encoder, optional
 and bindings extensions, Kubernetes' quantity and semver libraries (shared
 with the DRA device selectors), its URL, IP and CIDR libraries
-(:mod:`kubeplane.admission.cel_net`), its list library (``isSorted``, ``sum``,
+(:mod:`kubeplane.admission.cel_net`), its sets library (``sets.contains``,
+``sets.equivalent``, ``sets.intersects``), its list library (``isSorted``, ``sum``,
 ``min``, ``max``; the string extension owns the names ``indexOf`` and
 ``lastIndexOf``, so the list forms are missing) and its authorizer library::
 
@@ -111,6 +112,27 @@ def _l_max(items: list) -> Any:
 
 
 
+# ------------------------------------------------------------ sets library
+
+def _same(a: Any, b: Any) -> bool:
+    """CEL equality of two plain values (a bool is no number)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    return a == b
+
+
+def _s_contains(a: list, b: list) -> bool:
+    return all(any(_same(x, y) for y in a) for x in b)
+
+
+def _s_equivalent(a: list, b: list) -> bool:
+    return _s_contains(a, b) and _s_contains(b, a)
+
+
+def _s_intersects(a: list, b: list) -> bool:
+    return any(_same(x, y) for x in a for y in b)
+
+
 # ------------------------------------------------------ authorizer library
 
 _local = threading.local()
@@ -200,6 +222,9 @@ def _library() -> list[Any]:
     return [
         *_quantity_decls(),
         *cel_net.decls(),
+        F("sets.contains", [_ov("k8s_sets_contains", T.BOOL, [L, L], _s_contains, False)]),
+        F("sets.equivalent", [_ov("k8s_sets_equivalent", T.BOOL, [L, L], _s_equivalent, False)]),
+        F("sets.intersects", [_ov("k8s_sets_intersects", T.BOOL, [L, L], _s_intersects, False)]),
         F("isSorted", [_ov("k8s_list_is_sorted", T.BOOL, [L], _l_is_sorted)]),
         F("sum", [_ov("k8s_list_sum", T.DYN, [L], _l_sum)]),
         F("min", [_ov("k8s_list_min", T.DYN, [L], _l_min)]),

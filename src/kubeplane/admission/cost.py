@@ -258,6 +258,8 @@ class Estimator:
             biggest = max(sizes)
             return total + _trav(biggest) + (_trav(sum(sizes[1:])) if fn == "replace" else 0), \
                 Bound(biggest * (max(sizes[2], 1) if fn == "replace" and len(sizes) > 2 else 1), biggest)
+        if fn.startswith("sets.") and len(vals) == 2:
+            return total + sizes[0] * max(sizes[1], 1), SCALAR
         if fn in _LIST_SCANS and vals:
             return total + vals[0].size, Bound(self.unknown, self.unknown)
         if fn == "_[_]" and len(vals) == 2:

@@ -194,3 +194,9 @@ def test_url_ip_and_cidr_libraries() -> None:
     assert compile_expression(expr, (BOOL,)).evaluate(ev) is True
     with pytest.raises(EvalError, match="IPv4-mapped IPv6 address is not allowed"):
         compile_expression("ip('::ffff:1.2.3.4').family() == 6", (BOOL,)).evaluate(ev)
+
+
+def test_sets_library() -> None:
+    expr = ("sets.contains(object.l, [1, 2]) && !sets.contains([1], [true]) && sets.equivalent([1, 2, 2], [2, 1])"
+            " && sets.intersects(object.l, [9, 3]) && !sets.intersects([], object.l)")
+    assert compile_expression(expr, (BOOL,)).evaluate(_ev({"l": [1, 2, 3]})) is True
