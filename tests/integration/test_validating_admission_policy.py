@@ -11,6 +11,7 @@ import json
 import pytest
 
 from conftest import Kubectl, start_server
+from helpers import eventually_sync
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +72,15 @@ def test_deny_with_the_policys_message(k: Kubectl) -> None:
     r = k("patch", "deployment", "small", "-n", "vap-deny", "--type=merge", "-p", '{"spec":{"replicas":8}}',
           check=False)
     assert r.rc != 0 and "replicas must be no greater than 5" in r.err, r.err
-    # the policy is served with its defaults and its type checking
-    out = json.loads(k("get", "validatingadmissionpolicy", "max-replicas.example.com", "-o", "json").out)
+    # the policy is served with its defaults and its type checking (the API server's controller writes it)
+    def checked():
+        out = json.loads(k("get", "validatingadmissionpolicy", "max-replicas.example.com", "-o", "json").out)
+        return out if out.get("status", {}).get("observedGeneration") == 1 else None
+
+    out = eventually_sync(checked, what="the policy type-checked")
     assert out["spec"]["failurePolicy"] == "Fail"
     assert out["spec"]["matchConstraints"]["matchPolicy"] == "Equivalent"
-    assert out["status"]["observedGeneration"] == 1 and out["status"]["typeChecking"] == {}
+    assert out["status"]["typeChecking"] == {}
     table = k("get", "validatingadmissionpolicies", "max-replicas.example.com").out.splitlines()
     assert table[0].split() == ["NAME", "VALIDATIONS", "PARAMKIND", "AGE"]
     assert table[1].split()[:3] == ["max-replicas.example.com", "1", "<unset>"]

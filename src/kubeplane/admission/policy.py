@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import orjson
 
@@ -330,9 +330,6 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
         self._compiled: dict[str, CompiledPolicy] = {}
         self._by_policy: dict[str, list[Obj]] = {}
         self._index_version = (-1, -1)
-        #: writes a policy's status (set by the registry; None: status is not written)
-        self.status_writer: Callable[[str, Obj], Any] | None = None
-        self._status_written: dict[str, Any] = {}
         self._sync_lock: asyncio.Lock | None = None
 
     def handles(self, operation: str, res: ResourceInfo) -> bool:
@@ -411,27 +408,6 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
     def _param_resource(self, pk: Obj) -> ResourceInfo | None:
         return self.catalogue.by_api_version_kind(str(pk.get("apiVersion", "")), str(pk.get("kind", "")))
 
-    # -- status ---------------------------------------------------------
-
-    async def _write_statuses(self) -> None:
-        if self.status_writer is None:
-            return
-        for name, cp in self._compiled.items():
-            md = cp.policy.get("metadata") or {}
-            gen = md.get("generation")
-            status = cp.policy.get("status") if isinstance(cp.policy.get("status"), dict) else {}
-            if status.get("observedGeneration") == gen or self._status_written.get(name) == gen:
-                continue
-            self._status_written[name] = gen
-            warnings = type_check(cp, self.catalogue)
-            new_status = {**status, "observedGeneration": gen, "typeChecking": (
-                {"expressionWarnings": warnings} if warnings else {})}
-            try:
-                await self.status_writer(name, new_status)
-            except Exception as exc:  # noqa: BLE001 - the request being admitted must not fail for it
-                log.debug("could not write the status of policy %s: %s", name, exc)
-                self._status_written.pop(name, None)
-
     # -- admission ------------------------------------------------------
 
     async def validate(self, attrs: Any) -> None:
@@ -440,7 +416,6 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
         await self._sync()
         if not self.policies.items:
             return
-        await self._write_statuses()
         req = _request_from(attrs)
         out = _Outcome()
         for name in sorted(self._compiled):
@@ -666,15 +641,3 @@ def _request_value(req: Request) -> Obj:
 def _default_options(operation: str) -> Obj:
     kind = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}.get(operation)
     return {"kind": kind, "apiVersion": "meta.k8s.io/v1"} if kind else {}
-
-
-# ------------------------------------------------------------ type checking
-
-def type_check(cp: CompiledPolicy, catalogue: Catalogue = CATALOGUE) -> list[Obj]:
-    """status.typeChecking.expressionWarnings: fields an expression reads from
-    ``object``/``oldObject`` that the schema of a kind the policy matches does
-    not have (the part of upstream's type checking that needs no typed CEL)."""
-    from kubeplane.admission.typecheck import check_policy
-
-    return check_policy(cp, catalogue)
-

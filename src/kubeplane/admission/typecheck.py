@@ -12,6 +12,8 @@ in the schema. Rules with wildcards are skipped, as upstream skips them.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from functools import lru_cache
 from importlib import resources as importlib_resources
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,8 @@ from kubeplane.api.resources import Catalogue, ResourceInfo
 
 if TYPE_CHECKING:
     from kubeplane.admission.policy import CompiledPolicy
+
+log = logging.getLogger("kubeplane.admission.typecheck")
 
 #: upstream's limit of kinds type-checked per policy
 MAX_KINDS = 10
@@ -148,3 +152,74 @@ def check_policy(cp: "CompiledPolicy", catalogue: Catalogue) -> list[dict[str, s
         if texts:
             warnings.append({"fieldRef": ref, "warning": "\n".join(texts)})
     return warnings
+
+
+class PolicyStatusController:
+    """Writes each ValidatingAdmissionPolicy's ``status.observedGeneration``
+    and ``status.typeChecking`` once per generation (upstream's type checking
+    controller, which runs in the API server). Follows the policies through a
+    store watch; ``registry`` is the API server's registry."""
+
+    def __init__(self, registry: Any, *, retry_seconds: float = 1.0) -> None:
+        self.registry = registry
+        self.retry_seconds = retry_seconds
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _run(self) -> None:
+        from kubeplane.admission.policy import POLICIES
+        from kubeplane.storage.interface import CompactedError
+
+        store = self.registry.store
+        prefix = POLICIES.storage_prefix()
+        while True:
+            try:
+                result = await store.list(prefix)
+                for kv in result.items:
+                    await self.check(kv.value)
+                watch = store.watch(prefix, result.revision)
+                try:
+                    while True:
+                        batch = await watch.next_batch()
+                        if batch is None:
+                            break
+                        for ev in batch:
+                            if ev.type != "DELETED":
+                                await self.check(ev.value)
+                finally:
+                    watch.close()
+            except CompactedError:
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - keep checking; the next pass retries
+                log.exception("type checking the validating admission policies failed")
+                await asyncio.sleep(self.retry_seconds)
+
+    async def check(self, policy: dict) -> None:
+        """Type-checks one policy and writes its status, unless its generation is checked already."""
+        from kubeplane.admission.policy import POLICIES, compile_policy
+        from kubeplane.api.errors import StatusError
+
+        md = policy.get("metadata") or {}
+        status = policy.get("status") if isinstance(policy.get("status"), dict) else {}
+        generation = md.get("generation")
+        if status.get("observedGeneration") == generation:
+            return
+        warnings = check_policy(compile_policy(policy), self.registry.catalogue)
+        patch = {"status": {
+            "observedGeneration": generation, "typeChecking": {"expressionWarnings": warnings} if warnings else {}}}
+        try:
+            await self.registry.patch(POLICIES, md.get("name", ""), patch, subresource="status",
+                                      field_manager="kubeplane-apiserver")
+        except StatusError as err:
+            if err.code not in (404, 409):  # gone or replaced meanwhile: its own events follow
+                raise

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from kubeplane.admission.typecheck import PolicyStatusController
 from kubeplane.api.resources import CATALOGUE, Catalogue
 from kubeplane.apiserver.metrics import APIServerMetrics, instrument_store
 from kubeplane.apiserver.eventttl import DEFAULT_EVENT_TTL, EventExpiry
@@ -114,6 +115,10 @@ class APIServer:
         instrument_store(self.store, self.metrics)
         self.registry = Registry(self.store, CATALOGUE)
         await ensure_default_namespaces(self.registry)
+        # the type checking of ValidatingAdmissionPolicies runs in the API server, as upstream's
+        policy_status = PolicyStatusController(self.registry)
+        await policy_status.start()
+        self._started.append(policy_status)
         for make in self.in_process:
             component = make(self.registry)
             await component.start()

@@ -127,8 +127,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         self._turns = KeyedTurns()
         self._retry_seconds = retry_seconds
         policies = self.admission.plugin("ValidatingAdmissionPolicy")
-        if policies is not None and getattr(policies, "status_writer", False) is None:
-            policies.status_writer = self._write_policy_status
+        if policies is not None:
             policies.catalogue = self.catalogue  # paramKinds and rules resolve in the served catalogue
 
     # -- helpers -----------------------------------------------------------
@@ -811,11 +810,6 @@ class Registry(WatchMixin, SubresourcesMixin):
 
     def _after_delete(self, res: ResourceInfo, obj: Obj) -> None:
         """Hook for cascading effects of a delete."""
-
-    async def _write_policy_status(self, name: str, status: Obj) -> None:
-        """Writes a ValidatingAdmissionPolicy's status (its type checking)."""
-        res = resource("validatingadmissionpolicies", "admissionregistration.k8s.io")
-        await self.patch(res, name, {"status": status}, subresource="status", field_manager="kubeplane-apiserver")
 
     async def close(self) -> None:
         """Nothing of the registry runs in the background: kept for its callers."""

@@ -303,16 +303,39 @@ async def test_policies_do_not_apply_to_the_policy_kinds(env) -> None:
 
 
 async def test_status_records_type_checking(env) -> None:
-    await policy(env, "typo", [{"expression": "object.spec.replicas > 0 || object.spec.replica > 0"}])
-    await binding(env, "b", "typo")
-    await env.create(DEPLOY, deployment("a"), "default")  # the next request writes the status
-    status = (await env.get(VAP, "typo"))["status"]
-    assert status["observedGeneration"] == 1
-    assert status["typeChecking"]["expressionWarnings"] == [{
-        "fieldRef": "spec.validations[0].expression",
-        "warning": "apps/v1, Kind=Deployment: ERROR: <input>:1:40: undefined field 'replica'\n"
-                   " | object.spec.replicas > 0 || object.spec.replica > 0\n"
-                   " | .......................................^"}]
+    from helpers import eventually
+
+    from kubeplane.admission.typecheck import PolicyStatusController
+
+    controller = PolicyStatusController(env)
+    await controller.start()
+    try:
+        await policy(env, "typo", [{"expression": "object.spec.replicas > 0 || object.spec.replica > 0"}])
+        await policy(env, "fine", [{"expression": "object.spec.replicas > 0"}])
+
+        async def checked(name):
+            status = (await env.get(VAP, name)).get("status") or {}
+            return status if status.get("observedGeneration") == 1 else None
+
+        status = await eventually(lambda: checked("typo"), what="typo type-checked")
+        assert status["typeChecking"]["expressionWarnings"] == [{
+            "fieldRef": "spec.validations[0].expression",
+            "warning": "apps/v1, Kind=Deployment: ERROR: <input>:1:40: undefined field 'replica'\n"
+                       " | object.spec.replicas > 0 || object.spec.replica > 0\n"
+                       " | .......................................^"}]
+        assert (await eventually(lambda: checked("fine")))["typeChecking"] == {}
+        # a new generation is checked again
+        await env.patch(VAP, "fine", {"spec": {"validations": [{"expression": "object.spec.nothing > 0"}]}})
+
+        async def rechecked():
+            status = (await env.get(VAP, "fine")).get("status") or {}
+            return status if status.get("observedGeneration") == 2 else None
+
+        status = await eventually(rechecked, what="fine re-checked")
+        assert status["typeChecking"]["expressionWarnings"][0]["warning"].startswith(
+            "apps/v1, Kind=Deployment: ERROR: <input>:1:12: undefined field 'nothing'")
+    finally:
+        await controller.stop()
 
 
 async def test_audit_annotation_values_of_all_bindings_and_their_errors(env) -> None:
