@@ -611,14 +611,25 @@ def _denied(d: Denial, req: Request) -> errors.StatusError:
                               name=name, group=res.group, kind=res.plural, causes=[errors.Cause("", text, "")])
 
 
+def _attr(attrs: Any, *names: str) -> Any:
+    """The first of ``names`` the admission record has set (tolerates the
+    spellings the record's fields may take)."""
+    for name in names:
+        value = getattr(attrs, name, None)
+        if value is not None:
+            return value
+    return None
+
+
 def _request_from(attrs: Any) -> Request:
     res: ResourceInfo = attrs.resource
-    user = getattr(attrs, "user", None) or current_user()
+    user = _attr(attrs, "user", "user_info") or current_user()
+    obj = _attr(attrs, "obj", "object")
     return Request(
         operation=attrs.operation, resource=res, name=attrs.name or "", namespace=attrs.namespace or "",
-        obj=attrs.obj if attrs.operation != "DELETE" else None, old_obj=getattr(attrs, "old_obj", None),
-        subresource=getattr(attrs, "subresource", None) or "", dry_run=bool(getattr(attrs, "dry_run", False)),
-        options=getattr(attrs, "options", None), user=user, kind=res.kind, uid=getattr(attrs, "uid", "") or "",
+        obj=obj if attrs.operation != "DELETE" else None, old_obj=_attr(attrs, "old_obj", "old_object", "old"),
+        subresource=_attr(attrs, "subresource") or "", dry_run=bool(_attr(attrs, "dry_run")),
+        options=_attr(attrs, "options"), user=user, kind=res.kind, uid=_attr(attrs, "uid") or "",
     )
 
 
