@@ -22,6 +22,8 @@ class Cause:
 
     def to_dict(self) -> dict[str, str]:
         out = {"reason": self.reason, "message": self.message}
+        if not self.reason:  # omitempty upstream (admission denials carry a message only)
+            del out["reason"]
         if self.field:  # upstream omits an empty field
             out["field"] = self.field
         return out

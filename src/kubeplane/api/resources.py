@@ -105,6 +105,11 @@ RESOURCES: tuple[ResourceInfo, ...] = (
        subresources=("status", "scale")),
     _r("apps", "v1", "ReplicaSet", "replicasets", True, short_names=("rs",), categories=("all",),
        subresources=("status", "scale")),
+    # admissionregistration.k8s.io/v1 (ValidatingAdmissionPolicy)
+    _r("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies", False,
+       categories=("api-extensions",), subresources=("status",)),
+    _r("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings",
+       False, categories=("api-extensions",)),
     # batch/v1 (kubectl create job)
     _r("batch", "v1", "Job", "jobs", True, categories=("all",), subresources=("status",)),
     # policy/v1 (PodDisruptionBudgets, respected by preemption)

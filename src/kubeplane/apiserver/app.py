@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from aiohttp import web
 
+from kubeplane.admission.typecheck import PolicyStatusController
 from kubeplane.api.resources import CATALOGUE, Catalogue
 from kubeplane.apiserver.metrics import APIServerMetrics, instrument_store
 from kubeplane.apiserver.eventttl import DEFAULT_EVENT_TTL, EventExpiry
@@ -177,6 +178,10 @@ class APIServer:
         self.registry = Registry(self.store, CATALOGUE, admission=default_chain(
             self.store, service_accounts=cfg.service_account_admission))
         await ensure_default_namespaces(self.registry)
+        # the type checking of ValidatingAdmissionPolicies runs in the API server, as upstream's
+        policy_status = PolicyStatusController(self.registry)
+        await policy_status.start()
+        self._started.append(policy_status)
         for make in self.in_process:
             component = make(self.registry)
             await component.start()

@@ -53,6 +53,7 @@ GROUP_PACKAGE = {
     "resource.k8s.io": "resource",
     "certificates.k8s.io": "certificates",
     "authentication.k8s.io": "authentication",
+    "admissionregistration.k8s.io": "admissionregistration",
 }
 
 # Models that live in meta/v1 upstream (client class names).

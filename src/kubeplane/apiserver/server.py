@@ -23,6 +23,7 @@ from aiohttp import web
 
 from kubeplane import __version__
 from kubeplane.api import errors
+from kubeplane.api import warning
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy
 from kubeplane.api.resources import Catalogue, ResourceInfo
@@ -221,17 +222,23 @@ class APIHandler:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler):
-        try:
-            return await handler(request)
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
-        except Exception as exc:
-            streaming = request.get(STREAMING_KEY)
-            if streaming is not None and streaming.prepared:
-                # Headers are out: a second response would corrupt the stream.
-                log.error("error after the response to %s %s started: %r", request.method, request.path, exc)
-                return streaming
-            return self._error_response(request, exc)
+        with warning.collecting() as warnings:
+            try:
+                response = await handler(request)
+            except (asyncio.CancelledError, ConnectionResetError):
+                raise
+            except Exception as exc:
+                streaming = request.get(STREAMING_KEY)
+                if streaming is not None and streaming.prepared:
+                    # Headers are out: a second response would corrupt the stream.
+                    log.error("error after the response to %s %s started: %r", request.method, request.path, exc)
+                    return streaming
+                response = self._error_response(request, exc)
+        if warnings and not response.prepared:
+            # warnings added below the front end (admission), on success and failure alike
+            for text in warnings:
+                response.headers.add("Warning", _warning_header(text))
+        return response
 
     def _error_response(self, request: web.Request, exc: Exception) -> web.Response:
         if isinstance(exc, StatusError):

@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, ClassVar, Iterable
 
 from kubeplane.api import errors
 from kubeplane.api.meta import random_suffix
 from kubeplane.api.resources import ResourceInfo, resource
+from kubeplane.auth.user import UserInfo, current_user
 from kubeplane.registry.strategies import DEFAULT_CLASS_ANNOTATION
 from kubeplane.storage.interface import Store
 
 Obj = dict[str, Any]
 
 CREATE = "CREATE"
+UPDATE = "UPDATE"
 DELETE = "DELETE"
 
 NAMESPACES = resource("namespaces")
@@ -50,6 +52,15 @@ class Attributes:
     namespace: str | None
     #: the object being created (the plugin may change it in the mutating phase)
     obj: Obj | None = None
+    #: the stored object an update or delete replaces
+    old_obj: Obj | None = None
+    subresource: str | None = None
+    dry_run: bool = False
+    #: the request's CreateOptions, UpdateOptions or DeleteOptions, when known
+    options: Obj | None = None
+    user: UserInfo = field(default_factory=current_user)
+    #: audit annotations the plugins add: the request's admission record
+    audit_annotations: dict[str, str] = field(default_factory=dict)
 
 
 class AdmissionPlugin:
@@ -450,24 +461,42 @@ class AdmissionChain:
                 await p.admit(attrs)
 
     async def validate(self, operation: str, res: ResourceInfo, name: str, namespace: str | None,
-                       obj: Obj | None = None) -> None:
+                       obj: Obj | None = None, old: Obj | None = None, *, subresource: str | None = None,
+                       dry_run: bool = False, options: Obj | None = None) -> Attributes | None:
+        """Runs the validating plugins; returns the request's admission record
+        (None when no plugin handles the request)."""
         plugins = self._handling(False, operation, res)
         if plugins:
-            attrs = Attributes(operation, res, name, namespace, obj)
+            attrs = Attributes(operation, res, name, namespace, obj, old, subresource, dry_run, options)
             for p in plugins:
                 await p.validate(attrs)
+            return attrs
+        return None
+
+    def plugin(self, name: str) -> AdmissionPlugin | None:
+        """The plugin registered under ``name`` (e.g. ``ValidatingAdmissionPolicy``)."""
+        for p in self.plugins:
+            if p.name == name:
+                return p
+        return None
 
 
-def default_chain(store: Store, *, service_accounts: bool = False) -> AdmissionChain:
+def default_chain(store: Store, authorizer: Any = None, *, service_accounts: bool = False) -> AdmissionChain:
     """kubeplane's default plugins, in the order of upstream's plugin list.
     ``service_accounts`` adds the ServiceAccount plugin, which needs the
     ServiceAccount controller running (the API server turns it on; a bare
-    registry, as unit tests build it, leaves it off)."""
+    registry, as unit tests build it, leaves it off). ``authorizer`` answers
+    the policies' CEL ``authorizer`` checks (AlwaysAllow when None; settable
+    later as the ValidatingAdmissionPolicy plugin's ``authorizer``)."""
+    from kubeplane.admission.policy import ValidatingAdmissionPolicyPlugin
+
     plugins: list[AdmissionPlugin] = [NamespaceLifecycle(store)]
     if service_accounts:
         plugins.append(ServiceAccount(store))
     plugins.append(DefaultStorageClass(store))
     plugins.append(CertificateSubjectRestriction())
+    # validating, before ValidatingAdmissionWebhook
+    plugins.append(ValidatingAdmissionPolicyPlugin(store, authorizer=authorizer))
     return AdmissionChain(plugins)
 
 
@@ -478,6 +507,7 @@ __all__ = [
     "CREATE",
     "CertificateSubjectRestriction",
     "DELETE",
+    "UPDATE",
     "DefaultStorageClass",
     "IMMORTAL_NAMESPACES",
     "NamespaceLifecycle",

@@ -23,7 +23,7 @@ from kubeplane.api.meta import deep_copy, format_time, new_uid, now_text, random
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
 from kubeplane.api.selectors import parse_field_selector, parse_label_selector
 from kubeplane.api.validation import validate_object
-from kubeplane.registry.admission import CREATE, DELETE, AdmissionChain, default_chain
+from kubeplane.registry.admission import CREATE, DELETE, UPDATE, AdmissionChain, default_chain
 from kubeplane.registry.retries import RETRY_SECONDS, Retries
 from kubeplane.registry.strategies import Strategy, strategy_for
 from kubeplane.registry.subresources import SubresourcesMixin
@@ -126,6 +126,9 @@ class Registry(WatchMixin, SubresourcesMixin):
         #: writers of one key take turns (see _update_loop)
         self._turns = KeyedTurns()
         self._retry_seconds = retry_seconds
+        policies = self.admission.plugin("ValidatingAdmissionPolicy")
+        if policies is not None:
+            policies.catalogue = self.catalogue  # paramKinds and rules resolve in the served catalogue
 
     # -- helpers -----------------------------------------------------------
 
@@ -317,7 +320,8 @@ class Registry(WatchMixin, SubresourcesMixin):
         else:
             md.pop("generation", None)
         self._validate(res, obj, None)
-        await self.admission.validate(CREATE, res, md.get("name") or "", md.get("namespace"), obj)
+        await self.admission.validate(CREATE, res, md.get("name") or "", md.get("namespace"), obj,
+                                      dry_run=dry_run)
         if _track_fields and field_manager is not None:
             self._track_managed_fields(res, None, obj, field_manager)
         key = res.storage_key(md["name"], md.get("namespace"))
@@ -409,8 +413,12 @@ class Registry(WatchMixin, SubresourcesMixin):
         dry_run: bool = False,
         field_manager: str | None = None,
         create_if_missing: Callable[[], Any] | None = None,
+        admission_as: tuple[str, Callable[[Obj], Obj]] | None = None,
     ) -> Obj:
         """Read-modify-write with optimistic concurrency (upstream's GuaranteedUpdate).
+
+        ``admission_as`` (subresource, view) shows admission the request as a
+        write of that subresource's own kind (the Scale of a deployment).
 
         A client-supplied resourceVersion that is stale is a 409; a race with
         another writer when the client did not pin a version is retried.
@@ -423,7 +431,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         try:
             return await self._update_locked(
                 res, key, name, mutate, want_rv=want_rv, subresource=subresource, dry_run=dry_run,
-                field_manager=field_manager, create_if_missing=create_if_missing,
+                field_manager=field_manager, create_if_missing=create_if_missing, admission_as=admission_as,
             )
         finally:
             self._turns.release(key)
@@ -440,6 +448,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         dry_run: bool,
         field_manager: str | None,
         create_if_missing: Callable[[], Any] | None,
+        admission_as: tuple[str, Callable[[Obj], Obj]] | None = None,
     ) -> Obj:
         retries = Retries(self._retry_seconds)
         kv = await self.store.get(key)
@@ -466,6 +475,14 @@ class Registry(WatchMixin, SubresourcesMixin):
             if rv and rv != str(kv.mod_revision):
                 raise errors.conflict(res.plural, name, res.group)
             new = self._prepare_update(res, new, current, subresource, field_manager)
+            ns = (current.get("metadata") or {}).get("namespace")
+            if admission_as is None:
+                await self.admission.validate(UPDATE, res, name, ns, new, current, subresource=subresource,
+                                              dry_run=dry_run)
+            else:
+                sub, view = admission_as
+                await self.admission.validate(UPDATE, res, name, ns, view(new), view(current), subresource=sub,
+                                              dry_run=dry_run)
             if new == current and not kv.stale:
                 # No-op writes do not bump the revision (as upstream), unless the
                 # stored value is stale: rewriting it re-encrypts with the current key.
@@ -691,7 +708,6 @@ class Registry(WatchMixin, SubresourcesMixin):
         if grace_period_seconds is not None and grace_period_seconds < 0:
             grace_period_seconds = 0
         key = self._key(res, name, namespace)
-        await self.admission.validate(DELETE, res, name, namespace)
         await self._turns.acquire(key)
         try:
             return await self._delete_locked(
@@ -726,6 +742,7 @@ class Registry(WatchMixin, SubresourcesMixin):
                     raise errors.conflict(res.plural, name, res.group, detail=(
                         f"Precondition failed: ResourceVersion in precondition: {want_rv}, "
                         f"ResourceVersion in object meta: {kv.mod_revision}"))
+            await self.admission.validate(DELETE, res, name, md.get("namespace"), None, current, dry_run=dry_run)
             new = self._graceful(res, current, grace_period_seconds, propagation_policy)
             if new is current:
                 return current, False  # already terminating: nothing changes
@@ -819,7 +836,9 @@ def _default_validator() -> Callable[[ResourceInfo, Obj, Obj | None], list[error
     # DRA objects carry CEL selectors that must compile at create time. Imported
     # here for start-up time: the CEL library loads when a registry is built,
     # not whenever this module is imported (clients import it for WatchOptions).
+    from kubeplane.admission.policy_api import install as install_policies
     from kubeplane.dra.validation import install
 
     install()
+    install_policies()
     return validate_object

@@ -703,6 +703,25 @@ class ResourceClaimTemplateStrategy(Strategy):
             default_claim_spec(spec["spec"])
 
 
+class ValidatingAdmissionPolicyStrategy(Strategy):
+    """v1 defaults; the status (type checking) is written by the API server itself."""
+
+    def default(self, obj: Obj) -> None:
+        from kubeplane.admission.policy_api import default_policy
+
+        default_policy(obj)
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {}
+
+
+class ValidatingAdmissionPolicyBindingStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        from kubeplane.admission.policy_api import default_binding
+
+        default_binding(obj)
+
+
 class NoGenerationStrategy(Strategy):
     tracks_generation = False
 
@@ -833,6 +852,8 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("resource.k8s.io", "resourceclaims"): ResourceClaimStrategy,
     ("resource.k8s.io", "resourceslices"): ResourceSliceStrategy,
     ("resource.k8s.io", "resourceclaimtemplates"): ResourceClaimTemplateStrategy,
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"): ValidatingAdmissionPolicyStrategy,
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"): ValidatingAdmissionPolicyBindingStrategy,
 }
 
 

@@ -150,6 +150,7 @@ class SubresourcesMixin:
             new.setdefault("spec", {})["replicas"] = replicas
             return new
 
-        obj = await self._update_loop(res, key, name, mutate, dry_run=dry_run)
+        obj = await self._update_loop(res, key, name, mutate, dry_run=dry_run,
+                                      admission_as=("scale", lambda o: self.to_scale(res, o)))
         del pinned
         return self.to_scale(res, obj)
