@@ -66,6 +66,8 @@ class APIServer:
     registry: Registry | None = None
     url: str = ""
     metrics: APIServerMetrics | None = None
+    #: the resources this server serves: the built-in kinds and its CRDs'
+    catalogue: Catalogue | None = None
     _runner: web.AppRunner | None = field(default=None, repr=False)
     _keeper: asyncio.Task | None = field(default=None, repr=False)
     _lock: DataDirLock | None = field(default=None, repr=False)
@@ -112,8 +114,15 @@ class APIServer:
                                       history=cfg.history_revisions, history_bytes=cfg.history_bytes)
         self.metrics = APIServerMetrics()
         instrument_store(self.store, self.metrics)
-        self.registry = Registry(self.store, CATALOGUE)
+        # a catalogue of this server's own: the custom resources it serves
+        self.catalogue = CATALOGUE.copy()
+        self.registry = Registry(self.store, self.catalogue)
         await ensure_default_namespaces(self.registry)
+        from kubeplane.registry.crd import CRDController
+
+        crd_controller = CRDController(self.registry)
+        await crd_controller.start()
+        self._started.append(crd_controller)
         for make in self.in_process:
             component = make(self.registry)
             await component.start()
@@ -125,7 +134,7 @@ class APIServer:
             self._event_expiry.start()
         bound_port = sock.getsockname()[1]
         address = format_address(host, bound_port)
-        app = build_app(self.registry, CATALOGUE, max_body=cfg.max_body, server_address=address,
+        app = build_app(self.registry, self.catalogue, max_body=cfg.max_body, server_address=address,
                         limits=cfg.limits, metrics=self.metrics)
         self._runner = BoundedAppRunner(app, cfg.limits, access_log=None, handle_signals=False,
                                         shutdown_timeout=1.0)

@@ -389,6 +389,8 @@ class APIHandler:
         if t is None:
             raise errors.route_not_found()
         m = request.method
+        if t.res.custom is not None:
+            _check_custom_media_types(request, m)
         if t.res.namespaced and t.namespace is None and t.name is not None:
             raise errors.route_not_found()
         if t.name is None:
@@ -483,7 +485,13 @@ class APIHandler:
         if not isinstance(obj, dict):
             raise errors.bad_request(f"{res.kind} in version \"{res.version}\" cannot be handled as a {res.kind}: "
                                      "the body must be a JSON object")
-        problems = openapi.check_fields(obj, res.group, res.version, res.kind, prune=prune)
+        if res.custom is not None:
+            from kubeplane.registry import customresource
+
+            pruned = customresource.prune(res, obj if prune else deep_copy(obj))
+            problems = [f'unknown field "{p}"' for p in pruned]
+        else:
+            problems = openapi.check_fields(obj, res.group, res.version, res.kind, prune=prune)
         return openapi.enforce(problems, mode, kind=res.kind, version=res.version)
 
     def _checked_body(self, request: web.Request, res: ResourceInfo, obj: Any) -> tuple[list[str], Any, bool]:
@@ -793,6 +801,29 @@ class APIHandler:
         if typ != "ERROR" and ("kind" not in obj or "apiVersion" not in obj):
             obj = {"apiVersion": res.api_version, "kind": res.kind, **obj}
         return orjson.dumps({"type": typ, "object": obj}) + b"\n"
+
+
+#: what custom resources are served in and accept (no protobuf: they have no Go types)
+_CUSTOM_MEDIA_TYPES = ("application/json", "application/yaml")
+
+
+def _check_custom_media_types(request: web.Request, method: str) -> None:
+    """A protobuf body for a custom resource is a 415 and an Accept header
+    naming only protobuf a 406, with upstream's messages."""
+    if method in ("POST", "PUT"):
+        if codec.media_type(request.headers.get("Content-Type")) == codec.PROTOBUF:
+            raise errors.unsupported_media_type(codec.PROTOBUF, list(_CUSTOM_MEDIA_TYPES))
+    accept = request.headers.get("Accept", "")
+    if not accept:
+        return
+    for part in accept.split(","):
+        mt = part.split(";", 1)[0].strip().lower()
+        if mt in ("", "*/*", "application/*", "application/json", "application/yaml", "application/json;stream=watch"):
+            return
+        if mt.endswith("+json") or mt == "text/yaml":
+            return
+    raise StatusError(406, "NotAcceptable", "only the following media types are accepted: "
+                      + ", ".join(_CUSTOM_MEDIA_TYPES))
 
 
 def _unmarshal_error(value: Any, struct: str, field: str, go_type: str) -> str:

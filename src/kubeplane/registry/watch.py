@@ -49,6 +49,8 @@ class WatchMixin:
     (which provides ``store`` and ``_wait_for_revision``)."""
 
     store: "Store"
+    _field_selector: Any
+    _out: Any
 
     async def watch(
         self, res: ResourceInfo, namespace: str | None, opts: WatchOptions
@@ -67,7 +69,7 @@ class WatchMixin:
     ) -> AsyncIterator[list[tuple[str, Obj]]]:
         """Like :meth:`watch`, but yields every event ready at once as a list."""
         lsel = parse_label_selector(opts.label_selector) if opts.label_selector else None
-        fsel = parse_field_selector(opts.field_selector, res.plural) if opts.field_selector else None
+        fsel = self._field_selector(res, opts.field_selector) if opts.field_selector else None
 
         def matches(obj: Obj | None) -> bool:
             if obj is None:
@@ -91,7 +93,7 @@ class WatchMixin:
             result = await self.store.list(prefix)
             start = result.revision
             if send_initial:
-                initial = [kv.value for kv in result.items if matches(kv.value)]
+                initial = [self._out(res, kv.value) for kv in result.items if matches(kv.value)]
         else:
             start = parse_resource_version(rv)
             await self._wait_for_revision(start)
@@ -153,6 +155,8 @@ class WatchMixin:
                     elif matches(ev.prev_value):
                         out.append(("DELETED", ev.value))
                 if out:
+                    if res.custom is not None:
+                        out = [(t, self._out(res, o)) for t, o in out]
                     yield out
         finally:
             stream.close()

@@ -35,6 +35,7 @@ from kubeplane.api.strings import (
     name_is_dns_label,
     name_is_dns_subdomain,
 )
+from kubeplane.api.validation.apiextensions import validate_crd, validate_crd_update
 from kubeplane.api.validation.apps import _selector_immutable, _validate_deployment, _validate_replicaset
 from kubeplane.api.validation.batch import _validate_job, _validate_job_update
 from kubeplane.api.validation.common import _d
@@ -113,6 +114,7 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     "deployments.apps": (name_is_dns_subdomain, _validate_deployment, _selector_immutable),
     "replicasets.apps": (name_is_dns_subdomain, _validate_replicaset, _selector_immutable),
     "jobs.batch": (name_is_dns_subdomain, _validate_job, _validate_job_update),
+    "customresourcedefinitions.apiextensions.k8s.io": (name_is_dns_subdomain, validate_crd, validate_crd_update),
     "poddisruptionbudgets.policy": (name_is_dns_subdomain, _validate_pdb, None),
     "priorityclasses.scheduling.k8s.io": (name_is_dns_subdomain, _validate_priority_class, _validate_priority_class_update),
     "deviceclasses.resource.k8s.io": (name_is_dns_subdomain, _validate_device_class, None),
