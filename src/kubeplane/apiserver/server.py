@@ -209,6 +209,10 @@ class APIHandler:
         self.min_request_timeout = 0.0
         self.metrics: Any = None  # APIServerMetrics, set by build_app
         self.stopping = asyncio.Event()
+        from kubeplane.apiserver.openapi_crd import CustomDocuments
+
+        #: the OpenAPI documents of the custom resources the catalogue serves
+        self.custom_docs = CustomDocuments(catalogue)
         # id(obj) -> (obj, type, encoded line); holding obj keeps the id unique.
         self._encoded: OrderedDict[int, tuple[Obj, str, bytes]] = OrderedDict()
 
@@ -287,7 +291,7 @@ class APIHandler:
     async def openapi_v3_index(self, request: web.Request) -> web.Response:
         from kubeplane.apiserver import openapi
 
-        return json_response(openapi.v3_index())
+        return json_response(await asyncio.to_thread(self.custom_docs.v3_index))
 
     async def openapi_v3_doc(self, request: web.Request) -> web.Response:
         from kubeplane.apiserver import openapi
@@ -299,6 +303,9 @@ class APIHandler:
             doc = openapi.v3_document_bytes("", parts[1])
         elif len(parts) == 3 and parts[0] == "apis":
             doc = openapi.v3_document_bytes(parts[1], parts[2])
+            if doc is None:
+                custom = await asyncio.to_thread(self.custom_docs.v3, parts[1], parts[2])
+                doc = custom[1] if custom is not None else None
         if doc is None:
             raise errors.route_not_found()
         headers = {"Content-Type": "application/json"}
@@ -317,12 +324,9 @@ class APIHandler:
         if fmt is None:
             return web.Response(status=406, headers={"Vary": "Accept"})
         # Built once (about a second of CPU), off the event loop.
-        if fmt == "json":
-            body, etag = await asyncio.to_thread(openapi.v2_document_bytes)
-            content_type = "application/json"
-        else:
-            body, etag = await asyncio.to_thread(openapi.v2_document_protobuf)
-            content_type = OPENAPI_V2_PROTOBUF
+        # (with the custom resources merged in)
+        body, etag = await asyncio.to_thread(self.custom_docs.v2, fmt)
+        content_type = "application/json" if fmt == "json" else OPENAPI_V2_PROTOBUF
         headers = {"Content-Type": content_type, "Vary": "Accept", "Etag": f'"{etag}"'}
         if request.headers.get("If-None-Match") == f'"{etag}"':
             return web.Response(status=304, headers=headers)
