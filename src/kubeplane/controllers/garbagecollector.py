@@ -174,7 +174,8 @@ class GarbageCollector(Controller):
         owner = self.nodes.get(ref.get("uid") or "")
         if owner is not None:
             return "waiting" if owner.deleting_dependents else "solid"
-        res = CATALOGUE.by_api_version_kind(ref.get("apiVersion", ""), ref.get("kind", ""))
+        catalogue = getattr(self.client, "catalogue", None) or CATALOGUE
+        res = catalogue.by_api_version_kind(ref.get("apiVersion", ""), ref.get("kind", ""))
         if res is None:
             # Unknown kinds cannot be checked: never delete on their account.
             return "solid"

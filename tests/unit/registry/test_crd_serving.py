@@ -320,3 +320,34 @@ async def test_deleting_the_crd_deletes_its_objects_first(env):
 
 async def _async(value):
     return value
+
+
+async def test_namespace_controller_deletes_custom_resources(env):
+    from kubeplane.client.inprocess import InProcessClient
+    from kubeplane.controllers.namespace import NamespaceController
+
+    registry, _ = env
+    namespaces = resource("namespaces")
+    ctrl = NamespaceController(InProcessClient(registry), retry_seconds=0.05)
+    await ctrl.start()
+    try:
+        await registry.create(namespaces, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})
+        # the CRD comes after the controller started: it sees the catalogue as it is now
+        await registry.create(CRDS, crd())
+        await established(registry, "widgets.example.com")
+        res = registry.catalogue.by_gvr("example.com", "v1", "widgets")
+        await registry.create(res, {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "a"}},
+                              "team")
+        await registry.delete(namespaces, "team")
+
+        async def ns_gone():
+            try:
+                await registry.get(namespaces, "team")
+            except StatusError as err:
+                return err.code == 404
+            return False
+
+        await until(ns_gone)
+        assert (await registry.store.list(res.storage_prefix("team"))).items == []
+    finally:
+        await ctrl.stop()
