@@ -195,3 +195,79 @@ def test_official_client_custom_objects(established, crd_server):
         api.delete_namespaced_custom_object("stable.example.com", "v1", "default", "crontabs", "py")
     finally:
         api_client.close()
+
+
+SCHEMA_CRD = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gizmos.tools.example.com
+spec:
+  group: tools.example.com
+  scope: Namespaced
+  names: {plural: gizmos, kind: Gizmo}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-validations:
+            - rule: self.min <= self.max
+              message: min must not exceed max
+            properties:
+              min: {type: integer, default: 1}
+              max: {type: integer, maximum: 10}
+              mode: {type: string, enum: [fast, slow], default: fast}
+              ports:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  required: [name]
+                  properties:
+                    name: {type: string}
+                    port: {type: integer}
+"""
+
+
+def test_schema_pruning_defaulting_and_validation(kc):
+    kc("apply", "-f", "-", stdin=SCHEMA_CRD)
+    kc("wait", "--for=condition=Established", "crd/gizmos.tools.example.com", "--timeout=10s")
+    # unknown fields: refused by kubectl's strict field validation, pruned otherwise
+    res = kc("apply", "-f", "-", check=False, stdin="""
+apiVersion: tools.example.com/v1
+kind: Gizmo
+metadata: {name: g}
+spec: {max: 5, bogus: 1}
+""")
+    assert res.rc != 0 and 'unknown field "spec.bogus"' in res.err
+    kc("apply", "--validate=false", "-f", "-", stdin="""
+apiVersion: tools.example.com/v1
+kind: Gizmo
+metadata: {name: g}
+spec: {max: 5, bogus: 1, ports: [{name: http, port: 80}]}
+""")
+    got = json.loads(kc("get", "gizmo", "g", "-o", "json").out)
+    assert got["spec"] == {"max": 5, "min": 1, "mode": "fast", "ports": [{"name": "http", "port": 80}]}
+    # the field path of an OpenAPI violation, the message of a CEL rule
+    res = kc("patch", "gizmo", "g", "--type=merge", "-p", '{"spec":{"max":11,"mode":"warp"}}', check=False)
+    assert res.rc != 0
+    assert "spec.max: Invalid value: 11: spec.max in body should be less than or equal to 10" in res.err
+    assert 'spec.mode: Unsupported value: "warp": supported values: "fast", "slow"' in res.err
+    res = kc("patch", "gizmo", "g", "--type=merge", "-p", '{"spec":{"min":7}}', check=False)
+    assert res.rc != 0 and "min must not exceed max" in res.err
+    # server-side apply merges the map-list by its key
+    kc("apply", "--server-side", "--field-manager=other", "-f", "-", stdin="""
+apiVersion: tools.example.com/v1
+kind: Gizmo
+metadata: {name: g}
+spec: {ports: [{name: https, port: 443}]}
+""")
+    ports = json.loads(kc("get", "gizmo", "g", "-o", "json").out)["spec"]["ports"]
+    assert sorted(p["name"] for p in ports) == ["http", "https"]

@@ -337,12 +337,9 @@ def resource_schema(res: ResourceInfo) -> Any:
         if schema is None:
             compiled["schema"] = None
         else:
-            try:
-                from kubeplane.apiextensions.schema import ResourceSchema
-            except ImportError:  # the structural-schema library is not merged yet
-                compiled["schema"] = None
-            else:
-                compiled["schema"] = ResourceSchema(schema)
+            from kubeplane.apiextensions.schema import ResourceSchema
+
+            compiled["schema"] = ResourceSchema(schema)
     return compiled["schema"]
 
 

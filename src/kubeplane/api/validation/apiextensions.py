@@ -3,14 +3,13 @@
 
 The structure of the CRD (names, scope, versions, subresources, printer
 columns, selectable fields, conversion) is checked here; the
-openAPIV3Schema of each version is checked by the structural-schema library
-through :data:`SCHEMA_CHECKS`, which that library fills in (it is called with
-the schema, its field path and whether the version has a status subresource).
+openAPIV3Schema of each version by the structural-schema library
+(:func:`kubeplane.apiextensions.structural.check_crd_schema`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from kubeplane.api.errors import (
     Cause,
@@ -29,9 +28,6 @@ PRINTER_COLUMN_FORMATS = ("byte", "date", "date-time", "double", "float", "int32
 MAX_SELECTABLE_FIELDS = 8
 ESTABLISHED = "Established"
 
-#: (schema, field path of the schema, status subresource enabled) -> causes;
-#: the structural-schema library registers its checks here
-SCHEMA_CHECKS: list[Callable[[Any, str, bool], list[Cause]]] = []
 
 
 def _go_versions(versions: list[Any]) -> str:
@@ -272,8 +268,9 @@ def validate_crd(obj: dict[str, Any]) -> list[Cause]:
         if not isinstance(schema, dict):
             out.append(required(f"{vp}.schema.openAPIV3Schema", "schemas are required"))
         else:
-            for check in SCHEMA_CHECKS:
-                out += check(schema, f"{vp}.schema.openAPIV3Schema", _status_enabled(v))
+            from kubeplane.apiextensions.structural import check_crd_schema
+
+            out += check_crd_schema(schema, f"{vp}.schema.openAPIV3Schema", status_subresource=_status_enabled(v))
         out += _subresources(v.get("subresources"), f"{vp}.subresources")
         for j, col in enumerate(_l(v.get("additionalPrinterColumns"))):
             out += _printer_column(_d(col), f"{vp}.additionalPrinterColumns[{j}]")
