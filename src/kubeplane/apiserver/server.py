@@ -395,6 +395,16 @@ class APIHandler:
         m = request.method
         if t.res.custom is not None:
             _check_custom_media_types(request, m)
+            if t.res.custom.deprecated:
+                resp = await self._route(request, t, m)
+                if not resp.prepared:
+                    text = t.res.custom.deprecation_warning or f"{t.res.api_version} {t.res.kind} is deprecated"
+                    prior = resp.headers.get("Warning")
+                    resp.headers["Warning"] = ", ".join(x for x in (_warning_header(text), prior) if x)
+                return resp
+        return await self._route(request, t, m)
+
+    async def _route(self, request: web.Request, t: Target, m: str) -> web.StreamResponse:
         if t.res.namespaced and t.namespace is None and t.name is not None:
             raise errors.route_not_found()
         if t.name is None:

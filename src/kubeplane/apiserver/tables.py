@@ -871,6 +871,13 @@ _LEASE = Printer(
 )
 
 
+# CRDs have no printer upstream: the default table convertor's Name and Created At.
+_CRD = Printer(
+    (_name_col(), Column("Created At", type="date", description=_AGE_DOC)),
+    lambda o, now: [_name(o), str((o.get("metadata") or {}).get("creationTimestamp") or "")],
+)
+
+
 # --------------------------------------------------------------------------- resource.k8s.io
 
 
@@ -944,6 +951,7 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     ("apps", "replicasets"): _REPLICASET,
     ("batch", "jobs"): _JOB,
     ("policy", "poddisruptionbudgets"): _PDB,
+    ("apiextensions.k8s.io", "customresourcedefinitions"): _CRD,
     ("scheduling.k8s.io", "priorityclasses"): _PRIORITY_CLASS,
     ("resource.k8s.io", "deviceclasses"): _DEVICE_CLASS,
     ("resource.k8s.io", "resourceclaims"): _RESOURCE_CLAIM,
