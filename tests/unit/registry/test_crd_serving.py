@@ -3,6 +3,7 @@ through the catalogue, versions, subresources, selectors and the cleanup
 finalizer (the CRD controller of the API server's process)."""
 
 import asyncio
+import copy
 
 import pytest
 
@@ -351,3 +352,36 @@ async def test_namespace_controller_deletes_custom_resources(env):
         assert (await registry.store.list(res.storage_prefix("team"))).items == []
     finally:
         await ctrl.stop()
+
+
+async def test_crd_updates_change_what_is_served_and_defaults_apply_on_read(env):
+    registry, _ = env
+    await registry.create(CRDS, crd(versions=[("v1beta1", True, False), ("v1", True, True)]))
+    await established(registry, "widgets.example.com")
+    v1 = registry.catalogue.by_gvr("example.com", "v1", "widgets")
+    await registry.create(v1, {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "old"},
+                               "spec": {"color": "red"}}, "default")
+    current = copy.deepcopy(await registry.get(CRDS, "widgets.example.com"))  # stored objects are read-only
+    spec = current["spec"]
+    spec["versions"][0]["served"] = False  # v1beta1 no longer served
+    size = {"type": "integer", "default": 7}
+    spec["versions"][1]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["size"] = size
+    updated = await registry.update(CRDS, current)
+    assert updated["metadata"]["generation"] == 2
+
+    async def switched():
+        return (registry.catalogue.by_gvr("example.com", "v1beta1", "widgets") is None
+                and registry.catalogue.by_gvr("example.com", "v1", "widgets") is not v1)
+
+    await until(switched)
+    v1 = registry.catalogue.by_gvr("example.com", "v1", "widgets")
+    # stored before the default existed: defaulted when read, not rewritten
+    got = await registry.get(v1, "old", "default")
+    assert got["spec"] == {"color": "red", "size": 7}
+    stored = await registry.store.get(v1.storage_key("old", "default"))
+    assert "size" not in stored.value["spec"]
+    listed = await registry.list(v1, "default")
+    assert listed["items"][0]["spec"]["size"] == 7
+    new = await registry.create(v1, {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "new"},
+                                     "spec": {"color": "red", "bogus": True}}, "default")
+    assert new["spec"] == {"color": "red", "size": 7}  # pruned and defaulted on write
