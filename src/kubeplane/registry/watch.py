@@ -44,6 +44,10 @@ def parse_resource_version(value: str, what: str = "resourceVersion") -> int:
         raise errors.bad_request(f"invalid {what}: {value!r}") from None
 
 
+#: how often a custom resource's idle watch checks that its CRD is still served
+CUSTOM_GONE_CHECK_SECONDS = 1.0
+
+
 class WatchMixin:
     """The watch verbs of :class:`~kubeplane.registry.registry.Registry`
     (which provides ``store`` and ``_wait_for_revision``)."""
@@ -51,6 +55,7 @@ class WatchMixin:
     store: "Store"
     _field_selector: Any
     _out: Any
+    catalogue: Any
 
     async def watch(
         self, res: ResourceInfo, namespace: str | None, opts: WatchOptions
@@ -115,6 +120,10 @@ class WatchMixin:
                 first.append(("BOOKMARK", self._bookmark(res, last_rv, initial_end=True)))
             if first:
                 yield first
+            # A custom resource's watch ends once its CRD is no longer served
+            # (upstream tears the resource's storage down): checked every second.
+            custom = res.custom is not None
+            next_bookmark = loop.time() + opts.bookmark_interval
             while True:
                 timeout = opts.bookmark_interval if opts.allow_bookmarks else None
                 if deadline is not None:
@@ -122,6 +131,8 @@ class WatchMixin:
                     if left <= 0:
                         break
                     timeout = left if timeout is None else min(timeout, left)
+                if custom:
+                    timeout = CUSTOM_GONE_CHECK_SECONDS if timeout is None else min(timeout, CUSTOM_GONE_CHECK_SECONDS)
                 try:
                     events = await stream.next_batch(timeout)
                 except CompactedError as exc:
@@ -129,6 +140,12 @@ class WatchMixin:
                     return
                 if events is None:
                     break
+                if custom and not events:
+                    if self.catalogue.by_gvr(res.group, res.version, res.plural) is None:
+                        break
+                    if loop.time() < next_bookmark and (deadline is None or loop.time() < deadline):
+                        continue
+                    next_bookmark = loop.time() + opts.bookmark_interval
                 if not events:
                     if opts.allow_bookmarks and (deadline is None or loop.time() < deadline):
                         progress = getattr(stream, "progress_revision", None)

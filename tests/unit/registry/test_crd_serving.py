@@ -385,3 +385,27 @@ async def test_crd_updates_change_what_is_served_and_defaults_apply_on_read(env)
     new = await registry.create(v1, {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "new"},
                                      "spec": {"color": "red", "bogus": True}}, "default")
     assert new["spec"] == {"color": "red", "size": 7}  # pruned and defaulted on write
+
+
+async def test_watches_of_custom_resources_end_with_their_crd(env, monkeypatch):
+    from kubeplane.registry import watch as watch_module
+    from kubeplane.registry.registry import WatchOptions
+
+    monkeypatch.setattr(watch_module, "CUSTOM_GONE_CHECK_SECONDS", 0.05)
+    registry, _ = env
+    await registry.create(CRDS, crd())
+    await established(registry, "widgets.example.com")
+    res = registry.catalogue.by_gvr("example.com", "v1", "widgets")
+    await registry.create(res, {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "a"}},
+                          "default")
+    events = []
+
+    async def consume():
+        async for ev in registry.watch(res, "default", WatchOptions(resource_version="")):
+            events.append((ev[0], ev[1]["metadata"]["name"]))
+
+    task = asyncio.ensure_future(consume())
+    await until(lambda: _async(events == [("ADDED", "a")]))
+    await registry.delete(CRDS, "widgets.example.com")
+    await asyncio.wait_for(task, 5)  # ended, after the objects' deletions
+    assert events == [("ADDED", "a"), ("DELETED", "a")]
