@@ -360,14 +360,28 @@ def default(res: ResourceInfo, obj: Obj) -> None:
 def default_on_read(res: ResourceInfo, obj: Obj) -> Obj:
     """``obj`` with the schema's defaults applied (a copy when any applies):
     fields added to a schema after objects were stored show up on read."""
+    compiled = res.custom.compiled
     schema = resource_schema(res)
-    if schema is None or not res.custom.compiled.setdefault("has_defaults", _has_default(res.custom.schema)):
+    if schema is None or not compiled.setdefault("has_defaults", _has_default(res.custom.schema)):
         return obj
+    # Every watcher of a change reads the same stored dict: default it once.
+    memo = compiled.get("read_memo")
+    if memo is None:
+        from collections import OrderedDict
+
+        memo = compiled["read_memo"] = OrderedDict()
+    hit = memo.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
     from kubeplane.api.meta import deep_copy
 
     copy = deep_copy(obj)
     schema.default(copy)
-    return obj if copy == obj else copy
+    out = obj if copy == obj else copy
+    memo[id(obj)] = (obj, out)  # holding obj keeps its id unique
+    if len(memo) > 1024:
+        memo.popitem(last=False)
+    return out
 
 
 def _has_default(node: Any) -> bool:

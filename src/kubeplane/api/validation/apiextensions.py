@@ -9,7 +9,10 @@ openAPIV3Schema of each version by the structural-schema library
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
+
+import orjson
 
 from kubeplane.api.errors import (
     Cause,
@@ -216,6 +219,30 @@ def _status_enabled(version: dict[str, Any]) -> bool:
     return isinstance(_d(version.get("subresources")).get("status"), dict)
 
 
+_SCHEMA_MEMO: "OrderedDict[bytes, list[Cause]]" = OrderedDict()
+
+
+def _schema_causes(schema: dict[str, Any], path: str, status: bool) -> list[Cause]:
+    """The structural-schema library's errors for one version's schema,
+    remembered for schemas seen lately (CEL rules cost milliseconds to
+    compile; a CRD's status writes check the same schemas again)."""
+    from kubeplane.apiextensions.structural import check_crd_schema
+
+    try:
+        key = orjson.dumps([schema, path, status], option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):  # e.g. an integer beyond 64 bits: not remembered
+        return check_crd_schema(schema, path, status_subresource=status)
+    hit = _SCHEMA_MEMO.get(key)
+    if hit is None:
+        hit = check_crd_schema(schema, path, status_subresource=status)
+        _SCHEMA_MEMO[key] = hit
+        if len(_SCHEMA_MEMO) > 256:
+            _SCHEMA_MEMO.popitem(last=False)
+    else:
+        _SCHEMA_MEMO.move_to_end(key)
+    return list(hit)
+
+
 def validate_crd(obj: dict[str, Any]) -> list[Cause]:
     """Every problem of a CustomResourceDefinition (create and update alike)."""
     out: list[Cause] = []
@@ -268,9 +295,7 @@ def validate_crd(obj: dict[str, Any]) -> list[Cause]:
         if not isinstance(schema, dict):
             out.append(required(f"{vp}.schema.openAPIV3Schema", "schemas are required"))
         else:
-            from kubeplane.apiextensions.structural import check_crd_schema
-
-            out += check_crd_schema(schema, f"{vp}.schema.openAPIV3Schema", status_subresource=_status_enabled(v))
+            out += _schema_causes(schema, f"{vp}.schema.openAPIV3Schema", _status_enabled(v))
         out += _subresources(v.get("subresources"), f"{vp}.subresources")
         for j, col in enumerate(_l(v.get("additionalPrinterColumns"))):
             out += _printer_column(_d(col), f"{vp}.additionalPrinterColumns[{j}]")
