@@ -281,7 +281,7 @@ class CRDStrategy(Strategy):
 
     def initial_status(self, obj: Obj) -> Obj | None:
         storage = _storage_version(obj)
-        return {"conditions": [], "acceptedNames": {"plural": "", "kind": ""},
+        return {"conditions": None, "acceptedNames": {"plural": "", "kind": ""},
                 "storedVersions": [storage] if storage else []}
 
     def prepare_for_update(self, new: Obj, old: Obj) -> None:
