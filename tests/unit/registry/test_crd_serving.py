@@ -411,3 +411,46 @@ async def test_watches_of_custom_resources_end_with_their_crd(env, monkeypatch):
     await registry.delete(CRDS, "widgets.example.com")
     await asyncio.wait_for(task, 5)  # ended, after the objects' deletions
     assert events == [("ADDED", "a"), ("DELETED", "a")]
+
+
+async def test_garbage_collector_follows_owner_references_of_custom_resources(env):
+    from kubeplane.client.informer import SharedInformerFactory
+    from kubeplane.client.inprocess import InProcessClient
+    from kubeplane.controllers.garbagecollector import GarbageCollector
+
+    registry, _ = env
+    cms = resource("configmaps")
+    client = InProcessClient(registry)
+    factory = SharedInformerFactory(client)
+    gc = GarbageCollector(client, factory)
+    await gc.start(sync_timeout=1)
+    try:
+        # the CRD is served after the collector started
+        await registry.create(CRDS, crd())
+        await established(registry, "widgets.example.com")
+        res = registry.catalogue.by_gvr("example.com", "v1", "widgets")
+        owner = await registry.create(res, {"apiVersion": "example.com/v1", "kind": "Widget",
+                                            "metadata": {"name": "owner"}}, "default")
+        ref = {"apiVersion": "example.com/v1", "kind": "Widget", "name": "owner", "uid": owner["metadata"]["uid"]}
+        await registry.create(cms, {"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": "dep", "ownerReferences": [ref]}}, "default")
+        cm_owner = await registry.create(cms, {"apiVersion": "v1", "kind": "ConfigMap",
+                                               "metadata": {"name": "cm-owner"}}, "default")
+        cm_ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "cm-owner", "uid": cm_owner["metadata"]["uid"]}
+        await registry.create(res, {"apiVersion": "example.com/v1", "kind": "Widget",
+                                    "metadata": {"name": "dep-widget", "ownerReferences": [cm_ref]}}, "default")
+
+        async def gone(r, name):
+            try:
+                await registry.get(r, name, "default")
+            except StatusError as err:
+                return err.code == 404
+            return False
+
+        await registry.delete(res, "owner", "default")
+        await until(lambda: gone(cms, "dep"))  # a dependent of a custom resource
+        await registry.delete(cms, "cm-owner", "default")
+        await until(lambda: gone(res, "dep-widget"))  # a custom resource as the dependent
+    finally:
+        await gc.stop(timeout=1)
+        await factory.stop()
