@@ -6,8 +6,6 @@ watch, /status) and delete the CRD with its objects."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 
 import pytest

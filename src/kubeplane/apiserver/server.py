@@ -289,8 +289,6 @@ class APIHandler:
         return json_response(discovery.api_group_list(self.catalogue))
 
     async def openapi_v3_index(self, request: web.Request) -> web.Response:
-        from kubeplane.apiserver import openapi
-
         return json_response(await asyncio.to_thread(self.custom_docs.v3_index))
 
     async def openapi_v3_doc(self, request: web.Request) -> web.Response:
@@ -318,8 +316,6 @@ class APIHandler:
         protobuf (what client-go's OpenAPISchema() and kubectl's
         plaintext-openapiv2 explain ask for), anything else a 406 with an empty
         body."""
-        from kubeplane.apiserver import openapi
-
         fmt = _openapi_v2_format(request.headers.get("Accept") or "*/*")
         if fmt is None:
             return web.Response(status=406, headers={"Vary": "Accept"})

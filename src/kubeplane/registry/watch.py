@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from kubeplane.api import errors
 from kubeplane.api.resources import ResourceInfo
-from kubeplane.api.selectors import parse_field_selector, parse_label_selector
+from kubeplane.api.selectors import parse_label_selector
 from kubeplane.storage.interface import CompactedError, latest_revision, parse_revision
 
 if TYPE_CHECKING:

@@ -286,7 +286,7 @@ async def test_deleting_the_crd_deletes_its_objects_first(env):
     for name in ("a", "b"):
         await registry.create(res, {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}},
                               "default")
-    held = await registry.create(res, {"apiVersion": "example.com/v1", "kind": "Widget",
+    await registry.create(res, {"apiVersion": "example.com/v1", "kind": "Widget",
                                        "metadata": {"name": "held", "finalizers": ["example.com/hold"]}}, "default")
     out, finished = await registry.delete(CRDS, "widgets.example.com")
     assert not finished
