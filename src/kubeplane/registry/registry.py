@@ -343,6 +343,10 @@ class Registry(WatchMixin, SubresourcesMixin):
         strategy.prepare_for_create(obj)
         strategy.default(obj)
         await self.admission.admit(CREATE, res, md.get("name") or "", md.get("namespace"), obj)
+        if res.custom is not None:
+            # what mutating admission added is pruned and defaulted too (upstream
+            # decodes a mutated custom resource again)
+            strategy.default(obj)
         if strategy.tracks_generation:
             md["generation"] = 1
         else:

@@ -170,3 +170,27 @@ async def test_tables_media_types_and_deprecation(api):
     assert headers["Warning"] == '299 - "example.com/v1beta1 Widget is deprecated"'
     _, _, headers = await call(s, "GET", base + "/w")
     assert "Warning" not in headers
+
+
+async def test_json_patch_label_selectors_and_deletecollection(api):
+    s, _ = api
+    await call(s, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", CRD)
+    await served(s)
+    base = "/apis/example.com/v1/namespaces/default/widgets"
+    for name, tier in (("a", "front"), ("b", "back"), ("c", "front")):
+        status, _, _ = await call(s, "POST", base, {"apiVersion": "example.com/v1", "kind": "Widget",
+                                                    "metadata": {"name": name, "labels": {"tier": tier}}})
+        assert status == 201
+    status, got, _ = await call(s, "PATCH", base + "/a", [{"op": "add", "path": "/spec", "value": {"size": 2}}],
+                                headers={"Content-Type": "application/json-patch+json"})
+    assert status == 200 and got["spec"] == {"size": 2} and got["metadata"]["generation"] == 2
+    status, got, _ = await call(s, "PATCH", base + "/a", {"spec": {"unknown": 1}},
+                                headers={"Content-Type": "application/merge-patch+json"})
+    assert status == 200 and got["spec"] == {"size": 2}  # pruned
+    _, listed, _ = await call(s, "GET", base + "?labelSelector=tier%3Dfront")
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["a", "c"]
+    status, gone, _ = await call(s, "DELETE", base + "?labelSelector=tier%3Dfront")
+    assert status == 200 and gone["kind"] == "WidgetList"
+    assert sorted(i["metadata"]["name"] for i in gone["items"]) == ["a", "c"]
+    _, listed, _ = await call(s, "GET", "/apis/example.com/v1/widgets")
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["b"]

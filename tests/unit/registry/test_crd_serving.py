@@ -454,3 +454,34 @@ async def test_garbage_collector_follows_owner_references_of_custom_resources(en
     finally:
         await gc.stop(timeout=1)
         await factory.stop()
+
+
+async def test_what_mutating_admission_adds_is_pruned_and_defaulted():
+    from kubeplane.registry.admission import AdmissionChain, AdmissionPlugin
+
+    class AddsFields(AdmissionPlugin):
+        name = "AddsFields"
+
+        def handles(self, operation, res):
+            return res.custom is not None
+
+        async def admit(self, attrs):
+            attrs.obj["spec"] = {"color": "set-by-admission", "unknown": True}
+
+    store = MemoryStore()
+    registry = Registry(store, CATALOGUE.copy(), admission=AdmissionChain([AddsFields()]))
+    ctrl = CRDController(registry)
+    await ctrl.start()
+    try:
+        schema_crd = crd()
+        props = schema_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        props["size"] = {"type": "integer", "default": 3}
+        await registry.create(CRDS, schema_crd)
+        await established(registry, "widgets.example.com")
+        res = registry.catalogue.by_gvr("example.com", "v1", "widgets")
+        got = await registry.create(res, {"apiVersion": "example.com/v1", "kind": "Widget",
+                                          "metadata": {"name": "a", "namespace": "default"}}, "default")
+        assert got["spec"] == {"color": "set-by-admission", "size": 3}
+    finally:
+        await ctrl.stop()
+        await store.close()
