@@ -73,6 +73,26 @@ def _list_schema_for(r: ResourceInfo, item: str) -> Obj:
     }
 
 
+#: media types custom resources are not served in
+_NOT_FOR_CUSTOM = frozenset({"application/vnd.kubernetes.protobuf", "application/strategic-merge-patch+json"})
+
+
+def _json_only(paths: Obj) -> None:
+    """Custom resources have no protobuf form and take no strategic merge
+    patch: their operations list neither (in place)."""
+    for item in paths.values():
+        for op in item.values():
+            if not isinstance(op, dict):
+                continue
+            body = op.get("requestBody")
+            holders = [body] if isinstance(body, dict) else []
+            holders += [r for r in (op.get("responses") or {}).values() if isinstance(r, dict)]
+            for holder in holders:
+                content = holder.get("content")
+                if isinstance(content, dict):
+                    holder["content"] = {k: v for k, v in content.items() if k not in _NOT_FOR_CUSTOM}
+
+
 def build_document(resources: list[ResourceInfo]) -> Obj:
     paths: Obj = {}
     used: set[str] = {_OBJECT_META, _LIST_META}
@@ -81,6 +101,8 @@ def build_document(resources: list[ResourceInfo]) -> Obj:
         name = component_name(r.group, r.version, r.kind)
         list_name = component_name(r.group, r.version, r.list_kind)
         more_paths, more_used = openapi._resource_paths(r, (name, list_name))
+        more_paths = copy.deepcopy(more_paths)
+        _json_only(more_paths)
         paths.update(more_paths)
         used |= more_used
         own[name] = _schema_for(r)

@@ -114,6 +114,10 @@ async def test_discovery_and_openapi_follow_the_crd(api):
     assert schema["x-kubernetes-group-version-kind"] == [{"group": "example.com", "kind": "Widget", "version": "v1"}]
     assert "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta" in doc["components"]["schemas"]
     assert "/apis/example.com/v1/namespaces/{namespace}/widgets/{name}/status" in doc["paths"]
+    patch = doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"]
+    assert sorted(patch["requestBody"]["content"]) == [
+        "application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json"]
+    assert sorted(patch["responses"]["200"]["content"]) == ["application/json", "application/yaml"]
     _, v2, _ = await call(s, "GET", "/openapi/v2", headers={"Accept": "application/json"})
     assert v2["definitions"]["com.example.v1.Widget"]["description"] == "A widget."
     assert "/apis/example.com/v1/namespaces/{namespace}/widgets" in v2["paths"]
