@@ -362,7 +362,12 @@ def default_on_read(res: ResourceInfo, obj: Obj) -> Obj:
     fields added to a schema after objects were stored show up on read."""
     compiled = res.custom.compiled
     schema = resource_schema(res)
-    if schema is None or not compiled.setdefault("has_defaults", _has_default(res.custom.schema)):
+    if schema is None:
+        return obj
+    has_defaults = compiled.get("has_defaults")
+    if has_defaults is None:
+        has_defaults = compiled["has_defaults"] = _has_default(res.custom.schema)
+    if not has_defaults:
         return obj
     # Every watcher of a change reads the same stored dict: default it once.
     memo = compiled.get("read_memo")
@@ -373,6 +378,14 @@ def default_on_read(res: ResourceInfo, obj: Obj) -> Obj:
     hit = memo.get(id(obj))
     if hit is not None and hit[0] is obj:
         return hit[1]
+    tree = compiled.get("defaults_tree", False)
+    if tree is False:
+        tree = compiled["defaults_tree"] = _defaults_tree(res.custom.schema)
+    if not _needs_default(obj, tree):
+        memo[id(obj)] = (obj, obj)
+        if len(memo) > 1024:
+            memo.popitem(last=False)
+        return obj  # written under a schema with these defaults: nothing to add
     from kubeplane.api.meta import deep_copy
 
     copy = deep_copy(obj)
@@ -382,6 +395,52 @@ def default_on_read(res: ResourceInfo, obj: Obj) -> Obj:
     if len(memo) > 1024:
         memo.popitem(last=False)
     return out
+
+
+def _defaults_tree(schema: Any, depth: int = 0) -> Any:
+    """The part of a schema defaulting can act on: for objects
+    ``("o", {property: (has default, subtree)}, additionalProperties subtree)``,
+    for arrays ``("a", items subtree)``; None where no default lies below."""
+    if not isinstance(schema, dict) or depth > 64:
+        return None
+    props = schema.get("properties")
+    out: dict[str, Any] = {}
+    if isinstance(props, dict):
+        for k, sub in props.items():
+            if not isinstance(sub, dict):
+                continue
+            tree = _defaults_tree(sub, depth + 1)
+            if "default" in sub or tree is not None:
+                out[k] = ("default" in sub, tree)
+    extra = _defaults_tree(schema.get("additionalProperties"), depth + 1)
+    items = _defaults_tree(schema.get("items"), depth + 1)
+    if items is not None:
+        return ("a", items)
+    if out or extra is not None:
+        return ("o", out, extra)
+    return None
+
+
+def _needs_default(value: Any, tree: Any) -> bool:
+    """Whether defaulting could change ``value``: a property with a default is
+    missing or null somewhere. A quick walk over the defaulted paths only
+    (no copy), so objects already defaulted are served as stored."""
+    if tree is None:
+        return False
+    if tree[0] == "a":
+        return isinstance(value, list) and any(_needs_default(v, tree[1]) for v in value)
+    if not isinstance(value, dict):
+        return False
+    for k, (defaulted, sub) in tree[1].items():
+        child = value.get(k)
+        if child is None:
+            if defaulted:
+                return True
+        elif sub is not None and _needs_default(child, sub):
+            return True
+    if tree[2] is not None:
+        return any(_needs_default(v, tree[2]) for v in value.values())
+    return False
 
 
 def _has_default(node: Any) -> bool:
