@@ -6,28 +6,33 @@ per ``self`` type), with ``self`` and ``oldSelf`` declared:
 * ``self`` is typed from the schema where the runtime allows it: ``string``,
   ``int``, ``double``, ``bool``, ``list(T)`` for arrays, ``map(string, T)``
   for ``additionalProperties`` maps, ``map(string, dyn)`` for objects with
-  properties, ``dyn`` for int-or-string and preserved unknown fields (so a
-  misspelt field name is a runtime ``no such key`` error, not a compile
-  error as upstream's object types give);
+  properties, ``dyn`` for int-or-string and preserved unknown fields;
+  ``self.a.b`` chains naming properties the schema does not declare are
+  compile errors (``undefined field 'x'``) as with upstream's object types,
+  property names are escaped as upstream (``self.__namespace__``,
+  ``self.foo__dash__bar``), and ``number`` properties are doubles;
 * at a resource root (the CRD's root or an embedded resource) ``self``
   holds ``apiVersion``, ``kind`` and ``metadata`` with ``name`` and
   ``generateName`` only, as upstream.
 
-Libraries: the CEL standard library and string extensions, Kubernetes'
-regex (``find``, ``findAll``), lists (``isSorted``, ``sum``, ``min``,
+Libraries: the CEL standard library, string extensions, optional values
+(``self.?field.orValue(x)``; ``oldSelf`` is one under ``optionalOldSelf``),
+``cel.bind``, Kubernetes' regex (``find``, ``findAll``), lists (``isSorted``, ``sum``, ``min``,
 ``max``), urls (``url``, ``isURL``,
 ``getScheme``, ``getHost``, ``getHostname``, ``getPort``, ``getEscapedPath``,
 ``getQuery``), quantity (``quantity``, ``isQuantity`` and its members) and
 ip/cidr (``ip``, ``isIP``, ``cidr``, ``isCIDR``, ``family``,
-``containsIP``, ``prefixLength``...) libraries, and ``format.named(...)``
-is not provided.
+``containsIP``, ``prefixLength``...) libraries. Not provided: the
+``format`` library, and timestamp/duration/bytes typing of strings with
+those formats (they are strings in rules).
 
 Cost: the runtime cannot meter evaluation, so every rule gets a cost model
-as upstream's estimator reasons: the expression's size times the size of
-the collections its comprehensions iterate (``maxItems``/``maxProperties``,
-or what fits in a 3 MiB request when unbounded) raised to their nesting
-depth, times the number of times the rule runs (the product of the bounds of
-the lists and maps above it). At CRD creation the estimate is checked
+as upstream's estimator reasons: each operation of the expression weighs the
+product of the sizes of the collections its enclosing comprehensions iterate
+(``maxItems``/``maxProperties``, following iteration variables into nested
+lists, or what fits in a 3 MiB request when unbounded), times the number of
+times the rule runs (the product of the bounds of the lists and maps above
+it). At CRD creation the estimate is checked
 against upstream's limits (10^7 per expression, 10^8 per schema); at run time
 the same model with the object's actual sizes is charged against the
 per-call limit (10^6) and the per-object budget (10^7) before a rule runs, so
@@ -39,17 +44,17 @@ from __future__ import annotations
 import ipaddress
 import re
 import threading
-from typing import Any, Callable
+from collections import OrderedDict
+from typing import Any
 from urllib.parse import urlsplit
 
-import re2
 from cel_expr_python import cel as _cel
-from cel_expr_python.ext import ext_strings
+from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from kubeplane.api.errors import Cause, duplicate, forbidden_field, invalid_value, required
 from kubeplane.dra import cel as _dracel
 
-from .regex import compile_or_none
+from .regex import compile_full
 from .schema import NIL_PATH, _Node
 
 __all__ = ["RuleSet", "check_rules", "valid_field_path", "RULE_COMPILE_ERROR"]
@@ -96,7 +101,7 @@ def _runtime_message(text: str) -> str:
 
 
 def _f_find(s: str, pattern: str) -> str:
-    r = compile_or_none(pattern)
+    r = compile_full(pattern)
     if r is None:
         raise ValueError(f"invalid regex: {pattern}")
     m = r.search(s)
@@ -104,7 +109,7 @@ def _f_find(s: str, pattern: str) -> str:
 
 
 def _f_find_all(s: str, pattern: str, limit: int = -1) -> list[str]:
-    r = compile_or_none(pattern)
+    r = compile_full(pattern)
     if r is None:
         raise ValueError(f"invalid regex: {pattern}")
     out = []
@@ -141,20 +146,6 @@ def _f_max(items: list[Any]) -> Any:
     if not items:
         raise ValueError("max called on empty list")
     return max(items)
-
-
-def _f_index_of(items: Any, x: Any) -> int:
-    for i, v in enumerate(items):
-        if v == x and type(v) is type(x):
-            return i
-    return -1
-
-
-def _f_last_index_of(items: Any, x: Any) -> int:
-    for i in range(len(items) - 1, -1, -1):
-        if items[i] == x and type(items[i]) is type(x):
-            return i
-    return -1
 
 
 _UKEY = "__url__"
@@ -308,6 +299,33 @@ def _decls() -> list[Any]:
     return out
 
 
+_HAS_OLD = "__hasOldSelf"
+_OLD_VALUE = "__oldSelfValue"
+# optionalOldSelf rules see oldSelf as an optional value (optional.none() on create)
+_OPT_PREFIX = f"cel.bind(oldSelf, {_HAS_OLD} ? optional.of({_OLD_VALUE}) : optional.none(), "
+_ERROR_AT = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*?)\n \| [^\n]*\n \| [. ]*\^", re.S)
+
+
+def _optional_wrap(expr: str) -> str:
+    return _OPT_PREFIX + expr + "\n)"
+
+
+def _unwrap_error(message: str, expr: str) -> str:
+    """A compile error of a wrapped optionalOldSelf rule, located in the rule as written."""
+    lines = expr.split("\n")
+
+    def fix(m: re.Match) -> str:
+        line, col = int(m.group(1)), int(m.group(2))
+        if line == 1:
+            col -= len(_OPT_PREFIX)
+        if not 1 <= line <= len(lines):
+            line, col = len(lines), len(lines[-1]) + 1
+        col = max(col, 1)
+        return f"ERROR: <input>:{line}:{col}: {m.group(3)}\n | {lines[line - 1]}\n | {'.' * (col - 1)}^"
+
+    return _ERROR_AT.sub(fix, message)
+
+
 _DECLS = None
 _envs: dict[str, Any] = {}
 _env_lock = threading.Lock()
@@ -321,8 +339,12 @@ def _env_for(t: Any) -> Any:
         if env is None:
             if _DECLS is None:
                 _DECLS = _decls()
-            env = _cel.NewEnv(variables={"self": t, "oldSelf": t}, functions=_DECLS,
-                              extensions=[ext_strings.ExtStrings()])
+            env = _cel.NewEnv(variables={"self": t, "oldSelf": t, _OLD_VALUE: t, _HAS_OLD: _T.BOOL},
+                              functions=_DECLS,
+                              extensions=[ext_strings.ExtStrings(), ext_optional.ExtOptional(),
+                                          ext_bindings.ExtBindings()])
+            if len(_envs) >= 256:  # bounded: self types come from user schemas
+                _envs.pop(next(iter(_envs)))
             _envs[key] = env
     return env
 
@@ -354,42 +376,152 @@ def _self_type(n: _Node) -> Any:
 # ------------------------------------------------------------ cost model
 
 _MACRO = re.compile(r"\.\s*(all|exists_one|exists|map|filter)\s*\(")
+_RECEIVER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*$")
+_ITER_VAR = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|[-+*/%<>=!&|?:]+|\[")
+# constants and the logical operators cost nothing of their own (as in CEL's cost model)
+_FREE = frozenset({"true", "false", "null", "&&", "||", "!", "?", ":"})
+_UNBOUNDED = (MAX_REQUEST_BYTES - 2) // 3
 
 
-def _macro_depth(expr: str) -> int:
-    """The deepest nesting of comprehension macros in an expression."""
-    depth = best = 0
-    stack: list[bool] = []
-    i, n = 0, len(expr)
-    in_str: str | None = None
-    while i < n:
-        c = expr[i]
-        if in_str:
-            if c == "\\":
-                i += 2
+class _CostModel:
+    """An expression's operations, each weighted by the sizes of the collections
+    the comprehension macros around it iterate (upstream estimates costs the
+    same way: per-element cost times the collection's maximum size)."""
+
+    __slots__ = ("macros", "counts")
+
+    def __init__(self, expr: str) -> None:
+        text = _blank_strings(expr)
+        # (receiver root, receiver fields, iteration variable, enclosing macro)
+        self.macros: list[tuple[str, tuple[str, ...], str, int]] = []
+        self.counts: dict[tuple[int, ...], int] = {}
+        parens: list[int] = []
+        open_macros: list[int] = []
+        i, n = 0, len(text)
+        while i < n:
+            c = text[i]
+            if c == ".":
+                m = _MACRO.match(text, i)
+                if m:
+                    recv = _RECEIVER.search(text, max(0, i - 512), i)
+                    root, fields = "", ()
+                    if recv is not None:
+                        parts = [p.strip() for p in recv.group(1).split(".")]
+                        root, fields = parts[0], tuple(parts[1:])
+                    var = _ITER_VAR.match(text, m.end())
+                    sig = tuple(open_macros)
+                    self.counts[sig] = self.counts.get(sig, 0) + 1
+                    self.macros.append((root, fields, var.group(1) if var else "", open_macros[-1] if open_macros else -1))
+                    idx = len(self.macros) - 1
+                    parens.append(idx)
+                    open_macros.append(idx)
+                    i = m.end()
+                    continue
+            if c == "(":
+                parens.append(-1)
+            elif c == ")":
+                if parens and parens.pop() >= 0:
+                    open_macros.pop()
+            else:
+                t = _TOKEN.match(text, i)
+                if t is not None:
+                    tok = t.group(0)
+                    if tok not in _FREE and not tok[0].isdigit():
+                        sig = tuple(open_macros)
+                        self.counts[sig] = self.counts.get(sig, 0) + 1
+                    i = t.end()
+                    continue
+            i += 1
+
+    def _origin(self, idx: int, var: str) -> int:
+        """The enclosing macro that binds ``var`` (-1: none)."""
+        j = self.macros[idx][3]
+        while j >= 0:
+            if self.macros[j][2] == var:
+                return j
+            j = self.macros[j][3]
+        return -1
+
+    def _total(self, sizes: list[int]) -> int:
+        total = 0
+        for sig, count in self.counts.items():
+            w = count
+            for k in sig:
+                w *= max(sizes[k], 1)
+            total += w
+        return total
+
+    def static_cost(self, node: _Node) -> int:
+        sizes: list[int] = []
+        elems: list[_Node | None] = []
+        resolved: list[bool] = []
+        for idx, (root, fields, _var, _parent) in enumerate(self.macros):
+            base: _Node | None = None
+            known = True
+            if root in ("self", "oldSelf"):
+                base = node
+            else:
+                j = self._origin(idx, root)
+                if j >= 0 and resolved[j]:
+                    base = elems[j]
+                    known = base is not None
+                else:
+                    known = False
+            for f in fields:
+                if base is None:
+                    break
+                base = base.properties.get(f) if base.properties else base.additional
+            if known and base is not None:
+                sizes.append(max(_max_len(base), 1))
+                elems.append(base.items if base.type == "array" else None)
+                resolved.append(True)
+            elif known:  # below preserved or untyped fields: unbounded, as upstream assumes
+                sizes.append(_UNBOUNDED)
+                elems.append(None)
+                resolved.append(False)
+            else:
+                sizes.append(-1)
+                elems.append(None)
+                resolved.append(False)
+        fallback = max([x for x in sizes if x > 0], default=max(_max_len(node), 1))
+        return self._total([x if x > 0 else fallback for x in sizes])
+
+    def runtime_cost(self, value: Any, limit: int = 1 << 20) -> int:
+        sizes: list[int] = []
+        elems: list[list[Any] | None] = []
+        for idx, (root, fields, _var, _parent) in enumerate(self.macros):
+            bases: list[Any] | None
+            if root in ("self", "oldSelf"):
+                bases = [value]
+            else:
+                j = self._origin(idx, root)
+                bases = elems[j] if j >= 0 else None
+            if bases is None:
+                sizes.append(-1)
+                elems.append(None)
                 continue
-            if c == in_str:
-                in_str = None
-            i += 1
-            continue
-        if c in "'\"":
-            in_str = c
-            i += 1
-            continue
-        m = _MACRO.match(expr, i) if c == "." else None
-        if m:
-            stack.append(True)
-            depth += 1
-            best = max(best, depth)
-            i = m.end()
-            continue
-        if c == "(":
-            stack.append(False)
-        elif c == ")":
-            if stack and stack.pop():
-                depth -= 1
-        i += 1
-    return best
+            found: list[Any] = []
+            for b in bases:
+                for f in fields:
+                    b = b.get(f) if type(b) is dict else None
+                    if b is None:
+                        break
+                if b is not None:
+                    found.append(b)
+            size = max((len(x) for x in found if type(x) in (list, dict, str)), default=0)
+            sizes.append(size)
+            items: list[Any] = []
+            for x in found:
+                if type(x) is list:
+                    items.extend(x)
+                elif type(x) is dict:
+                    items.extend(x)
+                if len(items) > limit:
+                    break
+            elems.append(items)
+        fallback = max([x for x in sizes if x >= 0], default=1)
+        return self._total([x if x >= 0 else fallback for x in sizes])
 
 
 def _min_size(n: _Node | None) -> int:
@@ -417,23 +549,6 @@ def _max_len(n: _Node | None) -> int:
     return 1
 
 
-def _base_cost(expr: str) -> int:
-    return max(1, len(re.findall(r"[A-Za-z_][A-Za-z0-9_]*|\d+|[-+*/%<>=!&|]+|\[", expr)))
-
-
-def _static_cost(expr: str, n: _Node) -> int:
-    depth = _macro_depth(expr)
-    size = _max_len(n) if depth else 1
-    return _base_cost(expr) * (max(size, 1) ** depth)
-
-
-def _runtime_cost(depth: int, base: int, value: Any) -> int:
-    if not depth:
-        return base
-    size = len(value) if isinstance(value, (list, dict, str)) else 1
-    return base * (max(size, 1) ** depth)
-
-
 def _cost_message(name: str, cost: int, limit: int) -> str:
     factor = cost / limit
     if factor > 100.0:
@@ -452,18 +567,133 @@ def _cost_message(name: str, cost: int, limit: int) -> str:
 _OLD_SELF = re.compile(r"(?<![A-Za-z0-9_.])oldSelf(?![A-Za-z0-9_])")
 
 
+_STRINGS = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_SELF_REF = re.compile(r"(?<![A-Za-z0-9_.])(self|oldSelf)(?![A-Za-z0-9_])")
+_FIELD_AFTER = re.compile(r"\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\()?")
+
+
+def _self_fields(expr: str) -> frozenset[str] | None:
+    """The fields of ``self``/``oldSelf`` an expression reads, when it reads
+    them only as ``self.field`` (None: it uses the whole value)."""
+    stripped = _STRINGS.sub("''", expr)
+    fields: set[str] = set()
+    for m in _SELF_REF.finditer(stripped):
+        f = _FIELD_AFTER.match(stripped, m.end())
+        if f is None or f.group(2) is not None or f.group(1) in ("all", "exists", "exists_one", "map", "filter"):
+            return None
+        fields.add(f.group(1))
+    return frozenset(fields)
+
+
+_CHAIN_START = re.compile(r"(?<![A-Za-z0-9_.])(?:self|oldSelf)(?![A-Za-z0-9_])")
+_CHAIN_STEP = re.compile(r"\s*(\.)\s*([A-Za-z_][A-Za-z0-9_]*)")
+_CALL_AFTER = re.compile(r"\s*\(")
+_TYPE_META = ("apiVersion", "kind")
+
+
+def _unescape(name: str) -> str | None:
+    m = re.match(r"^__([a-z]+)__$", name)
+    if m and m.group(1) in _CEL_RESERVED:
+        return m.group(1)
+    if "__" not in name:
+        return None
+    return (name.replace("__underscores__", "\0").replace("__dot__", ".").replace("__dash__", "-")
+            .replace("__slash__", "/").replace("\0", "__"))
+
+
+def _blank_strings(expr: str) -> str:
+    """``expr`` with the contents of string literals blanked, positions kept."""
+    return _STRINGS.sub(lambda m: m.group(0)[0] + " " * (len(m.group(0)) - 2) + m.group(0)[-1], expr)
+
+
+def _undefined_fields(expr: str, node: _Node, resource_root: bool) -> str:
+    """Compile errors for ``self.a.b`` chains naming fields the schema does not
+    declare (upstream's object types make these compile errors)."""
+    text = _blank_strings(expr)
+    issues = []
+    for m in _CHAIN_START.finditer(text):
+        n: _Node | None = node
+        root_level = resource_root
+        meta_level = False
+        pos = m.end()
+        while n is not None:
+            step = _CHAIN_STEP.match(text, pos)
+            if step is None or _CALL_AFTER.match(text, step.end()):
+                break
+            name, dot = step.group(2), step.start(1)
+            pos = step.end()
+            if meta_level:
+                if name not in ("name", "generateName"):
+                    issues.append((dot, name))
+                break
+            if root_level and name in _TYPE_META:
+                break
+            if root_level and name == "metadata":
+                meta_level, root_level = True, False
+                continue
+            root_level = False
+            if n.preserve or n.int_or_string or n.type != "object":
+                break
+            if n.properties:
+                nxt = n.properties.get(name)
+                if nxt is None:
+                    unescaped = _unescape(name)
+                    nxt = n.properties.get(unescaped) if unescaped is not None else None
+                if nxt is None:
+                    issues.append((dot, name))
+                    break
+                n = nxt
+            elif n.additional is not None:
+                n = n.additional
+            else:
+                break
+    if not issues:
+        return ""
+    lines = expr.split("\n")
+    out = []
+    for dot, name in issues:
+        line_no = expr.count("\n", 0, dot)
+        col = dot - (expr.rfind("\n", 0, dot) + 1)
+        out.append(f"ERROR: <input>:{line_no + 1}:{col + 1}: undefined field '{name}'\n | {lines[line_no]}\n | {'.' * col}^")
+    return "\n".join(out)
+
+
 def _uses_old_self(expr: str) -> bool:
     # identifiers inside string literals do not count
     stripped = re.sub(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", "''", expr)
     return bool(_OLD_SELF.search(stripped))
 
 
+_programs: "OrderedDict[tuple[str, str], Any]" = OrderedDict()
+_programs_lock = threading.Lock()
+_PROGRAM_CACHE = 4096
+
+
+def _compile(self_type: Any, source: str) -> Any:
+    """A compiled program for ``self`` of this type (cached), or the compile error text."""
+    key = (self_type.name() if self_type is not None else "dyn", source)
+    with _programs_lock:
+        hit = _programs.get(key)
+        if hit is not None:
+            _programs.move_to_end(key)
+            return hit
+    try:
+        result: Any = _env_for(self_type).compile(source)
+    except RuntimeError as err:
+        result = _clean(str(err))
+    with _programs_lock:
+        _programs[key] = result
+        if len(_programs) > _PROGRAM_CACHE:
+            _programs.popitem(last=False)
+    return result
+
+
 class _Compiled:
     __slots__ = ("rule", "text", "program", "error", "error_required", "message_program", "message_error",
-                 "uses_old_self", "optional_old_self", "field_path", "reason", "message", "depth", "base",
-                 "msg_depth", "msg_base")
+                 "uses_old_self", "fields", "optional_old_self", "field_path", "reason", "message", "depth", "base",
+                 "cost", "msg_cost")
 
-    def __init__(self, rule: dict[str, Any], node: _Node) -> None:
+    def __init__(self, rule: dict[str, Any], node: _Node, resource_root: bool = False) -> None:
         self.rule = rule
         text = rule.get("rule") if isinstance(rule.get("rule"), str) else ""
         self.text = text.strip()
@@ -477,10 +707,8 @@ class _Compiled:
         self.reason = rule.get("reason") if isinstance(rule.get("reason"), str) else ""
         self.optional_old_self = rule.get("optionalOldSelf") is True
         self.uses_old_self = False
-        self.depth = _macro_depth(self.text)
-        self.base = _base_cost(self.text)
-        self.msg_depth = 0
-        self.msg_base = 0
+        self.cost = _CostModel(self.text)
+        self.msg_cost: _CostModel | None = None
         fp = rule.get("fieldPath") if isinstance(rule.get("fieldPath"), str) else ""
         self.field_path = ""
         if fp.strip():
@@ -490,11 +718,14 @@ class _Compiled:
                 self.field_path = ""
         if not self.text:
             return
-        env = _env_for(node.cel_type)
-        try:
-            program = env.compile(self.text)
-        except RuntimeError as err:
-            self.error = RULE_COMPILE_ERROR + _clean(str(err))
+        source = _optional_wrap(self.text) if self.optional_old_self else self.text
+        program = _compile(node.cel_type, source)
+        if isinstance(program, str):
+            self.error = RULE_COMPILE_ERROR + (_unwrap_error(program, self.text) if self.optional_old_self else program)
+            return
+        undefined = _undefined_fields(self.text, node, resource_root)
+        if undefined:
+            self.error = RULE_COMPILE_ERROR + undefined
             return
         rt = program.return_type()
         if rt != _T.BOOL and rt != _T.DYN:
@@ -502,22 +733,26 @@ class _Compiled:
             return
         self.program = program
         self.uses_old_self = _uses_old_self(self.text)
+        self.fields = _self_fields(self.text)
         mexpr = rule.get("messageExpression") if isinstance(rule.get("messageExpression"), str) else ""
         if mexpr.strip():
-            try:
-                mp = env.compile(mexpr.strip())
-            except RuntimeError as err:
-                self.message_error = "messageExpression " + RULE_COMPILE_ERROR + _clean(str(err))
+            mp = _compile(node.cel_type, mexpr.strip())
+            if isinstance(mp, str):
+                self.message_error = "messageExpression " + RULE_COMPILE_ERROR + mp
+            elif _undefined_fields(mexpr.strip(), node, resource_root):
+                self.message_error = ("messageExpression " + RULE_COMPILE_ERROR
+                                      + _undefined_fields(mexpr.strip(), node, resource_root))
             else:
                 mrt = mp.return_type()
                 if mrt != _T.STRING and mrt != _T.DYN:
                     self.message_error = "must evaluate to a string"
                 else:
                     self.message_program = mp
-                    self.msg_depth = _macro_depth(mexpr)
-                    self.msg_base = _base_cost(mexpr)
+                    self.msg_cost = _CostModel(mexpr)
             if _uses_old_self(mexpr):
                 self.uses_old_self = True
+            mf = _self_fields(mexpr)
+            self.fields = None if mf is None or self.fields is None else self.fields | mf
 
     def rule_string(self) -> str:
         return self.message or self.text
@@ -526,8 +761,34 @@ class _Compiled:
         return self.message if self.message else f"failed rule: {self.text}"
 
 
+_CEL_RESERVED = frozenset({
+    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for", "function", "if",
+    "import", "let", "loop", "package", "namespace", "return", "var", "void", "while",
+})
+_CEL_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def cel_escape(name: str) -> str | None:
+    """A property name as CEL rules name it (upstream's escaping: ``__`` ->
+    ``__underscores__``, ``.`` ``-`` ``/`` -> ``__dot__`` ``__dash__`` ``__slash__``,
+    reserved words -> ``__word__``); None when it cannot be named."""
+    if name in _CEL_RESERVED:
+        return f"__{name}__"
+    if not re.match(r"^[A-Za-z_./-][A-Za-z0-9_./-]*$", name):
+        return None
+    out = name.replace("__", "__underscores__").replace(".", "__dot__").replace("-", "__dash__").replace("/", "__slash__")
+    return out if _CEL_IDENT.match(out) else None
+
+
 def _annotate(n: _Node, inside_resource: bool = False) -> None:
     n.cel_type = _self_type(n)
+    names = {}
+    for k in n.properties:
+        e = cel_escape(k)
+        if e is not None and e != k:
+            names[e] = k
+    n.cel_names = names
+    n.cel_numbers = tuple(k for k, p in n.properties.items() if p.type == "number")
     for c in n.properties.values():
         _annotate(c)
     for c in (n.items, n.additional):
@@ -615,12 +876,43 @@ def _root_view(obj: Any) -> Any:
     return obj
 
 
-class _Budget:
-    __slots__ = ("remaining", "exhausted")
+def _view(v: Any, n: _Node, resource_root: bool, fields: frozenset[str] | None) -> Any:
+    """The CEL value of ``self``: only the fields the rules read, when known."""
+    if resource_root:
+        v = _root_view(v)
+    else:
+        v = _to_cel(v, n)
+    if type(v) is not dict:
+        return v
+    names = n.cel_names
+    if fields is not None:
+        out = {}
+        for k in fields:
+            src = names.get(k, k)
+            if src in v:
+                out[k] = v[src]
+    elif names or n.cel_numbers:
+        out = dict(v)
+        for e, src in names.items():
+            if src in v:
+                out[e] = v[src]
+    else:
+        return v
+    for k in n.cel_numbers:
+        x = out.get(k)
+        if type(x) is int:
+            out[k] = float(x)
+    return out
 
-    def __init__(self) -> None:
+
+class _Budget:
+    __slots__ = ("remaining", "exhausted", "warnings", "ratcheting")
+
+    def __init__(self, warnings: list[str] | None = None) -> None:
         self.remaining = RUNTIME_BUDGET
         self.exhausted = False
+        self.warnings = warnings
+        self.ratcheting = True
 
 
 class RuleSet:
@@ -631,20 +923,40 @@ class RuleSet:
         self.root = root
         self.root_is_resource = root_is_resource
         self.compiled: dict[int, list[_Compiled]] = {}
+        self.fields: dict[int, frozenset[str] | None] = {}
+        self.rule_children: dict[int, list[tuple[str, _Node]]] = {}
         self._compile(root)
 
     def _compile(self, n: _Node) -> None:
+        n.cel_env = _env_for(n.cel_type)
         if n.rules:
-            self.compiled[id(n)] = [_Compiled(r, n) for r in n.rules]
+            rules = [_Compiled(r, n, (n is self.root and self.root_is_resource) or n.embedded) for r in n.rules]
+            self.compiled[id(n)] = rules
+            fields: frozenset[str] | None = frozenset()
+            for r in rules:
+                if r.program is None:
+                    continue
+                if r.fields is None or fields is None:
+                    fields = None
+                else:
+                    fields = fields | r.fields
+            # the fields of an object the rules read (None: all of it)
+            self.fields[id(n)] = fields if n.type == "object" and not n.embedded else None
+        self.rule_children[id(n)] = [(k, p) for k, p in n.properties.items() if p.has_rules_below]
         for c in n.properties.values():
             self._compile(c)
         for c in (n.items, n.additional):
             if c is not None:
                 self._compile(c)
 
-    def validate(self, obj: Any, old: Any = None) -> list[Cause]:
+    def validate(self, obj: Any, old: Any = None, warnings: list[str] | None = None,
+                 ratcheting: bool = True) -> list[Cause]:
+        """The rules' errors; with ``ratcheting``, rules not using oldSelf on values
+        equal to their old value are ratcheted: their failures go to ``warnings``
+        (when given)."""
         errs: list[Cause] = []
-        budget = _Budget()
+        budget = _Budget(warnings)
+        budget.ratcheting = ratcheting
         self._walk(self.root, obj, old, "", errs, budget, self.root_is_resource)
         return errs
 
@@ -660,8 +972,8 @@ class RuleSet:
         if isinstance(v, dict):
             old_map = old if isinstance(old, dict) else None
             if n.properties:
-                for k, prop in n.properties.items():
-                    if k in v and prop.has_rules_below:
+                for k, prop in self.rule_children[id(n)]:
+                    if k in v:
                         self._walk(prop, v[k], old_map.get(k) if old_map is not None and n.map_type != "atomic" else None,
                                    _child_path(path, k), errs, budget, False)
                         if budget.exhausted:
@@ -683,12 +995,14 @@ class RuleSet:
                    budget: _Budget, resource_root: bool) -> None:
         field = path or NIL_PATH
         tname = n.type
-        cv = _root_view(v) if resource_root else _to_cel(v, n)
+        fields = self.fields.get(id(n))
+        cv = _view(v, n, resource_root, fields)
         ov = None
         if old is not None:
-            ov = _root_view(old) if resource_root else _to_cel(old, n)
-        env = _env_for(n.cel_type)
+            ov = _view(old, n, resource_root, fields)
+        env = n.cel_env
         activation = None
+        ratchet = budget.ratcheting and old is not None and type(v) is type(old) and v == old
         for r in rules:
             if r.error:
                 errs.append(invalid_value(field, tname, f"rule compile error: {r.error}"))
@@ -697,11 +1011,16 @@ class RuleSet:
                 continue
             if r.uses_old_self and old is None and not r.optional_old_self:
                 continue
+            ratcheted = ratchet and not r.uses_old_self
+            if ratcheted and budget.warnings is None:
+                continue
             if budget.remaining <= 0:
                 errs.append(invalid_value(field, tname, "validation failed due to running out of cost budget, no further validation rules will be run"))
                 budget.exhausted = True
                 return
-            cost = max(_runtime_cost(r.depth, r.base, v), _runtime_cost(r.depth, r.base, old) if old is not None else 0)
+            cost = r.cost.runtime_cost(v)
+            if old is not None and r.uses_old_self:
+                cost = max(cost, r.cost.runtime_cost(old))
             if cost > PER_CALL_LIMIT:
                 errs.append(invalid_value(field, tname, "'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: " + r.rule_string()))
                 budget.exhausted = True
@@ -712,9 +1031,10 @@ class RuleSet:
                 return
             budget.remaining -= cost
             if activation is None:
-                data: dict[str, Any] = {"self": cv}
+                data: dict[str, Any] = {"self": cv, _HAS_OLD: ov is not None}
                 if ov is not None:
                     data["oldSelf"] = ov
+                    data[_OLD_VALUE] = ov
                 activation = env.Activation(data=data)
             ok, err = _eval_bool(r.program, activation)
             if err is not None:
@@ -731,7 +1051,7 @@ class RuleSet:
                 fpath = fpath or NIL_PATH
             detail = r.default_message()
             if r.message_program is not None:
-                mcost = _runtime_cost(r.msg_depth, r.msg_base, v)
+                mcost = r.msg_cost.runtime_cost(v) if r.msg_cost is not None else 1
                 if mcost > budget.remaining:
                     errs.append(invalid_value(fpath, tname, "messageExpression evaluation failed due to running out of cost budget, no further validation rules will be run"))
                     budget.exhausted = True
@@ -740,7 +1060,11 @@ class RuleSet:
                 msg = _eval_message(r.message_program, activation)
                 if msg is not None:
                     detail = msg
-            errs.append(_reason_error(fpath, tname, detail, r.reason))
+            cause = _reason_error(fpath, tname, detail, r.reason)
+            if ratcheted:
+                budget.warnings.append(f"{cause.field}: {cause.message}")  # type: ignore[union-attr]
+            else:
+                errs.append(cause)
 
 
 def _correlate_list(n: _Node, v: list[Any], old: Any) -> list[Any] | None:
@@ -823,7 +1147,7 @@ def _check_node(n: _Node, raw: dict[str, Any], path: str, rules: RuleSet, errs: 
         rp = f"{path}.x-kubernetes-validations[{i}]"
         if not c.text:
             continue
-        cost = min(_static_cost(c.text, n) * cardinality, 2**64 - 1)
+        cost = min(c.cost.static_cost(n) * cardinality, 2**64 - 1)
         if cost > STATIC_EXPRESSION_LIMIT:
             errs.append(forbidden_field(f"{rp}.rule", _cost_message("estimated rule cost", cost, STATIC_EXPRESSION_LIMIT)))
         costs.append((cost, f"{rp}.rule"))
@@ -832,8 +1156,7 @@ def _check_node(n: _Node, raw: dict[str, Any], path: str, rules: RuleSet, errs: 
         if c.message_error:
             errs.append(_invalid_rule(f"{rp}.messageExpression", c.rule, c.message_error))
         elif c.message_program is not None:
-            mexpr = c.rule.get("messageExpression", "")
-            mcost = _static_cost(mexpr, n) * cardinality
+            mcost = (c.msg_cost.static_cost(n) if c.msg_cost is not None else 1) * cardinality
             if mcost > STATIC_EXPRESSION_LIMIT:
                 errs.append(forbidden_field(f"{rp}.messageExpression", _cost_message("estimated messageExpression cost", mcost, STATIC_EXPRESSION_LIMIT)))
             costs.append((mcost, f"{rp}.messageExpression"))

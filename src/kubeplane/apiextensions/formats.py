@@ -7,19 +7,18 @@ whose schema names an unknown format is not checked.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import ipaddress
 import re
 from datetime import date
 from typing import Callable
 from urllib.parse import urlsplit
 
-__all__ = ["FORMAT_CHECKS", "check_format"]
+__all__ = ["FORMAT_CHECKS", "SUPPORTED_FORMATS", "check_format", "supported_format"]
 
+# letters and digits of any script, without "_" (Go's [a-zA-Z0-9\p{S}\p{L}], symbols aside)
+_LD = r"[^\W_]"
 _HOSTNAME = re.compile(
-    r"^([a-zA-Z0-9\w](-?[a-zA-Z0-9\w]{0,62})?|([a-zA-Z0-9\w](([a-zA-Z0-9\-\w]{0,61}[a-zA-Z0-9\w])?)\.){1,}[a-zA-Z]{2,63})$",
-    re.UNICODE,
+    rf"^({_LD}((-?{_LD}{{0,62}})?)|({_LD}((({_LD}|-){{0,61}}{_LD})?)\.){{1,}}[^\W\d_]{{2,63}})$"
 )
 _UUID = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$", re.I)
 _UUID3 = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?3[0-9a-f]{3}-?[0-9a-f]{4}-?[0-9a-f]{12}$", re.I)
@@ -127,12 +126,11 @@ def _datetime(s: str) -> bool:
     return h < 24 and mi < 60 and sec < 60
 
 
+_BASE64 = re.compile(r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$")
+
+
 def _byte(s: str) -> bool:
-    try:
-        base64.b64decode(s, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    return True
+    return bool(_BASE64.match(s))
 
 
 def _isbn10(s: str) -> bool:
@@ -194,6 +192,20 @@ FORMAT_CHECKS: dict[str, Callable[[str], bool]] = {
     "datetime": _datetime,
     "duration": lambda s: bool(_DURATION.match(s)),
 }
+
+
+# The formats custom resources are checked against; any other is ignored
+# (upstream strips it before validating). Names compare without dashes.
+SUPPORTED_FORMATS = frozenset({
+    "bsonobjectid", "uri", "email", "hostname", "ipv4", "ipv6", "cidr", "mac", "uuid", "uuid3", "uuid4",
+    "uuid5", "isbn", "isbn10", "isbn13", "creditcard", "ssn", "hexcolor", "rgbcolor", "byte", "password",
+    "date", "duration", "datetime",
+})
+
+
+def supported_format(fmt: str) -> str:
+    """``fmt`` when custom resources are validated against it, else ``""``."""
+    return fmt if fmt.replace("-", "") in SUPPORTED_FORMATS else ""
 
 
 def check_format(fmt: str, value: str) -> bool:

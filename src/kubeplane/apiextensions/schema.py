@@ -2,41 +2,48 @@
 
 A CRD version's ``openAPIV3Schema`` is first checked with
 :func:`kubeplane.apiextensions.structural.check_crd_schema` (the checks the
-API server makes when a CRD is created or updated). A schema that passed is
-compiled once into a :class:`ResourceSchema`, which the caller caches per CRD
-version and applies to every custom resource, as upstream does:
+API server makes when a CRD is created or updated; it returns
+``list[Cause]`` with upstream's messages and field paths under the prefix
+given, e.g. ``spec.versions[0].schema.openAPIV3Schema``). A schema that
+passed is compiled once into a :class:`ResourceSchema`, which the caller
+caches per CRD version and applies to every custom resource, as upstream:
 
 * ``prune(obj) -> list[str]`` removes, in place, every field the schema does
-  not specify (``x-kubernetes-preserve-unknown-fields`` keeps a subtree,
-  ``x-kubernetes-embedded-resource`` keeps ``apiVersion``, ``kind`` and
-  ``metadata``; the root's ``apiVersion``/``kind``/``metadata`` are kept and
-  unknown fields of ObjectMeta are removed). It returns the removed paths,
-  sorted (``spec.foo``, ``spec.items[0].bar``), for the unknown-field
-  warnings and ``fieldValidation=Strict`` errors
-  (:func:`unknown_field_messages` gives upstream's wording).
-* ``default(obj)`` applies ``default`` values in place (on create, update
-  and when reading from storage), then drops ``null`` values of non-nullable
-  fields that have no default, as upstream's defaulter does.
-* ``validate(obj, old=None) -> list[Cause]`` checks the OpenAPI value
-  validations (type, format, enum, pattern, lengths, bounds, multipleOf,
-  required, nullable, allOf/anyOf/oneOf/not, list-type set/map uniqueness)
-  with the messages of upstream's 422, then the ``x-kubernetes-validations``
-  CEL rules (``old`` is the stored object on update: transition rules using
-  ``oldSelf`` run only when an old value exists, unless
-  ``optionalOldSelf``).
+  not specify (``x-kubernetes-preserve-unknown-fields`` keeps a subtree;
+  ``apiVersion``, ``kind`` and ``metadata`` of the root and of
+  ``x-kubernetes-embedded-resource`` objects are kept, with unknown ObjectMeta
+  fields removed). It returns the removed paths, sorted (``spec.foo``,
+  ``spec.items[0].bar``, ``metadata.junk``), for the unknown-field warnings
+  and ``fieldValidation=Strict`` errors (:func:`unknown_field_messages` gives
+  upstream's wording, ``unknown field "spec.foo"``).
+* ``default(obj) -> bool`` applies ``default`` values in place (on create,
+  update and when reading from storage), then drops ``null`` values of
+  non-nullable fields without default, as upstream's defaulter does; True
+  when ``obj`` changed. ``has_defaults`` tells whether reads need it at all.
+* ``validate(obj, old=None, warnings=None) -> list[Cause]``: the OpenAPI
+  value validations (type, format, enum, pattern, lengths, bounds,
+  multipleOf, required, nullable, allOf/anyOf/oneOf/not, list-type set/map
+  uniqueness), TypeMeta/ObjectMeta of embedded resources, then the
+  ``x-kubernetes-validations`` CEL rules, with the messages of upstream's
+  422. ``old`` is the stored object on update: transition rules (using
+  ``oldSelf``) run only then (unless ``optionalOldSelf``), and values equal
+  to their correlated old value are not checked again (upstream's validation
+  ratcheting; ratcheted CEL failures are appended to ``warnings`` when a list
+  is given). The root's ``apiVersion``, ``kind`` and ``metadata`` (except
+  ``name``/``generateName`` restrictions) are left to ObjectMeta validation.
 
-The expected call order on a write is ``prune``, ``default``, ``validate``;
-on a read from storage ``default`` (upstream also prunes there).
+Call order on a write: ``prune``, ``default``, ``validate``; on a read from
+storage: ``default``. Nothing here raises on malformed input.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from kubeplane.api.errors import Cause, duplicate, go_repr, invalid_value, not_supported, required, too_long, too_many
 
-from .formats import FORMAT_CHECKS
+from .formats import FORMAT_CHECKS, supported_format
 from . import regex
 
 __all__ = [
@@ -56,6 +63,11 @@ OBJECT_META_FIELDS = frozenset({
 _META_KEYS = ("apiVersion", "kind", "metadata")
 _MISSING = object()
 NIL_PATH = "<nil>"
+# errors after which the CEL rules are not evaluated (upstream's hasBlockingErr)
+_BLOCKING = frozenset({"FieldValueNotSupported", "FieldValueRequired", "FieldValueTooLong", "FieldValueTooMany",
+                       "FieldValueTypeInvalid"})
+RULES_NOT_CHECKED = ("some validation rules were not checked because the object was invalid; "
+                     "correct the existing errors to complete validation")
 
 
 def unknown_field_messages(paths: Iterable[str]) -> list[str]:
@@ -132,7 +144,9 @@ class _Node:
         "enum", "pattern", "pattern_src", "min_length", "max_length", "min_items", "max_items",
         "min_props", "max_props", "minimum", "maximum", "excl_min", "excl_max", "multiple_of",
         "required", "unique", "all_of", "any_of", "one_of", "not_", "rules", "has_value_checks",
-        "has_rules_below", "defaults_below", "structural", "cel_type",
+        "has_rules_below", "defaults_below", "structural", "cel_type", "ok", "fast", "prune_leaf",
+        "default_props", "default_children", "cel_env", "checks", "junctors", "embedded_below",
+        "cel_names", "cel_numbers",
     )
 
     def __init__(self, raw: dict[str, Any], structural: bool = True) -> None:
@@ -143,7 +157,7 @@ class _Node:
         t = raw.get("type")
         self.type = t if isinstance(t, str) else ""
         f = raw.get("format")
-        self.format = f if isinstance(f, str) else ""
+        self.format = supported_format(f) if isinstance(f, str) else ""
         self.nullable = raw.get("nullable") is True
         self.default = raw["default"] if "default" in raw else _MISSING
         props = raw.get("properties")
@@ -201,6 +215,36 @@ class _Node:
         children = list(self.properties.values()) + [c for c in (self.items, self.additional) if c is not None]
         self.has_rules_below = bool(self.rules) or any(c.has_rules_below for c in children)
         self.defaults_below = any(c.default is not _MISSING or c.defaults_below for c in children)
+        self.embedded_below = any(c.embedded or c.embedded_below for c in children)
+        self.cel_env: Any = None
+        self.cel_names: dict[str, str] = {}  # CEL-escaped property name -> property name
+        self.cel_numbers: tuple[str, ...] = ()  # properties of type number (doubles in CEL)
+        self.junctors = bool(self.all_of or self.any_of or self.one_of or self.not_ is not None)
+        self.checks = _build_checks(self)
+        # Python types the type validator accepts as they are (None: any type)
+        self.ok = _OK_TYPES.get(self.type) if structural and self.type else None
+        leaf = not (self.properties or self.items is not None or self.additional is not None)
+        # values of these types need no work at all below the parent (no checks, no children)
+        if structural and leaf and not self.has_value_checks and not self.int_or_string and not self.rules:
+            self.fast = self.ok if self.ok is not None else _ALL_TYPES
+        else:
+            self.fast = frozenset()
+        self.prune_leaf = leaf and not self.preserve and not self.embedded and self.additional_bool is None
+        self.default_props = [(k, p) for k, p in self.properties.items() if p.default is not _MISSING]
+        self.default_children = [(k, p) for k, p in self.properties.items() if p.defaults_below]
+
+
+_OK_TYPES = {
+    "string": frozenset({str}),
+    "integer": frozenset({int}),
+    "number": frozenset({int, float}),
+    "boolean": frozenset({bool}),
+    "array": frozenset({list}),
+    "object": frozenset({dict}),
+}
+_ALL_TYPES = frozenset({str, int, float, bool, list, dict, type(None)})
+_PY_TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object",
+                  type(None): "null"}
 
 
 def _dicts(v: Any) -> list[dict[str, Any]]:
@@ -230,32 +274,57 @@ def _prune(x: Any, s: _Node | None, path: str, root: bool, out: list[str]) -> No
     if s is not None and s.preserve:
         _skip_prune(x, s, path, out)
         return
+    if s is None:
+        _prune_all(x, path, out)
+        return
     if isinstance(x, dict):
-        if s is None:
-            for k in list(x):
-                out.append(_child(path, k))
-            x.clear()
-            return
+        props = s.properties
+        ap = s.additional
         for k in list(x):
             v = x[k]
-            kp = _child(path, k)
-            prop = s.properties.get(k)
-            if prop is not None:
-                _prune_impl(v, prop, kp, out)
-            elif s.additional is not None:
-                _prune_impl(v, s.additional, kp, out)
-            elif s.additional_bool is True:
-                continue
-            elif root and k in _META_KEYS:
+            if root and k in _META_KEYS:
+                # TypeMeta and ObjectMeta of a resource are not pruned by the schema;
+                # unknown ObjectMeta fields are dropped as decoding ObjectMeta does
                 if k == "metadata":
-                    _prune_meta(v, kp, out)
+                    _prune_meta(v, _child(path, k), out)
+                continue
+            prop = props.get(k)
+            if prop is not None:
+                if prop.prune_leaf and type(v) is not dict and type(v) is not list:
+                    continue
+                _prune_impl(v, prop, f"{path}.{k}" if path else k, out)
+            elif ap is not None:
+                if ap.prune_leaf and type(v) is not dict and type(v) is not list:
+                    continue
+                _prune_impl(v, ap, f"{path}.{k}" if path else k, out)
+            elif s.additional_bool is True:
+                # additionalProperties: true has no schema: what is below a value is pruned
+                _prune(v, None, _child(path, k), False, out)
             else:
-                out.append(kp)
+                out.append(_child(path, k))
                 del x[k]
     elif isinstance(x, list):
-        items = s.items if s is not None else None
+        items = s.items
+        if items is None:
+            _prune_all(x, path, out)
+            return
+        leaf = items.prune_leaf
         for i, v in enumerate(x):
+            if leaf and type(v) is not dict and type(v) is not list:
+                continue
             _prune_impl(v, items, f"{path}[{i}]", out)
+
+
+def _prune_all(x: Any, path: str, out: list[str]) -> None:
+    """Pruning without a schema: every object key goes (lists are walked without recursion)."""
+    stack = [(x, path)]
+    while stack:
+        v, p = stack.pop()
+        if type(v) is dict:
+            out.extend(_child(p, k) for k in v)
+            v.clear()
+        elif type(v) is list:
+            stack.extend((item, f"{p}[{i}]") for i, item in enumerate(v) if type(item) in (dict, list))
 
 
 def _prune_impl(x: Any, s: _Node | None, path: str, out: list[str]) -> None:
@@ -270,16 +339,18 @@ def _skip_prune(x: Any, s: _Node, path: str, out: list[str]) -> None:
     if isinstance(x, dict):
         for k, v in x.items():
             kp = _child(path, k)
+            if s.embedded and k in _META_KEYS:
+                if k == "metadata":
+                    _prune_meta(v, kp, out)
+                continue
             prop = s.properties.get(k)
             if prop is not None:
                 _prune_impl(v, prop, kp, out)
             elif s.additional is not None:
                 _prune_impl(v, s.additional, kp, out)
-            elif s.embedded and k == "metadata":
-                _prune_meta(v, kp, out)
     elif isinstance(x, list) and s.items is not None:
         for i, v in enumerate(x):
-            _prune_impl(v, s.items, f"{path}[{i}]", out)
+            _skip_prune(v, s.items, f"{path}[{i}]", out)
 
 
 def _prune_meta(meta: Any, path: str, out: list[str]) -> None:
@@ -305,56 +376,69 @@ def _non_nullable_null(v: Any, s: _Node | None) -> bool:
     return v is None and s is not None and not s.nullable
 
 
-def _default(x: Any, s: _Node) -> None:
+def _default(x: Any, s: _Node, ch: list[int]) -> None:
     if isinstance(x, dict):
-        if s.defaults_below:
-            for k, prop in s.properties.items():
-                if prop.default is _MISSING:
-                    continue
-                if k not in x or _non_nullable_null(x[k], prop):
-                    x[k] = _copy(prop.default)
+        for k, prop in s.default_props:
+            if k not in x or (x[k] is None and not prop.nullable):
+                x[k] = _copy(prop.default)
+                ch.append(1)
+        for k, prop in s.default_children:
+            v = x.get(k)
+            if v is not None:
+                _default(v, prop, ch)
         ap = s.additional
-        for k, v in x.items():
-            prop = s.properties.get(k)
-            if prop is not None:
-                if prop.defaults_below:
-                    _default(v, prop)
-            elif ap is not None:
+        if ap is not None and (ap.default is not _MISSING or ap.defaults_below):
+            for k, v in x.items():
                 if ap.default is not _MISSING and _non_nullable_null(v, ap):
                     v = x[k] = _copy(ap.default)
+                    ch.append(1)
                 if ap.defaults_below:
-                    _default(v, ap)
+                    _default(v, ap, ch)
     elif isinstance(x, list):
         it = s.items
-        if it is None:
+        if it is None or not (it.default is not _MISSING or it.defaults_below):
             return
         for i, v in enumerate(x):
             if it.default is not _MISSING and _non_nullable_null(v, it):
                 x[i] = _copy(it.default)
+                ch.append(1)
             elif it.defaults_below:
-                _default(v, it)
+                _default(v, it, ch)
 
 
-def _prune_nulls(x: Any, s: _Node) -> None:
+def _prune_nulls(x: Any, s: _Node, ch: list[int]) -> None:
     """Drop ``null`` values of non-nullable properties without default."""
-    if isinstance(x, dict):
-        if s.properties:
-            for k in [k for k, v in x.items() if v is None]:
-                prop = s.properties.get(k)
+    if type(x) is dict:
+        props = s.properties
+        if props:
+            nulls = [k for k, v in x.items() if v is None] if None in x.values() else ()
+            for k in nulls:
+                prop = props.get(k)
                 if prop is not None and prop.default is _MISSING and not prop.nullable:
                     del x[k]
-        ap = s.additional
-        for k, v in x.items():
-            if isinstance(v, (dict, list)):
-                prop = s.properties.get(k)
-                if prop is not None:
-                    _prune_nulls(v, prop)
-                elif ap is not None:
-                    _prune_nulls(v, ap)
-    elif isinstance(x, list) and s.items is not None:
+                    ch.append(1)
+            ap = s.additional
+            for k, v in x.items():
+                tv = type(v)
+                if tv is dict or tv is list:
+                    prop = props.get(k)
+                    if prop is not None:
+                        if not prop.prune_leaf:
+                            _prune_nulls(v, prop, ch)
+                    elif ap is not None:
+                        _prune_nulls(v, ap, ch)
+        elif s.additional is not None and not s.additional.prune_leaf:
+            ap = s.additional
+            for v in x.values():
+                tv = type(v)
+                if tv is dict or tv is list:
+                    _prune_nulls(v, ap, ch)
+    elif type(x) is list and s.items is not None and not s.items.prune_leaf:
+        it = s.items
         for v in x:
-            if isinstance(v, (dict, list)):
-                _prune_nulls(v, s.items)
+            tv = type(v)
+            if tv is dict or tv is list:
+                _prune_nulls(v, it, ch)
 
 
 # ---------------------------------------------------------------- validation
@@ -393,119 +477,269 @@ def _composite(message: str) -> Cause:
 
 def _check_type(s: _Node, v: Any, path: str, errs: _Errors) -> bool:
     """The type validator; False when the value has the wrong type."""
+    ok = s.ok
+    t = type(v)
+    if ok is None or t in ok:
+        return True
     if v is None:
-        if s.type and s.type != "null" and not s.nullable:
-            errs.causes.append(_type_error(path, s.type, "null"))
-            return False
+        if s.nullable:
+            return True
+        errs.causes.append(_type_error(path, s.type, "null"))
+        return False
+    if t is float and s.type == "integer" and v.is_integer():
         return True
-    if not s.type:
+    if s.format and (t is str or t is list) and s.type not in ("number", "integer"):
         return True
-    got = json_type(v)
-    t = s.type
-    if got == t:
-        return True
-    if t == "integer" and got == "number" and v.is_integer():
-        return True
-    if t == "number" and got == "integer":
-        return True
-    if s.format and got in ("string", "array") and t not in ("number", "integer"):
-        return True
-    errs.causes.append(_type_error(path, t, got))
+    errs.causes.append(_type_error(path, s.type, _PY_TYPE_NAMES.get(t) or json_type(v)))
     return False
 
 
-def _validate(s: _Node, v: Any, path: str, errs: _Errors) -> None:
+def _node_checks(s: _Node, v: Any, path: str, errs: _Errors) -> bool:
+    """The checks of one schema on one value; False when its children need no walk."""
     if s.structural:
         if not _check_type(s, v, path, errs):
-            return
+            return False
         errs.matched += 1
-        if s.int_or_string and v is not None and not s.any_of and not (
-            isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
-        ):
-            errs.causes.append(_composite(f'"{path}" must validate at least one schema (anyOf)'))
-            errs.causes.append(_type_error(path, "integer", json_type(v)))
-            return
+        if s.int_or_string and not _is_int_or_str(v):
+            # upstream validates x-kubernetes-int-or-string as type [integer, string]
+            if v is None and s.nullable:
+                return False
+            if not (type(v) is float and v.is_integer()):
+                errs.causes.append(_type_error(path, "integer,string", json_type(v)))
+                return False
     if v is None:
-        return
+        return False
     if s.has_value_checks:
         _value_checks(s, v, path, errs)
-    if isinstance(v, dict):
+    return True
+
+
+def _unchanged(v: Any, old: Any) -> bool:
+    return type(v) is type(old) and v == old
+
+
+def _validate_ratcheting(s: _Node, v: Any, old: Any, path: str, errs: _Errors) -> None:
+    """Validation of an update: values equal to their correlated old value are
+    not checked again (upstream's CRD validation ratcheting), so objects stored
+    before a schema tightened can still be updated elsewhere."""
+    if _unchanged(v, old):
+        return
+    if not _node_checks(s, v, path, errs):
+        return
+    t = type(v)
+    if t is dict:
         props = s.properties
-        if props or s.additional is not None:
-            ap = s.additional
+        ap = s.additional
+        old_map = old if type(old) is dict else None
+        if not props and ap is None:
+            return
+        for k, x in v.items():
+            prop = props.get(k) if props else None
+            if prop is None:
+                prop = ap
+                if prop is None:
+                    continue
+                kp = f"{path}.{k}"
+            else:
+                kp = f"{path}.{k}" if path else k
+            if type(x) in prop.fast:
+                continue
+            if old_map is not None and k in old_map:
+                _validate_ratcheting(prop, x, old_map[k], kp, errs)
+            else:
+                _validate(prop, x, kp, errs)
+    elif t is list:
+        it = s.items
+        if it is None:
+            return
+        olds = _correlate_items(s, v, old)
+        fast = it.fast
+        for i, x in enumerate(v):
+            if type(x) in fast:
+                continue
+            o = olds[i] if olds is not None else _MISSING
+            if o is _MISSING:
+                _validate(it, x, f"{path}[{i}]", errs)
+            else:
+                _validate_ratcheting(it, x, o, f"{path}[{i}]", errs)
+
+
+def _correlate_items(s: _Node, v: list[Any], old: Any) -> list[Any] | None:
+    """The old item of each new item: by map keys (list-type map) or by value (set)."""
+    if type(old) is not list or not old:
+        return None
+    if s.list_type == "map" and s.list_keys:
+        keys = s.list_keys
+        index = {}
+        for x in old:
+            if type(x) is dict:
+                index.setdefault(tuple(_hashable(x.get(k)) for k in keys), x)
+        return [index.get(tuple(_hashable(x.get(k)) for k in keys), _MISSING) if type(x) is dict else _MISSING
+                for x in v]
+    if s.list_type == "set":
+        seen = {_hashable(x) for x in old}
+        return [x if _hashable(x) in seen else _MISSING for x in v]
+    return None
+
+
+def _validate(s: _Node, v: Any, path: str, errs: _Errors) -> None:
+    if not _node_checks(s, v, path, errs):
+        return
+    t = type(v)
+    if t is dict:
+        props = s.properties
+        ap = s.additional
+        if props:
             for k, x in v.items():
                 prop = props.get(k)
                 if prop is not None:
-                    _validate(prop, x, _child(path, k), errs)
+                    if type(x) in prop.fast:
+                        errs.matched += 1
+                        continue
+                    _validate(prop, x, f"{path}.{k}" if path else k, errs)
                 elif ap is not None:
                     _validate(ap, x, f"{path}.{k}", errs)
-    elif isinstance(v, list):
+        elif ap is not None:
+            fast = ap.fast
+            for k, x in v.items():
+                if type(x) in fast:
+                    continue
+                _validate(ap, x, f"{path}.{k}", errs)
+    elif t is list:
         it = s.items
         if it is not None:
+            fast = it.fast
             for i, x in enumerate(v):
+                if type(x) in fast:
+                    continue
                 _validate(it, x, f"{path}[{i}]", errs)
 
 
 def _value_checks(s: _Node, v: Any, path: str, errs: _Errors) -> None:
-    c = errs.causes
-    if s.all_of or s.any_of or s.one_of or s.not_ is not None:
+    if s.junctors:
         _junctors(s, v, path, errs)
-    if isinstance(v, str):
-        if s.max_length is not None or s.min_length is not None:
+    c = errs.causes
+    for check in s.checks:
+        check(v, path, c)
+
+
+def _build_checks(s: _Node) -> tuple[Callable[[Any, str, list[Cause]], None], ...]:
+    """The value validations of a schema, each a small function guarding its own JSON type."""
+    out: list[Callable[[Any, str, list[Cause]], None]] = []
+    if s.max_length is not None:
+        mx = s.max_length
+
+        def max_length(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is str and len(v) > mx:
+                c.append(too_long(_field(path), v, mx))
+        out.append(max_length)
+    if s.min_length is not None:
+        mn = s.min_length
+
+        def min_length(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is str and len(v) < mn:
+                c.append(_invalid(path, v, f"{path} in body should be at least {mn} chars long"))
+        out.append(min_length)
+    if s.pattern is not None:
+        search, src = s.pattern.search, s.pattern_src
+
+        def pattern(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is str and not search(v):
+                c.append(_invalid(path, v, f"{path} in body should match '{src}'"))
+        out.append(pattern)
+    fmt_check = (FORMAT_CHECKS.get(s.format) or FORMAT_CHECKS.get(s.format.replace("-", ""))) if s.format else None
+    if fmt_check is not None:
+        fmt = s.format
+
+        def format_(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is str and not fmt_check(v):
+                c.append(Cause("FieldValueTypeInvalid",
+                               f"Invalid value: {go_repr(v)}: {path} in body must be of type {fmt}: {go_repr(v)}",
+                               _field(path)))
+        out.append(format_)
+    if s.maximum is not None:
+        hi, excl = s.maximum, s.excl_max
+        shown = go_number(hi)
+
+        def maximum(v: Any, path: str, c: list[Cause]) -> None:
+            t = type(v)
+            if t is int or t is float:
+                if excl and v >= hi:
+                    c.append(_invalid(path, v, f"{path} in body should be less than {shown}"))
+                elif not excl and v > hi:
+                    c.append(_invalid(path, v, f"{path} in body should be less than or equal to {shown}"))
+        out.append(maximum)
+    if s.minimum is not None:
+        lo, excl_lo = s.minimum, s.excl_min
+        shown_lo = go_number(lo)
+
+        def minimum(v: Any, path: str, c: list[Cause]) -> None:
+            t = type(v)
+            if t is int or t is float:
+                if excl_lo and v <= lo:
+                    c.append(_invalid(path, v, f"{path} in body should be greater than {shown_lo}"))
+                elif not excl_lo and v < lo:
+                    c.append(_invalid(path, v, f"{path} in body should be greater than or equal to {shown_lo}"))
+        out.append(minimum)
+    if s.multiple_of is not None and s.multiple_of > 0:
+        factor = s.multiple_of
+        shown_f = go_number(factor)
+
+        def multiple_of(v: Any, path: str, c: list[Cause]) -> None:
+            t = type(v)
+            if (t is int or t is float) and not _multiple(v, factor):
+                c.append(_invalid(path, v, f"{path} in body should be a multiple of {shown_f}"))
+        out.append(multiple_of)
+    if s.min_items is not None or s.max_items is not None or s.unique:
+        min_i, max_i, unique = s.min_items, s.max_items, s.unique
+
+        def items_count(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is not list:
+                return
             n = len(v)
-            if s.max_length is not None and n > s.max_length:
-                c.append(too_long(_field(path), v, s.max_length))
-            if s.min_length is not None and n < s.min_length:
-                c.append(_invalid(path, v, f"{path} in body should be at least {s.min_length} chars long"))
-        if s.pattern_src:
-            if s.pattern is not None and not s.pattern.search(v):
-                c.append(_invalid(path, v, f"{path} in body should match '{s.pattern_src}'"))
-        if s.format:
-            check = FORMAT_CHECKS.get(s.format)
-            if check is not None and not check(v):
-                c.append(Cause(
-                    "FieldValueTypeInvalid",
-                    f"Invalid value: {go_repr(v)}: {path} in body must be of type {s.format}: {go_repr(v)}",
-                    _field(path),
-                ))
-    elif isinstance(v, (int, float)) and not isinstance(v, bool):
-        if s.maximum is not None:
-            if s.excl_max and v >= s.maximum:
-                c.append(_invalid(path, v, f"{path} in body should be less than {go_number(s.maximum)}"))
-            elif not s.excl_max and v > s.maximum:
-                c.append(_invalid(path, v, f"{path} in body should be less than or equal to {go_number(s.maximum)}"))
-        if s.minimum is not None:
-            if s.excl_min and v <= s.minimum:
-                c.append(_invalid(path, v, f"{path} in body should be greater than {go_number(s.minimum)}"))
-            elif not s.excl_min and v < s.minimum:
-                c.append(_invalid(path, v, f"{path} in body should be greater than or equal to {go_number(s.minimum)}"))
-        if s.multiple_of is not None and s.multiple_of > 0 and not _multiple(v, s.multiple_of):
-            c.append(_invalid(path, v, f"{path} in body should be a multiple of {go_number(s.multiple_of)}"))
-    elif isinstance(v, list):
-        n = len(v)
-        if s.min_items is not None and n < s.min_items:
-            c.append(_invalid(path, n, f"{path} in body should have at least {s.min_items} items"))
-        if s.max_items is not None and n > s.max_items:
-            c.append(too_many(_field(path), n, s.max_items))
-        if s.unique and not _all_unique(v):
-            c.append(_invalid(path, "", f"{path} in body shouldn't contain duplicates"))
-        if s.list_type == "set":
-            c.extend(_set_duplicates(v, path))
-        elif s.list_type == "map" and s.list_keys:
-            c.extend(_map_duplicates(v, s.list_keys, path))
-    elif isinstance(v, dict):
-        n = len(v)
-        if s.min_props is not None and n < s.min_props:
-            c.append(_invalid(path, n, f"{path} in body should have at least {s.min_props} properties"))
-        if s.max_props is not None and n > s.max_props:
-            c.append(too_many(_field(path), n, s.max_props))
-        for k in s.required:
-            if k not in v:
-                c.append(required(_child(path, k)))
+            if min_i is not None and n < min_i:
+                c.append(_invalid(path, n, f"{path} in body should have at least {min_i} items"))
+            if max_i is not None and n > max_i:
+                c.append(too_many(_field(path), n, max_i))
+            if unique and not _all_unique(v):
+                c.append(_invalid(path, "", f"{path} in body shouldn't contain duplicates"))
+        out.append(items_count)
+    if s.list_type == "set":
+        def list_set(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is list and len(v) > 1:
+                c.extend(_set_duplicates(v, path))
+        out.append(list_set)
+    elif s.list_type == "map" and s.list_keys:
+        keys = s.list_keys
+
+        def list_map(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is list and len(v) > 1:
+                c.extend(_map_duplicates(v, keys, path))
+        out.append(list_map)
+    if s.min_props is not None or s.max_props is not None or s.required:
+        min_p, max_p, req = s.min_props, s.max_props, tuple(s.required)
+
+        def object_checks(v: Any, path: str, c: list[Cause]) -> None:
+            if type(v) is not dict:
+                return
+            n = len(v)
+            if min_p is not None and n < min_p:
+                c.append(_invalid(path, n, f"{path} in body should have at least {min_p} properties"))
+            if max_p is not None and n > max_p:
+                c.append(too_many(_field(path), n, max_p))
+            for k in req:
+                if k not in v:
+                    c.append(required(f"{path}.{k}" if path else k))
+        out.append(object_checks)
     if s.enum is not None:
-        if not any(_enum_equal(v, e) for e in s.enum):
-            allowed = [e if isinstance(e, str) else _json(e) for e in s.enum]
-            c.append(not_supported(_field(path), v, allowed))
+        enum = s.enum
+        allowed = [e if isinstance(e, str) else _json(e) for e in enum]
+
+        def enum_(v: Any, path: str, c: list[Cause]) -> None:
+            if not any(_enum_equal(v, e) for e in enum):
+                c.append(not_supported(_field(path), v, allowed))
+        out.append(enum_)
+    return tuple(out)
 
 
 def _json(v: Any) -> str:
@@ -687,38 +921,144 @@ class ResourceSchema:
         return out
 
     # defaulting
-    def default(self, obj: dict[str, Any]) -> None:
-        """Apply defaults in place, then drop non-nullable nulls without default."""
+    def default(self, obj: dict[str, Any]) -> bool:
+        """Apply defaults in place, then drop non-nullable nulls without default;
+        True when ``obj`` changed."""
+        ch: list[int] = []
         if isinstance(obj, dict):
-            _default(obj, self.root)
-            _prune_nulls(obj, self.root)
+            _default(obj, self.root, ch)
+            _prune_nulls(obj, self.root, ch)
+        return bool(ch)
 
     # validation
-    def validate(self, obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[Cause]:
-        """The field errors of ``obj`` (``old``: the stored object on update)."""
+    def validate(self, obj: dict[str, Any], old: dict[str, Any] | None = None,
+                 warnings: list[str] | None = None) -> list[Cause]:
+        """The field errors of ``obj`` (``old``: the stored object on update).
+
+        On update, values equal to their correlated old value are not checked
+        again (validation ratcheting); the failures of CEL rules on such values
+        are appended to ``warnings`` when a list is given, as upstream warns."""
         errs = _Errors()
         root = self.root
-        if isinstance(obj, dict):
-            # the root's apiVersion/kind/metadata are not validated by the schema
-            _validate_root(root, obj, errs)
-        else:
-            _validate(root, obj, "", errs)
-        causes = errs.causes
-        if self._cel is not None:
-            causes.extend(self._cel.validate(obj, old))
+        try:
+            if isinstance(obj, dict):
+                # the root's apiVersion/kind/metadata are not validated by the schema
+                _validate_root(root, obj, errs, old if isinstance(old, dict) else None)
+            else:
+                _validate(root, obj, "", errs)
+            causes = errs.causes
+            if root.embedded_below:
+                _validate_embedded(root, obj, "", causes)
+            if self._cel is not None:
+                if any(c.reason in _BLOCKING for c in causes):
+                    # as upstream: rules are not run on an object of the wrong shape
+                    causes.append(Cause("FieldValueInvalid", f"Invalid value: \"null\": {RULES_NOT_CHECKED}", NIL_PATH))
+                else:
+                    causes.extend(self._cel.validate(obj, old, warnings))
+        except RecursionError:
+            # only objects nested close to the JSON decoder's limit get here
+            return errs.causes + [Cause("FieldValueInvalid", 'Invalid value: "object": object is nested too deeply to be validated', NIL_PATH)]
         return causes
 
     @property
     def has_rules(self) -> bool:
+        """True when the schema has x-kubernetes-validations rules."""
         return self._cel is not None
 
+    @property
+    def has_defaults(self) -> bool:
+        """True when some field has a default (reads from storage need defaulting)."""
+        return self.root.defaults_below
 
-def _validate_root(root: _Node, obj: dict[str, Any], errs: _Errors) -> None:
-    view = {k: v for k, v in obj.items() if k not in _META_KEYS or k in root.properties and k != "metadata"}
-    if "metadata" in obj and "metadata" in root.properties:
-        # only name/generateName restrictions are allowed at the root metadata
-        meta = obj["metadata"]
-        if isinstance(meta, dict):
-            sub = {k: meta[k] for k in ("name", "generateName") if k in meta}
-            view["metadata"] = sub
-    _validate(root, view, "", errs)
+
+def _root_view(root: _Node, obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as the schema validates it: the root's metadata reduced to
+    name and generateName (the only parts a schema may restrict)."""
+    meta = obj.get("metadata")
+    if type(meta) is not dict:
+        return obj
+    view = dict(obj)
+    view["metadata"] = {k: meta[k] for k in ("name", "generateName") if k in meta}
+    return view
+
+
+def _validate_root(root: _Node, obj: dict[str, Any], errs: _Errors, old: dict[str, Any] | None = None) -> None:
+    view = _root_view(root, obj)
+    if old is None:
+        _validate(root, view, "", errs)
+    else:
+        _validate_ratcheting(root, view, _root_view(root, old), "", errs)
+
+
+# ------------------------------------------------------- embedded resources
+
+
+def _fchild(path: str, k: str) -> str:
+    return f"{path}.{k}" if path else k
+
+
+def _validate_embedded(s: _Node, x: Any, path: str, out: list[Cause]) -> None:
+    """TypeMeta and ObjectMeta of embedded resources (upstream's objectmeta.Validate)."""
+    if type(x) is dict:
+        if s.embedded:
+            out.extend(_embedded_resource_errors(x, path))
+        for k, v in x.items():
+            prop = s.properties.get(k)
+            if prop is not None:
+                if prop.embedded or prop.embedded_below:
+                    _validate_embedded(prop, v, _fchild(path, k), out)
+            elif s.additional is not None and (s.additional.embedded or s.additional.embedded_below):
+                _validate_embedded(s.additional, v, f"{path}[{k}]", out)
+    elif type(x) is list and s.items is not None and (s.items.embedded or s.items.embedded_below):
+        for i, v in enumerate(x):
+            _validate_embedded(s.items, v, f"{path}[{i}]", out)
+
+
+def _path_segment_name(name: str, prefix: bool = False) -> list[str]:
+    if not prefix and name in (".", ".."):
+        return [f"may not be '{name}'"]
+    errs = []
+    for bad in ("/", "%"):
+        if bad in name:
+            errs.append(f"may not contain '{bad}'")
+    return errs
+
+
+def _embedded_resource_errors(x: dict[str, Any], path: str) -> list[Cause]:
+    from kubeplane.api.strings import is_dns1035_label
+    from kubeplane.api.validation.meta import validate_object_meta
+
+    out: list[Cause] = []
+    if "apiVersion" not in x:
+        out.append(required(_fchild(path, "apiVersion")))
+    if "kind" not in x:
+        out.append(required(_fchild(path, "kind")))
+    for k, v in x.items():
+        if k == "apiVersion":
+            p = _fchild(path, k)
+            if not isinstance(v, str):
+                out.append(invalid_value(p, v, "must be a string"))
+            elif not v:
+                out.append(required(p))
+            elif v.count("/") > 1:
+                out.append(invalid_value(p, v, f"unexpected GroupVersion string: {v}"))
+        elif k == "kind":
+            p = _fchild(path, k)
+            if not isinstance(v, str):
+                out.append(invalid_value(p, v, "must be a string"))
+            elif not v:
+                out.append(required(p))
+            else:
+                errs = is_dns1035_label(v.lower())
+                if errs:
+                    out.append(invalid_value(p, v, "may have mixed case, but should otherwise match: " + ",".join(errs)))
+        elif k == "metadata":
+            p = _fchild(path, k)
+            if not isinstance(v, dict):
+                out.append(invalid_value(p, v, "must be an object"))
+                continue
+            meta = dict(v)
+            if not meta.get("name"):
+                meta["name"] = "fakename"
+            out.extend(validate_object_meta(meta, bool(meta.get("namespace")), _path_segment_name, p))
+    return out

@@ -59,8 +59,42 @@ def check_crd_schema(
     schema = openapi_v3_schema
     if not isinstance(schema, dict):
         return [invalid_value(path, go_repr(schema), "must be an object")]
+    if _depth(schema) > MAX_SCHEMA_DEPTH:
+        return [forbidden_field(path, f"must not be nested more than {MAX_SCHEMA_DEPTH} levels deep")]
+    try:
+        return _check(schema, path, allow_defaults, status_subresource)
+    except RecursionError:
+        return [forbidden_field(path, f"must not be nested more than {MAX_SCHEMA_DEPTH} levels deep")]
+
+
+MAX_SCHEMA_DEPTH = 128
+
+
+def _depth(schema: Any) -> int:
+    """How deeply schemas nest (properties, items, additionalProperties, junctors), counted without recursion."""
+    best = 0
+    stack = [(schema, 1)]
+    while stack:
+        s, d = stack.pop()
+        if not isinstance(s, dict):
+            continue
+        best = max(best, d)
+        if d > MAX_SCHEMA_DEPTH:
+            return d
+        props = s.get("properties")
+        if isinstance(props, dict):
+            stack.extend((v, d + 1) for v in props.values())
+        for k in ("items", "additionalProperties", "not"):
+            stack.append((s.get(k), d + 1))
+        for k in ("allOf", "anyOf", "oneOf"):
+            subs = s.get(k)
+            if isinstance(subs, list):
+                stack.extend((v, d + 1) for v in subs)
+    return best
+
+
+def _check(schema: dict[str, Any], path: str, allow_defaults: bool, status_subresource: bool) -> list[Cause]:
     errs: list[Cause] = []
-    parent = path.rsplit(".", 1)[0] if path.endswith(".openAPIV3Schema") else path
     if status_subresource:
         errs.extend(_status_root_checks(schema, path))
     if schema.get("nullable") is True:
@@ -76,7 +110,6 @@ def check_crd_schema(
     errs.extend(schema_errs)
     if not errs:
         errs.extend(_cel_checks(schema, path))
-    del parent
     return errs
 
 
@@ -550,7 +583,7 @@ def _defaults(s: dict[str, Any], path: str, root: dict[str, Any], errs: list[Cau
                     from .celrules import RuleSet
 
                     rules = RuleSet(node, root_is_resource=s is root and s.get("x-kubernetes-embedded-resource") is True)
-                    errs.extend(_reprefix_cel(rules.validate(value, value), dpath))
+                    errs.extend(_reprefix_cel(rules.validate(value, value, ratcheting=False), dpath))
                 except Exception:  # a rule that does not compile is reported by the CEL checks
                     pass
     items = _sub(s, "items")
