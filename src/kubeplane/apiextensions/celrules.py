@@ -859,9 +859,13 @@ def _child_path(path: str, name: str) -> str:
 
 
 def _to_cel(value: Any, n: _Node) -> Any:
-    """Numbers of ``number`` schemas are doubles in CEL."""
-    if n.type == "number" and isinstance(value, int) and not isinstance(value, bool):
+    """Numbers of ``number`` schemas are doubles in CEL, of ``integer`` schemas ints
+    (JSON may carry ``2.0`` for an integer)."""
+    t = type(value)
+    if n.type == "number" and t is int:
         return float(value)
+    if n.type == "integer" and t is float and value.is_integer() and abs(value) < 2**63:
+        return int(value)
     return value
 
 

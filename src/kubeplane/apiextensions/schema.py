@@ -146,7 +146,7 @@ class _Node:
         "required", "unique", "all_of", "any_of", "one_of", "not_", "rules", "has_value_checks",
         "has_rules_below", "defaults_below", "structural", "cel_type", "ok", "fast", "prune_leaf",
         "default_props", "default_children", "cel_env", "checks", "junctors", "embedded_below",
-        "cel_names", "cel_numbers",
+        "cel_names", "cel_numbers", "list_types_below",
     )
 
     def __init__(self, raw: dict[str, Any], structural: bool = True) -> None:
@@ -210,12 +210,13 @@ class _Node:
             or self.min_props is not None or self.max_props is not None or self.minimum is not None
             or self.maximum is not None or self.multiple_of is not None or self.required or self.unique
             or self.all_of or self.any_of or self.one_of or self.not_ is not None
-            or self.list_type in ("set", "map")
+
         )
         children = list(self.properties.values()) + [c for c in (self.items, self.additional) if c is not None]
         self.has_rules_below = bool(self.rules) or any(c.has_rules_below for c in children)
         self.defaults_below = any(c.default is not _MISSING or c.defaults_below for c in children)
         self.embedded_below = any(c.embedded or c.embedded_below for c in children)
+        self.list_types_below = any(c.list_type in ("set", "map") or c.list_types_below for c in children)
         self.cel_env: Any = None
         self.cel_names: dict[str, str] = {}  # CEL-escaped property name -> property name
         self.cel_numbers: tuple[str, ...] = ()  # properties of type number (doubles in CEL)
@@ -704,18 +705,6 @@ def _build_checks(s: _Node) -> tuple[Callable[[Any, str, list[Cause]], None], ..
             if unique and not _all_unique(v):
                 c.append(_invalid(path, "", f"{path} in body shouldn't contain duplicates"))
         out.append(items_count)
-    if s.list_type == "set":
-        def list_set(v: Any, path: str, c: list[Cause]) -> None:
-            if type(v) is list and len(v) > 1:
-                c.extend(_set_duplicates(v, path))
-        out.append(list_set)
-    elif s.list_type == "map" and s.list_keys:
-        keys = s.list_keys
-
-        def list_map(v: Any, path: str, c: list[Cause]) -> None:
-            if type(v) is list and len(v) > 1:
-                c.extend(_map_duplicates(v, keys, path))
-        out.append(list_map)
     if s.min_props is not None or s.max_props is not None or s.required:
         min_p, max_p, req = s.min_props, s.max_props, tuple(s.required)
 
@@ -949,6 +938,8 @@ class ResourceSchema:
             causes = errs.causes
             if root.embedded_below:
                 _validate_embedded(root, obj, "", causes)
+            if root.list_types_below or root.list_type in ("set", "map"):
+                _validate_list_types(root, obj, old if old is not None else _MISSING, "", causes)
             if self._cel is not None:
                 if any(c.reason in _BLOCKING for c in causes):
                     # as upstream: rules are not run on an object of the wrong shape
@@ -1062,3 +1053,36 @@ def _embedded_resource_errors(x: dict[str, Any], path: str) -> list[Cause]:
                 meta["name"] = "fakename"
             out.extend(validate_object_meta(meta, bool(meta.get("namespace")), _path_segment_name, p))
     return out
+
+
+# -------------------------------------------------- list-type sets and maps
+
+
+def _validate_list_types(s: _Node, x: Any, old: Any, path: str, out: list[Cause]) -> None:
+    """Uniqueness of x-kubernetes-list-type set and map lists (upstream's
+    listtype validation, with field paths: ``spec.m[key].l[1]``). Lists equal
+    to their old value are not checked again."""
+    if old is not _MISSING and _unchanged(x, old):
+        return
+    if type(x) is dict:
+        old_map = old if type(old) is dict else None
+        for k, v in x.items():
+            prop = s.properties.get(k)
+            if prop is not None:
+                child, p = prop, _fchild(path, k)
+            elif s.additional is not None:
+                child, p = s.additional, f"{path}[{k}]"
+            else:
+                continue
+            if child.list_type in ("set", "map") or child.list_types_below:
+                _validate_list_types(child, v, old_map.get(k, _MISSING) if old_map is not None else _MISSING, p, out)
+    elif type(x) is list:
+        if len(x) > 1:
+            if s.list_type == "set":
+                out.extend(_set_duplicates(x, path))
+            elif s.list_type == "map" and s.list_keys:
+                out.extend(_map_duplicates(x, s.list_keys, path))
+        it = s.items
+        if it is not None and (it.list_types_below or it.list_type in ("set", "map")):
+            for i, v in enumerate(x):
+                _validate_list_types(it, v, _MISSING, f"{path}[{i}]", out)

@@ -119,7 +119,7 @@ def _check(schema: dict[str, Any], path: str, allow_defaults: bool, status_subre
 def _openapi(s: dict[str, Any], path: str, errs: list[Cause], *, root: bool, allow_defaults: bool,
              defaults_reason: str, inside_meta: bool, old_self_forbidden: str | None) -> None:
     t = s.get("type")
-    if isinstance(t, str) and t and t not in OPENAPI_V3_TYPES and t != "null":
+    if isinstance(t, str) and t and t not in OPENAPI_V3_TYPES:
         errs.append(not_supported(f"{path}.type", t, OPENAPI_V3_TYPES))
     if "default" in s and not allow_defaults:
         detail = "must not be set" + (f" {defaults_reason}" if defaults_reason else "")

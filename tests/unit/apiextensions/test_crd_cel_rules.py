@@ -190,3 +190,9 @@ def test_optional_field_selection():
     s = spec_rules([{"rule": "self.?name.orValue('none') != 'bad'"}])
     assert errors(s, {"spec": {}}) == []
     assert errors(s, {"spec": {"name": "bad"}}) != []
+
+
+def test_integral_float_for_an_integer_field():
+    s = {"type": "object", "properties": {"r": {"type": "integer", "x-kubernetes-validations": [{"rule": "self % 2 == 0"}]}}}
+    assert errors(s, {"r": 4.0}) == []
+    assert errors(s, {"r": 3.0}) == ['FieldValueInvalid r: Invalid value: "integer": failed rule: self % 2 == 0']

@@ -301,3 +301,11 @@ def test_root_required_type_meta_and_metadata():
               "properties": {"spec": {"type": "object"}}}
     assert errors(schema, {"apiVersion": "a/v1", "kind": "K", "metadata": {"name": "x"}, "spec": {}}) == []
     assert errors(schema, {"apiVersion": "a/v1", "kind": "K", "metadata": {"name": "x"}}) == ["spec: Required value"]
+
+
+def test_list_type_errors_use_field_paths_under_maps():
+    schema = spec(m={"type": "object", "additionalProperties": {
+        "type": "object", "properties": {"l": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"}}}})
+    assert errors(schema, {"spec": {"m": {"k": {"l": ["a", "a"]}}}}) == ['spec.m[k].l[1]: Duplicate value: "a"']
+    # an unchanged list is not checked again on update
+    assert errors(schema, {"spec": {"m": {"k": {"l": ["a", "a"]}}}}, {"spec": {"m": {"k": {"l": ["a", "a"]}}}}) == []

@@ -105,3 +105,27 @@ def test_deeply_nested_schema_is_rejected_not_crashing():
         inner = nxt
     out = check_crd_schema(schema, "s")
     assert [f"{c.field}: {c.message}" for c in out] == ["s: Forbidden: must not be nested more than 128 levels deep"]
+
+
+RULES = ["self > 0", "self.a == oldSelf.a", "self.all(x, true)", "(", "true", "self.size() > 1",
+         "oldSelf.?a.orValue(1) == 1", "self.x.y.z", 'self.matches("(a")', 'self.find("[")', "quantity(self) > 1",
+         'url(self).getHost() == ""', "ip(self).family() == 4", "self.sum() > 1", "self.isSorted()", "1/0 == 1",
+         "self[0] == 1"]
+
+
+def test_random_rules_on_random_values_never_crash():
+    r = random.Random(99)
+    for _ in range(300):
+        schema = rand_schema(r)
+        schema["x-kubernetes-validations"] = [
+            {"rule": r.choice(RULES), "optionalOldSelf": r.choice([None, True]),
+             "messageExpression": r.choice([None, "string(self)", "self"])} for _ in range(2)]
+        root = {"type": "object", "properties": {"spec": schema}}
+        check_crd_schema(root, "s", status_subresource=r.random() < 0.5)
+        rs = ResourceSchema(root)
+        for _ in range(2):
+            obj, old = {"spec": rand_value(r)}, {"spec": rand_value(r)}
+            rs.prune(obj)
+            rs.default(obj)
+            assert isinstance(rs.validate(obj, old, []), list)
+            assert isinstance(rs.validate(obj), list)
