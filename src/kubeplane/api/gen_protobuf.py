@@ -7,7 +7,8 @@ whether the Go field is a pointer). This script reads both from checkouts of
 ``k8s.io/api`` and ``k8s.io/apimachinery`` and writes one compact table per
 message reachable from the kinds kubeplane decodes::
 
-    python -m kubeplane.api.gen_protobuf --api PATH/TO/api --apimachinery PATH/TO/apimachinery
+    python -m kubeplane.api.gen_protobuf --api PATH/TO/api --apimachinery PATH/TO/apimachinery \
+        --apiextensions PATH/TO/apiextensions-apiserver
     python -m kubeplane.api.gen_protobuf ... --check     # exit 1 if the data file is out of date
 
 The output, ``protobuf_schema.json`` next to this module, is package data read
@@ -57,6 +58,8 @@ WELL_KNOWN = {
     "k8s.io.apimachinery.pkg.api.resource.Quantity": "quantity",
     "k8s.io.apimachinery.pkg.util.intstr.IntOrString": "intorstr",
     "k8s.io.apimachinery.pkg.runtime.RawExtension": "rawext",
+    # apiextensions' JSON: field 1 holds the raw JSON value
+    "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.JSON": "rawjson",
 }
 SCALARS = {"string", "bytes", "bool", "int32", "int64", "uint32", "uint64", "sint32", "sint64",
            "fixed32", "fixed64", "sfixed32", "sfixed64", "double", "float"}
@@ -67,6 +70,17 @@ OPTION_KINDS = ("DeleteOptions", "CreateOptions", "UpdateOptions", "PatchOptions
                 "ListOptions", "Status")
 
 REPEATED, KEEP, INLINE = 1, 2, 4
+
+#: k8s.io/apiextensions-apiserver: the CustomResourceDefinition kind
+APIEXTENSIONS_PACKAGE = "pkg/apis/apiextensions/v1"
+APIEXTENSIONS = "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1"
+#: messages of a JSON form of their own that hold a JSONSchemaProps (decoded
+#: with their table, then reshaped: upstream's MarshalJSON of each)
+SCHEMA_OR = {
+    f"{APIEXTENSIONS}.JSONSchemaPropsOrBool": "schemaorbool",
+    f"{APIEXTENSIONS}.JSONSchemaPropsOrArray": "schemaorarray",
+    f"{APIEXTENSIONS}.JSONSchemaPropsOrStringArray": "schemaorstrings",
+}
 
 
 @dataclass
@@ -126,7 +140,7 @@ def _qualify(typ: str, pkg: str) -> str:
     return f"{pkg}.{typ}"
 
 
-_STRUCT = re.compile(r"^type (\w+) struct \{$")
+_STRUCT = re.compile(r"^type (\w+) struct ?\{(\})?$")
 _GO_FIELD = re.compile(r"^\s+(?:(\w+)\s+)?(\S+)\s+`([^`]*)`")
 _TAG = re.compile(r'(\w+):"([^"]*)"')
 
@@ -139,6 +153,8 @@ def parse_go(text: str) -> dict[str, dict[str, GoField]]:
         m = _STRUCT.match(line)
         if m:
             current = structs.setdefault(m.group(1), {})
+            if m.group(2):  # an empty struct on one line: `type X struct{}`
+                current = None
             continue
         if line == "}":
             current = None
@@ -180,19 +196,25 @@ def _read_package(root: Path, package: str) -> tuple[str, dict[str, list[ProtoFi
     return pkg, messages, structs
 
 
-def build(api: Path, machinery: Path) -> dict:
+def build(api: Path, machinery: Path, apiextensions: Path | None = None) -> dict:
     messages: dict[str, list[ProtoField]] = {}
     go: dict[str, dict[str, GoField]] = {}  # fully qualified message -> fields
     kinds: dict[str, str] = {}
-    for root, packages in ((api, API_PACKAGES), (machinery, MACHINERY_PACKAGES)):
+    roots: list[tuple[Path, tuple[str, ...]]] = [(api, API_PACKAGES), (machinery, MACHINERY_PACKAGES)]
+    if apiextensions is not None:
+        roots.append((apiextensions, (APIEXTENSIONS_PACKAGE,)))
+    for root, packages in roots:
         for package in packages:
             pkg, msgs, structs = _read_package(root, package)
             messages.update(msgs)
             for full in msgs:
                 if full.rsplit(".", 1)[1] in structs:
                     go[full] = structs[full.rsplit(".", 1)[1]]
-            if root is api:
-                group, version = GROUPS[package.split("/")[0]], package.split("/")[1]
+            if root is not machinery:
+                if package == APIEXTENSIONS_PACKAGE:
+                    group, version = "apiextensions.k8s.io", "v1"
+                else:
+                    group, version = GROUPS[package.split("/")[0]], package.split("/")[1]
                 api_version = f"{group}/{version}" if group else version
                 for full, fields in msgs.items():
                     # A kind is a message that carries ObjectMeta (or ListMeta) as field 1.
@@ -222,6 +244,9 @@ def build(api: Path, machinery: Path) -> dict:
                 typ, ref = f.type, None
             elif f.type in WELL_KNOWN:
                 typ, ref = WELL_KNOWN[f.type], None
+            elif f.type in SCHEMA_OR:
+                typ, ref = SCHEMA_OR[f.type], f.type
+                todo.append(f.type)
             elif f.type in messages and f.type not in go:
                 # a slice alias (authentication's ExtraValue, []string) has no struct:
                 # it only appears in status and user info a request does not carry
@@ -236,7 +261,8 @@ def build(api: Path, machinery: Path) -> dict:
             rows.append([f.number, "" if gf.inline else gf.json, typ, ref, flags])
         out[name] = rows
     return {
-        "source": "generated.proto and Go struct tags of k8s.io/api and k8s.io/apimachinery",
+        "source": "generated.proto and Go struct tags of k8s.io/api and k8s.io/apimachinery"
+                  + (" and k8s.io/apiextensions-apiserver" if apiextensions is not None else ""),
         "kinds": dict(sorted(kinds.items())),
         "messages": dict(sorted(out.items())),
     }
@@ -258,9 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--api", type=Path, required=True, help="checkout of k8s.io/api")
     p.add_argument("--apimachinery", type=Path, required=True, help="checkout of k8s.io/apimachinery")
+    p.add_argument("--apiextensions", type=Path, help="checkout of k8s.io/apiextensions-apiserver")
     p.add_argument("--check", action="store_true", help="exit 1 if the data file differs")
     args = p.parse_args(argv)
-    text = render(build(args.api, args.apimachinery))
+    text = render(build(args.api, args.apimachinery, args.apiextensions))
     if args.check:
         if not OUTPUT.exists() or OUTPUT.read_text() != text:
             print(f"{OUTPUT.name} is out of date", file=sys.stderr)

@@ -52,6 +52,8 @@ MESSAGE, INLINE, MAP = "message", "inline", "map"
 UINT64, SINT32, SINT64, FLOAT = "uint64", "sint32", "sint64", "float"
 FIXED32, FIXED64, SFIXED32, SFIXED64 = "fixed32", "fixed64", "sfixed32", "sfixed64"
 DURATION, RAWEXT = "duration", "rawext"
+#: apiextensions' JSONSchemaPropsOrBool / OrArray / OrStringArray
+SCHEMA_OR_BOOL, SCHEMA_OR_ARRAY, SCHEMA_OR_STRINGS = "schemaorbool", "schemaorarray", "schemaorstrings"
 
 _SCALAR_WIRE = {STRING: _LEN, BYTES: _LEN, INT32: _VARINT, INT64: _VARINT, UINT32: _VARINT,
                 UINT64: _VARINT, SINT32: _VARINT, SINT64: _VARINT, BOOL: _VARINT, DOUBLE: _I64,
@@ -459,6 +461,37 @@ def _raw_extension(raw: bytes, path: str) -> Any:
     return None
 
 
+def _schema_or(kind: str, table: Table, raw: bytes, path: str) -> Any:
+    """A JSONSchemaProps-or-something as upstream's MarshalJSON writes it: the
+    schema when set, else the bool (OrBool), the schemas (OrArray) or the
+    strings (OrStringArray)."""
+    schema_number = 2 if kind == SCHEMA_OR_BOOL else 1
+    schema: Any = None
+    allows = False
+    items: list[Any] = []
+    for number, wire, value in iter_fields(raw):
+        f = table.get(number)
+        if f is None:
+            continue
+        if number == schema_number:
+            _expect(wire, _LEN, path)
+            assert isinstance(value, bytes) and f.table is not None
+            schema = decode_message(value, f.table, path)
+        elif kind == SCHEMA_OR_BOOL and number == 1:
+            allows = bool(_scalar(BOOL, wire, value, path))
+        elif number == 2 and kind == SCHEMA_OR_ARRAY:
+            _expect(wire, _LEN, path)
+            assert isinstance(value, bytes) and f.table is not None
+            items.append(decode_message(value, f.table, f"{path}[{len(items)}]"))
+        elif number == 2:
+            items.append(_scalar(STRING, wire, value, f"{path}[{len(items)}]"))
+    if kind == SCHEMA_OR_BOOL:
+        return schema if schema is not None else allows
+    if kind == SCHEMA_OR_ARRAY:
+        return items if items else schema
+    return items if items else (schema if schema is not None else [])
+
+
 def _single(kind: str, table: Table | None, wire: int, raw: _Value, path: str) -> Any:
     """Decode one value (a scalar, a well-known type or a nested message)."""
     if kind in _SCALAR_WIRE:
@@ -477,6 +510,9 @@ def _single(kind: str, table: Table | None, wire: int, raw: _Value, path: str) -
         return _duration(raw, path)
     if kind == RAWEXT:
         return _raw_extension(raw, path)
+    if kind in (SCHEMA_OR_BOOL, SCHEMA_OR_ARRAY, SCHEMA_OR_STRINGS):
+        assert table is not None
+        return _schema_or(kind, table, raw, path)
     assert table is not None, f"no table for message field {path}"
     return decode_message(raw, table, path)
 

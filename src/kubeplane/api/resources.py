@@ -8,7 +8,8 @@ Behaviour (defaults, validation, printing) is attached by the registry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,10 @@ class ResourceInfo:
     verbs: tuple[str, ...] = (
         "create", "delete", "deletecollection", "get", "list", "patch", "update", "watch",
     )
+    #: for a custom resource, what its CustomResourceDefinition says of this
+    #: version (kubeplane.registry.customresource.CustomResourceVersion); None
+    #: for built-in kinds
+    custom: Any = field(default=None, compare=False, hash=False)
 
     @property
     def api_version(self) -> str:
@@ -36,7 +41,7 @@ class ResourceInfo:
 
     @property
     def list_kind(self) -> str:
-        return self.kind + "List"
+        return self.custom.list_kind if self.custom is not None else self.kind + "List"
 
     @property
     def qualified(self) -> str:
@@ -112,6 +117,9 @@ RESOURCES: tuple[ResourceInfo, ...] = (
        False, categories=("api-extensions",)),
     # batch/v1 (kubectl create job)
     _r("batch", "v1", "Job", "jobs", True, categories=("all",), subresources=("status",)),
+    # apiextensions.k8s.io/v1
+    _r("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False,
+       short_names=("crd", "crds"), categories=("api-extensions",), subresources=("status",)),
     # policy/v1 (PodDisruptionBudgets, respected by preemption)
     _r("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, short_names=("pdb",),
        subresources=("status",)),
@@ -129,15 +137,73 @@ RESOURCES: tuple[ResourceInfo, ...] = (
 
 
 class Catalogue:
-    """Lookups over :data:`RESOURCES` by every name a client may use."""
+    """Lookups over the served resources by every name a client may use.
+
+    The built-in kinds are fixed; custom resources come and go at run time
+    (:meth:`set_custom`, one call per CustomResourceDefinition). Readers
+    always see a consistent snapshot, and subscribers hear of every change
+    (discovery and OpenAPI caches, the controllers that iterate resources).
+    """
 
     def __init__(self, resources: tuple[ResourceInfo, ...] = RESOURCES) -> None:
+        self.builtin = tuple(resources)
+        #: CRD name -> the resources (one per served version) it defines
+        self._custom: dict[str, tuple[ResourceInfo, ...]] = {}
+        self._subscribers: list[Callable[[], None]] = []
+        #: bumped on every change: caches keyed by it stay valid until the next one
+        self.generation = 0
+        self._index()
+
+    def _index(self) -> None:
+        resources = self.builtin + tuple(r for rs in self._custom.values() for r in rs)
         self.resources = resources
         self._by_gvr = {(r.group, r.version, r.plural): r for r in resources}
         self._by_gvk = {(r.group, r.version, r.kind): r for r in resources}
-        self._by_kind = {}
+        self._by_kind: dict[str, ResourceInfo] = {}
         for r in resources:
             self._by_kind.setdefault(r.kind, r)
+        gvs: dict[tuple[str, str], list[ResourceInfo]] = {}
+        for r in resources:
+            gvs.setdefault((r.group, r.version), []).append(r)
+        self._gvs = gvs
+
+    # -- custom resources -------------------------------------------------
+
+    def set_custom(self, crd_name: str, resources: tuple[ResourceInfo, ...] | list[ResourceInfo]) -> None:
+        """Serve ``resources`` for the CRD ``crd_name`` (replacing what it had);
+        an empty sequence stops serving them."""
+        resources = tuple(resources)
+        if self._custom.get(crd_name, ()) == resources and all(
+                a.custom is b.custom for a, b in zip(self._custom.get(crd_name, ()), resources)):
+            return
+        if resources:
+            self._custom[crd_name] = resources
+        else:
+            if crd_name not in self._custom:
+                return
+            del self._custom[crd_name]
+        self._index()
+        self.generation += 1
+        for fn in list(self._subscribers):
+            fn()
+
+    def remove_custom(self, crd_name: str) -> None:
+        self.set_custom(crd_name, ())
+
+    def custom(self, crd_name: str) -> tuple[ResourceInfo, ...]:
+        return self._custom.get(crd_name, ())
+
+    def subscribe(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Call ``fn()`` after every change; returns the function that unsubscribes."""
+        self._subscribers.append(fn)
+
+        def unsubscribe() -> None:
+            if fn in self._subscribers:
+                self._subscribers.remove(fn)
+
+        return unsubscribe
+
+    # -- lookups ------------------------------------------------------------
 
     def by_gvr(self, group: str, version: str, plural: str) -> ResourceInfo | None:
         return self._by_gvr.get((group, version, plural))
@@ -153,14 +219,14 @@ class Catalogue:
         return self._by_kind.get(kind)
 
     def group_versions(self) -> list[tuple[str, str]]:
-        seen: list[tuple[str, str]] = []
-        for r in self.resources:
-            if (r.group, r.version) not in seen:
-                seen.append((r.group, r.version))
-        return seen
+        return list(self._gvs)
 
     def in_group_version(self, group: str, version: str) -> list[ResourceInfo]:
-        return [r for r in self.resources if r.group == group and r.version == version]
+        return list(self._gvs.get((group, version), ()))
+
+    def copy(self) -> "Catalogue":
+        """A catalogue of the same built-in kinds and no custom resources."""
+        return Catalogue(self.builtin)
 
 
 CATALOGUE = Catalogue()

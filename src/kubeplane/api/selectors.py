@@ -733,14 +733,18 @@ def _unescape(v: str) -> str:
     return "".join(out)
 
 
-def parse_field_selector(s: str, plural: str) -> FieldSelector:
-    """Parse ``spec.nodeName=n,status.phase!=Failed`` for resource ``plural``.
+def parse_field_selector(
+    s: str, plural: str, fields: Mapping[str, Callable[[Mapping[str, Any]], str]] | None = None,
+) -> FieldSelector:
+    """Parse ``spec.nodeName=n,status.phase!=Failed`` for resource ``plural``
+    (or over ``fields``, field name → getter, when given).
 
     Unknown fields raise 400 ``field label not supported: <field>``.
     """
     if not s:
         return FieldSelector()
-    fields = selectable_fields(plural)
+    if fields is None:
+        fields = selectable_fields(plural)
     reqs: list[FieldRequirement] = []
     for term in _split_terms(s):
         if not term:

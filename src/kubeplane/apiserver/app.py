@@ -112,6 +112,8 @@ class APIServer:
     registry: Registry | None = None
     url: str = ""
     metrics: APIServerMetrics | None = None
+    #: the resources this server serves: the built-in kinds and its CRDs'
+    catalogue: Catalogue | None = None
     _runner: web.AppRunner | None = field(default=None, repr=False)
     _keeper: asyncio.Task | None = field(default=None, repr=False)
     _lock: DataDirLock | None = field(default=None, repr=False)
@@ -175,13 +177,20 @@ class APIServer:
         self.store = TransformingStore(backend, self._encryption.transformer_for)
         self.metrics = APIServerMetrics()
         instrument_store(self.store, self.metrics)
-        self.registry = Registry(self.store, CATALOGUE, admission=default_chain(
+        # a catalogue of this server's own: the custom resources it serves
+        self.catalogue = CATALOGUE.copy()
+        self.registry = Registry(self.store, self.catalogue, admission=default_chain(
             self.store, service_accounts=cfg.service_account_admission))
         await ensure_default_namespaces(self.registry)
         # the type checking of ValidatingAdmissionPolicies runs in the API server, as upstream's
         policy_status = PolicyStatusController(self.registry)
         await policy_status.start()
         self._started.append(policy_status)
+        from kubeplane.registry.crd import CRDController
+
+        crd_controller = CRDController(self.registry)
+        await crd_controller.start()
+        self._started.append(crd_controller)
         for make in self.in_process:
             component = make(self.registry)
             await component.start()
@@ -201,7 +210,7 @@ class APIServer:
             self.security = Security.load(cfg, host, self.registry)
             ssl_context = self.security.ssl_context
             auth_kw = {"authenticator": self.security.authenticator, "token_issuer": self.security.issuer}
-        app = build_app(self.registry, CATALOGUE, max_body=cfg.max_body, server_address=address,
+        app = build_app(self.registry, self.catalogue, max_body=cfg.max_body, server_address=address,
                         limits=cfg.limits, metrics=self.metrics, **auth_kw)
         self._runner = BoundedAppRunner(app, cfg.limits, access_log=None, handle_signals=False,
                                         shutdown_timeout=1.0)

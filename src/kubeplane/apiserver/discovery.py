@@ -137,7 +137,8 @@ def api_resource_list(catalogue: Catalogue, group: str, version: str) -> Obj | N
             entry["categories"] = list(r.categories)
         # Each resource is served and stored in its one version. Only the
         # legacy APIResource has the field; aggregated discovery (v2) does not.
-        entry["storageVersionHash"] = storage_version_hash(r.group, r.version, r.kind)
+        stored_in = r.custom.storage_version if r.custom is not None else r.version
+        entry["storageVersionHash"] = storage_version_hash(r.group, stored_in, r.kind)
         out.append(entry)
         for s in r.subresources:
             kind = _sub_kind(r, s)

@@ -54,6 +54,8 @@ GROUP_PACKAGE = {
     "certificates.k8s.io": "certificates",
     "authentication.k8s.io": "authentication",
     "admissionregistration.k8s.io": "admissionregistration",
+    # not in k8s.io/api: upstream names these after their Go package
+    "apiextensions.k8s.io": "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions",
 }
 
 # Models that live in meta/v1 upstream (client class names).
@@ -230,7 +232,8 @@ class Generator:
             elif cls_name in CORE_MODELS or cls_name.startswith("CoreV1"):
                 self.names[cls_name] = f"io.k8s.api.core.v1.{short_name(cls_name)}"
             else:
-                self.names[cls_name] = f"io.k8s.api.{package}.v1.{short_name(cls_name)}"
+                base = package if package.startswith("io.") else f"io.k8s.api.{package}"
+                self.names[cls_name] = f"{base}.v1.{short_name(cls_name)}"
             cls = getattr(self.models, cls_name)
             for type_str in cls.openapi_types.values():
                 stack.extend((r, in_meta) for r in _model_refs(type_str) if r not in self.names)

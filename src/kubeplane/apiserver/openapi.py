@@ -345,10 +345,10 @@ def _write_ops(
     }
 
 
-def _resource_paths(r: ResourceInfo) -> tuple[dict[str, Any], set[str]]:
-    """Paths for one resource and the component names its operations use."""
-    name = schema_name(r.group, r.version, r.kind)
-    list_name = schema_name(r.group, r.version, r.list_kind)
+def _resource_paths(r: ResourceInfo, names: tuple[str, str] | None = None) -> tuple[dict[str, Any], set[str]]:
+    """Paths for one resource and the component names its operations use
+    (``names``: the kind's and its list's components, for custom resources)."""
+    name, list_name = names or (schema_name(r.group, r.version, r.kind), schema_name(r.group, r.version, r.list_kind))
     if name is None or (list_name is None and "list" in r.verbs):
         return {}, set()
     if r.verbs == ("create",):

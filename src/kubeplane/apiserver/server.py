@@ -215,6 +215,10 @@ class APIHandler:
         #: and the ServiceAccount token issuer of TokenRequest (None: not served)
         self.authenticator: Any = None
         self.token_issuer: Any = None
+        from kubeplane.apiserver.openapi_crd import CustomDocuments
+
+        #: the OpenAPI documents of the custom resources the catalogue serves
+        self.custom_docs = CustomDocuments(catalogue)
         # id(obj) -> (obj, type, encoded line); holding obj keeps the id unique.
         self._encoded: OrderedDict[int, tuple[Obj, str, bytes]] = OrderedDict()
 
@@ -298,9 +302,7 @@ class APIHandler:
         return json_response(discovery.api_group_list(self.catalogue))
 
     async def openapi_v3_index(self, request: web.Request) -> web.Response:
-        from kubeplane.apiserver import openapi
-
-        return json_response(openapi.v3_index())
+        return json_response(await asyncio.to_thread(self.custom_docs.v3_index))
 
     async def openapi_v3_doc(self, request: web.Request) -> web.Response:
         from kubeplane.apiserver import openapi
@@ -312,6 +314,9 @@ class APIHandler:
             doc = openapi.v3_document_bytes("", parts[1])
         elif len(parts) == 3 and parts[0] == "apis":
             doc = openapi.v3_document_bytes(parts[1], parts[2])
+            if doc is None:
+                custom = await asyncio.to_thread(self.custom_docs.v3, parts[1], parts[2])
+                doc = custom[1] if custom is not None else None
         if doc is None:
             raise errors.route_not_found()
         headers = {"Content-Type": "application/json"}
@@ -324,18 +329,13 @@ class APIHandler:
         protobuf (what client-go's OpenAPISchema() and kubectl's
         plaintext-openapiv2 explain ask for), anything else a 406 with an empty
         body."""
-        from kubeplane.apiserver import openapi
-
         fmt = _openapi_v2_format(request.headers.get("Accept") or "*/*")
         if fmt is None:
             return web.Response(status=406, headers={"Vary": "Accept"})
         # Built once (about a second of CPU), off the event loop.
-        if fmt == "json":
-            body, etag = await asyncio.to_thread(openapi.v2_document_bytes)
-            content_type = "application/json"
-        else:
-            body, etag = await asyncio.to_thread(openapi.v2_document_protobuf)
-            content_type = OPENAPI_V2_PROTOBUF
+        # (with the custom resources merged in)
+        body, etag = await asyncio.to_thread(self.custom_docs.v2, fmt)
+        content_type = "application/json" if fmt == "json" else OPENAPI_V2_PROTOBUF
         headers = {"Content-Type": content_type, "Vary": "Accept", "Etag": f'"{etag}"'}
         if request.headers.get("If-None-Match") == f'"{etag}"':
             return web.Response(status=304, headers=headers)
@@ -402,6 +402,18 @@ class APIHandler:
         if t is None:
             raise errors.route_not_found()
         m = request.method
+        if t.res.custom is not None:
+            _check_custom_media_types(request, m)
+            if t.res.custom.deprecated:
+                resp = await self._route(request, t, m)
+                if not resp.prepared:
+                    text = t.res.custom.deprecation_warning or f"{t.res.api_version} {t.res.kind} is deprecated"
+                    prior = resp.headers.get("Warning")
+                    resp.headers["Warning"] = ", ".join(x for x in (_warning_header(text), prior) if x)
+                return resp
+        return await self._route(request, t, m)
+
+    async def _route(self, request: web.Request, t: Target, m: str) -> web.StreamResponse:
         if t.res.namespaced and t.namespace is None and t.name is not None:
             raise errors.route_not_found()
         if m == "GET" and ("list" if t.name is None else "get") not in t.res.verbs and t.subresource is None:
@@ -503,7 +515,13 @@ class APIHandler:
         if not isinstance(obj, dict):
             raise errors.bad_request(f"{res.kind} in version \"{res.version}\" cannot be handled as a {res.kind}: "
                                      "the body must be a JSON object")
-        problems = openapi.check_fields(obj, res.group, res.version, res.kind, prune=prune)
+        if res.custom is not None:
+            from kubeplane.registry import customresource
+
+            pruned = customresource.prune(res, obj if prune else deep_copy(obj))
+            problems = [f'unknown field "{p}"' for p in pruned]
+        else:
+            problems = openapi.check_fields(obj, res.group, res.version, res.kind, prune=prune)
         return openapi.enforce(problems, mode, kind=res.kind, version=res.version)
 
     def _checked_body(self, request: web.Request, res: ResourceInfo, obj: Any) -> tuple[list[str], Any, bool]:
@@ -834,6 +852,29 @@ class APIHandler:
         if typ != "ERROR" and ("kind" not in obj or "apiVersion" not in obj):
             obj = {"apiVersion": res.api_version, "kind": res.kind, **obj}
         return orjson.dumps({"type": typ, "object": obj}) + b"\n"
+
+
+#: what custom resources are served in and accept (no protobuf: they have no Go types)
+_CUSTOM_MEDIA_TYPES = ("application/json", "application/yaml")
+
+
+def _check_custom_media_types(request: web.Request, method: str) -> None:
+    """A protobuf body for a custom resource is a 415 and an Accept header
+    naming only protobuf a 406, with upstream's messages."""
+    if method in ("POST", "PUT"):
+        if codec.media_type(request.headers.get("Content-Type")) == codec.PROTOBUF:
+            raise errors.unsupported_media_type(codec.PROTOBUF, list(_CUSTOM_MEDIA_TYPES))
+    accept = request.headers.get("Accept", "")
+    if not accept:
+        return
+    for part in accept.split(","):
+        mt = part.split(";", 1)[0].strip().lower()
+        if mt in ("", "*/*", "application/*", "application/json", "application/yaml", "application/json;stream=watch"):
+            return
+        if mt.endswith("+json") or mt == "text/yaml":
+            return
+    raise StatusError(406, "NotAcceptable", "only the following media types are accepted: "
+                      + ", ".join(_CUSTOM_MEDIA_TYPES))
 
 
 def _unmarshal_error(value: Any, struct: str, field: str, go_type: str) -> str:

@@ -97,6 +97,11 @@ class InProcessClient:
         self._typed = _typed if copies else typed_view
         self._owned = not copies
 
+    @property
+    def catalogue(self):
+        """The resources the registry serves now (custom resources included)."""
+        return self.registry.catalogue
+
     async def get(self, res: ResourceInfo, name: str, namespace: str | None = None, *,
                   subresource: str | None = None) -> Obj:
         if subresource == "scale":

@@ -16,9 +16,10 @@ Owners missing from the graph are looked up live before anything is deleted.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy
@@ -80,11 +81,53 @@ class GarbageCollector(Controller):
         self.attempt_to_orphan = self.add_queue("orphan", self.attempt_orphan)
         for res in self.resources:
             inf = self.factory.informer_for(res)
-            inf.add_event_handler(
-                lambda obj, res=res: self._observe(res, obj),
-                lambda old, new, res=res: self._observe(res, new),
-                lambda obj, res=res: self._forget(unwrap_deleted(obj)),
-            )
+            self._handle(inf, res)
+        #: the served resources, when the client knows them: custom resources
+        #: are watched from the moment their CRD is served until it goes
+        self._catalogue = getattr(client, "catalogue", None) if resources is None else None
+        self._custom: dict[tuple[str, str], Any] = {}
+        self._unsubscribe: Any = None
+
+    def _handle(self, inf: Any, res: ResourceInfo) -> None:
+        inf.add_event_handler(
+            lambda obj, res=res: self._observe(res, obj),
+            lambda old, new, res=res: self._observe(res, new),
+            lambda obj, res=res: self._forget(unwrap_deleted(obj)),
+        )
+
+    async def start(self, sync_timeout: float | None = 30.0) -> None:
+        await super().start(sync_timeout)
+        if self._catalogue is not None and self._unsubscribe is None:
+            self._unsubscribe = self._catalogue.subscribe(self._custom_changed)
+            self._custom_changed()
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        informers, self._custom = list(self._custom.values()), {}
+        for inf in informers:
+            await inf.stop()
+        await super().stop(timeout)
+
+    def _custom_changed(self) -> None:
+        """Watch the custom resources now served (one version of each), stop
+        watching those no longer served."""
+        from kubeplane.client.informer import SharedInformer
+
+        served: dict[tuple[str, str], ResourceInfo] = {}
+        for r in self._catalogue.resources:
+            if r.custom is not None and r.key not in served:
+                served[r.key] = r
+        for key in [k for k in self._custom if k not in served]:
+            asyncio.get_running_loop().create_task(self._custom.pop(key).stop())
+        for key, res in served.items():
+            if key in self._custom:
+                continue
+            inf = SharedInformer(self.client, res, None, None, None, 0)
+            self._handle(inf, res)
+            self._custom[key] = inf
+            inf.start()
 
     # ---------------------------------------------------------------- graph
 
@@ -174,7 +217,8 @@ class GarbageCollector(Controller):
         owner = self.nodes.get(ref.get("uid") or "")
         if owner is not None:
             return "waiting" if owner.deleting_dependents else "solid"
-        res = CATALOGUE.by_api_version_kind(ref.get("apiVersion", ""), ref.get("kind", ""))
+        catalogue = getattr(self.client, "catalogue", None) or CATALOGUE
+        res = catalogue.by_api_version_kind(ref.get("apiVersion", ""), ref.get("kind", ""))
         if res is None:
             # Unknown kinds cannot be checked: never delete on their account.
             return "solid"

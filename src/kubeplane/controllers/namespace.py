@@ -67,10 +67,25 @@ class NamespaceController(Controller):
         name: str = "namespace-controller",
     ) -> None:
         super().__init__(name, client, factory, workers=workers)
-        self.resources = [r for r in (resources if resources is not None else CATALOGUE.resources) if r.namespaced]
+        self._fixed = [r for r in resources if r.namespaced] if resources is not None else None
+        #: the served resources, custom ones included, when the client knows them
+        self._catalogue = getattr(client, "catalogue", None) or CATALOGUE
         self.namespaces = self.factory.informer_for(NAMESPACES)
         self.work = self.add_queue("namespace", self.sync, base_delay=retry_seconds, max_delay=retry_max_seconds)
         self.namespaces.add_event_handler(self._enqueue, lambda _old, new: self._enqueue(new), None)
+
+    @property
+    def resources(self) -> list[ResourceInfo]:
+        """The namespaced resources to empty a namespace of: one version of each."""
+        if self._fixed is not None:
+            return self._fixed
+        seen: set[tuple[str, str]] = set()
+        out = []
+        for r in self._catalogue.resources:
+            if r.namespaced and r.key not in seen:
+                seen.add(r.key)
+                out.append(r)
+        return out
 
     def _enqueue(self, ns: Obj) -> None:
         if _deleting(ns):

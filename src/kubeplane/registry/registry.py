@@ -23,6 +23,7 @@ from kubeplane.api.meta import deep_copy, format_time, new_uid, now_text, random
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
 from kubeplane.api.selectors import parse_field_selector, parse_label_selector
 from kubeplane.api.validation import validate_object
+from kubeplane.registry import customresource as cr
 from kubeplane.registry.admission import CREATE, DELETE, UPDATE, AdmissionChain, default_chain
 from kubeplane.registry.retries import RETRY_SECONDS, Retries
 from kubeplane.registry.strategies import Strategy, strategy_for
@@ -63,6 +64,14 @@ def _spec_finalizers(ns: Obj) -> list:
     spec = ns.get("spec")
     finalizers = spec.get("finalizers") if isinstance(spec, dict) else None
     return finalizers if isinstance(finalizers, list) else []
+
+
+def _terminating(catalogue: Catalogue, res: ResourceInfo) -> bool:
+    """Whether the CRD of a custom resource is being deleted (as the catalogue
+    serves it now: ``res`` may be from before the delete)."""
+    live = catalogue.by_gvr(res.group, res.version, res.plural)
+    info = live.custom if live is not None and live.custom is not None else res.custom
+    return bool(info.terminating)
 
 
 def _status_success(res: ResourceInfo, name: str, uid: str | None) -> Obj:
@@ -133,10 +142,29 @@ class Registry(WatchMixin, SubresourcesMixin):
     # -- helpers -----------------------------------------------------------
 
     def strategy(self, res: ResourceInfo) -> Strategy:
+        if res.custom is not None:
+            s = res.custom.compiled.get("strategy")
+            if s is None:
+                s = res.custom.compiled["strategy"] = cr.CustomResourceStrategy(res)
+            return s
         s = self._strategies.get(res.key)
         if s is None:
             s = self._strategies[res.key] = strategy_for(res)
         return s
+
+    def _field_selector(self, res: ResourceInfo, text: str):
+        if res.custom is not None:
+            return parse_field_selector(text, res.plural, cr.field_getters(res))
+        return parse_field_selector(text, res.plural)
+
+    def _out(self, res: ResourceInfo, obj: Obj) -> Obj:
+        """A stored object as ``res`` serves it: a custom resource read in
+        another version than its storage version gets that apiVersion, and
+        the schema's defaults are applied (as upstream defaults on read)."""
+        if res.custom is None or obj.get("kind") == "Status":
+            return obj
+        obj = cr.to_version(res, obj)
+        return cr.default_on_read(res, obj)
 
     def _now(self) -> str:
         return now_text() if self.clock is utcnow else format_time(self.clock())
@@ -151,6 +179,8 @@ class Registry(WatchMixin, SubresourcesMixin):
         causes = self._validator(res, obj, old)
         if more:
             causes = [*causes, *more]
+        if res.custom is not None:
+            causes = causes + cr.validate(res, obj, old)
         if causes:
             name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName", "")
             raise errors.invalid(res.kind, name, causes, group=res.group)
@@ -198,7 +228,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         kv = await self.store.get(self._key(res, name, namespace))
         if kv is None:
             raise errors.not_found(res.plural, name, res.group)
-        return kv.value
+        return self._out(res, kv.value) if res.custom is not None else kv.value
 
     async def list(
         self,
@@ -213,7 +243,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         resource_version_match: str = "",
     ) -> Obj:
         lsel = parse_label_selector(label_selector) if label_selector else None
-        fsel = parse_field_selector(field_selector, res.plural) if field_selector else None
+        fsel = self._field_selector(res, field_selector) if field_selector else None
         prefix = res.storage_prefix(namespace if res.namespaced else None)
         revision = 0
         start_after = ""
@@ -269,6 +299,8 @@ class Registry(WatchMixin, SubresourcesMixin):
             raise errors.gone(str(exc)) from None
         except FutureRevisionError as exc:
             raise errors.too_large_resource_version(exc.requested, exc.current, None) from None
+        if res.custom is not None:
+            items = [self._out(res, o) for o in items]
         metadata: Obj = {"resourceVersion": str(list_revision)}
         if more:
             metadata["continue"] = _encode_continue(list_revision, last_key)
@@ -298,6 +330,8 @@ class Registry(WatchMixin, SubresourcesMixin):
             raise errors.bad_request("the body of the request must be a JSON object")
         if not owned:
             obj = deep_copy(obj)
+        if res.custom is not None and _terminating(self.catalogue, res):
+            raise errors.method_not_allowed("create not allowed while custom resource definition is terminating")
         self._check_type_meta(res, obj)
         md = self._check_metadata_shape(obj)
         self._normalise_namespace(res, md, namespace)
@@ -315,6 +349,10 @@ class Registry(WatchMixin, SubresourcesMixin):
         strategy.prepare_for_create(obj)
         strategy.default(obj)
         await self.admission.admit(CREATE, res, md.get("name") or "", md.get("namespace"), obj)
+        if res.custom is not None:
+            # what mutating admission added is pruned and defaulted too (upstream
+            # decodes a mutated custom resource again)
+            strategy.default(obj)
         if strategy.tracks_generation:
             md["generation"] = 1
         else:
@@ -330,10 +368,10 @@ class Registry(WatchMixin, SubresourcesMixin):
                 raise errors.already_exists(res.plural, md["name"], res.group)
             return obj
         try:
-            kv = await self.store.create(key, obj)
+            kv = await self.store.create(key, obj if res.custom is None else cr.to_storage(res, obj))
         except KeyExistsError:
             raise errors.already_exists(res.plural, md["name"], res.group) from None
-        return kv.value
+        return kv.value if res.custom is None else self._out(res, kv.value)
 
     def _track_managed_fields(
         self, res: ResourceInfo, old: Obj | None, new: Obj, manager: str, subresource: str | None = None
@@ -468,7 +506,7 @@ class Registry(WatchMixin, SubresourcesMixin):
                 await asyncio.sleep(0.002)
                 kv = await self.store.get(key)
                 continue
-            current = kv.value
+            current = kv.value if res.custom is None else cr.to_version(res, kv.value)
             new = mutate(current)
             new_md = self._check_metadata_shape(new)
             rv = want_rv or new_md.get("resourceVersion") or ""
@@ -486,7 +524,7 @@ class Registry(WatchMixin, SubresourcesMixin):
             if new == current and not kv.stale:
                 # No-op writes do not bump the revision (as upstream), unless the
                 # stored value is stale: rewriting it re-encrypts with the current key.
-                return current
+                return current if res.custom is None else self._out(res, current)
             finalizers_gone = bool(
                 (new.get("metadata") or {}).get("deletionTimestamp") and not new["metadata"].get("finalizers")
             ) and not (res.key == NAMESPACES.key and _spec_finalizers(new))
@@ -496,7 +534,10 @@ class Registry(WatchMixin, SubresourcesMixin):
                 if finalizers_gone:
                     kv2 = await self.store.delete(key, expected_revision=kv.mod_revision)
                     self._after_delete(res, kv2.value)
-                    return kv2.value
+                    return self._out(res, kv2.value)
+                if res.custom is not None:
+                    kv2 = await self.store.update(key, cr.to_storage(res, new), expected_revision=kv.mod_revision)
+                    return self._out(res, kv2.value)
                 kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
                 return kv2.value
             except RevisionConflictError as exc:
@@ -590,6 +631,9 @@ class Registry(WatchMixin, SubresourcesMixin):
         from kubeplane.api import patch as patching
 
         key = self._key(res, name, namespace)
+        if patch_type == "strategic" and res.custom is not None:
+            raise errors.unsupported_media_type("application/strategic-merge-patch+json", [
+                "application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"])
         if patch_type == "apply":
             return await self._apply(res, name, namespace, key, patch, subresource, dry_run, field_manager, force)
         if force is not None:
@@ -730,7 +774,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         while True:
             if kv is None:
                 raise errors.not_found(res.plural, name, res.group)
-            current = kv.value
+            current = kv.value if res.custom is None else cr.to_version(res, kv.value)
             md = current.get("metadata") or {}
             if preconditions:
                 want_uid = preconditions.get("uid")
@@ -745,13 +789,15 @@ class Registry(WatchMixin, SubresourcesMixin):
             await self.admission.validate(DELETE, res, name, md.get("namespace"), None, current, dry_run=dry_run)
             new = self._graceful(res, current, grace_period_seconds, propagation_policy)
             if new is current:
-                return current, False  # already terminating: nothing changes
+                return self._out(res, current), False  # already terminating: nothing changes
             try:
                 if new is not None:
                     if dry_run:
                         return new, False
+                    if res.custom is not None:
+                        new = cr.to_storage(res, new)
                     kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
-                    return kv2.value, False
+                    return self._out(res, kv2.value), False
                 if dry_run:
                     return _status_success(res, name, md.get("uid")), True
                 kv2 = await self.store.delete(key, expected_revision=kv.mod_revision)
@@ -778,6 +824,12 @@ class Registry(WatchMixin, SubresourcesMixin):
             finalizers = [f for f in finalizers if f not in ("foregroundDeletion", "orphan")] + [gc_finalizer]
             current = {**current, "metadata": {**md, "finalizers": finalizers}}
         is_ns = res.key == ("", "namespaces")
+        if res.key == (cr.CRDS_GROUP, "customresourcedefinitions") and not md.get("deletionTimestamp"):
+            # upstream's CRD REST: the first delete adds the cleanup finalizer, so
+            # the custom resources go before the CRD does
+            current = cr.mark_crd_terminating(current, self._now())
+            md = current["metadata"]
+            finalizers = list(md.get("finalizers") or [])
         pod_grace: int | None = None
         if res.key == ("", "pods"):
             spec = current.get("spec") or {}

@@ -108,6 +108,10 @@ class SubresourcesMixin:
             await retries.again()
 
     def to_scale(self, res: ResourceInfo, obj: Obj) -> Obj:
+        if res.custom is not None:
+            from kubeplane.registry.customresource import scale_of
+
+            return scale_of(res, obj)
         md = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
@@ -147,6 +151,10 @@ class SubresourcesMixin:
                     "spec.replicas", replicas, "must be greater than or equal to 0")], group="autoscaling")
             new = deep_copy(current)
             new["metadata"].pop("resourceVersion", None)
+            if res.custom is not None:
+                from kubeplane.registry.customresource import with_replicas
+
+                return with_replicas(res, new, replicas)
             new.setdefault("spec", {})["replicas"] = replicas
             return new
 

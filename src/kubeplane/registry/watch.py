@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from kubeplane.api import errors
 from kubeplane.api.resources import ResourceInfo
-from kubeplane.api.selectors import parse_field_selector, parse_label_selector
+from kubeplane.api.selectors import parse_label_selector
 from kubeplane.storage.interface import CompactedError, latest_revision, parse_revision
 from kubeplane.storage.transformer import TransformError
 
@@ -45,11 +45,18 @@ def parse_resource_version(value: str, what: str = "resourceVersion") -> int:
         raise errors.bad_request(f"invalid {what}: {value!r}") from None
 
 
+#: how often a custom resource's idle watch checks that its CRD is still served
+CUSTOM_GONE_CHECK_SECONDS = 1.0
+
+
 class WatchMixin:
     """The watch verbs of :class:`~kubeplane.registry.registry.Registry`
     (which provides ``store`` and ``_wait_for_revision``)."""
 
     store: "Store"
+    _field_selector: Any
+    _out: Any
+    catalogue: Any
 
     async def watch(
         self, res: ResourceInfo, namespace: str | None, opts: WatchOptions
@@ -68,7 +75,7 @@ class WatchMixin:
     ) -> AsyncIterator[list[tuple[str, Obj]]]:
         """Like :meth:`watch`, but yields every event ready at once as a list."""
         lsel = parse_label_selector(opts.label_selector) if opts.label_selector else None
-        fsel = parse_field_selector(opts.field_selector, res.plural) if opts.field_selector else None
+        fsel = self._field_selector(res, opts.field_selector) if opts.field_selector else None
 
         def matches(obj: Obj | None) -> bool:
             if obj is None:
@@ -92,7 +99,7 @@ class WatchMixin:
             result = await self.store.list(prefix)
             start = result.revision
             if send_initial:
-                initial = [kv.value for kv in result.items if matches(kv.value)]
+                initial = [self._out(res, kv.value) for kv in result.items if matches(kv.value)]
         else:
             start = parse_resource_version(rv)
             await self._wait_for_revision(start)
@@ -114,6 +121,10 @@ class WatchMixin:
                 first.append(("BOOKMARK", self._bookmark(res, last_rv, initial_end=True)))
             if first:
                 yield first
+            # A custom resource's watch ends once its CRD is no longer served
+            # (upstream tears the resource's storage down): checked every second.
+            custom = res.custom is not None
+            next_bookmark = loop.time() + opts.bookmark_interval
             while True:
                 timeout = opts.bookmark_interval if opts.allow_bookmarks else None
                 if deadline is not None:
@@ -121,6 +132,8 @@ class WatchMixin:
                     if left <= 0:
                         break
                     timeout = left if timeout is None else min(timeout, left)
+                if custom:
+                    timeout = CUSTOM_GONE_CHECK_SECONDS if timeout is None else min(timeout, CUSTOM_GONE_CHECK_SECONDS)
                 try:
                     events = await stream.next_batch(timeout)
                 except CompactedError as exc:
@@ -132,6 +145,12 @@ class WatchMixin:
                     return
                 if events is None:
                     break
+                if custom and not events:
+                    if self.catalogue.by_gvr(res.group, res.version, res.plural) is None:
+                        break
+                    if loop.time() < next_bookmark and (deadline is None or loop.time() < deadline):
+                        continue
+                    next_bookmark = loop.time() + opts.bookmark_interval
                 if not events:
                     if opts.allow_bookmarks and (deadline is None or loop.time() < deadline):
                         progress = getattr(stream, "progress_revision", None)
@@ -158,6 +177,8 @@ class WatchMixin:
                     elif matches(ev.prev_value):
                         out.append(("DELETED", ev.value))
                 if out:
+                    if res.custom is not None:
+                        out = [(t, self._out(res, o)) for t, o in out]
                     yield out
         finally:
             stream.close()

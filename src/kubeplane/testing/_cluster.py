@@ -49,9 +49,10 @@ class Cluster:
     simulated nodes ``node-0``..``node-<n-1>`` of ``node_cpu``,
     ``node_memory`` and ``node_pods``, which run the pods bound to them;
     ``manifests``, applied (as :meth:`apply`) before the cluster is handed
-    over, in the order given. Custom resource definitions (envtest's
-    CRDInstallOptions) will be one more such start-up step, applying CRDs
-    and waiting for them to be Established, in :meth:`_install`.
+    over, in the order given; ``crds``, a file or directory of
+    CustomResourceDefinitions (or a list of them), applied before the
+    manifests and waited for until each is Established, as envtest's
+    CRDInstallOptions do (a directory's files, not its subdirectories).
     """
 
     def __init__(
@@ -63,6 +64,7 @@ class Cluster:
         nodes: int = 0,
         data_dir: str | os.PathLike[str] | None = None,
         manifests: Manifest | list[Manifest] | None = None,
+        crds: str | os.PathLike[str] | list[str | os.PathLike[str]] | None = None,
         node_cpu: str = "4",
         node_memory: str = "32Gi",
         node_pods: int = 110,
@@ -89,6 +91,12 @@ class Cluster:
             self._manifests = list(manifests)
         else:
             self._manifests = [manifests]
+        if crds is None:
+            self._crds: list[Any] = []
+        elif isinstance(crds, (str, os.PathLike)):
+            self._crds = [crds]
+        else:
+            self._crds = list(crds)
         #: ``https://127.0.0.1:PORT`` while running
         self.url = ""
         #: a kubeconfig file for this cluster (context ``kubeplane``, namespace ``default``) while running
@@ -270,10 +278,26 @@ class Cluster:
                                scheduler=self.scheduler, controller_options=ControllerOptions(**ca))
 
     async def _install(self) -> None:
-        """What the cluster holds before it is handed over: ``manifests``.
-        (CRDs, once served, are applied here first and waited for.)"""
+        """What the cluster holds before it is handed over: the ``crds``,
+        applied and Established, then the ``manifests``."""
+        await self._install_crds()
         for manifest in self._manifests:
             await self._apply(manifest, None, FIELD_MANAGER, True, "Strict", False)
+
+    async def _install_crds(self) -> None:
+        names = []
+        for path in self._crds:
+            if not os.path.exists(path):
+                raise ManifestError(f"the CRD path {os.fspath(path)!r} does not exist")
+            for doc, origin in load_documents(os.fspath(path) if not isinstance(path, os.PathLike) else path):
+                if doc.get("kind") != "CustomResourceDefinition":
+                    raise ManifestError(f"{origin}: {doc.get('kind')!r} is not a CustomResourceDefinition")
+                applied = await self._apply(doc, None, FIELD_MANAGER, True, "Strict", False)
+                names.extend(o["metadata"]["name"] for o in applied)
+        for name in names:
+            await self._wait("customresourcedefinitions", name, None, None, None,
+                             make_predicate(for_=None, condition="Established", jsonpath=None, delete=False),
+                             self.start_timeout)
 
     async def _astop(self) -> None:
         for api in self._api_clients:
@@ -386,7 +410,6 @@ class Cluster:
 
     async def _apply(self, manifest: Manifest, namespace: str | None, field_manager: str, force: bool,
                      validate: str, recursive: bool, subresource: str | None = None) -> list[dict]:
-        from kubeplane.api.resources import CATALOGUE
         from kubeplane.apiserver import openapi
 
         if validate not in _VALIDATE_MODES:
@@ -397,7 +420,7 @@ class Cluster:
             api_version, kind = str(doc["apiVersion"]), str(doc["kind"])
             md = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
             name = md.get("name")
-            res = CATALOGUE.by_api_version_kind(api_version, kind)
+            res = self._server.catalogue.by_api_version_kind(api_version, kind)
             if res is None:
                 raise ManifestError(f'resource mapping not found for name: "{name or ""}" namespace: '
                                     f'"{md.get("namespace") or ""}" from "{origin}": no matches for kind '
@@ -417,8 +440,14 @@ class Cluster:
         out = []
         for res, name, ns, doc in planned:
             if validate != "Ignore":
-                problems = openapi.enforce(openapi.check_fields(doc, res.group, res.version, res.kind), validate,
-                                           kind=res.kind, version=res.version)
+                if res.custom is not None:
+                    from kubeplane.api.meta import deep_copy
+                    from kubeplane.registry.customresource import prune
+
+                    found = [f'unknown field "{p}"' for p in prune(res, deep_copy(doc))]
+                else:
+                    found = openapi.check_fields(doc, res.group, res.version, res.kind)
+                problems = openapi.enforce(found, validate, kind=res.kind, version=res.version)
                 for text in problems:
                     log.warning("%s %s: %s", res.kind, name, text)
             out.append(await self._client.patch(res, name, doc, ns, patch_type="apply", subresource=subresource,
@@ -436,7 +465,7 @@ class Cluster:
         return await self._acall(self._get(resource, name, namespace))
 
     async def _get(self, resource: str, name: str | None, namespace: str | None) -> dict:
-        res, name = resolve_resource(resource, name)
+        res, name = resolve_resource(resource, name, self._server.catalogue)
         if not name:
             raise ValueError("get needs a name")
         return await self._client.get(res, name, (namespace or "default") if res.namespaced else None)
@@ -457,7 +486,7 @@ class Cluster:
                       ignore_not_found: bool) -> dict | None:
         from kubeplane.api.errors import StatusError
 
-        res, name = resolve_resource(resource, name)
+        res, name = resolve_resource(resource, name, self._server.catalogue)
         if not name:
             raise ValueError("delete needs a name")
         try:
@@ -518,7 +547,7 @@ class Cluster:
 
     async def _wait(self, resource: str, name: str | None, namespace: str | None, label_selector: str | None,
                     field_selector: str | None, pred: Predicate, timeout: float) -> Any:
-        res, name = resolve_resource(resource, name)
+        res, name = resolve_resource(resource, name, self._server.catalogue)
         ns = (namespace or "default") if res.namespaced else None
         selectors = [s for s in (field_selector, f"metadata.name={name}" if name else None) if s]
         fs = ",".join(selectors) or None
@@ -600,9 +629,10 @@ def _summary(obj: dict, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def resolve_resource(resource: str, name: str | None = None) -> tuple[Any, str | None]:
+def resolve_resource(resource: str, name: str | None = None, catalogue: Any = None) -> tuple[Any, str | None]:
     """``pods``, ``pod``, ``po``, ``Pod``, ``deployments.apps``, ``deploy/web``
-    to the resource (and the name, which may come with it)."""
+    to the resource (and the name, which may come with it); with a
+    ``catalogue``, its custom resources too (``crontabs.stable.example.com``)."""
     from kubeplane.api.resources import RESOURCES
 
     text, sep, inline = resource.partition("/")
@@ -614,7 +644,7 @@ def resolve_resource(resource: str, name: str | None = None) -> tuple[Any, str |
         name = inline
     word, _, group = text.partition(".")
     lowered = word.lower()
-    for r in RESOURCES:
+    for r in (catalogue.resources if catalogue is not None else RESOURCES):
         if group and r.group != group:
             continue
         if lowered in (r.plural, r.singular, r.kind.lower()) or lowered in r.short_names:

@@ -15,6 +15,7 @@ Options (command line first, then the ini file, then the default)::
     --kube-scheduler/--no-kube-scheduler kube_scheduler = false
     --kube-controllers/--no-kube-controllers  kube_controllers = false
     --kube-manifests=PATH (repeatable)   kube_manifests = (one path a line, relative to the ini file)
+    --kube-crds=PATH (repeatable)        kube_crds = (CRD files or directories, Established before tests)
 
 This module imports nothing of kubeplane until a fixture runs, so loading
 the plugin costs a pytest run nothing.
@@ -52,6 +53,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run the controllers in kube_cluster (ini: kube_controllers; default off)")
     group.addoption("--kube-manifests", action="append", default=None, metavar="PATH",
                     help="apply these files or directories when kube_cluster starts (ini: kube_manifests)")
+    group.addoption("--kube-crds", action="append", default=None, metavar="PATH",
+                    help="CRD files or directories installed (Established) when kube_cluster starts "
+                         "(ini: kube_crds)")
+    parser.addini("kube_crds", "CRD files or directories installed when kube_cluster starts", type="paths",
+                  default=[])
     parser.addini("kube_storage", "storage of the kube_cluster API server: memory or sqlite", default="memory")
     parser.addini("kube_nodes", "simulated nodes in kube_cluster", default="0")
     parser.addini("kube_scheduler", "run the scheduler in kube_cluster", type="bool", default=False)
@@ -89,7 +95,11 @@ def cluster_options(config: pytest.Config) -> dict[str, Any]:
     manifests = config.getoption("kube_manifests")
     if manifests is None:
         manifests = [os.fspath(p) for p in config.getini("kube_manifests")]
+    crds = config.getoption("kube_crds")
+    if crds is None:
+        crds = [os.fspath(p) for p in config.getini("kube_crds")]
     return {
+        "crds": [os.path.abspath(c) for c in crds] or None,
         "storage": storage,
         "nodes": nodes,
         "scheduler": _ini_bool(config, "kube_scheduler") if scheduler is None else scheduler,

@@ -35,6 +35,7 @@ from kubeplane.api.strings import (
     name_is_dns_label,
     name_is_dns_subdomain,
 )
+from kubeplane.api.validation.apiextensions import validate_crd, validate_crd_update
 from kubeplane.api.validation.apps import _selector_immutable, _validate_deployment, _validate_replicaset
 from kubeplane.api.validation.batch import _validate_job, _validate_job_update
 from kubeplane.api.validation.certificates import csr_name, validate_csr_create, validate_csr_update
@@ -114,6 +115,7 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     "deployments.apps": (name_is_dns_subdomain, _validate_deployment, _selector_immutable),
     "replicasets.apps": (name_is_dns_subdomain, _validate_replicaset, _selector_immutable),
     "jobs.batch": (name_is_dns_subdomain, _validate_job, _validate_job_update),
+    "customresourcedefinitions.apiextensions.k8s.io": (name_is_dns_subdomain, validate_crd, validate_crd_update),
     "poddisruptionbudgets.policy": (name_is_dns_subdomain, _validate_pdb, None),
     "certificatesigningrequests.certificates.k8s.io": (csr_name, validate_csr_create, validate_csr_update),
     "priorityclasses.scheduling.k8s.io": (name_is_dns_subdomain, _validate_priority_class, _validate_priority_class_update),
