@@ -221,3 +221,4 @@ def test_tls_files_given_on_the_command_line(tmp_path):
         assert base64.b64decode(doc["clusters"][0]["cluster"]["certificate-authority-data"]) == own.ca_pem
     finally:
         srv.stop()
+

@@ -112,8 +112,14 @@ class HttpClient:
         request_timeout: float = 60.0,
         max_connections: int = 100,
         user_agent: str = USER_AGENT,
+        impersonate_context: bool = False,
     ) -> None:
         self.config = config
+        #: send the context's user (:func:`kubeplane.auth.user.current_user`, when
+        #: not the process default) as Impersonate-User/-Group headers: one
+        #: client acting for several identities (the simulated nodes of
+        #: ``kubeplane nodes``, each system:node:<name>), as its credentials allow
+        self.impersonate_context = impersonate_context
         self._base = config.server.rstrip("/")
         self._ssl: Any = config.ssl_context() if config.is_tls else None
         self._request_timeout = aiohttp.ClientTimeout(total=request_timeout)
@@ -150,6 +156,23 @@ class HttpClient:
                 json_serialize=lambda o: orjson.dumps(o).decode(),
             )
         return self._session
+
+    def _impersonation(self, headers: dict[str, str]) -> Any:
+        if not self.impersonate_context:
+            return headers
+        from multidict import CIMultiDict
+
+        from kubeplane.auth.user import AUTHENTICATED, SYSTEM_ADMIN, current_user
+
+        user = current_user()
+        if user is SYSTEM_ADMIN:
+            return headers
+        out = CIMultiDict(headers)
+        out["Impersonate-User"] = user.name
+        for g in user.groups:
+            if g != AUTHENTICATED:  # the server adds it
+                out.add("Impersonate-Group", g)
+        return out
 
     def _request_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {}
@@ -203,7 +226,7 @@ class HttpClient:
                 self._base + path,
                 params=params or None,
                 data=data,
-                headers=headers,
+                headers=self._impersonation(headers),
                 timeout=self._request_timeout,
                 **kw,
             ) as resp:
@@ -433,7 +456,7 @@ class HttpWatchStream:
             resp = await session.get(
                 self._client._base + self._path,
                 params=self._params,
-                headers=headers,
+                headers=self._client._impersonation(headers),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None),
                 **kw,
             )

@@ -31,6 +31,19 @@ async def test_http_client_with_certificate_token_and_token_file(tmp_path):
         clients.append(admin)
         assert (await whoami(admin))["username"] == "kubeplane-admin"
 
+        # one client acting for several nodes (kubeplane nodes --impersonate-nodes)
+        from kubeplane.auth.user import acting_as
+        from kubeplane.controllers.nodeagent import node_user
+
+        nodes = HttpClient.from_kubeconfig(str(kc), impersonate_context=True)
+        clients.append(nodes)
+        with acting_as(node_user("n1")):
+            assert (await whoami(nodes)) == {"username": "system:node:n1",
+                                             "groups": ["system:nodes", "system:authenticated"]}
+            w = nodes.watch(resource("namespaces"), timeout_seconds=1)
+            await w.close()
+        assert (await whoami(nodes))["username"] == "kubeplane-admin"  # outside any component: itself
+
         doc = yaml.safe_load(kc.read_text())
         doc["users"][0]["user"] = {"token": "t0ken"}
         (tmp_path / "token.kc").write_text(yaml.safe_dump(doc))
