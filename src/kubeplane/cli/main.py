@@ -538,7 +538,7 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
 
     async def go(stop: asyncio.Event) -> None:
-        client = WireClient(api_socket, managed_fields=False, token=os.environ.get(WIRE_TOKEN_ENV))
+        client = WireClient(api_socket, managed_fields=False, token=os.environ.pop(WIRE_TOKEN_ENV, None))
         comps = Components()
 
         async def command(words: list[str]) -> None:
