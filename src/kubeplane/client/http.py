@@ -8,6 +8,8 @@ cluster alike (bearer token or client certificate, TLS from the kubeconfig).
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from http import HTTPStatus
 from typing import Any, AsyncIterator
 
@@ -21,6 +23,9 @@ from kubeplane.client.kubeconfig import ClientConfig, load_kubeconfig
 
 _JSON = "application/json"
 USER_AGENT = "kubeplane/0.1"
+#: seconds between reads of a kubeconfig's tokenFile (client-go's cached file token source)
+TOKEN_FILE_PERIOD = 60.0
+log = logging.getLogger("kubeplane.client")
 
 # Reasons client-go derives from a bare HTTP status when the body is not a Status.
 _REASONS = {
@@ -133,6 +138,9 @@ class HttpClient:
             self._exec = ExecCredentialProvider(config.exec_config)
             auth = {}
         self._headers = {"Accept": _JSON, "User-Agent": user_agent, **auth}
+        #: tokenFile: read again at most once a minute, as client-go's cached file token source
+        self._token_file_read = time.monotonic() if config.token_file else 0.0
+        self._token = config.token
         self._session: aiohttp.ClientSession | None = None
         self._watches: set[HttpWatchStream] = set()
         self._cert_contexts: dict[tuple[bytes, bytes], Any] = {}
@@ -157,7 +165,27 @@ class HttpClient:
             )
         return self._session
 
+    def _file_token(self, headers: dict[str, str]) -> None:
+        """The tokenFile's current token on the request (when it is the credential)."""
+        path = self.config.token_file
+        if path is None or self._exec is not None:
+            return
+        now = time.monotonic()
+        if now - self._token_file_read >= TOKEN_FILE_PERIOD:
+            self._token_file_read = now
+            try:
+                with open(path, encoding="utf-8") as f:
+                    token = f.read().strip()
+            except OSError as exc:
+                log.warning("cannot read tokenFile %s: %s", path, exc)
+            else:
+                if token:
+                    self._token = token
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+
     def _impersonation(self, headers: dict[str, str]) -> Any:
+        self._file_token(headers)
         if not self.impersonate_context:
             return headers
         from multidict import CIMultiDict

@@ -19,7 +19,7 @@ async def whoami(client: HttpClient) -> dict:
 
 async def test_http_client_with_certificate_token_and_token_file(tmp_path):
     tokens = tmp_path / "tokens.csv"
-    tokens.write_text("t0ken,alice,uid-a,devs\n")
+    tokens.write_text("t0ken,alice,uid-a,devs\nn3w,carol,uid-c\n")
     kc = tmp_path / "kubeconfig"
     srv = APIServer(APIServerConfig(data_dir=str(tmp_path / "d"), listen="127.0.0.1:0", storage="memory",
                                     kubeconfig=str(kc), authentication=AuthenticationConfig(token_auth_file=str(tokens))))
@@ -58,6 +58,11 @@ async def test_http_client_with_certificate_token_and_token_file(tmp_path):
         from_file = HttpClient.from_kubeconfig(str(tmp_path / "file.kc"))
         clients.append(from_file)
         assert (await whoami(from_file))["username"] == "alice"
+        # a rotated token file is read again (at most once a TOKEN_FILE_PERIOD)
+        (tmp_path / "tok").write_text("n3w\n")
+        assert (await whoami(from_file))["username"] == "alice"  # not yet read again
+        from_file._token_file_read -= 61
+        assert (await whoami(from_file))["username"] == "carol"
 
         doc["users"][0]["user"] = {"token": "wrong"}
         (tmp_path / "bad.kc").write_text(yaml.safe_dump(doc))
