@@ -221,3 +221,36 @@ def test_tls_files_given_on_the_command_line(tmp_path):
         assert base64.b64decode(doc["clusters"][0]["cluster"]["certificate-authority-data"]) == own.ca_pem
     finally:
         srv.stop()
+
+
+
+def test_client_ca_file(tmp_path):
+    from kubeplane.auth import pki
+
+    other = pki.ensure_pki(str(tmp_path / "other"))
+    cert, key = pki.issue(other.ca_cert, other.ca_key, "dave", orgs=("auditors",))
+    srv = start_server(tmp_path, extra=["--client-ca-file", other.ca_file])
+    try:
+        doc = yaml.safe_load(srv.kubeconfig.read_text())
+        import base64
+
+        doc["users"][0]["user"] = {"client-certificate-data": base64.b64encode(pki.cert_pem(cert)).decode(),
+                                   "client-key-data": base64.b64encode(pki.key_pem(key)).decode()}
+        (tmp_path / "dave.kc").write_text(yaml.safe_dump(doc))
+        info = json.loads(Kubectl(tmp_path / "dave.kc", tmp_path)("auth", "whoami", "-o", "json").out)
+        assert info["status"]["userInfo"]["username"] == "dave"
+        assert info["status"]["userInfo"]["groups"] == ["auditors", "system:authenticated"]
+        # The data directory's admin certificate is not from that CA: the TLS handshake
+        # refuses it (Python's ssl verifies client certificates in the handshake; with
+        # TLS 1.3 the client learns it on its first read).
+        import ssl
+
+        try:
+            with srv.connect(timeout=10) as conn:
+                conn.sendall(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
+                answer = conn.recv(1024)
+        except (ssl.SSLError, ConnectionResetError):
+            answer = b""
+        assert answer == b""
+    finally:
+        srv.stop()

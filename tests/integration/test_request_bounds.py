@@ -104,3 +104,16 @@ def test_header_and_idle_timeouts_from_the_command_line(tmp_path):
         idle.close()
     finally:
         srv.stop()
+
+
+def test_a_tls_handshake_that_never_finishes_is_cut_at_the_header_timeout(tmp_path):
+    srv = start_server(tmp_path, extra=["--header-timeout", "500ms"])
+    try:
+        raw = socket.create_connection(srv.host_port, timeout=10)  # TCP only: no ClientHello ever
+        t0 = time.monotonic()
+        assert raw.recv(1024) == b""  # closed by the server
+        assert time.monotonic() - t0 < 5
+        raw.close()
+        srv.connect(timeout=10).close()  # a real handshake still works
+    finally:
+        srv.stop()

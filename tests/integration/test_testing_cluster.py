@@ -383,3 +383,23 @@ def test_components_are_chosen_one_by_one():
         # A condition runs in the cluster's event loop: calling the cluster from it is refused, not a deadlock.
         with pytest.raises(RuntimeError, match="get_async"):
             c.wait_for("pods", label_selector="app=web", condition=lambda pod: c.get("pods", pod["metadata"]["name"]))
+
+
+def test_api_client_and_kubeconfig_verify_tls():
+    import yaml
+    from kubernetes import client
+
+    with Cluster() as c:
+        assert c.url.startswith("https://127.0.0.1:")
+        with open(c.kubeconfig) as f:
+            doc = yaml.safe_load(f)
+        assert "certificate-authority-data" in doc["clusters"][0]["cluster"]
+        api = c.api_client()
+        assert api.configuration.verify_ssl and api.configuration.ssl_ca_cert
+        review = client.AuthenticationV1Api(api).create_self_subject_review(
+            client.V1SelfSubjectReview(metadata=client.V1ObjectMeta()))
+        assert review.status.user_info.username == "kubeplane-admin"
+        assert "system:masters" in review.status.user_info.groups
+        out = subprocess.run([KUBECTL, "--kubeconfig", c.kubeconfig, "get", "ns", "default", "-o", "name"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.strip() == "namespace/default", out.stderr

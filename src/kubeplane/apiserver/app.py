@@ -14,7 +14,7 @@ from kubeplane.api.resources import CATALOGUE, Catalogue
 from kubeplane.apiserver.metrics import APIServerMetrics, instrument_store
 from kubeplane.apiserver.eventttl import DEFAULT_EVENT_TTL, EventExpiry
 from kubeplane.apiserver.server import MAX_BODY_BYTES, build_app
-from kubeplane.apiserver.serving import BoundedAppRunner, ServingLimits
+from kubeplane.apiserver.serving import BoundedAppRunner, BoundedSockSite, ServingLimits
 from kubeplane.registry.admission import default_chain
 from kubeplane.registry.registry import Registry
 from kubeplane.storage import open_store
@@ -215,7 +215,8 @@ class APIServer:
         self._runner = BoundedAppRunner(app, cfg.limits, access_log=None, handle_signals=False,
                                         shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.SockSite(self._runner, sock, ssl_context=ssl_context)
+        site = BoundedSockSite(self._runner, sock, ssl_context=ssl_context,
+                               handshake_timeout=cfg.limits.header_timeout)
         await site.start()
         self.url = f"{'https' if ssl_context is not None else 'http'}://{address}"
         if self.security is not None and cfg.component_kubeconfigs:

@@ -192,7 +192,7 @@ async def token_review(body: Any, authenticator: RequestAuthenticator | None) ->
             else:
                 status["authenticated"] = True
                 status["user"] = resp.user.to_api()
-                status["audiences"] = list(resp.audiences) if auds else list(resp.audiences)
+                status["audiences"] = list(resp.audiences)  # of those asked (default: the API's)
     md = body.get("metadata") or {}
     return {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
             "metadata": {"creationTimestamp": None, **({"name": md["name"]} if md.get("name") else {})},

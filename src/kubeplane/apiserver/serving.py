@@ -306,6 +306,26 @@ class BoundedServer(web.Server):
         return BoundedRequestHandler(self, loop=self._loop, **self._bounds, **self._kwargs)
 
 
+class BoundedSockSite(web.SockSite):
+    """A SockSite whose TLS handshakes must finish within the header deadline
+    (as Go's server bounds the handshake by its read-header timeout)."""
+
+    def __init__(self, runner: web.BaseRunner, sock: Any, *, handshake_timeout: float, **kwargs: Any) -> None:
+        super().__init__(runner, sock, **kwargs)
+        self._handshake_timeout = handshake_timeout
+
+    async def start(self) -> None:
+        if self._ssl_context is None or self._handshake_timeout <= 0:
+            await super().start()
+            return
+        await web.BaseSite.start(self)
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            server, sock=self._sock, ssl=self._ssl_context, backlog=self._backlog,
+            ssl_handshake_timeout=self._handshake_timeout)
+
+
 class BoundedAppRunner(web.AppRunner):
     """An AppRunner whose connections are :class:`BoundedRequestHandler`."""
 

@@ -88,13 +88,18 @@ async def _inprocess_creates(n: int, writers: int) -> float:
 
 
 class ServerProc:
-    def __init__(self, data_dir: str, storage: str = "sqlite") -> None:
+    """``kubeplane apiserver`` in a subprocess: plain HTTP (``--insecure-http``,
+    no authentication) unless ``tls``, then HTTPS with the admin certificate."""
+
+    def __init__(self, data_dir: str, storage: str = "sqlite", *, tls: bool = False) -> None:
         self.data_dir = data_dir
+        self.tls = tls
         kubeconfig = Path(data_dir) / "kubeconfig"
         self.log = open(Path(data_dir) / "server.log", "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kubeplane.cli.main", "apiserver", "--listen", "127.0.0.1:0",
-             "--storage", storage, "--data-dir", str(Path(data_dir) / "data"), "--kubeconfig", str(kubeconfig)],
+             "--storage", storage, "--data-dir", str(Path(data_dir) / "data"), "--kubeconfig", str(kubeconfig),
+             *([] if tls else ["--insecure-http"])],
             stdout=self.log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 30
@@ -106,6 +111,17 @@ class ServerProc:
 
         cfg = yaml.safe_load(kubeconfig.read_text())
         self.url = cfg["clusters"][0]["cluster"]["server"]
+
+    def ssl_context(self) -> Any:
+        """The client TLS context (the cluster CA, the admin certificate), or None."""
+        if not self.tls:
+            return None
+        import ssl
+
+        pki = Path(self.data_dir) / "data" / "pki"
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        return ctx
 
     def rss_mb(self) -> float:
         return _rss_mb(self.proc.pid)
@@ -133,8 +149,9 @@ async def _ensure_ns(s: aiohttp.ClientSession, ns: str) -> None:
     await r.read()
 
 
-async def _http_creates(url: str, ns: str, n: int, clients: int) -> float:
-    sessions = [aiohttp.ClientSession(url) for _ in range(clients)]
+async def _http_creates(url: str, ns: str, n: int, clients: int, ssl: Any = None) -> float:
+    sessions = [aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(ssl=ssl if ssl is not None else False))
+                for _ in range(clients)]
     try:
         await _ensure_ns(sessions[0], ns)
         per = n // clients
@@ -345,6 +362,16 @@ def run(*, runs: int = 3, progress=print) -> dict[str, Any]:
             result["list_10k_pods_s"] = round(t, 4)
             result["list_10k_pods_client_decode_s"] = round(dec, 4)
             result["server_rss_mb_after_list"] = round(srv.rss_mb(), 1)
+        finally:
+            srv.stop()
+    with tempfile.TemporaryDirectory() as d:
+        srv = ServerProc(d, tls=True)
+        try:
+            progress("HTTPS creates with authentication (SQLite, 8 clients, client certificates)...")
+            vals = [runtime.run(_http_creates(srv.url, f"https-{i}", 2400, 8, srv.ssl_context()))
+                    for i in range(runs)]
+            result["creates_per_s_https"] = round(statistics.median(vals))
+            result["creates_per_s_https_runs"] = [round(v) for v in vals]
         finally:
             srv.stop()
     progress("watch latency (10 watchers, 1000 writes/s)...")

@@ -601,7 +601,7 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
 
     async def go(stop: asyncio.Event) -> None:
-        client = WireClient(api_socket, managed_fields=False, token=os.environ.get(WIRE_TOKEN_ENV))
+        client = WireClient(api_socket, managed_fields=False, token=os.environ.pop(WIRE_TOKEN_ENV, None))
         comps = Components()
 
         async def command(words: list[str]) -> None:
@@ -889,13 +889,18 @@ def controllers(kubeconfig: str | None, context: str | None, verbosity: int, ver
 @main.command()
 @client_options
 @_node_options
+@click.option("--impersonate-nodes", is_flag=True,
+              help="Each simulated node acts as system:node:<name> (group system:nodes) by impersonation; "
+                   "the kubeconfig's user needs the impersonate verb (the admin of kubeplane's kubeconfig has it).")
 def nodes(kubeconfig: str | None, context: str | None, verbosity: int, verbose: bool, node_count: int,
-          node_cpu: str, node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int) -> None:
+          node_cpu: str, node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int,
+          impersonate_nodes: bool) -> None:
     """Run simulated nodes against any Kubernetes API server."""
     from kubeplane.client.informer import SharedInformerFactory
 
     _setup_logging(verbosity, verbose)
     client = _http_client(kubeconfig, context)
+    client.impersonate_context = impersonate_nodes
 
     async def go(stop: asyncio.Event) -> None:
         agent = None

@@ -8,6 +8,8 @@ cluster alike (bearer token or client certificate, TLS from the kubeconfig).
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from http import HTTPStatus
 from typing import Any, AsyncIterator
 
@@ -21,6 +23,9 @@ from kubeplane.client.kubeconfig import ClientConfig, load_kubeconfig
 
 _JSON = "application/json"
 USER_AGENT = "kubeplane/0.1"
+#: seconds between reads of a kubeconfig's tokenFile (client-go's cached file token source)
+TOKEN_FILE_PERIOD = 60.0
+log = logging.getLogger("kubeplane.client")
 
 # Reasons client-go derives from a bare HTTP status when the body is not a Status.
 _REASONS = {
@@ -112,8 +117,14 @@ class HttpClient:
         request_timeout: float = 60.0,
         max_connections: int = 100,
         user_agent: str = USER_AGENT,
+        impersonate_context: bool = False,
     ) -> None:
         self.config = config
+        #: send the context's user (:func:`kubeplane.auth.user.current_user`, when
+        #: not the process default) as Impersonate-User/-Group headers: one
+        #: client acting for several identities (the simulated nodes of
+        #: ``kubeplane nodes``, each system:node:<name>), as its credentials allow
+        self.impersonate_context = impersonate_context
         self._base = config.server.rstrip("/")
         self._ssl: Any = config.ssl_context() if config.is_tls else None
         self._request_timeout = aiohttp.ClientTimeout(total=request_timeout)
@@ -127,6 +138,9 @@ class HttpClient:
             self._exec = ExecCredentialProvider(config.exec_config)
             auth = {}
         self._headers = {"Accept": _JSON, "User-Agent": user_agent, **auth}
+        #: tokenFile: read again at most once a minute, as client-go's cached file token source
+        self._token_file_read = time.monotonic() if config.token_file else 0.0
+        self._token = config.token
         self._session: aiohttp.ClientSession | None = None
         self._watches: set[HttpWatchStream] = set()
         self._cert_contexts: dict[tuple[bytes, bytes], Any] = {}
@@ -150,6 +164,43 @@ class HttpClient:
                 json_serialize=lambda o: orjson.dumps(o).decode(),
             )
         return self._session
+
+    def _file_token(self, headers: dict[str, str]) -> None:
+        """The tokenFile's current token on the request (when it is the credential)."""
+        path = self.config.token_file
+        if path is None or self._exec is not None:
+            return
+        now = time.monotonic()
+        if now - self._token_file_read >= TOKEN_FILE_PERIOD:
+            self._token_file_read = now
+            try:
+                with open(path, encoding="utf-8") as f:
+                    token = f.read().strip()
+            except OSError as exc:
+                log.warning("cannot read tokenFile %s: %s", path, exc)
+            else:
+                if token:
+                    self._token = token
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+
+    def _impersonation(self, headers: dict[str, str]) -> Any:
+        self._file_token(headers)
+        if not self.impersonate_context:
+            return headers
+        from multidict import CIMultiDict
+
+        from kubeplane.auth.user import AUTHENTICATED, SYSTEM_ADMIN, current_user
+
+        user = current_user()
+        if user is SYSTEM_ADMIN:
+            return headers
+        out = CIMultiDict(headers)
+        out["Impersonate-User"] = user.name
+        for g in user.groups:
+            if g != AUTHENTICATED:  # the server adds it
+                out.add("Impersonate-Group", g)
+        return out
 
     def _request_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {}
@@ -203,7 +254,7 @@ class HttpClient:
                 self._base + path,
                 params=params or None,
                 data=data,
-                headers=headers,
+                headers=self._impersonation(headers),
                 timeout=self._request_timeout,
                 **kw,
             ) as resp:
@@ -433,7 +484,7 @@ class HttpWatchStream:
             resp = await session.get(
                 self._client._base + self._path,
                 params=self._params,
-                headers=headers,
+                headers=self._client._impersonation(headers),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None),
                 **kw,
             )

@@ -52,6 +52,9 @@ class ClientConfig:
     namespace: str = "default"
     #: a credential plugin (``user.exec``); it takes precedence over a static token
     exec_config: "ExecConfig | None" = None
+    #: ``user.tokenFile`` (``token`` holds what it said when loaded); clients
+    #: read it again as it changes (rotated ServiceAccount tokens)
+    token_file: str | None = None
 
     @property
     def is_tls(self) -> bool:
@@ -239,6 +242,7 @@ def load_kubeconfig(path: str | None = None, context: str | None = None) -> Clie
         tls_server_name=cluster.get("tls-server-name"),
         namespace=ctx.get("namespace") or "default",
         exec_config=exec_config,
+        token_file=user.get("tokenFile") if not user.get("token") else None,
     )
 
 
