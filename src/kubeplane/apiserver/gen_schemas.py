@@ -51,6 +51,7 @@ GROUP_PACKAGE = {
     "coordination.k8s.io": "coordination",
     "scheduling.k8s.io": "scheduling",
     "resource.k8s.io": "resource",
+    "admissionregistration.k8s.io": "admissionregistration",
 }
 
 # Models that live in meta/v1 upstream (client class names).

@@ -23,7 +23,15 @@ from kubeplane.api.meta import deep_copy, format_time, new_uid, now_text, random
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
 from kubeplane.api.selectors import parse_field_selector, parse_label_selector
 from kubeplane.api.validation import validate_object
-from kubeplane.registry.admission import CREATE, DELETE, AdmissionChain, default_chain
+from kubeplane.registry.admission import (
+    CREATE,
+    DELETE,
+    UPDATE,
+    AdmissionChain,
+    Attributes,
+    default_chain,
+    operation_options,
+)
 from kubeplane.registry.retries import RETRY_SECONDS, Retries
 from kubeplane.registry.strategies import Strategy, strategy_for
 from kubeplane.registry.subresources import SubresourcesMixin
@@ -63,6 +71,15 @@ def _spec_finalizers(ns: Obj) -> list:
     spec = ns.get("spec")
     finalizers = spec.get("finalizers") if isinstance(spec, dict) else None
     return finalizers if isinstance(finalizers, list) else []
+
+
+def _admission_namespace(res: ResourceInfo, name: str, namespace: str | None) -> str | None:
+    """The namespace of an admission request: a namespace's own name for the
+    Namespace objects (as upstream's request info sets it), none for other
+    cluster-scoped resources."""
+    if res.key == NAMESPACES.key:
+        return name
+    return namespace if res.namespaced else None
 
 
 def _status_success(res: ResourceInfo, name: str, uid: str | None) -> Obj:
@@ -285,6 +302,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         field_manager: str | None = None,
         _track_fields: bool = True,
         owned: bool = False,
+        _options: Obj | None = None,
     ) -> Obj:
         """Create ``obj``. With ``owned`` the caller hands ``obj`` over (a freshly
         decoded request body): it is stored as it is modified, not copied."""
@@ -305,16 +323,31 @@ class Registry(WatchMixin, SubresourcesMixin):
             if isinstance(gen, str):
                 md["name"] = gen[: max(0, 63 - 5)] + random_suffix()
         # Set before the strategy runs: a Job's generated selector names it.
-        md["uid"] = new_uid()
+        uid = md["uid"] = new_uid()
+        created_at = md["creationTimestamp"]
         strategy.prepare_for_create(obj)
         strategy.default(obj)
-        await self.admission.admit(CREATE, res, md.get("name") or "", md.get("namespace"), obj)
+        attrs = Attributes(
+            CREATE, res, md.get("name") or "", _admission_namespace(res, md.get("name") or "", md.get("namespace")),
+            obj, None, dry_run=dry_run, defaulter=strategy.default,
+            options=_options or operation_options("CreateOptions", dry_run=dry_run, field_manager=field_manager),
+        )
+        await self.admission.admit(attrs)
+        if attrs.obj is not obj or obj.get("metadata") is not md:
+            # A webhook's patch replaced the metadata: the server's fields stay.
+            obj = attrs.obj if isinstance(attrs.obj, dict) else obj
+            md = self._check_metadata_shape(obj)
+            self._normalise_namespace(res, md, namespace)
+            for k in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+                md.pop(k, None)
+            md["uid"], md["creationTimestamp"] = uid, created_at
         if strategy.tracks_generation:
             md["generation"] = 1
         else:
             md.pop("generation", None)
         self._validate(res, obj, None)
-        await self.admission.validate(CREATE, res, md.get("name") or "", md.get("namespace"), obj)
+        attrs.name = md.get("name") or ""
+        await self.admission.validate(attrs)
         if _track_fields and field_manager is not None:
             self._track_managed_fields(res, None, obj, field_manager)
         key = res.storage_key(md["name"], md.get("namespace"))
@@ -326,6 +359,7 @@ class Registry(WatchMixin, SubresourcesMixin):
             kv = await self.store.create(key, obj)
         except KeyExistsError:
             raise errors.already_exists(res.plural, md["name"], res.group) from None
+        await self.admission.written(res, kv.mod_revision)
         return kv.value
 
     def _track_managed_fields(
@@ -392,6 +426,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         return await self._update_loop(
             res, key, name, mutate, want_rv=want_rv, subresource=subresource, dry_run=dry_run,
             field_manager=field_manager,
+            options=operation_options("UpdateOptions", dry_run=dry_run, field_manager=field_manager),
         )
 
     async def _update_loop(
@@ -406,6 +441,8 @@ class Registry(WatchMixin, SubresourcesMixin):
         dry_run: bool = False,
         field_manager: str | None = None,
         create_if_missing: Callable[[], Any] | None = None,
+        options: Obj | None = None,
+        view: "tuple[Callable[[Obj], Obj], Callable[[Obj, Obj], Obj]] | None" = None,
     ) -> Obj:
         """Read-modify-write with optimistic concurrency (upstream's GuaranteedUpdate).
 
@@ -415,12 +452,17 @@ class Registry(WatchMixin, SubresourcesMixin):
         concurrent unpinned updates of a hot object queue up instead of
         exhausting their retries; the revision check still guards against
         writers elsewhere.
+
+        Admission sees every attempt (as upstream's, which runs inside
+        GuaranteedUpdate); ``view`` is the pair (object -> what admission
+        sees, (admitted view, object) -> object) of a subresource whose
+        admission object is another kind (scale).
         """
         await self._turns.acquire(key)
         try:
             return await self._update_locked(
                 res, key, name, mutate, want_rv=want_rv, subresource=subresource, dry_run=dry_run,
-                field_manager=field_manager, create_if_missing=create_if_missing,
+                field_manager=field_manager, create_if_missing=create_if_missing, options=options, view=view,
             )
         finally:
             self._turns.release(key)
@@ -437,6 +479,8 @@ class Registry(WatchMixin, SubresourcesMixin):
         dry_run: bool,
         field_manager: str | None,
         create_if_missing: Callable[[], Any] | None,
+        options: Obj | None = None,
+        view: "tuple[Callable[[Obj], Obj], Callable[[Obj, Obj], Obj]] | None" = None,
     ) -> Obj:
         retries = Retries(self._retry_seconds)
         kv = await self.store.get(key)
@@ -462,7 +506,8 @@ class Registry(WatchMixin, SubresourcesMixin):
             rv = want_rv or new_md.get("resourceVersion") or ""
             if rv and rv != str(kv.mod_revision):
                 raise errors.conflict(res.plural, name, res.group)
-            new = self._prepare_update(res, new, current, subresource, field_manager)
+            new = await self._prepare_update(res, new, current, subresource, field_manager,
+                                             dry_run=dry_run, options=options, view=view)
             if new == current:
                 return current  # no-op writes do not bump the revision (as upstream)
             finalizers_gone = bool(
@@ -474,8 +519,10 @@ class Registry(WatchMixin, SubresourcesMixin):
                 if finalizers_gone:
                     kv2 = await self.store.delete(key, expected_revision=kv.mod_revision)
                     self._after_delete(res, kv2.value)
+                    await self.admission.written(res, kv2.mod_revision)
                     return kv2.value
                 kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
+                await self.admission.written(res, kv2.mod_revision)
                 return kv2.value
             except RevisionConflictError as exc:
                 if rv:
@@ -488,13 +535,9 @@ class Registry(WatchMixin, SubresourcesMixin):
                 raise errors.not_found(res.plural, name, res.group) from None
             await retries.again()
 
-    def _prepare_update(
-        self, res: ResourceInfo, new: Obj, current: Obj, subresource: str | None, field_manager: str | None
-    ) -> Obj:
-        strategy = self.strategy(res)
-        md = new["metadata"]
-        cur_md = current.get("metadata") or {}
-        # Server-owned metadata survives whatever the client sent.
+    @staticmethod
+    def _keep_server_metadata(res: ResourceInfo, md: Obj, cur_md: Obj) -> None:
+        """Server-owned metadata survives whatever the client (or a webhook) sent."""
         md["name"] = cur_md.get("name")
         if res.namespaced:
             md["namespace"] = cur_md.get("namespace")
@@ -507,6 +550,32 @@ class Registry(WatchMixin, SubresourcesMixin):
                 md.pop(k, None)
         md.pop("resourceVersion", None)
         md.pop("selfLink", None)
+
+    async def _prepare_update(
+        self, res: ResourceInfo, new: Obj, current: Obj, subresource: str | None, field_manager: str | None,
+        *, dry_run: bool = False, options: Obj | None = None,
+        view: "tuple[Callable[[Obj], Obj], Callable[[Obj, Obj], Obj]] | None" = None,
+    ) -> Obj:
+        strategy = self.strategy(res)
+        md = new["metadata"]
+        cur_md = current.get("metadata") or {}
+        self._keep_server_metadata(res, md, cur_md)
+        if subresource != "status":
+            strategy.default(new)
+        name = cur_md.get("name") or ""
+        attrs = Attributes(
+            UPDATE, res, name, _admission_namespace(res, name, cur_md.get("namespace")),
+            view[0](new) if view else new, view[0](current) if view else current, subresource or "",
+            dry_run=dry_run, defaulter=None if view or subresource == "status" else strategy.default,
+            options=options or operation_options("UpdateOptions", dry_run=dry_run, field_manager=field_manager),
+        )
+        await self.admission.admit(attrs)
+        if view is not None:
+            new = view[1](attrs.obj, new)
+            md = self._check_metadata_shape(new)
+        elif new.get("metadata") is not md:
+            md = self._check_metadata_shape(new)  # a webhook's patch replaced it
+            self._keep_server_metadata(res, md, cur_md)
         if cur_md.get("deletionTimestamp"):
             # A terminating object may lose finalizers but gain none.
             added = _finalizer_names(md) - _finalizer_names(cur_md)
@@ -525,10 +594,8 @@ class Registry(WatchMixin, SubresourcesMixin):
             md = new["metadata"]
             md.pop("resourceVersion", None)
         elif subresource == "finalize":
-            strategy.default(new)
             strategy.prepare_for_finalize_update(new, current)
         else:
-            strategy.default(new)
             strategy.prepare_for_update(new, current)
             if strategy.tracks_generation and strategy.spec_changed(new, current):
                 md["generation"] = int(cur_md.get("generation") or 0) + 1
@@ -537,6 +604,8 @@ class Registry(WatchMixin, SubresourcesMixin):
         elif "managedFields" not in md and "managedFields" in cur_md:
             md["managedFields"] = cur_md["managedFields"]
         self._validate(res, new, current)
+        attrs.obj = view[0](new) if view else new
+        await self.admission.validate(attrs)
         cur_cmp = dict(current)
         cur_cmp["metadata"] = {k: v for k, v in cur_md.items() if k != "resourceVersion"}
         if new == cur_cmp:
@@ -644,7 +713,8 @@ class Registry(WatchMixin, SubresourcesMixin):
                 raise errors.not_found(res.plural, name, res.group)
             new = ssa.apply(None, patch, field_manager, bool(force), self._now())
             # apply() already recorded this manager's fields.
-            obj = await self.create(res, new, namespace, dry_run=dry_run, _track_fields=False)
+            obj = await self.create(res, new, namespace, dry_run=dry_run, _track_fields=False, _options=(
+                operation_options("CreateOptions", dry_run=dry_run, field_manager=field_manager)))
             created = True
             return obj
 
@@ -659,6 +729,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         obj = await self._update_loop(
             res, key, name, mutate, want_rv=pinned_rv, subresource=subresource, dry_run=dry_run,
             field_manager=None, create_if_missing=create_new,
+            options=operation_options("UpdateOptions", dry_run=dry_run, field_manager=field_manager),
         )
         return obj, created
 
@@ -674,20 +745,27 @@ class Registry(WatchMixin, SubresourcesMixin):
         propagation_policy: str | None = None,
         preconditions: dict[str, str] | None = None,
         dry_run: bool = False,
+        collection: bool = False,
     ) -> tuple[Obj, bool]:
         """Returns ``(object or Status, finished)``: finished is False while the
-        object lingers (finalizers, graceful pod termination)."""
+        object lingers (finalizers, graceful pod termination). ``collection``:
+        one item of a deletecollection, admitted (as upstream) without a name."""
         if propagation_policy not in (None, "", "Orphan", "Background", "Foreground"):
             raise errors.invalid("DeleteOptions", "", [errors.not_supported(
                 "propagationPolicy", propagation_policy, ["Foreground", "Background", "Orphan", "nil"])])
         if grace_period_seconds is not None and grace_period_seconds < 0:
             grace_period_seconds = 0
         key = self._key(res, name, namespace)
-        await self.admission.validate(DELETE, res, name, namespace)
+        options = operation_options(
+            "DeleteOptions", dry_run=dry_run, gracePeriodSeconds=grace_period_seconds,
+            propagationPolicy=propagation_policy or None, preconditions=preconditions or None)
+        adm_name = "" if collection else name
+        attrs = Attributes(DELETE, res, adm_name, _admission_namespace(res, name, namespace), None, None,
+                           dry_run=dry_run, options=options)
         await self._turns.acquire(key)
         try:
             return await self._delete_locked(
-                res, key, name, grace_period_seconds, propagation_policy, preconditions, dry_run)
+                res, key, name, grace_period_seconds, propagation_policy, preconditions, dry_run, attrs)
         finally:
             self._turns.release(key)
 
@@ -700,6 +778,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         propagation_policy: str | None,
         preconditions: dict[str, str] | None,
         dry_run: bool,
+        attrs: Attributes | None = None,
     ) -> tuple[Obj, bool]:
         retries = Retries(self._retry_seconds)
         kv = await self.store.get(key)
@@ -718,6 +797,12 @@ class Registry(WatchMixin, SubresourcesMixin):
                     raise errors.conflict(res.plural, name, res.group, detail=(
                         f"Precondition failed: ResourceVersion in precondition: {want_rv}, "
                         f"ResourceVersion in object meta: {kv.mod_revision}"))
+            if attrs is not None:
+                # upstream's AdmissionToValidateObjectDeleteFunc: both phases,
+                # on the stored object, within the delete's retries
+                attrs.old_obj = current
+                await self.admission.admit(attrs)
+                await self.admission.validate(attrs)
             new = self._graceful(res, current, grace_period_seconds, propagation_policy)
             if new is current:
                 return current, False  # already terminating: nothing changes
@@ -726,6 +811,7 @@ class Registry(WatchMixin, SubresourcesMixin):
                     if dry_run:
                         return new, False
                     kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
+                    await self.admission.written(res, kv2.mod_revision)
                     return kv2.value, False
                 if dry_run:
                     return _status_success(res, name, md.get("uid")), True
@@ -737,6 +823,7 @@ class Registry(WatchMixin, SubresourcesMixin):
             except KeyNotFoundError:
                 raise errors.not_found(res.plural, name, res.group) from None
             self._after_delete(res, kv2.value)
+            await self.admission.written(res, kv2.mod_revision)
             if res.key == ("", "pods"):
                 return kv2.value, True
             return _status_success(res, name, md.get("uid")), True
@@ -795,8 +882,9 @@ class Registry(WatchMixin, SubresourcesMixin):
         """Hook for cascading effects of a delete."""
 
     async def close(self) -> None:
-        """Nothing of the registry runs in the background: kept for its callers."""
-        await asyncio.sleep(0)
+        """Stops what admission runs in the background (the webhook
+        configurations' watch, the webhook connection pool)."""
+        await self.admission.close()
 
 
 _PATCH_TYPES = {

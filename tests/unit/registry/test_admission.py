@@ -46,7 +46,8 @@ class Labeller(AdmissionPlugin):
 
 def test_default_chain_has_upstreams_plugins_in_order():
     chain = default_chain(MemoryStore())
-    assert [p.name for p in chain.plugins] == ["NamespaceLifecycle", "DefaultStorageClass"]
+    assert [p.name for p in chain.plugins] == [
+        "NamespaceLifecycle", "DefaultStorageClass", "MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"]
     assert isinstance(chain.plugins[0], NamespaceLifecycle) and isinstance(chain.plugins[1], DefaultStorageClass)
 
 
