@@ -931,6 +931,11 @@ def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_B
 
     limits = limits or ServingLimits()
     h = APIHandler(registry, catalogue, max_body=max_body, server_address=server_address)
+    if registry.pruner is None:
+        from kubeplane.apiserver import openapi
+
+        # objects patched by admission webhooks are pruned as request bodies are
+        registry.pruner = lambda res, obj: openapi.check_fields(obj, res.group, res.version, res.kind, prune=True)
     h.min_request_timeout = limits.min_request_timeout
     if metrics is None:
         metrics = APIServerMetrics(catalogue)

@@ -143,6 +143,11 @@ class Registry(WatchMixin, SubresourcesMixin):
         #: writers of one key take turns (see _update_loop)
         self._turns = KeyedTurns()
         self._retry_seconds = retry_seconds
+        #: ``pruner(res, obj) -> problems``: drops the fields the kind's schema
+        #: does not know (in place) and reports type errors, as decoding into
+        #: upstream's typed objects does; the API server sets it, and an object a
+        #: webhook patched passes it before it is defaulted again
+        self.pruner: Callable[[ResourceInfo, Obj], list[str]] | None = None
 
     # -- helpers -----------------------------------------------------------
 
@@ -151,6 +156,22 @@ class Registry(WatchMixin, SubresourcesMixin):
         if s is None:
             s = self._strategies[res.key] = strategy_for(res)
         return s
+
+    def _patched_fixup(self, res: ResourceInfo, strategy: Strategy) -> Callable[[Obj], None]:
+        """What an object an admission webhook patched goes through: upstream
+        decodes it into the typed object (dropping unknown fields, refusing
+        wrong types) and defaults it."""
+        pruner = self.pruner
+        if pruner is None:
+            return strategy.default
+
+        def fixup(obj: Obj) -> None:
+            bad = [p for p in pruner(res, obj) if not p.startswith('unknown field "')]
+            if bad:
+                raise ValueError(bad[0])
+            strategy.default(obj)
+
+        return fixup
 
     def _now(self) -> str:
         return now_text() if self.clock is utcnow else format_time(self.clock())
@@ -329,7 +350,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         strategy.default(obj)
         attrs = Attributes(
             CREATE, res, md.get("name") or "", _admission_namespace(res, md.get("name") or "", md.get("namespace")),
-            obj, None, dry_run=dry_run, defaulter=strategy.default,
+            obj, None, dry_run=dry_run, defaulter=self._patched_fixup(res, strategy),
             options=_options or operation_options("CreateOptions", dry_run=dry_run, field_manager=field_manager),
         )
         await self.admission.admit(attrs)
@@ -566,7 +587,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         attrs = Attributes(
             UPDATE, res, name, _admission_namespace(res, name, cur_md.get("namespace")),
             view[0](new) if view else new, view[0](current) if view else current, subresource or "",
-            dry_run=dry_run, defaulter=None if view or subresource == "status" else strategy.default,
+            dry_run=dry_run, defaulter=None if view else self._patched_fixup(res, strategy),
             options=options or operation_options("UpdateOptions", dry_run=dry_run, field_manager=field_manager),
         )
         await self.admission.admit(attrs)

@@ -679,8 +679,10 @@ class MutatingAdmissionWebhook(_WebhookPlugin):
         if attrs.defaulter is not None:
             try:
                 attrs.defaulter(patched)
-            except Exception as exc:  # noqa: BLE001 - a patched object defaulting cannot read is refused
-                raise internal_error(f"defaulting the patched object failed: {exc}") from None
+            except StatusError as err:
+                raise internal_error(err.message) from None
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise internal_error(str(exc)) from None
         if patched == attrs.obj:
             return False
         # in place: the registry carries on with the same dict

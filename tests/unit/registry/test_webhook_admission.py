@@ -536,3 +536,20 @@ def test_review_is_built_from_attributes():
     req = review["request"]
     assert req["uid"] == "uid-1" and "name" not in req and req["userInfo"] == {"username": "bob"}
     assert list(req)[-2:] == ["dryRun", "options"] or "options" not in req
+
+
+async def test_a_patched_object_is_decoded_as_upstreams_typed_objects(env):
+    registry, client = env
+    from kubeplane.apiserver import openapi
+
+    registry.pruner = lambda res, obj: openapi.check_fields(obj, res.group, res.version, res.kind, prune=True)
+    await install(registry, "mutating", "m", hook("m.example.com"))
+    client.handlers["m.example.com"] = lambda r: {"allowed": True, "patch": [
+        {"op": "add", "path": "/unknownField", "value": 1}, {"op": "add", "path": "/data", "value": {"k": "v"}}]}
+    out = await registry.create(CMS, cm("c"), "default")
+    assert "unknownField" not in out and out["data"] == {"k": "v"}
+    client.handlers["m.example.com"] = lambda r: {"allowed": True, "patch": [
+        {"op": "add", "path": "/data", "value": {"k": 5}}]}
+    with pytest.raises(StatusError) as exc:
+        await registry.create(CMS, cm("d"), "default")
+    assert exc.value.code == 500 and "json: cannot unmarshal number into Go struct field" in exc.value.message
