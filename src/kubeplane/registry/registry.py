@@ -349,7 +349,8 @@ class Registry(WatchMixin, SubresourcesMixin):
         strategy.prepare_for_create(obj)
         strategy.default(obj)
         attrs = Attributes(
-            CREATE, res, md.get("name") or "", _admission_namespace(res, md.get("name") or "", md.get("namespace")),
+            # a Namespace's create names no namespace (its request has none yet)
+            CREATE, res, md.get("name") or "", None if res.key == NAMESPACES.key else md.get("namespace"),
             obj, None, dry_run=dry_run, defaulter=self._patched_fixup(res, strategy),
             options=_options or operation_options("CreateOptions", dry_run=dry_run, field_manager=field_manager),
         )

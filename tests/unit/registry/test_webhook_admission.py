@@ -379,7 +379,10 @@ async def test_namespace_selector(env):
     await registry.create(NAMESPACES, {"metadata": {"name": "new", "labels": {"team": "a"}}})
     await registry.create(NAMESPACES, {"metadata": {"name": "new2"}})
     assert [r["request"]["name"] for _, r in client.calls] == ["new"]
-    assert client.calls[0][1]["request"]["namespace"] == "new"
+    assert "namespace" not in client.calls[0][1]["request"]
+    # requests on an existing Namespace carry its name as their namespace (upstream's request info)
+    await registry.update(NAMESPACES, {"metadata": {"name": "new", "labels": {"team": "a", "x": "y"}}})
+    assert client.calls[-1][1]["request"]["namespace"] == "new"
 
 
 async def test_object_selector_on_old_and_new(env):
