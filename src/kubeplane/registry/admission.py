@@ -287,6 +287,13 @@ class AdmissionChain:
         for p in self._watching.get(res.group, ()):
             await p.written(res, revision)
 
+    def set_authorizer(self, authorizer: Any) -> None:
+        """Give the plugins that ask the authorizer (the webhooks'
+        matchConditions ``authorizer``) the API server's; AlwaysAllow until then."""
+        for p in self.plugins:
+            if hasattr(p, "authorizer"):
+                p.authorizer = authorizer
+
     async def close(self) -> None:
         for p in self.plugins:
             await p.close()

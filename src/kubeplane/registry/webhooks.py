@@ -44,6 +44,7 @@ from kubeplane.api.meta import deep_copy, new_uid
 from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.api.selectors import LabelSelector, label_selector_from_dict
 from kubeplane.api.warnings import add_warning
+from kubeplane.auth.authorizer import AlwaysAllow
 from kubeplane.registry import matchconditions
 from kubeplane.registry.admission import CREATE, UPDATE, AdmissionPlugin, Attributes
 from kubeplane.registry.webhookclient import CallError, WebhookClient
@@ -544,6 +545,8 @@ class _WebhookPlugin(AdmissionPlugin):
         self.source = source
         self.store = store
         self.client = client if client is not None else WebhookClient(store)
+        #: answers matchConditions' ``authorizer`` checks (AdmissionChain.set_authorizer)
+        self.authorizer: Any = AlwaysAllow()
 
     def handles(self, operation: str, res: ResourceInfo) -> bool:
         return True
@@ -572,7 +575,7 @@ class _WebhookPlugin(AdmissionPlugin):
                 failed.append(hook.condition_error)
             else:
                 act = matchconditions.activation(attrs.obj, attrs.old_obj, request_fields(attrs))
-                matches, failed = matchconditions.match(list(hook.conditions), act)
+                matches, failed = matchconditions.match(list(hook.conditions), act, self.authorizer, attrs.user)
                 if not matches:
                     return False
             if failed:

@@ -556,3 +556,35 @@ async def test_a_patched_object_is_decoded_as_upstreams_typed_objects(env):
     with pytest.raises(StatusError) as exc:
         await registry.create(CMS, cm("d"), "default")
     assert exc.value.code == 500 and "json: cannot unmarshal number into Go struct field" in exc.value.message
+
+
+async def test_match_conditions_ask_the_authorizer(env):
+    registry, client = env
+    from kubeplane.auth.authorizer import Decision
+
+    asked = []
+
+    class OnlyAlice:
+        def authorize(self, a):
+            asked.append((a.user.name, a.verb, a.api_group, a.resource, a.subresource, a.namespace, a.name,
+                          a.resource_request, a.path))
+            if a.user.name == "alice" and a.resource == "configmaps":
+                return Decision.ALLOW, ""
+            return Decision.NO_OPINION, "not alice"
+
+    registry.admission.set_authorizer(OnlyAlice())
+    await install(registry, "validating", "v", hook("authz.example.com", matchConditions=[
+        {"name": "can-delete", "expression": "authorizer.group('').resource('configmaps').namespace('default')"
+                                             ".check('delete').allowed()"},
+        {"name": "request", "expression": "authorizer.requestResource.check('update').reason() == ''"},
+        {"name": "sa", "expression": "!authorizer.serviceAccount('ns', 'robot').path('/healthz').check('get')"
+                                     ".allowed()"}]))
+    with acting_as(UserInfo("alice")):
+        await registry.create(CMS, cm("by-alice"), "default")
+    with acting_as(UserInfo("bob")):
+        await registry.create(CMS, cm("by-bob"), "default")
+    assert [r["request"]["name"] for _, r in client.calls] == ["by-alice"]
+    assert asked[:3] == [
+        ("alice", "delete", "", "configmaps", "", "default", "", True, ""),
+        ("alice", "update", "", "configmaps", "", "default", "by-alice", True, ""),
+        ("system:serviceaccount:ns:robot", "get", "", "", "", "", "", False, "/healthz")]
