@@ -146,7 +146,9 @@ class AdmissionPlugin:
 
 class NamespaceLifecycle(AdmissionPlugin):
     """Nothing is created in a namespace that is missing or terminating, and
-    the namespaces the cluster needs cannot be deleted."""
+    the namespaces the cluster needs cannot be deleted. As upstream's, it
+    judges in the mutating phase, first of all plugins: no webhook is called
+    for a request it refuses."""
 
     name = "NamespaceLifecycle"
 
@@ -158,7 +160,7 @@ class NamespaceLifecycle(AdmissionPlugin):
             return res.namespaced
         return operation == DELETE and res.key == NAMESPACES.key
 
-    async def validate(self, attrs: Attributes) -> None:
+    async def admit(self, attrs: Attributes) -> None:
         if attrs.operation == DELETE:
             if attrs.name in IMMORTAL_NAMESPACES:
                 raise errors.StatusError(

@@ -588,3 +588,12 @@ async def test_match_conditions_ask_the_authorizer(env):
         ("alice", "delete", "", "configmaps", "", "default", "", True, ""),
         ("alice", "update", "", "configmaps", "", "default", "by-alice", True, ""),
         ("system:serviceaccount:ns:robot", "get", "", "", "", "", "", False, "/healthz")]
+
+
+async def test_no_webhook_is_called_for_a_create_namespace_lifecycle_refuses(env):
+    registry, client = env
+    await install(registry, "mutating", "m", hook("m.example.com"))
+    with pytest.raises(StatusError) as exc:
+        await registry.create(CMS, cm("c"), "missing")
+    assert exc.value.code == 404
+    assert client.calls == []
