@@ -225,3 +225,34 @@ def test_configuration_validation_messages(env):
         'webhooks[1].name: Duplicate value: "short"',
     ):
         assert text in res.err, (text, res.err)
+
+
+def test_scale_subresource_is_admitted_as_a_scale(env):
+    srv, hooks, kubectl = env
+
+    def limit(req):
+        replicas = req["object"]["spec"]["replicas"]
+        if replicas > 5:
+            return {"allowed": False, "status": {"code": 422, "reason": "Invalid",
+                                                 "message": f"{replicas} replicas is too many"}}
+        return {"allowed": True}
+
+    hooks.handlers["/scale"] = limit
+    hook = _hook("scale.example.com", hooks.url("/scale"), hooks.ca_bundle, resources=("deployments/scale",),
+                 operations=("UPDATE",))
+    hook["rules"][0]["apiGroups"] = ["apps"]
+    del hook["objectSelector"]
+    kubectl("apply", "-f", "-", stdin=_config("ValidatingWebhookConfiguration", "scale", hook))
+    try:
+        kubectl("create", "deployment", "web", "--image=nginx", "--replicas=1")
+        kubectl("scale", "deployment", "web", "--replicas=3")
+        res = kubectl("scale", "deployment", "web", "--replicas=9", check=False)
+        assert res.rc != 0
+        assert 'admission webhook "scale.example.com" denied the request: 9 replicas is too many' in res.err
+        assert kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.replicas}").out == "3"
+        seen = [r for r in hooks.requests if r["path"] == "/scale"]
+        assert seen[0]["kind"] == {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+        assert seen[0]["subResource"] == "scale" and seen[0]["oldObject"]["spec"]["replicas"] == 1
+    finally:
+        kubectl("delete", "validatingwebhookconfiguration", "scale")
+        kubectl("delete", "deployment", "web", "--wait=false")
