@@ -211,6 +211,9 @@ class WebhookSource:
         self._ready: asyncio.Event | None = None
         self._advanced: asyncio.Condition | None = None
         self._closed = False
+        #: the configurations were read at least once (until then every
+        #: request is refused, as upstream's plugins refuse before they sync)
+        self._synced = False
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -244,6 +247,7 @@ class WebhookSource:
                 break
         self._configs = configs
         self._rebuild()
+        self._synced = True
         return rev
 
     def _compile(self, key: str, value: Obj) -> tuple[str, list[Hook]] | None:
@@ -311,18 +315,24 @@ class WebhookSource:
         """Wait until the configurations reflect ``revision`` (bounded)."""
         await self._ensure()
         assert self._advanced is not None
-        if self._revision >= revision:
+        if self._synced and self._revision >= revision:
             return True
         try:
             async with asyncio.timeout(timeout):
                 async with self._advanced:
-                    await self._advanced.wait_for(lambda: self._revision >= revision)
+                    await self._advanced.wait_for(lambda: self._synced and self._revision >= revision)
             return True
         except TimeoutError:
             return False
 
-    async def hooks(self, mutating: bool) -> tuple[Hook, ...]:
+    async def hooks(self, mutating: bool, attrs: Attributes | None = None) -> tuple[Hook, ...]:
         await self._ensure()
+        if not self._synced:
+            res = attrs.resource if attrs is not None else None
+            name = attrs.name if attrs is not None else ""
+            what = (f'{res.qualified} "{name}"' if name else res.qualified) if res is not None else "request"
+            raise StatusError(403, "Forbidden", f"{what} is forbidden: not yet ready to handle request",
+                              name=name, group=res.group if res else None, kind=res.plural if res else None)
         return self._mutating if mutating else self._validating
 
 
@@ -620,7 +630,7 @@ class MutatingAdmissionWebhook(_WebhookPlugin):
     async def admit(self, attrs: Attributes) -> None:
         if exempt(attrs):
             return
-        hooks = await self.source.hooks(True)
+        hooks = await self.source.hooks(True, attrs)
         if not hooks:
             return
         ctx = attrs.reinvocation
@@ -701,7 +711,7 @@ class ValidatingAdmissionWebhook(_WebhookPlugin):
     async def validate(self, attrs: Attributes) -> None:
         if exempt(attrs):
             return
-        hooks = await self.source.hooks(False)
+        hooks = await self.source.hooks(False, attrs)
         if not hooks:
             return
         chosen = [h for h in hooks if await self._invocation(h, attrs)]

@@ -597,3 +597,30 @@ async def test_no_webhook_is_called_for_a_create_namespace_lifecycle_refuses(env
         await registry.create(CMS, cm("c"), "missing")
     assert exc.value.code == 404
     assert client.calls == []
+
+
+async def test_requests_are_refused_until_the_configurations_are_read():
+    class Failing(MemoryStore):
+        broken = True
+
+        async def list(self, prefix, **kw):
+            if self.broken and prefix.startswith("/registry/admissionregistration.k8s.io/"):
+                from kubeplane.storage.interface import StorageError
+
+                raise StorageError("disk on fire")
+            return await super().list(prefix, **kw)
+
+    store = Failing()
+    source = WebhookSource(store)
+    plugin = MutatingAdmissionWebhook(source, store, FakeClient())
+    try:
+        with pytest.raises(StatusError) as exc:
+            await plugin.admit(Attributes("CREATE", CMS, "c", "default", {"metadata": {"name": "c"}}))
+        assert (exc.value.code, exc.value.message) == (
+            403, 'configmaps "c" is forbidden: not yet ready to handle request')
+        store.broken = False
+        assert await source.caught_up(0, timeout=5)
+        await plugin.admit(Attributes("CREATE", CMS, "c", "default", {"metadata": {"name": "c"}}))
+    finally:
+        await plugin.close()
+        await store.close()
