@@ -77,26 +77,31 @@ def _go_status_text(code: int, body: bytes) -> str:
 class WebhookClient:
     def __init__(self, store: Store | None = None) -> None:
         self.store = store
-        self._sessions: dict[int, "aiohttp.ClientSession"] = {}
+        self._sessions: dict[int, tuple[asyncio.AbstractEventLoop, "aiohttp.ClientSession"]] = {}
         self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
 
     async def close(self) -> None:
+        """Close this loop's pool (a pool of another loop can only be dropped)."""
+        loop = asyncio.get_running_loop()
         sessions, self._sessions = self._sessions, {}
-        for s in sessions.values():
-            if not s.closed:
+        for owner, s in sessions.values():
+            if owner is loop and not s.closed:
                 await s.close()
 
     def _session(self) -> "aiohttp.ClientSession":
         import aiohttp
 
         loop = asyncio.get_running_loop()
-        s = self._sessions.get(id(loop))
-        if s is None or s.closed:
+        entry = self._sessions.get(id(loop))
+        if entry is None or entry[0] is not loop or entry[1].closed:
+            # pools of event loops that have ended go with them
+            for key in [k for k, (owner, _) in self._sessions.items() if owner.is_closed()]:
+                del self._sessions[key]
             connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=MAX_CONNECTIONS_PER_HOST)
-            s = self._sessions[id(loop)] = aiohttp.ClientSession(
+            entry = self._sessions[id(loop)] = (loop, aiohttp.ClientSession(
                 connector=connector, auto_decompress=True, skip_auto_headers=("User-Agent",),
-                headers={"User-Agent": "kube-apiserver-admission"})
-        return s
+                headers={"User-Agent": "kube-apiserver-admission"}))
+        return entry[1]
 
     def ssl_context(self, ca_bundle: Any) -> ssl.SSLContext:
         """A verifying context for the PEM ``caBundle`` (base64 in the API,
