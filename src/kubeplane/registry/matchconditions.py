@@ -177,6 +177,32 @@ class Condition:
                            f"no such overload: expected bool, got {value.type().name().lower()}")
 
 
+_MACRO = re.compile(r"\.\s*(all|exists_one|exists|map|filter)\s*\(")
+_STRING = re.compile(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"')
+
+
+def nested_comprehensions(expression: str) -> bool:
+    """Whether a comprehension macro (all, exists, exists_one, map, filter)
+    sits inside another's arguments. Over the unbounded lists and maps of an
+    admission request that is quadratic or worse: upstream's cost estimate
+    refuses such expressions, and the runtime here has no cost budget to stop
+    one, so they are refused when written."""
+    text = _STRING.sub(lambda m: " " * len(m.group(0)), expression)
+    spans: list[tuple[int, int]] = []
+    for m in _MACRO.finditer(text):
+        depth, end = 0, len(text)
+        for i in range(m.end() - 1, len(text)):
+            if text[i] == "(":
+                depth += 1
+            elif text[i] == ")":
+                depth -= 1
+                if depth == 0:
+                    end = i
+                    break
+        spans.append((m.start(), end))
+    return any(a < c < b for a, b in spans for c, _ in spans)
+
+
 _cache: "OrderedDict[str, Any]" = OrderedDict()
 _lock = threading.Lock()
 
@@ -198,6 +224,9 @@ def compile_condition(name: str, expression: str) -> Condition:
                 rtype = program.return_type()
                 hit = program if rtype in (_T.BOOL, _T.DYN) else CompileError(
                     f"must evaluate to bool, got {rtype.name().lower()}")
+                if not isinstance(hit, CompileError) and nested_comprehensions(expression):
+                    hit = CompileError("estimated rule cost exceeds budget: nested comprehensions (all, exists, "
+                                       "exists_one, map, filter) over the request's unbounded lists and maps")
             except RuntimeError as err:
                 hit = CompileError("compilation failed: " + _clean(str(err)).replace("ERROR: <input>:", "ERROR: <input>:"))
         with _lock:

@@ -624,3 +624,18 @@ async def test_requests_are_refused_until_the_configurations_are_read():
     finally:
         await plugin.close()
         await store.close()
+
+
+async def test_nested_comprehensions_are_refused(env):
+    registry, _ = env
+    from kubeplane.registry.matchconditions import nested_comprehensions
+
+    assert not nested_comprehensions("object.spec.containers.all(c, c.image != '')")
+    assert not nested_comprehensions("object.a.map(x, x).filter(y, y == '.all(')")
+    assert nested_comprehensions("object.a.all(x, object.b.exists(y, y == x))")
+    with pytest.raises(StatusError) as exc:
+        await install(registry, "validating", "v", hook("v.example.com", matchConditions=[
+            {"name": "quadratic", "expression": "object.data.all(k, object.data.exists(j, j == k))"}]))
+    (cause,) = exc.value.causes
+    assert cause.field == "webhooks[0].matchConditions[0].expression"
+    assert "estimated rule cost exceeds budget" in cause.message
