@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 from typing import Any, Callable
 
@@ -29,6 +30,7 @@ from kubeplane.registry.admission import (
     UPDATE,
     AdmissionChain,
     Attributes,
+    ReinvocationContext,
     default_chain,
     operation_options,
 )
@@ -821,10 +823,11 @@ class Registry(WatchMixin, SubresourcesMixin):
                         f"ResourceVersion in object meta: {kv.mod_revision}"))
             if attrs is not None:
                 # upstream's AdmissionToValidateObjectDeleteFunc: both phases,
-                # on the stored object, within the delete's retries
-                attrs.old_obj = current
-                await self.admission.admit(attrs)
-                await self.admission.validate(attrs)
+                # on the stored object, within the delete's retries (each
+                # attempt a request of its own for reinvocation)
+                attempt = dataclasses.replace(attrs, old_obj=current, reinvocation=ReinvocationContext())
+                await self.admission.admit(attempt)
+                await self.admission.validate(attempt)
             new = self._graceful(res, current, grace_period_seconds, propagation_policy)
             if new is current:
                 return current, False  # already terminating: nothing changes
