@@ -51,6 +51,8 @@ GROUP_PACKAGE = {
     "coordination.k8s.io": "coordination",
     "scheduling.k8s.io": "scheduling",
     "resource.k8s.io": "resource",
+    "certificates.k8s.io": "certificates",
+    "authentication.k8s.io": "authentication",
     "admissionregistration.k8s.io": "admissionregistration",
 }
 
@@ -87,6 +89,8 @@ EXTRA_KINDS = (
     ("", "v1", "Status", "V1Status"),
     ("", "v1", "DeleteOptions", "V1DeleteOptions"),
     ("", "v1", "WatchEvent", "V1WatchEvent"),
+    # the body of serviceaccounts/<name>/token
+    ("authentication.k8s.io", "v1", "TokenRequest", "AuthenticationV1TokenRequest"),
 )
 
 # Fields whose upstream type is resource.Quantity; the client types them as str.
@@ -238,7 +242,8 @@ class Generator:
         roots: list[tuple[str, str, str, str]] = []
         for r in RESOURCES:
             roots.append((r.group, r.version, r.kind, _class_for(r.group, r.kind)))
-            roots.append((r.group, r.version, r.list_kind, _class_for(r.group, r.list_kind)))
+            if "list" in r.verbs:  # create-only kinds (reviews) have no list
+                roots.append((r.group, r.version, r.list_kind, _class_for(r.group, r.list_kind)))
         roots.extend(EXTRA_KINDS)
         # Core roots first so shared types land in core/v1.
         roots.sort(key=lambda t: t[0] != "")
