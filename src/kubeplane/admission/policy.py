@@ -336,7 +336,7 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
         # Policies never apply to the policy kinds themselves, as upstream.
         return res.key not in (POLICIES.key, BINDINGS.key)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         for c in (self.policies, self.bindings, self.namespaces, *self.params.values()):
             c.close()
 

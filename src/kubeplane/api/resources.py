@@ -105,6 +105,11 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     _r("storage.k8s.io", "v1", "CSIStorageCapacity", "csistoragecapacities", True),
     # coordination.k8s.io/v1
     _r("coordination.k8s.io", "v1", "Lease", "leases", True),
+    # admissionregistration.k8s.io/v1
+    _r("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", False,
+       categories=("api-extensions",)),
+    _r("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations",
+       False, categories=("api-extensions",)),
     # apps/v1
     _r("apps", "v1", "Deployment", "deployments", True, short_names=("deploy",), categories=("all",),
        subresources=("status", "scale")),

@@ -7,11 +7,28 @@ before validation, the validating phase (:meth:`AdmissionChain.validate`) after
 validation, just before the object is stored. A plugin refuses a request by
 raising a :class:`~kubeplane.api.errors.StatusError`.
 
+Every write path of the registry builds one :class:`Attributes` (upstream's
+``admission.Attributes``): the operation (CREATE, UPDATE, DELETE, CONNECT),
+the resource and subresource, the kind, name and namespace, the object and the
+old object, dryRun, the operation's options (CreateOptions, UpdateOptions,
+DeleteOptions as upstream sends them) and the user
+(:func:`kubeplane.auth.user.current_user`). The order of :func:`default_chain`:
+
+1. mutating built-ins (NamespaceLifecycle, DefaultStorageClass, ...), then
+   MutatingAdmissionWebhook; when a webhook changed the object and a webhook
+   with ``reinvocationPolicy: IfNeeded`` ran before it, the whole mutating
+   phase runs once more (upstream's reinvoker: built-ins again, and the
+   webhooks that asked for it);
+2. schema and strategy validation (the registry);
+3. validating built-ins, ValidatingAdmissionPolicy (a plugin added to the
+   chain by its module, see :data:`VALIDATING_POLICY_SLOT`), then
+   ValidatingAdmissionWebhook.
+
 A new plugin subclasses :class:`AdmissionPlugin`, says which requests it
 handles (:meth:`AdmissionPlugin.handles`, decided on the operation and the
 resource alone, so the chain can remember the answer) and overrides
-:meth:`~AdmissionPlugin.admit`, :meth:`~AdmissionPlugin.validate` or both;
-:func:`default_chain` lists the plugins in order.
+:meth:`~AdmissionPlugin.admit`, :meth:`~AdmissionPlugin.validate` or both.
+Warnings for the client go through :func:`kubeplane.api.warnings.add_warning`.
 """
 
 from __future__ import annotations
@@ -33,6 +50,7 @@ Obj = dict[str, Any]
 CREATE = "CREATE"
 UPDATE = "UPDATE"
 DELETE = "DELETE"
+CONNECT = "CONNECT"
 
 NAMESPACES = resource("namespaces")
 PODS_KEY = ("", "pods")
@@ -40,6 +58,38 @@ STORAGE_CLASSES = resource("storageclasses")
 
 #: namespaces upstream's NamespaceLifecycle admission refuses to delete
 IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
+
+#: the kinds of subresources whose admission object is not the resource's own
+SUBRESOURCE_KINDS: dict[str, tuple[str, str, str]] = {
+    "scale": ("autoscaling", "v1", "Scale"),
+    "binding": ("", "v1", "Binding"),
+}
+
+
+def operation_options(kind: str, *, dry_run: bool = False, field_manager: str | None = None,
+                      **fields: Any) -> Obj:
+    """The options object of an admission request (``CreateOptions``,
+    ``UpdateOptions``, ``DeleteOptions``) as upstream serialises it: a patch is
+    admitted with the UpdateOptions (or CreateOptions) its PatchOptions become."""
+    out: Obj = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
+    if dry_run:
+        out["dryRun"] = ["All"]
+    if field_manager:
+        out["fieldManager"] = field_manager
+    for k, v in fields.items():
+        if v is not None:
+            out[k] = v
+    return out
+
+
+@dataclass(slots=True)
+class ReinvocationContext:
+    """Upstream's admission.ReinvocationContext: set when a mutation asks for
+    the mutating phase to run again, and per-plugin state kept across runs."""
+
+    should_reinvoke: bool = False
+    is_reinvoke: bool = False
+    values: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -50,23 +100,38 @@ class Attributes:
     resource: ResourceInfo
     name: str
     namespace: str | None
-    #: the object being created (the plugin may change it in the mutating phase)
+    #: the object being written (a plugin may change it in the mutating
+    #: phase, in place); None for DELETE and CONNECT
     obj: Obj | None = None
-    #: the stored object an update or delete replaces
+    #: the stored object an UPDATE or DELETE starts from
     old_obj: Obj | None = None
-    subresource: str | None = None
+    subresource: str = ""
+    #: (group, version, kind) of ``obj``: the resource's kind, or the
+    #: subresource's (autoscaling/v1 Scale, v1 Binding)
+    kind: tuple[str, str, str] = ("", "", "")
     dry_run: bool = False
-    #: the request's CreateOptions, UpdateOptions or DeleteOptions, when known
+    #: CreateOptions / UpdateOptions / DeleteOptions (see operation_options)
     options: Obj | None = None
     user: UserInfo = field(default_factory=current_user)
+    #: the strategy's defaulting, re-applied to an object a webhook patched
+    defaulter: Callable[[Obj], None] | None = None
+    reinvocation: ReinvocationContext = field(default_factory=ReinvocationContext)
     #: audit annotations the plugins add: the request's admission record
     audit_annotations: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.kind[2]:
+            sub = SUBRESOURCE_KINDS.get(self.subresource or "")
+            self.kind = sub or (self.resource.group, self.resource.version, self.resource.kind)
 
 
 class AdmissionPlugin:
     """One admission plugin; the base admits everything."""
 
     name: ClassVar[str] = ""
+    #: API groups whose writes this plugin must observe before the next request
+    #: (see :meth:`written`): a configuration it caches, say
+    watched_groups: ClassVar[frozenset[str]] = frozenset()
 
     def handles(self, operation: str, res: ResourceInfo) -> bool:
         return False
@@ -77,10 +142,19 @@ class AdmissionPlugin:
     async def validate(self, attrs: Attributes) -> None:
         """Validating phase: may only refuse."""
 
+    async def written(self, res: ResourceInfo, revision: int) -> None:
+        """A write to a resource of :attr:`watched_groups` is stored at
+        ``revision``; return once it is in effect for the next request."""
+
+    async def close(self) -> None:
+        """Stop background work (watches, connection pools)."""
+
 
 class NamespaceLifecycle(AdmissionPlugin):
     """Nothing is created in a namespace that is missing or terminating, and
-    the namespaces the cluster needs cannot be deleted."""
+    the namespaces the cluster needs cannot be deleted. As upstream's, it
+    judges in the mutating phase, first of all plugins: no webhook is called
+    for a request it refuses."""
 
     name = "NamespaceLifecycle"
 
@@ -92,7 +166,7 @@ class NamespaceLifecycle(AdmissionPlugin):
             return res.namespaced
         return operation == DELETE and res.key == NAMESPACES.key
 
-    async def validate(self, attrs: Attributes) -> None:
+    async def admit(self, attrs: Attributes) -> None:
         if attrs.operation == DELETE:
             if attrs.name in IMMORTAL_NAMESPACES:
                 raise errors.StatusError(
@@ -208,8 +282,8 @@ class ServiceAccount(AdmissionPlugin):
             return kv.value
         ns = await self.store.get(NAMESPACES.storage_key(namespace))
         if ns is None or (ns.value.get("metadata") or {}).get("deletionTimestamp"):
-            # upstream's NamespaceLifecycle refuses this request before this
-            # plugin runs; here it does so in the validating phase
+            # NamespaceLifecycle, first in the mutating phase, refuses such a
+            # request before this plugin runs; one gone meanwhile is left to it
             raise _NamespaceNotActive(namespace)
         attempts = 10 if name == DEFAULT_SERVICE_ACCOUNT else 1
         interval = (100 + self._rng.randrange(100)) / 1000
@@ -238,6 +312,8 @@ class ServiceAccount(AdmissionPlugin):
         return account
 
     async def admit(self, attrs: Attributes) -> None:
+        if attrs.subresource:
+            return  # a pod's subresources (binding) are not its business, as upstream's shouldIgnore
         try:
             await self._admit(attrs)
         except _NamespaceNotActive:
@@ -269,6 +345,8 @@ class ServiceAccount(AdmissionPlugin):
         await self._check(attrs, account)
 
     async def validate(self, attrs: Attributes) -> None:
+        if attrs.subresource:
+            return
         pod = attrs.obj
         if not isinstance(pod, dict):
             return
@@ -439,10 +517,29 @@ class AdmissionChain:
     """The plugins in order; each phase runs those that handle the request."""
 
     def __init__(self, plugins: Iterable[AdmissionPlugin]) -> None:
-        self.plugins = tuple(plugins)
+        self.plugins: tuple[AdmissionPlugin, ...] = tuple(plugins)
+        self._index()
+
+    def _index(self) -> None:
         self._mutating = tuple(p for p in self.plugins if type(p).admit is not AdmissionPlugin.admit)
         self._validating = tuple(p for p in self.plugins if type(p).validate is not AdmissionPlugin.validate)
+        self._watching: dict[str, tuple[AdmissionPlugin, ...]] = {}
+        for p in self.plugins:
+            for g in p.watched_groups:
+                self._watching[g] = self._watching.get(g, ()) + (p,)
         self._for: dict[tuple[bool, str, tuple[str, str]], tuple[AdmissionPlugin, ...]] = {}
+
+    def add(self, plugin: AdmissionPlugin, *, before: str | None = None) -> None:
+        """Insert ``plugin`` before the plugin named ``before`` (at the end if
+        there is none of that name)."""
+        plugins = list(self.plugins)
+        at = next((i for i, p in enumerate(plugins) if before and p.name == before), len(plugins))
+        plugins.insert(at, plugin)
+        self.plugins = tuple(plugins)
+        self._index()
+
+    def plugin(self, name: str) -> AdmissionPlugin | None:
+        return next((p for p in self.plugins if p.name == name), None)
 
     def _handling(self, mutating: bool, operation: str, res: ResourceInfo) -> tuple[AdmissionPlugin, ...]:
         key = (mutating, operation, res.key)
@@ -452,33 +549,59 @@ class AdmissionChain:
                 p for p in (self._mutating if mutating else self._validating) if p.handles(operation, res))
         return found
 
-    async def admit(self, operation: str, res: ResourceInfo, name: str, namespace: str | None,
-                    obj: Obj | None = None) -> None:
-        plugins = self._handling(True, operation, res)
-        if plugins:
-            attrs = Attributes(operation, res, name, namespace, obj)
+    def handles(self, mutating: bool, operation: str, res: ResourceInfo) -> bool:
+        """Whether any plugin takes part in this phase of such a request (the
+        registry builds no Attributes otherwise)."""
+        return bool(self._handling(mutating, operation, res))
+
+    @staticmethod
+    def _attributes(args: tuple, kw: dict) -> Attributes:
+        if len(args) == 1 and not kw and isinstance(args[0], Attributes):
+            return args[0]
+        return Attributes(*args, **kw)
+
+    async def admit(self, *args: Any, **kw: Any) -> None:
+        """The mutating phase: ``admit(attrs)`` (or the fields of one
+        :class:`Attributes`). Runs a second time, as upstream's reinvoker
+        does, when a plugin asked for it."""
+        attrs = self._attributes(args, kw)
+        plugins = self._handling(True, attrs.operation, attrs.resource)
+        if not plugins:
+            return
+        for p in plugins:
+            await p.admit(attrs)
+        if attrs.reinvocation.should_reinvoke:
+            attrs.reinvocation.is_reinvoke = True
             for p in plugins:
                 await p.admit(attrs)
 
-    async def validate(self, operation: str, res: ResourceInfo, name: str, namespace: str | None,
-                       obj: Obj | None = None, old: Obj | None = None, *, subresource: str | None = None,
-                       dry_run: bool = False, options: Obj | None = None) -> Attributes | None:
-        """Runs the validating plugins; returns the request's admission record
-        (None when no plugin handles the request)."""
-        plugins = self._handling(False, operation, res)
-        if plugins:
-            attrs = Attributes(operation, res, name, namespace, obj, old, subresource, dry_run, options)
-            for p in plugins:
-                await p.validate(attrs)
-            return attrs
-        return None
+    async def validate(self, *args: Any, **kw: Any) -> None:
+        """The validating phase: ``validate(attrs)``."""
+        attrs = self._attributes(args, kw)
+        for p in self._handling(False, attrs.operation, attrs.resource):
+            await p.validate(attrs)
 
-    def plugin(self, name: str) -> AdmissionPlugin | None:
-        """The plugin registered under ``name`` (e.g. ``ValidatingAdmissionPolicy``)."""
+    async def written(self, res: ResourceInfo, revision: int) -> None:
+        """Called by the registry after every stored write: plugins caching a
+        configuration of ``res``'s group catch up to ``revision``."""
+        for p in self._watching.get(res.group, ()):
+            await p.written(res, revision)
+
+    def set_authorizer(self, authorizer: Any) -> None:
+        """Give the plugins that ask the authorizer (the webhooks'
+        matchConditions ``authorizer``) the API server's; AlwaysAllow until then."""
         for p in self.plugins:
-            if p.name == name:
-                return p
-        return None
+            if hasattr(p, "authorizer"):
+                p.authorizer = authorizer
+
+    async def close(self) -> None:
+        for p in self.plugins:
+            await p.close()
+
+
+#: the plugin ValidatingAdmissionPolicy is inserted before, as in upstream's
+#: plugin order: ``chain.add(policy_plugin, before=VALIDATING_POLICY_SLOT)``
+VALIDATING_POLICY_SLOT = "ValidatingAdmissionWebhook"
 
 
 def default_chain(store: Store, authorizer: Any = None, *, service_accounts: bool = False) -> AdmissionChain:
@@ -486,24 +609,34 @@ def default_chain(store: Store, authorizer: Any = None, *, service_accounts: boo
     ``service_accounts`` adds the ServiceAccount plugin, which needs the
     ServiceAccount controller running (the API server turns it on; a bare
     registry, as unit tests build it, leaves it off). ``authorizer`` answers
-    the policies' CEL ``authorizer`` checks (AlwaysAllow when None; settable
-    later as the ValidatingAdmissionPolicy plugin's ``authorizer``)."""
+    the CEL ``authorizer`` checks of the policies and the webhooks'
+    matchConditions (AlwaysAllow when None; settable later with
+    :meth:`AdmissionChain.set_authorizer`)."""
     from kubeplane.admission.policy import ValidatingAdmissionPolicyPlugin
+    from kubeplane.registry.webhooks import MutatingAdmissionWebhook, ValidatingAdmissionWebhook, WebhookSource
 
     plugins: list[AdmissionPlugin] = [NamespaceLifecycle(store)]
     if service_accounts:
         plugins.append(ServiceAccount(store))
     plugins.append(DefaultStorageClass(store))
     plugins.append(CertificateSubjectRestriction())
-    # validating, before ValidatingAdmissionWebhook
+    hooks = WebhookSource(store)
+    # the mutating webhooks run after every built-in mutating plugin
+    plugins.append(MutatingAdmissionWebhook(hooks, store))
+    # validating: the policies, then the webhooks (upstream's order)
     plugins.append(ValidatingAdmissionPolicyPlugin(store, authorizer=authorizer))
-    return AdmissionChain(plugins)
+    plugins.append(ValidatingAdmissionWebhook(hooks, store))
+    chain = AdmissionChain(plugins)
+    if authorizer is not None:
+        chain.set_authorizer(authorizer)
+    return chain
 
 
 __all__ = [
     "AdmissionChain",
     "AdmissionPlugin",
     "Attributes",
+    "CONNECT",
     "CREATE",
     "CertificateSubjectRestriction",
     "DELETE",
@@ -511,7 +644,11 @@ __all__ = [
     "DefaultStorageClass",
     "IMMORTAL_NAMESPACES",
     "NamespaceLifecycle",
+    "ReinvocationContext",
     "ServiceAccount",
+    "UPDATE",
+    "VALIDATING_POLICY_SLOT",
     "default_chain",
+    "operation_options",
     "service_account_token_volume",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 from typing import Any, Callable
 
@@ -24,7 +25,16 @@ from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
 from kubeplane.api.selectors import parse_field_selector, parse_label_selector
 from kubeplane.api.validation import validate_object
 from kubeplane.registry import customresource as cr
-from kubeplane.registry.admission import CREATE, DELETE, UPDATE, AdmissionChain, default_chain
+from kubeplane.registry.admission import (
+    CREATE,
+    DELETE,
+    UPDATE,
+    AdmissionChain,
+    Attributes,
+    ReinvocationContext,
+    default_chain,
+    operation_options,
+)
 from kubeplane.registry.retries import RETRY_SECONDS, Retries
 from kubeplane.registry.strategies import Strategy, strategy_for
 from kubeplane.registry.subresources import SubresourcesMixin
@@ -72,6 +82,14 @@ def _terminating(catalogue: Catalogue, res: ResourceInfo) -> bool:
     live = catalogue.by_gvr(res.group, res.version, res.plural)
     info = live.custom if live is not None and live.custom is not None else res.custom
     return bool(info.terminating)
+
+def _admission_namespace(res: ResourceInfo, name: str, namespace: str | None) -> str | None:
+    """The namespace of an admission request: a namespace's own name for the
+    Namespace objects (as upstream's request info sets it), none for other
+    cluster-scoped resources."""
+    if res.key == NAMESPACES.key:
+        return name
+    return namespace if res.namespaced else None
 
 
 def _status_success(res: ResourceInfo, name: str, uid: str | None) -> Obj:
@@ -138,6 +156,11 @@ class Registry(WatchMixin, SubresourcesMixin):
         policies = self.admission.plugin("ValidatingAdmissionPolicy")
         if policies is not None:
             policies.catalogue = self.catalogue  # paramKinds and rules resolve in the served catalogue
+        #: ``pruner(res, obj) -> problems``: drops the fields the kind's schema
+        #: does not know (in place) and reports type errors, as decoding into
+        #: upstream's typed objects does; the API server sets it, and an object a
+        #: webhook patched passes it before it is defaulted again
+        self.pruner: Callable[[ResourceInfo, Obj], list[str]] | None = None
 
     # -- helpers -----------------------------------------------------------
 
@@ -165,6 +188,21 @@ class Registry(WatchMixin, SubresourcesMixin):
             return obj
         obj = cr.to_version(res, obj)
         return cr.default_on_read(res, obj)
+    def _patched_fixup(self, res: ResourceInfo, strategy: Strategy) -> Callable[[Obj], None]:
+        """What an object an admission webhook patched goes through: upstream
+        decodes it into the typed object (dropping unknown fields, refusing
+        wrong types) and defaults it."""
+        pruner = self.pruner
+        if pruner is None:
+            return strategy.default
+
+        def fixup(obj: Obj) -> None:
+            bad = [p for p in pruner(res, obj) if not p.startswith('unknown field "')]
+            if bad:
+                raise ValueError(bad[0])
+            strategy.default(obj)
+
+        return fixup
 
     def _now(self) -> str:
         return now_text() if self.clock is utcnow else format_time(self.clock())
@@ -323,6 +361,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         field_manager: str | None = None,
         _track_fields: bool = True,
         owned: bool = False,
+        _options: Obj | None = None,
     ) -> Obj:
         """Create ``obj``. With ``owned`` the caller hands ``obj`` over (a freshly
         decoded request body): it is stored as it is modified, not copied."""
@@ -345,10 +384,25 @@ class Registry(WatchMixin, SubresourcesMixin):
             if isinstance(gen, str):
                 md["name"] = gen[: max(0, 63 - 5)] + random_suffix()
         # Set before the strategy runs: a Job's generated selector names it.
-        md["uid"] = new_uid()
+        uid = md["uid"] = new_uid()
+        created_at = md["creationTimestamp"]
         strategy.prepare_for_create(obj)
         strategy.default(obj)
-        await self.admission.admit(CREATE, res, md.get("name") or "", md.get("namespace"), obj)
+        attrs = Attributes(
+            # a Namespace's create names no namespace (its request has none yet)
+            CREATE, res, md.get("name") or "", None if res.key == NAMESPACES.key else md.get("namespace"),
+            obj, None, dry_run=dry_run, defaulter=self._patched_fixup(res, strategy),
+            options=_options or operation_options("CreateOptions", dry_run=dry_run, field_manager=field_manager),
+        )
+        await self.admission.admit(attrs)
+        if attrs.obj is not obj or obj.get("metadata") is not md:
+            # A webhook's patch replaced the metadata: the server's fields stay.
+            obj = attrs.obj if isinstance(attrs.obj, dict) else obj
+            md = self._check_metadata_shape(obj)
+            self._normalise_namespace(res, md, namespace)
+            for k in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+                md.pop(k, None)
+            md["uid"], md["creationTimestamp"] = uid, created_at
         if res.custom is not None:
             # what mutating admission added is pruned and defaulted too (upstream
             # decodes a mutated custom resource again)
@@ -358,8 +412,8 @@ class Registry(WatchMixin, SubresourcesMixin):
         else:
             md.pop("generation", None)
         self._validate(res, obj, None)
-        await self.admission.validate(CREATE, res, md.get("name") or "", md.get("namespace"), obj,
-                                      dry_run=dry_run)
+        attrs.name = md.get("name") or ""
+        await self.admission.validate(attrs)
         if _track_fields and field_manager is not None:
             self._track_managed_fields(res, None, obj, field_manager)
         key = res.storage_key(md["name"], md.get("namespace"))
@@ -371,6 +425,7 @@ class Registry(WatchMixin, SubresourcesMixin):
             kv = await self.store.create(key, obj if res.custom is None else cr.to_storage(res, obj))
         except KeyExistsError:
             raise errors.already_exists(res.plural, md["name"], res.group) from None
+        await self.admission.written(res, kv.mod_revision)
         return kv.value if res.custom is None else self._out(res, kv.value)
 
     def _track_managed_fields(
@@ -437,6 +492,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         return await self._update_loop(
             res, key, name, mutate, want_rv=want_rv, subresource=subresource, dry_run=dry_run,
             field_manager=field_manager,
+            options=operation_options("UpdateOptions", dry_run=dry_run, field_manager=field_manager),
         )
 
     async def _update_loop(
@@ -451,12 +507,14 @@ class Registry(WatchMixin, SubresourcesMixin):
         dry_run: bool = False,
         field_manager: str | None = None,
         create_if_missing: Callable[[], Any] | None = None,
-        admission_as: tuple[str, Callable[[Obj], Obj]] | None = None,
+        options: Obj | None = None,
+        view: "tuple[Callable[[Obj], Obj], Callable[[Obj, Obj], Obj]] | None" = None,
     ) -> Obj:
         """Read-modify-write with optimistic concurrency (upstream's GuaranteedUpdate).
 
-        ``admission_as`` (subresource, view) shows admission the request as a
-        write of that subresource's own kind (the Scale of a deployment).
+        ``view`` (to the subresource's kind, back from it) shows admission the
+        request as a write of that subresource's own kind (the Scale of a
+        deployment).
 
         A client-supplied resourceVersion that is stale is a 409; a race with
         another writer when the client did not pin a version is retried.
@@ -464,12 +522,17 @@ class Registry(WatchMixin, SubresourcesMixin):
         concurrent unpinned updates of a hot object queue up instead of
         exhausting their retries; the revision check still guards against
         writers elsewhere.
+
+        Admission sees every attempt (as upstream's, which runs inside
+        GuaranteedUpdate); ``view`` is the pair (object -> what admission
+        sees, (admitted view, object) -> object) of a subresource whose
+        admission object is another kind (scale).
         """
         await self._turns.acquire(key)
         try:
             return await self._update_locked(
                 res, key, name, mutate, want_rv=want_rv, subresource=subresource, dry_run=dry_run,
-                field_manager=field_manager, create_if_missing=create_if_missing, admission_as=admission_as,
+                field_manager=field_manager, create_if_missing=create_if_missing, options=options, view=view,
             )
         finally:
             self._turns.release(key)
@@ -486,7 +549,8 @@ class Registry(WatchMixin, SubresourcesMixin):
         dry_run: bool,
         field_manager: str | None,
         create_if_missing: Callable[[], Any] | None,
-        admission_as: tuple[str, Callable[[Obj], Obj]] | None = None,
+        options: Obj | None = None,
+        view: "tuple[Callable[[Obj], Obj], Callable[[Obj, Obj], Obj]] | None" = None,
     ) -> Obj:
         retries = Retries(self._retry_seconds)
         kv = await self.store.get(key)
@@ -512,15 +576,8 @@ class Registry(WatchMixin, SubresourcesMixin):
             rv = want_rv or new_md.get("resourceVersion") or ""
             if rv and rv != str(kv.mod_revision):
                 raise errors.conflict(res.plural, name, res.group)
-            new = self._prepare_update(res, new, current, subresource, field_manager)
-            ns = (current.get("metadata") or {}).get("namespace")
-            if admission_as is None:
-                await self.admission.validate(UPDATE, res, name, ns, new, current, subresource=subresource,
-                                              dry_run=dry_run)
-            else:
-                sub, view = admission_as
-                await self.admission.validate(UPDATE, res, name, ns, view(new), view(current), subresource=sub,
-                                              dry_run=dry_run)
+            new = await self._prepare_update(res, new, current, subresource, field_manager,
+                                             dry_run=dry_run, options=options, view=view)
             if new == current and not kv.stale:
                 # No-op writes do not bump the revision (as upstream), unless the
                 # stored value is stale: rewriting it re-encrypts with the current key.
@@ -534,11 +591,14 @@ class Registry(WatchMixin, SubresourcesMixin):
                 if finalizers_gone:
                     kv2 = await self.store.delete(key, expected_revision=kv.mod_revision)
                     self._after_delete(res, kv2.value)
+                    await self.admission.written(res, kv2.mod_revision)
                     return self._out(res, kv2.value)
                 if res.custom is not None:
                     kv2 = await self.store.update(key, cr.to_storage(res, new), expected_revision=kv.mod_revision)
+                    await self.admission.written(res, kv2.mod_revision)
                     return self._out(res, kv2.value)
                 kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
+                await self.admission.written(res, kv2.mod_revision)
                 return kv2.value
             except RevisionConflictError as exc:
                 if rv:
@@ -551,13 +611,9 @@ class Registry(WatchMixin, SubresourcesMixin):
                 raise errors.not_found(res.plural, name, res.group) from None
             await retries.again()
 
-    def _prepare_update(
-        self, res: ResourceInfo, new: Obj, current: Obj, subresource: str | None, field_manager: str | None
-    ) -> Obj:
-        strategy = self.strategy(res)
-        md = new["metadata"]
-        cur_md = current.get("metadata") or {}
-        # Server-owned metadata survives whatever the client sent.
+    @staticmethod
+    def _keep_server_metadata(res: ResourceInfo, md: Obj, cur_md: Obj) -> None:
+        """Server-owned metadata survives whatever the client (or a webhook) sent."""
         md["name"] = cur_md.get("name")
         if res.namespaced:
             md["namespace"] = cur_md.get("namespace")
@@ -570,6 +626,32 @@ class Registry(WatchMixin, SubresourcesMixin):
                 md.pop(k, None)
         md.pop("resourceVersion", None)
         md.pop("selfLink", None)
+
+    async def _prepare_update(
+        self, res: ResourceInfo, new: Obj, current: Obj, subresource: str | None, field_manager: str | None,
+        *, dry_run: bool = False, options: Obj | None = None,
+        view: "tuple[Callable[[Obj], Obj], Callable[[Obj, Obj], Obj]] | None" = None,
+    ) -> Obj:
+        strategy = self.strategy(res)
+        md = new["metadata"]
+        cur_md = current.get("metadata") or {}
+        self._keep_server_metadata(res, md, cur_md)
+        if subresource != "status":
+            strategy.default(new)
+        name = cur_md.get("name") or ""
+        attrs = Attributes(
+            UPDATE, res, name, _admission_namespace(res, name, cur_md.get("namespace")),
+            view[0](new) if view else new, view[0](current) if view else current, subresource or "",
+            dry_run=dry_run, defaulter=None if view else self._patched_fixup(res, strategy),
+            options=options or operation_options("UpdateOptions", dry_run=dry_run, field_manager=field_manager),
+        )
+        await self.admission.admit(attrs)
+        if view is not None:
+            new = view[1](attrs.obj, new)
+            md = self._check_metadata_shape(new)
+        elif new.get("metadata") is not md:
+            md = self._check_metadata_shape(new)  # a webhook's patch replaced it
+            self._keep_server_metadata(res, md, cur_md)
         if cur_md.get("deletionTimestamp"):
             # A terminating object may lose finalizers but gain none.
             added = _finalizer_names(md) - _finalizer_names(cur_md)
@@ -591,10 +673,8 @@ class Registry(WatchMixin, SubresourcesMixin):
             md = new["metadata"]
             md.pop("resourceVersion", None)
         elif subresource == "finalize":
-            strategy.default(new)
             strategy.prepare_for_finalize_update(new, current)
         else:
-            strategy.default(new)
             strategy.prepare_for_update(new, current)
             if strategy.tracks_generation and strategy.spec_changed(new, current):
                 md["generation"] = int(cur_md.get("generation") or 0) + 1
@@ -603,6 +683,8 @@ class Registry(WatchMixin, SubresourcesMixin):
         elif "managedFields" not in md and "managedFields" in cur_md:
             md["managedFields"] = cur_md["managedFields"]
         self._validate(res, new, current, strategy.subresource_causes(new, current, subresource))
+        attrs.obj = view[0](new) if view else new
+        await self.admission.validate(attrs)
         cur_cmp = dict(current)
         cur_cmp["metadata"] = {k: v for k, v in cur_md.items() if k != "resourceVersion"}
         if new == cur_cmp:
@@ -713,7 +795,8 @@ class Registry(WatchMixin, SubresourcesMixin):
                 raise errors.not_found(res.plural, name, res.group)
             new = ssa.apply(None, patch, field_manager, bool(force), self._now())
             # apply() already recorded this manager's fields.
-            obj = await self.create(res, new, namespace, dry_run=dry_run, _track_fields=False)
+            obj = await self.create(res, new, namespace, dry_run=dry_run, _track_fields=False, _options=(
+                operation_options("CreateOptions", dry_run=dry_run, field_manager=field_manager)))
             created = True
             return obj
 
@@ -728,6 +811,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         obj = await self._update_loop(
             res, key, name, mutate, want_rv=pinned_rv, subresource=subresource, dry_run=dry_run,
             field_manager=None, create_if_missing=create_new,
+            options=operation_options("UpdateOptions", dry_run=dry_run, field_manager=field_manager),
         )
         return obj, created
 
@@ -743,19 +827,27 @@ class Registry(WatchMixin, SubresourcesMixin):
         propagation_policy: str | None = None,
         preconditions: dict[str, str] | None = None,
         dry_run: bool = False,
+        collection: bool = False,
     ) -> tuple[Obj, bool]:
         """Returns ``(object or Status, finished)``: finished is False while the
-        object lingers (finalizers, graceful pod termination)."""
+        object lingers (finalizers, graceful pod termination). ``collection``:
+        one item of a deletecollection, admitted (as upstream) without a name."""
         if propagation_policy not in (None, "", "Orphan", "Background", "Foreground"):
             raise errors.invalid("DeleteOptions", "", [errors.not_supported(
                 "propagationPolicy", propagation_policy, ["Foreground", "Background", "Orphan", "nil"])])
         if grace_period_seconds is not None and grace_period_seconds < 0:
             grace_period_seconds = 0
         key = self._key(res, name, namespace)
+        options = operation_options(
+            "DeleteOptions", dry_run=dry_run, gracePeriodSeconds=grace_period_seconds,
+            propagationPolicy=propagation_policy or None, preconditions=preconditions or None)
+        adm_name = "" if collection else name
+        attrs = Attributes(DELETE, res, adm_name, _admission_namespace(res, name, namespace), None, None,
+                           dry_run=dry_run, options=options)
         await self._turns.acquire(key)
         try:
             return await self._delete_locked(
-                res, key, name, grace_period_seconds, propagation_policy, preconditions, dry_run)
+                res, key, name, grace_period_seconds, propagation_policy, preconditions, dry_run, attrs)
         finally:
             self._turns.release(key)
 
@@ -768,6 +860,7 @@ class Registry(WatchMixin, SubresourcesMixin):
         propagation_policy: str | None,
         preconditions: dict[str, str] | None,
         dry_run: bool,
+        attrs: Attributes | None = None,
     ) -> tuple[Obj, bool]:
         retries = Retries(self._retry_seconds)
         kv = await self.store.get(key)
@@ -786,7 +879,13 @@ class Registry(WatchMixin, SubresourcesMixin):
                     raise errors.conflict(res.plural, name, res.group, detail=(
                         f"Precondition failed: ResourceVersion in precondition: {want_rv}, "
                         f"ResourceVersion in object meta: {kv.mod_revision}"))
-            await self.admission.validate(DELETE, res, name, md.get("namespace"), None, current, dry_run=dry_run)
+            if attrs is not None:
+                # upstream's AdmissionToValidateObjectDeleteFunc: both phases,
+                # on the stored object, within the delete's retries (each
+                # attempt a request of its own for reinvocation)
+                attempt = dataclasses.replace(attrs, old_obj=current, reinvocation=ReinvocationContext())
+                await self.admission.admit(attempt)
+                await self.admission.validate(attempt)
             new = self._graceful(res, current, grace_period_seconds, propagation_policy)
             if new is current:
                 return self._out(res, current), False  # already terminating: nothing changes
@@ -797,6 +896,7 @@ class Registry(WatchMixin, SubresourcesMixin):
                     if res.custom is not None:
                         new = cr.to_storage(res, new)
                     kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
+                    await self.admission.written(res, kv2.mod_revision)
                     return self._out(res, kv2.value), False
                 if dry_run:
                     return _status_success(res, name, md.get("uid")), True
@@ -808,6 +908,7 @@ class Registry(WatchMixin, SubresourcesMixin):
             except KeyNotFoundError:
                 raise errors.not_found(res.plural, name, res.group) from None
             self._after_delete(res, kv2.value)
+            await self.admission.written(res, kv2.mod_revision)
             if res.key == ("", "pods"):
                 return kv2.value, True
             return _status_success(res, name, md.get("uid")), True
@@ -872,8 +973,9 @@ class Registry(WatchMixin, SubresourcesMixin):
         """Hook for cascading effects of a delete."""
 
     async def close(self) -> None:
-        """Nothing of the registry runs in the background: kept for its callers."""
-        await asyncio.sleep(0)
+        """Stops what admission runs in the background (the webhook
+        configurations' watch, the webhook connection pool)."""
+        await self.admission.close()
 
 
 _PATCH_TYPES = {

@@ -722,6 +722,35 @@ class ValidatingAdmissionPolicyBindingStrategy(Strategy):
         default_binding(obj)
 
 
+class WebhookConfigurationStrategy(Strategy):
+    """admissionregistration.k8s.io/v1 Mutating/ValidatingWebhookConfiguration:
+    upstream's v1 defaults (sideEffects and admissionReviewVersions have none in
+    v1). Generation moves when the webhooks change."""
+
+    def default(self, obj: Obj) -> None:
+        mutating = self.res.kind == "MutatingWebhookConfiguration"
+        for hook in obj.get("webhooks") or []:
+            if not isinstance(hook, dict):
+                continue
+            hook.setdefault("failurePolicy", "Fail")
+            hook.setdefault("matchPolicy", "Equivalent")
+            if hook.get("namespaceSelector") is None:
+                hook["namespaceSelector"] = {}
+            if hook.get("objectSelector") is None:
+                hook["objectSelector"] = {}
+            if hook.get("timeoutSeconds") is None:
+                hook["timeoutSeconds"] = 10
+            if mutating and hook.get("reinvocationPolicy") is None:
+                hook["reinvocationPolicy"] = "Never"
+            for rule in hook.get("rules") or []:
+                if isinstance(rule, dict) and rule.get("scope") is None:
+                    rule["scope"] = "*"
+            cc = hook.get("clientConfig")
+            svc = cc.get("service") if isinstance(cc, dict) else None
+            if isinstance(svc, dict) and svc.get("port") is None:
+                svc["port"] = 443
+
+
 class NoGenerationStrategy(Strategy):
     tracks_generation = False
 
@@ -845,6 +874,8 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("storage.k8s.io", "storageclasses"): StorageClassStrategy,
     ("storage.k8s.io", "csinodes"): NoGenerationStrategy,
     ("storage.k8s.io", "csistoragecapacities"): NoGenerationStrategy,
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     ("apps", "deployments"): DeploymentStrategy,
     ("apps", "replicasets"): ReplicaSetStrategy,
     ("batch", "jobs"): JobStrategy,

@@ -9,10 +9,12 @@ from kubeplane.api import errors
 from kubeplane.api.meta import deep_copy
 from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.api.selectors import label_selector_from_dict
+from kubeplane.registry.admission import CREATE, Attributes, operation_options
 from kubeplane.registry.retries import Retries
 from kubeplane.storage.interface import KeyNotFoundError, RevisionConflictError
 
 if TYPE_CHECKING:
+    from kubeplane.registry.admission import AdmissionChain
     from kubeplane.runtime import KeyedTurns
     from kubeplane.storage.interface import Store
 
@@ -24,6 +26,7 @@ class SubresourcesMixin:
     (which provides the store, the per-key turns and the update loop)."""
 
     store: "Store"
+    admission: "AdmissionChain"
     _turns: "KeyedTurns"
     _retry_seconds: float
 
@@ -47,6 +50,20 @@ class SubresourcesMixin:
         if bmd.get("name") and bmd["name"] != name:
             raise errors.bad_request("the name of the binding does not match the name on the URL")
         key = self._key(pods, name, namespace)
+        # pods/binding is a CREATE of a Binding, as upstream admits it
+        adm_binding = deep_copy(binding)
+        adm_binding.setdefault("apiVersion", "v1")
+        adm_binding.setdefault("kind", "Binding")
+        attrs = Attributes(CREATE, pods, name, namespace, adm_binding, None, "binding", dry_run=dry_run,
+                           options=operation_options("CreateOptions", dry_run=dry_run))
+        await self.admission.admit(attrs)
+        if attrs.obj is not None:
+            target = attrs.obj.get("target") or {}
+            node = target.get("name") if isinstance(target, dict) else None
+            if not node:
+                raise errors.invalid("Binding", name, [errors.required("target.name")])
+            bmd = attrs.obj.get("metadata") if isinstance(attrs.obj.get("metadata"), dict) else {}
+        await self.admission.validate(attrs)
         await self._turns.acquire(key)
         try:
             await self._bind_locked(key, name, node, bmd, dry_run)
@@ -158,7 +175,16 @@ class SubresourcesMixin:
             new.setdefault("spec", {})["replicas"] = replicas
             return new
 
-        obj = await self._update_loop(res, key, name, mutate, dry_run=dry_run,
-                                      admission_as=("scale", lambda o: self.to_scale(res, o)))
+        def admitted(scale: Obj, obj: Obj) -> Obj:
+            """What an admission webhook's patch of the Scale changes: spec.replicas."""
+            replicas = (scale.get("spec") or {}).get("replicas", 0) if isinstance(scale, dict) else 0
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise errors.invalid("Scale", name, [errors.invalid_value(
+                    "spec.replicas", replicas, "must be greater than or equal to 0")], group="autoscaling")
+            obj.setdefault("spec", {})["replicas"] = replicas
+            return obj
+
+        obj = await self._update_loop(res, key, name, mutate, dry_run=dry_run, subresource="scale",
+                                      view=(lambda o: self.to_scale(res, o), admitted))
         del pinned
         return self.to_scale(res, obj)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kubeplane.testing._cluster import Cluster, resolve_resource
     from kubeplane.testing._manifests import ManifestError, load_documents
     from kubeplane.testing._wait import JsonPath, WaitTimeout
+    from kubeplane.testing._webhooks import WebhookInstallOptions, generate_certificates
 
 _EXPORTS = {
     "Cluster": "kubeplane.testing._cluster",
@@ -35,6 +36,8 @@ _EXPORTS = {
     "load_documents": "kubeplane.testing._manifests",
     "JsonPath": "kubeplane.testing._wait",
     "WaitTimeout": "kubeplane.testing._wait",
+    "WebhookInstallOptions": "kubeplane.testing._webhooks",
+    "generate_certificates": "kubeplane.testing._webhooks",
 }
 
 __all__ = sorted(_EXPORTS)

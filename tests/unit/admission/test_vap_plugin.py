@@ -47,7 +47,7 @@ async def env():
     await ensure_default_namespaces(registry)
     registry.recorder = recorder
     yield registry
-    chain.plugin("ValidatingAdmissionPolicy").close()
+    await chain.plugin("ValidatingAdmissionPolicy").close()
     await registry.close()
     await store.close()
 
@@ -385,7 +385,7 @@ async def test_next_request_sees_a_new_binding_with_sqlite_storage(tmp_path) -> 
         await reg.delete(VAPB, "b0")
         await reg.create(DEPLOY, deployment("free", 9), "default")
     finally:
-        reg.admission.plugin("ValidatingAdmissionPolicy").close()
+        await reg.admission.close()
         await store.close()
 
 

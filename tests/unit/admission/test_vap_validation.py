@@ -19,7 +19,7 @@ async def reg():
     store = MemoryStore()
     registry = Registry(store, CATALOGUE)
     yield registry
-    registry.admission.plugin("ValidatingAdmissionPolicy").close()
+    await registry.close()
     await store.close()
 
 

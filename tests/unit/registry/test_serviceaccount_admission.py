@@ -331,3 +331,14 @@ async def test_a_missing_or_terminating_namespace_is_namespace_lifecycles_refusa
         await registry.create(PODS, _pod(), "going")
     assert err.value.code == 403 and "because it is being terminated" in err.value.message
     assert sleeps.calls == []
+
+
+async def test_a_pods_binding_is_not_judged_as_a_pod(env):
+    # pods/binding is a CREATE on pods whose object is a Binding: upstream's
+    # plugin ignores subresources, so the scheduler's binding goes through
+    registry, _, _ = env
+    await _sa(registry)
+    await registry.create(PODS, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+                          "default")
+    await registry.bind("p", "default", {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}})
+    assert (await registry.get(PODS, "p", "default"))["spec"]["nodeName"] == "n1"

@@ -35,6 +35,7 @@ from kubeplane.api.strings import (
     name_is_dns_label,
     name_is_dns_subdomain,
 )
+from kubeplane.api.validation.admissionregistration import validate_webhook_configuration
 from kubeplane.api.validation.apiextensions import validate_crd, validate_crd_update
 from kubeplane.api.validation.apps import _selector_immutable, _validate_deployment, _validate_replicaset
 from kubeplane.api.validation.batch import _validate_job, _validate_job_update
@@ -112,6 +113,8 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     "csinodes.storage.k8s.io": (name_is_dns_subdomain, _validate_csi_node, None),
     "csistoragecapacities.storage.k8s.io": (name_is_dns_subdomain, _validate_csi_storage_capacity, None),
     "leases.coordination.k8s.io": (name_is_dns_subdomain, _validate_lease, None),
+    "mutatingwebhookconfigurations.admissionregistration.k8s.io": (name_is_dns_subdomain, None, None),
+    "validatingwebhookconfigurations.admissionregistration.k8s.io": (name_is_dns_subdomain, None, None),
     "deployments.apps": (name_is_dns_subdomain, _validate_deployment, _selector_immutable),
     "replicasets.apps": (name_is_dns_subdomain, _validate_replicaset, _selector_immutable),
     "jobs.batch": (name_is_dns_subdomain, _validate_job, _validate_job_update),
@@ -136,7 +139,11 @@ SPEC_ONLY_CHECKS = frozenset({
 
 # Hook for checks owned elsewhere (e.g. CEL compilation of DRA selectors):
 # qualified resource name → callables run after the built-in checks.
-extra_validators: dict[str, list[ExtraValidator]] = {}
+extra_validators: dict[str, list[ExtraValidator]] = {
+    # webhook configurations: an update relaxes rules the stored object broke
+    "mutatingwebhookconfigurations.admissionregistration.k8s.io": [validate_webhook_configuration],
+    "validatingwebhookconfigurations.admissionregistration.k8s.io": [validate_webhook_configuration],
+}
 
 
 def register_extra_validator(qualified: str, fn: ExtraValidator) -> None:
