@@ -55,6 +55,12 @@ class APIServerConfig:
     history_bytes: int = DEFAULT_HISTORY_BYTES
     #: seconds an Event lives after its last write (0: forever)
     event_ttl: float = DEFAULT_EVENT_TTL
+    #: upstream's --authorization-mode: "RBAC" (with nodes authorized as
+    #: upstream's Node authorizer does, "Node,RBAC" says the same) or "AlwaysAllow"
+    authorization_mode: str = "RBAC"
+
+
+AUTHORIZATION_MODES = ("RBAC", "Node,RBAC", "AlwaysAllow")
 
 
 @dataclass
@@ -66,6 +72,10 @@ class APIServer:
     registry: Registry | None = None
     url: str = ""
     metrics: APIServerMetrics | None = None
+    #: the authorizer every request is put to (RBACAuthorizer or AlwaysAllow)
+    authorizer: Any = None
+    #: the RBAC objects, watched (the RBAC authorizer's and the aggregation controller's source)
+    policy: Any = None
     _runner: web.AppRunner | None = field(default=None, repr=False)
     _keeper: asyncio.Task | None = field(default=None, repr=False)
     _lock: DataDirLock | None = field(default=None, repr=False)
@@ -112,8 +122,10 @@ class APIServer:
                                       history=cfg.history_revisions, history_bytes=cfg.history_bytes)
         self.metrics = APIServerMetrics()
         instrument_store(self.store, self.metrics)
-        self.registry = Registry(self.store, CATALOGUE)
+        self.authorizer = await self._start_policy(cfg.authorization_mode)
+        self.registry = Registry(self.store, CATALOGUE, authorizer=self.authorizer)
         await ensure_default_namespaces(self.registry)
+        await self._bootstrap_policy()
         for make in self.in_process:
             component = make(self.registry)
             await component.start()
@@ -126,7 +138,7 @@ class APIServer:
         bound_port = sock.getsockname()[1]
         address = format_address(host, bound_port)
         app = build_app(self.registry, CATALOGUE, max_body=cfg.max_body, server_address=address,
-                        limits=cfg.limits, metrics=self.metrics)
+                        limits=cfg.limits, metrics=self.metrics, authorizer=self.authorizer)
         self._runner = BoundedAppRunner(app, cfg.limits, access_log=None, handle_signals=False,
                                         shutdown_timeout=1.0)
         await self._runner.setup()
@@ -137,6 +149,27 @@ class APIServer:
             self._kubeconfig = KubeconfigFile(cfg.kubeconfig)
             self._kubeconfig.publish(self.url)
         log.info("API server listening on %s (storage %s)", self.url, cfg.storage)
+
+    async def _start_policy(self, mode: str) -> Any:
+        from kubeplane.auth.authorizer import AlwaysAllow
+        from kubeplane.auth.rbac import PolicyCache, RBACAuthorizer
+
+        if mode not in AUTHORIZATION_MODES:
+            raise ValueError(f"unsupported --authorization-mode {mode!r}: one of {', '.join(AUTHORIZATION_MODES)}")
+        self.policy = PolicyCache(self.store)
+        await self.policy.start()
+        self._started.append(self.policy)
+        return AlwaysAllow() if mode == "AlwaysAllow" else RBACAuthorizer(self.policy)
+
+    async def _bootstrap_policy(self) -> None:
+        """Upstream's bootstrap roles and bindings, and the aggregation of ClusterRoles."""
+        from kubeplane.apiserver.bootstrappolicy import reconcile
+        from kubeplane.apiserver.clusterroleaggregation import ClusterRoleAggregator
+
+        await reconcile(self.registry)
+        aggregator = ClusterRoleAggregator(self.registry, self.policy)
+        await aggregator.start()
+        self._started.append(aggregator)
 
     async def stop(self) -> None:
         if self._kubeconfig is not None:

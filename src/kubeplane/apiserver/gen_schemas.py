@@ -51,6 +51,8 @@ GROUP_PACKAGE = {
     "coordination.k8s.io": "coordination",
     "scheduling.k8s.io": "scheduling",
     "resource.k8s.io": "resource",
+    "rbac.authorization.k8s.io": "rbac",
+    "authorization.k8s.io": "authorization",
 }
 
 # Models that live in meta/v1 upstream (client class names).
@@ -237,7 +239,8 @@ class Generator:
         roots: list[tuple[str, str, str, str]] = []
         for r in RESOURCES:
             roots.append((r.group, r.version, r.kind, _class_for(r.group, r.kind)))
-            roots.append((r.group, r.version, r.list_kind, _class_for(r.group, r.list_kind)))
+            if "list" in r.verbs:  # create-only kinds (reviews) have no list
+                roots.append((r.group, r.version, r.list_kind, _class_for(r.group, r.list_kind)))
         roots.extend(EXTRA_KINDS)
         # Core roots first so shared types land in core/v1.
         roots.sort(key=lambda t: t[0] != "")

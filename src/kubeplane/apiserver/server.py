@@ -29,11 +29,13 @@ from kubeplane.api.resources import Catalogue, ResourceInfo
 from kubeplane.apiserver import codec, discovery, health
 from kubeplane.apiserver.openapi import json_kind as _json_kind
 from kubeplane.apiserver.serving import InflightLimiter, ServingLimits, deadline_middleware
+from kubeplane.auth.authorizer import AlwaysAllow
 from kubeplane.registry.registry import Registry, WatchOptions
 from kubeplane.storage.interface import WriteFailedError
 
 if TYPE_CHECKING:
     from kubeplane.apiserver.metrics import APIServerMetrics
+    from kubeplane.auth.authorizer import Authorizer
 
 log = logging.getLogger("kubeplane.apiserver")
 
@@ -208,6 +210,7 @@ class APIHandler:
         #: seconds; a watch without timeoutSeconds ends in [min, 2*min] (0: never)
         self.min_request_timeout = 0.0
         self.metrics: Any = None  # APIServerMetrics, set by build_app
+        self.authorizer: Any = None  # the Authorizer every request is put to, set by build_app
         self.stopping = asyncio.Event()
         # id(obj) -> (obj, type, encoded line); holding obj keeps the id unique.
         self._encoded: OrderedDict[int, tuple[Obj, str, bytes]] = OrderedDict()
@@ -391,6 +394,9 @@ class APIHandler:
         m = request.method
         if t.res.namespaced and t.namespace is None and t.name is not None:
             raise errors.route_not_found()
+        if "get" not in t.res.verbs and (m != "POST" or t.name is not None or t.watch_path):
+            # create-only kinds (the reviews)
+            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
         if t.name is None:
             if m == "GET":
                 if t.watch_path or _bool_param(request.query, "watch"):
@@ -913,7 +919,12 @@ def _manager_from_agent(request: web.Request) -> str:
 
 def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_BODY_BYTES,
               server_address: str = "127.0.0.1:6443", limits: ServingLimits | None = None,
-              metrics: "APIServerMetrics | None" = None) -> web.Application:
+              metrics: "APIServerMetrics | None" = None, authorizer: "Authorizer | None" = None) -> web.Application:
+    """The API server's aiohttp application. ``authorizer`` decides every
+    request (default: the registry's, which allows everything unless one was
+    given to it); the registry answers reviews and escalation checks with the
+    same object."""
+    from kubeplane.apiserver.authorization import authorization_middleware
     from kubeplane.apiserver.metrics import APIServerMetrics
 
     limits = limits or ServingLimits()
@@ -923,11 +934,21 @@ def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_B
         metrics = APIServerMetrics(catalogue)
     h.metrics = metrics
     inflight = InflightLimiter(limits.max_requests_inflight, limits.max_mutating_requests_inflight)
+    if authorizer is None:
+        authorizer = registry.authorizer
+    elif isinstance(registry.authorizer, AlwaysAllow):
+        registry.authorizer = authorizer  # reviews and escalation checks ask the same authorizer
+    h.authorizer = authorizer
     # The metrics middleware is outermost, so it sees every final code (429s
     # and 504s included). aiohttp's own body limit is set above ours so our
-    # Status reply is the one sent.
-    app = web.Application(middlewares=[metrics.middleware(), deadline_middleware(limits.request_timeout),
-                                       inflight.middleware, h.middleware],
+    # Status reply is the one sent. Authorization comes after the in-flight
+    # limit and before the handlers, as upstream's filter chain orders them
+    # (authentication, which names the user it reads, runs before both).
+    middlewares = [metrics.middleware(), deadline_middleware(limits.request_timeout), inflight.middleware]
+    if not isinstance(authorizer, AlwaysAllow):
+        middlewares.append(authorization_middleware(authorizer))
+    middlewares.append(h.middleware)
+    app = web.Application(middlewares=middlewares,
                           client_max_size=max_body + 1024 * 1024)
     app[HANDLER_KEY] = h
     app[INFLIGHT_KEY] = inflight

@@ -221,6 +221,10 @@ _server_options += [
     _limit_option("--min-request-timeout", "min_request_timeout", float, type=click.IntRange(min=0),
                   default=1800, show_default=True,
                   help="Seconds; a watch without timeoutSeconds ends after a random time in [this, 2*this]."),
+    click.option("--authorization-mode", type=click.Choice(["RBAC", "Node,RBAC", "AlwaysAllow"]), default="RBAC",
+                 show_default=True, expose_value=False,
+                 callback=lambda ctx, _p, v: ctx.meta.__setitem__("authorization_mode", v),
+                 help="How requests are authorized: RBAC (nodes as upstream's Node authorizer) or AlwaysAllow."),
     # Not upstream flags (its values are fixed); for tests.
     _limit_option("--header-timeout", "header_timeout", _seconds, default="32s", hidden=True),
     _limit_option("--idle-timeout", "idle_timeout", _seconds, default="1m30s", hidden=True),
@@ -233,6 +237,10 @@ def _serving_limits():
     from kubeplane.apiserver.serving import ServingLimits
 
     return ServingLimits(**click.get_current_context().meta.get("serving_limits", {}))
+
+
+def _authorization_mode() -> str:
+    return click.get_current_context().meta.get("authorization_mode", "RBAC")
 
 
 def server_options(f):
@@ -293,7 +301,8 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
     _setup_logging(verbosity, verbose)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=kubeconfig,
                                          history_revisions=history_revisions, history_bytes=history_bytes,
-                                         event_ttl=event_ttl, limits=_serving_limits()),
+                                         event_ttl=event_ttl, limits=_serving_limits(),
+                                         authorization_mode=_authorization_mode()),
                        in_process=[namespace_controller])
 
     async def go(stop: asyncio.Event) -> None:
@@ -371,7 +380,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
     # The data directory is locked with memory storage too: it holds the kubeconfig.
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=None,
                                        history_revisions=history_revisions, history_bytes=history_bytes,
-                                       event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True),
+                                       event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True,
+                                       authorization_mode=_authorization_mode()),
                        # With --split the namespace controller stays in this process (the
                        # deletes it makes are served here anyway, and it keeps working while
                        # the second process restarts); otherwise it is one of the controllers.

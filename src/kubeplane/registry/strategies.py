@@ -699,6 +699,19 @@ class NoGenerationStrategy(Strategy):
     tracks_generation = False
 
 
+class RBACBindingStrategy(NoGenerationStrategy):
+    """RoleBindings and ClusterRoleBindings: the v1 defaults of roleRef and subjects."""
+
+    def default(self, obj: Obj) -> None:
+        ref = obj.get("roleRef")
+        if isinstance(ref, dict) and not ref.get("apiGroup"):
+            ref["apiGroup"] = "rbac.authorization.k8s.io"
+        subjects = obj.get("subjects")
+        for subject in subjects if isinstance(subjects, list) else ():
+            if isinstance(subject, dict) and not subject.get("apiGroup") and subject.get("kind") in ("User", "Group"):
+                subject["apiGroup"] = "rbac.authorization.k8s.io"
+
+
 _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "namespaces"): NamespaceStrategy,
@@ -720,6 +733,10 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("resource.k8s.io", "resourceclaims"): ResourceClaimStrategy,
     ("resource.k8s.io", "resourceslices"): ResourceSliceStrategy,
     ("resource.k8s.io", "resourceclaimtemplates"): ResourceClaimTemplateStrategy,
+    ("rbac.authorization.k8s.io", "roles"): NoGenerationStrategy,
+    ("rbac.authorization.k8s.io", "clusterroles"): NoGenerationStrategy,
+    ("rbac.authorization.k8s.io", "rolebindings"): RBACBindingStrategy,
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): RBACBindingStrategy,
 }
 
 
