@@ -32,7 +32,7 @@ OUTPUT = Path(__file__).with_name("protobuf_schema.json")
 #: API packages of k8s.io/api and k8s.io/apimachinery whose messages are read
 API_PACKAGES = (
     "core/v1", "apps/v1", "batch/v1", "policy/v1", "storage/v1", "resource/v1", "coordination/v1",
-    "scheduling/v1", "rbac/v1", "networking/v1", "autoscaling/v1",
+    "scheduling/v1", "rbac/v1", "networking/v1", "autoscaling/v1", "authorization/v1",
 )
 MACHINERY_PACKAGES = ("pkg/apis/meta/v1", "pkg/runtime", "pkg/api/resource", "pkg/util/intstr")
 
@@ -41,6 +41,7 @@ GROUPS = {
     "core": "", "apps": "apps", "batch": "batch", "policy": "policy", "storage": "storage.k8s.io",
     "resource": "resource.k8s.io", "coordination": "coordination.k8s.io", "scheduling": "scheduling.k8s.io",
     "rbac": "rbac.authorization.k8s.io", "networking": "networking.k8s.io", "autoscaling": "autoscaling",
+    "authorization": "authorization.k8s.io",
 }
 
 META = "k8s.io.apimachinery.pkg.apis.meta.v1"
@@ -218,11 +219,13 @@ def build(api: Path, machinery: Path) -> dict:
                 typ, ref = f.type, None
             elif f.type in WELL_KNOWN:
                 typ, ref = WELL_KNOWN[f.type], None
-            elif f.type in messages:
+            elif f.type in messages and f.type in go:
                 typ, ref = "message", f.type
                 todo.append(f.type)
             else:
-                continue  # a message of a package not read (alpha versions): skipped as unknown
+                # a message of a package not read (alpha versions), or one standing for a
+                # named Go slice (authorization/v1 ExtraValue): skipped as unknown
+                continue
             if f.label == "map":
                 typ = "map:" + typ
             rows.append([f.number, "" if gf.inline else gf.json, typ, ref, flags])
