@@ -348,9 +348,10 @@ def _resource_paths(r: ResourceInfo) -> tuple[dict[str, Any], set[str]]:
     """Paths for one resource and the component names its operations use."""
     name = schema_name(r.group, r.version, r.kind)
     list_name = schema_name(r.group, r.version, r.list_kind)
-    if name is None or list_name is None:
+    readable = "get" in r.verbs  # create-only kinds (the reviews) have one operation: create
+    if name is None or (list_name is None and readable):
         return {}, set()
-    used = {name, list_name, PATCH, STATUS, DELETE_OPTIONS, WATCH_EVENT}
+    used = {name, list_name, PATCH, STATUS, DELETE_OPTIONS, WATCH_EVENT} if readable else {name}
     gvk = _gvk(r.group, r.version, r.kind)
     base = "/" + _gv_path(r.group, r.version)
     ns = r.namespaced
@@ -380,6 +381,8 @@ def _resource_paths(r: ResourceInfo) -> tuple[dict[str, Any], set[str]]:
             params=[P_DRY_RUN, P_GRACE, P_ORPHAN, P_PROPAGATION] + LIST_PARAMS, body_required=False,
         )
     paths[coll] = coll_ops
+    if not readable:
+        return paths, used
 
     item_ops: dict[str, Any] = {"parameters": item_params}
     item_ops.update(_write_ops(r, gvk, name, True, f"the specified {r.kind}"))
