@@ -63,9 +63,25 @@ def check(authorizer: Authorizer, attrs: Attributes) -> None:
 def authorization_middleware(authorizer: Authorizer) -> Any:
     from kubeplane.apiserver.server import status_response
 
+    # The request info depends on the method, the path and two query
+    # parameters only: remembered per distinct request (bounded), as most
+    # requests repeat a few shapes (creates and lists of a collection).
+    infos: dict[tuple[str, str, str | None, str | None], RequestInfo] = {}
+
+    def info_of(request: web.Request) -> RequestInfo:
+        q = request.query
+        key = (request.method, request.path, q.get("watch"), q.get("fieldSelector"))
+        info = infos.get(key)
+        if info is None:
+            info = request_info(request.method, request.path, q)
+            if len(infos) >= 4096:
+                infos.clear()
+            infos[key] = info
+        return info
+
     @web.middleware
     async def authorize(request: web.Request, handler):
-        attrs = attributes(current_user(), request_info(request.method, request.path, request.query))
+        attrs = attributes(current_user(), info_of(request))
         try:
             decision, reason = authorizer.authorize(attrs)
         except Exception as exc:  # noqa: BLE001 - an authorizer failure refuses, the server survives
