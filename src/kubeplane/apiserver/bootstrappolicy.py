@@ -17,6 +17,7 @@ recreated, since roleRef is immutable.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -391,9 +392,16 @@ def cluster_role_bindings() -> list[Obj]:
     return out
 
 
+_POLICY: tuple[list[Obj], list[Obj]] | None = None
+
+
 def policy() -> tuple[list[Obj], list[Obj]]:
-    """(ClusterRoles, ClusterRoleBindings) of the bootstrap policy."""
-    return cluster_roles() + controller_roles(), cluster_role_bindings()
+    """(ClusterRoles, ClusterRoleBindings) of the bootstrap policy: built once
+    per process and shared, so read-only (the registry copies what it stores)."""
+    global _POLICY
+    if _POLICY is None:
+        _POLICY = (cluster_roles() + controller_roles(), cluster_role_bindings())
+    return _POLICY
 
 
 # -- reconciliation ----------------------------------------------------------------
@@ -487,11 +495,11 @@ async def reconcile(registry: Any) -> dict[str, int]:
     bindings_res = resource("clusterrolebindings", GROUP)
     roles, bindings = policy()
     counts: dict[str, int] = {}
-    for obj in roles:
-        outcome = await _reconcile_one(registry, roles_res, obj, reconcile_role)
-        counts[outcome] = counts.get(outcome, 0) + 1
-    for obj in bindings:
-        outcome = await _reconcile_one(registry, bindings_res, obj, reconcile_binding)
+    # All at once: the writes of a first start share the store's group commits.
+    outcomes = await asyncio.gather(
+        *(_reconcile_one(registry, roles_res, obj, reconcile_role) for obj in roles),
+        *(_reconcile_one(registry, bindings_res, obj, reconcile_binding) for obj in bindings))
+    for outcome in outcomes:
         counts[outcome] = counts.get(outcome, 0) + 1
     if counts.get("created") or counts.get("updated"):
         log.info("RBAC bootstrap policy: %s", ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
