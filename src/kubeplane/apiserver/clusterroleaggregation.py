@@ -92,7 +92,8 @@ class ClusterRoleAggregator:
             if wanted is None or wanted == (role.get("rules") or []):
                 continue
             try:
-                await self.registry.update(res, {**role, "rules": wanted}, name=name)
+                await self.registry.update(res, {**role, "rules": wanted}, name=name,
+                                           field_manager="clusterrole-aggregation-controller")
                 updated += 1
             except StatusError as err:
                 if err.code not in (404, 409):

@@ -323,3 +323,66 @@ async def test_validation(env):
     assert out["message"] == ('RoleBinding "rb" is invalid: roleRef: Invalid value: '
                               'rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"view"}: '
                               "cannot change roleRef")
+
+
+async def test_anonymous_sees_public_info_only(env):
+    @web.middleware
+    async def anonymous(request, handler):
+        from kubeplane.auth.user import ANONYMOUS
+
+        with acting_as(ANONYMOUS):
+            return await handler(request)
+
+    app = build_app(env.registry, CATALOGUE)
+    app.middlewares.insert(0, anonymous)
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        for path in ("/healthz", "/livez", "/readyz", "/version"):
+            assert (await client.get(path)).status == 200, path
+        resp = await client.get("/api")
+        assert resp.status == 403
+        assert (await resp.json())["message"] == 'forbidden: User "system:anonymous" cannot get path "/api"'
+    finally:
+        await client.close()
+
+
+async def test_list_and_watch_are_told_apart(env):
+    await env.admin("POST", f"{RBAC}/namespaces/default/roles", role("lister", [
+        {"verbs": ["list"], "apiGroups": [""], "resources": ["pods"]}], ns="default"))
+    await env.admin("POST", f"{RBAC}/namespaces/default/rolebindings",
+                    binding("alice-lists", "Role", "lister", alice(), ns="default"))
+    pods = "/api/v1/namespaces/default/pods"
+    assert (await env.call("GET", pods, user="alice"))[0] == 200
+    status, out = await env.call("GET", pods, user="alice", watch="true", timeoutSeconds="1")
+    assert status == 403
+    assert out["message"].startswith('pods is forbidden: User "alice" cannot watch resource "pods"')
+    assert (await env.call("GET", pods, user="alice", watch="false"))[0] == 200
+    # a field selector on the name makes it a request for that object
+    await env.admin("POST", f"{RBAC}/namespaces/default/roles", role("one", [
+        {"verbs": ["watch"], "apiGroups": [""], "resources": ["pods"], "resourceNames": ["p1"]}], ns="default"))
+    await env.admin("POST", f"{RBAC}/namespaces/default/rolebindings",
+                    binding("alice-one", "Role", "one", alice(), ns="default"))
+    status, _ = await env.call("GET", pods, user="alice", watch="1", timeoutSeconds="1",
+                               fieldSelector="metadata.name=p1")
+    assert status == 200
+    status, _ = await env.call("GET", pods, user="alice", watch="1", timeoutSeconds="1",
+                               fieldSelector="metadata.name=p2")
+    assert status == 403
+
+
+async def test_escalation_through_patch_is_refused(env):
+    await env.admin("POST", f"{RBAC}/namespaces/default/roles", role("role-editor", [
+        {"verbs": ["get", "patch"], "apiGroups": [G], "resources": ["roles"]}], ns="default"))
+    await env.admin("POST", f"{RBAC}/namespaces/default/rolebindings",
+                    binding("alice-edits", "Role", "role-editor", alice(), ns="default"))
+    await env.admin("POST", f"{RBAC}/namespaces/default/roles", role("target", [], ns="default"))
+    path = f"{RBAC}/namespaces/default/roles/target"
+    headers = {"Content-Type": "application/merge-patch+json", "X-Test-User": "alice", "X-Test-Groups": ""}
+    resp = await env.client.patch(path, data=orjson.dumps({"rules": [
+        {"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"]}]}), headers=headers)
+    assert resp.status == 403
+    assert "not currently held" in (await resp.json())["message"]
+    # a change that grants nothing new (labels) is fine
+    resp = await env.client.patch(path, data=orjson.dumps({"metadata": {"labels": {"a": "b"}}}), headers=headers)
+    assert resp.status == 200
