@@ -394,9 +394,12 @@ class APIHandler:
         m = request.method
         if t.res.namespaced and t.namespace is None and t.name is not None:
             raise errors.route_not_found()
-        if "get" not in t.res.verbs and (m != "POST" or t.name is not None or t.watch_path):
-            # create-only kinds (the reviews)
-            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        if "get" not in t.res.verbs:
+            # create-only kinds (the reviews): one route, POST on the collection
+            if t.name is not None or t.watch_path:
+                raise errors.route_not_found()
+            if m != "POST":
+                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
         if t.name is None:
             if m == "GET":
                 if t.watch_path or _bool_param(request.query, "watch"):

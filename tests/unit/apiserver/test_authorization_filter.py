@@ -202,6 +202,8 @@ async def test_reviews(env):
     # the reviews are create-only
     status, out = await env.call("GET", f"{AUTHZ}/subjectaccessreviews")
     assert (status, out["reason"]) == (405, "MethodNotAllowed")
+    status, out = await env.call("GET", f"{AUTHZ}/subjectaccessreviews/x")
+    assert (status, out["reason"]) == (404, "NotFound")
 
 
 async def test_self_subject_rules_review(env):
