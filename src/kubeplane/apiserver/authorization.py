@@ -15,17 +15,14 @@ from aiohttp import web
 
 from kubeplane.api.errors import StatusError
 from kubeplane.auth.authorizer import Attributes, Authorizer, Decision
-from kubeplane.auth.requestinfo import RequestInfo, request_info
+from kubeplane.auth.requestinfo import RequestInfo, request_info, to_attributes
 from kubeplane.auth.user import UserInfo, current_user
 
 log = logging.getLogger("kubeplane.apiserver")
 
 
 def attributes(user: UserInfo, info: RequestInfo) -> Attributes:
-    if not info.resource_request:
-        return Attributes(user, info.verb, resource_request=False, path=info.path)
-    return Attributes(user, info.verb, True, info.namespace, info.api_group, info.api_version, info.resource,
-                      info.subresource, info.name, info.path)
+    return to_attributes(user, info)
 
 
 def forbidden_message(attrs: Attributes) -> str:
@@ -79,16 +76,24 @@ def authorization_middleware(authorizer: Authorizer) -> Any:
             infos[key] = info
         return info
 
+    # An authorizer may answer from the request info directly (RBACAuthorizer.decide:
+    # its decision cache), sparing the attributes of a request it has seen before.
+    decide = getattr(authorizer, "decide", None)
+
     @web.middleware
     async def authorize(request: web.Request, handler):
-        attrs = attributes(current_user(), info_of(request))
+        user = current_user()
+        info = info_of(request)
         try:
-            decision, reason = authorizer.authorize(attrs)
+            if decide is not None:
+                decision, reason = decide(user, info)
+            else:
+                decision, reason = authorizer.authorize(to_attributes(user, info))
         except Exception as exc:  # noqa: BLE001 - an authorizer failure refuses, the server survives
             log.exception("authorizer failed on %s %s", request.method, request.path)
             decision, reason = Decision.NO_OPINION, f"authorizer error: {exc}"
         if decision is not Decision.ALLOW:
-            return status_response(forbidden(attrs, reason))
+            return status_response(forbidden(to_attributes(user, info), reason))
         return await handler(request)
 
     return authorize

@@ -455,6 +455,23 @@ class RBACAuthorizer:
         self._decisions[key] = result
         return result
 
+    def decide(self, user: UserInfo, info: Any) -> tuple[Decision, str]:
+        """:meth:`authorize` for a request's info (``kubeplane.auth.requestinfo.RequestInfo``),
+        answered from a cache of such decisions without building the attributes."""
+        if SYSTEM_MASTERS in user.groups:
+            return Decision.ALLOW, ""
+        if self._generation != self.cache.generation:
+            self._decisions.clear()
+            self._generation = self.cache.generation
+        key = (user.name, user.groups, info)
+        found = self._decisions.get(key)
+        if found is None:
+            from kubeplane.auth.requestinfo import to_attributes
+
+            found = self.authorize(to_attributes(user, info))
+            self._decisions[key] = found
+        return found
+
     def rules_for(self, user: UserInfo, namespace: str) -> tuple[list[Obj], list[str]]:
         return self.cache.rules_for(user, namespace)
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from kubeplane.auth.authorizer import Attributes
+from kubeplane.auth.user import UserInfo
+
 _METHOD_VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch",
                  "DELETE": "delete"}
 _SPECIAL_VERBS = ("proxy", "watch")
@@ -33,6 +36,14 @@ class RequestInfo:
     resource: str = ""
     subresource: str = ""
     name: str = ""
+
+
+def to_attributes(user: UserInfo, info: RequestInfo) -> Attributes:
+    """The authorizer attributes of ``info`` asked by ``user``."""
+    if not info.resource_request:
+        return Attributes(user, info.verb, resource_request=False, path=info.path)
+    return Attributes(user, info.verb, True, info.namespace, info.api_group, info.api_version, info.resource,
+                      info.subresource, info.name, info.path)
 
 
 def _valid_path_segment(name: str) -> bool:

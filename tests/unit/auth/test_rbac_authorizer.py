@@ -191,3 +191,23 @@ def test_covers_breaks_rules_down():
     named = [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"], "resourceNames": ["a"]}]
     assert uncovered(named, [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]) != []
     assert uncovered(named, [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"], "resourceNames": ["a"]}]) == []
+
+
+async def test_decide_from_request_info_follows_the_policy():
+    from kubeplane.auth.requestinfo import request_info
+
+    store, cache, authz = await _policy([cluster_role("pod-reader", READ_PODS)])
+    try:
+        info = request_info("GET", "/api/v1/namespaces/a/pods", {})
+        assert authz.decide(ALICE, info) == (Decision.NO_OPINION, "")
+        _, obj = binding("a", "b", "ClusterRole", "pod-reader", [{"kind": "User", "name": "alice", "apiGroup": G}])
+        kv = await store.create(f"/registry/{G}/rolebindings/a/b", obj)
+        assert await cache.wait_for_revision(kv.mod_revision)
+        assert authz.decide(ALICE, info)[0] is Decision.ALLOW
+        assert authz.decide(ALICE, request_info("DELETE", "/api/v1/namespaces/a/pods/x", {}))[0] \
+            is Decision.NO_OPINION
+        assert authz.decide(UserInfo("bob"), info)[0] is Decision.NO_OPINION
+        assert authz.decide(UserInfo("root", groups=("system:masters",)), info) == (Decision.ALLOW, "")
+    finally:
+        await cache.stop()
+        await store.close()
