@@ -66,16 +66,19 @@ def eventually_sync(fn: Callable[[], Any], *, timeout: float | None = None,
         time.sleep(interval)
 
 
-def caught_up(controller: Any, informer: Any, resource_version: str) -> bool:
+def caught_up(controller: Any, informer: Any, resource_version: str, *, delayed: bool = False) -> bool:
     """A positive sync point for "the controller did nothing": ``informer`` has
     seen ``resource_version`` (or later), delivered every notification to its
-    handlers, and every work queue of ``controller`` is idle."""
+    handlers, and every work queue of ``controller`` is idle. With
+    ``delayed=True`` delayed adds may remain (``quiet`` instead of ``idle``),
+    for controllers that always keep a periodic re-check scheduled."""
     seen = informer.last_sync_resource_version
-    return bool(seen) and int(seen) >= int(resource_version) and informer.pending == 0 and controller.idle
+    done = controller.quiet if delayed else controller.idle
+    return bool(seen) and int(seen) >= int(resource_version) and informer.pending == 0 and done
 
 
 async def settled(controller: Any, client: Any, *watched: tuple[Any, Any], namespace: str | None = None,
-                  timeout: float | None = None) -> None:
+                  timeout: float | None = None, delayed: bool = False) -> None:
     """Wait until ``controller`` has caught up (see :func:`caught_up`) with the
     newest stored object of each watched ``(informer, resource)`` pair."""
     targets = []
@@ -83,7 +86,8 @@ async def settled(controller: Any, client: Any, *watched: tuple[Any, Any], names
         items = (await client.list(res, namespace))["items"]
         newest = max((int(o["metadata"]["resourceVersion"]) for o in items), default=0)
         targets.append((informer, str(newest)))
-    await eventually(lambda: all(caught_up(controller, inf, rv) for inf, rv in targets), timeout=timeout,
+    await eventually(lambda: all(caught_up(controller, inf, rv, delayed=delayed) for inf, rv in targets),
+                     timeout=timeout,
                      what=f"{type(controller).__name__} settled")
 
 

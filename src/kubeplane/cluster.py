@@ -10,14 +10,20 @@ HTTP against any Kubernetes API server.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubeplane.auth.user import AUTHENTICATED, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, UserInfo
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.interface import Client
 
 log = logging.getLogger("kubeplane")
+
+#: the identities of kubeplane's own components, as upstream's
+SCHEDULER_USER = UserInfo(KUBE_SCHEDULER, groups=(AUTHENTICATED,))
+CONTROLLER_MANAGER_USER = UserInfo(KUBE_CONTROLLER_MANAGER, groups=(AUTHENTICATED,))
 
 
 @dataclass
@@ -25,6 +31,66 @@ class ControllerOptions:
     provisioner_name: str = "kubeplane.io/local"
     #: the namespace controller (off where the API server's process runs it)
     namespace: bool = True
+    #: the ServiceAccount controller (off where the API server's process runs it)
+    service_accounts: bool = True
+    #: the CA bundle published as ``kube-root-ca.crt`` in every namespace
+    #: (kube-controller-manager's --root-ca-file); without one the publisher does not run
+    root_ca_file: str | None = None
+    #: the CA that signs approved CertificateSigningRequests (--cluster-signing-cert-file
+    #: and --cluster-signing-key-file); without them the signer does not run
+    signing_cert_file: str | None = None
+    signing_key_file: str | None = None
+
+
+def cluster_ca_options(data_dir: str) -> dict[str, str]:
+    """The cluster CA the API server keeps in ``<data_dir>/pki`` (``ca.crt``,
+    ``ca.key``) as :class:`ControllerOptions` fields, for those that exist."""
+    import os
+
+    cert = os.path.join(data_dir, "pki", "ca.crt")
+    key = os.path.join(data_dir, "pki", "ca.key")
+    out: dict[str, str] = {}
+    if os.path.isfile(cert):
+        out["root_ca_file"] = cert
+        if os.path.isfile(key):
+            out["signing_cert_file"] = cert
+            out["signing_key_file"] = key
+    return out
+
+
+def service_account_controller(registry: Any) -> Any:
+    """The ServiceAccount controller over the in-process client of ``registry``,
+    for the API server's process to run (as :func:`namespace_controller`) when
+    no controllers run: without a ``default`` ServiceAccount the ServiceAccount
+    admission refuses every pod."""
+    from kubeplane.client.inprocess import InProcessClient
+    from kubeplane.controllers.serviceaccount import ServiceAccountsController
+
+    return ServiceAccountsController(InProcessClient(registry, field_manager="kubeplane"))
+
+
+def _ca_controllers(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    """The root CA publisher and the CSR signer, for the CA files given."""
+    out: list[Any] = []
+    if opts.root_ca_file:
+        from kubeplane.controllers.serviceaccount import RootCACertPublisher
+
+        with open(opts.root_ca_file, "rb") as f:
+            bundle = f.read()
+        if bundle.strip():
+            out.append(RootCACertPublisher(client, bundle, factory))
+        else:
+            log.warning("the root CA file %s is empty: kube-root-ca.crt is not published", opts.root_ca_file)
+    else:
+        log.info("no cluster CA given: the kube-root-ca.crt publisher does not run")
+    if opts.signing_cert_file and opts.signing_key_file:
+        from kubeplane.controllers.csrsigning import CertificateAuthority, CSRSigningController
+
+        ca = CertificateAuthority.from_files(opts.signing_cert_file, opts.signing_key_file)
+        out.append(CSRSigningController(client, ca, factory))
+    else:
+        log.info("no cluster signing CA given: CertificateSigningRequests are not signed")
+    return out
 
 
 def namespace_controller(registry: Any) -> Any:
@@ -49,9 +115,12 @@ def build_controllers(client: Client, factory: SharedInformerFactory, opts: Cont
     from kubeplane.controllers.resourceclaim import ResourceClaimController
 
     from kubeplane.controllers.namespace import NamespaceController
+    from kubeplane.controllers.serviceaccount import ServiceAccountsController
 
     return [
         *([NamespaceController(client, factory)] if opts.namespace else []),
+        *([ServiceAccountsController(client, factory)] if opts.service_accounts else []),
+        *_ca_controllers(client, factory, opts),
         PersistentVolumeController(client, factory),
         LocalProvisioner(client, factory, provisioner_name=opts.provisioner_name),
         ResourceClaimController(client, factory),
@@ -75,14 +144,21 @@ def node_agent(client: Client, factory: SharedInformerFactory, node_count: int, 
 
 async def start_components(comps: "Components", client: Client, node_args: tuple | None, sched_kwargs: dict,
                            *, controllers: bool = True, scheduler: bool = True, metrics_listen: str = "",
-                           scheduler_config: Any = None, namespace_controller: bool = True) -> None:
+                           scheduler_config: Any = None, namespace_controller: bool = True,
+                           controller_options: ControllerOptions | None = None) -> None:
     """Controllers, simulated nodes (``node_args`` as :func:`node_agent` takes
     them after the factory; None for none) and the scheduler on ``client``,
-    sharing one informer factory, added to ``comps`` in start order. With
+    sharing one informer factory, added to ``comps`` in start order
+    (``controller_options`` choose and configure the controllers). With
     ``metrics_listen``, their metrics server (scheduler metrics, work queues,
     /configz) is started first."""
+    from kubeplane.auth.user import acting_as
     from kubeplane.client.informer import SharedInformerFactory
 
+    # Each component starts (and so runs: its tasks inherit the context) as
+    # upstream's component of that name; requests through the in-process
+    # client and the local wire carry the identity, and over HTTP the
+    # kubeconfig's certificate names it.
     metrics = None
     if metrics_listen:
         server, metrics = components_metrics_server(metrics_listen, scheduler_config, with_scheduler=scheduler)
@@ -90,15 +166,19 @@ async def start_components(comps: "Components", client: Client, node_args: tuple
     factory = SharedInformerFactory(client)
     agent = node_agent(client, factory, *node_args) if node_args is not None else None
     if controllers:
-        for ctrl in build_controllers(client, factory, ControllerOptions(namespace=namespace_controller)):
-            await comps.start(ctrl)
+        opts = controller_options if controller_options is not None else ControllerOptions()
+        opts = dataclasses.replace(opts, namespace=opts.namespace and namespace_controller)
+        with acting_as(CONTROLLER_MANAGER_USER):
+            for ctrl in build_controllers(client, factory, opts):
+                await comps.start(ctrl)
     if agent is not None:
-        await comps.start(agent)
+        await comps.start(agent)  # each node acts as system:node:<name> (NodeAgent)
     if scheduler:
         from kubeplane.scheduler.scheduler import Scheduler
 
-        sched = Scheduler(client, informer_factory=factory, metrics=metrics, **sched_kwargs)
-        comps.run(sched.run(), "scheduler")
+        with acting_as(SCHEDULER_USER):
+            sched = Scheduler(client, informer_factory=factory, metrics=metrics, **sched_kwargs)
+            comps.run(sched.run(), "scheduler")
         comps.items.append(sched)
 
 
@@ -137,9 +217,10 @@ class ComponentProcess:
     input, e.g. because this process died) makes it stop and exit. Other
     lines are requests answered with one line each."""
 
-    def __init__(self, argv: list[str], name: str) -> None:
+    def __init__(self, argv: list[str], name: str, env: dict[str, str] | None = None) -> None:
         self.argv = argv
         self.name = name
+        self.env = env
         self.proc: asyncio.subprocess.Process | None = None
         #: one reader of the child's stdout at a time (start, request, shutdown)
         self._lock = asyncio.Lock()
@@ -151,7 +232,8 @@ class ComponentProcess:
             # A session of its own: a Ctrl-C at the terminal reaches only the
             # parent, which then stops the child in order.
             self.proc = await asyncio.create_subprocess_exec(
-                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True)
+                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True,
+                env=self.env)
             try:
                 line = await self._line(timeout)
             except asyncio.TimeoutError:

@@ -130,10 +130,11 @@ class KubeconfigFile:
         except OSError:
             pass
 
-    def publish(self, server_url: str) -> None:
+    def publish(self, server_url: str, **credentials) -> None:
+        """Write it (``credentials``: as :func:`~kubeplane.client.kubeconfig.write_kubeconfig` takes them)."""
         from kubeplane.client.kubeconfig import write_kubeconfig
 
-        write_kubeconfig(self.path, server_url)
+        write_kubeconfig(self.path, server_url, **credentials)
         st = os.stat(self.path)
         self._identity = (st.st_dev, st.st_ino)
 

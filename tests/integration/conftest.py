@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -40,6 +42,62 @@ class ServerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    # The server serves HTTPS with a CA made in <data-dir>/pki; the admin's
+    # client certificate (system:masters) is there too, as in the kubeconfig.
+    @property
+    def ca_file(self) -> str:
+        return str(self.data_dir / "pki" / "ca.crt")
+
+    @property
+    def cert(self) -> tuple[str, str]:
+        """The admin client certificate and key (for requests' ``cert=``)."""
+        return str(self.data_dir / "pki" / "admin.crt"), str(self.data_dir / "pki" / "admin.key")
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, port = self.url.split("//", 1)[1].rsplit(":", 1)
+        return host.strip("[]"), int(port)
+
+    def ssl_context(self, client_cert: bool = True) -> ssl.SSLContext | None:
+        """A client TLS context verifying the server (with the admin's
+        certificate unless ``client_cert=False``); None for plain HTTP."""
+        if not self.url.startswith("https://"):
+            return None
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        if client_cert:
+            ctx.load_cert_chain(*self.cert)
+        return ctx
+
+    def session(self, client_cert: bool = True, **kw):
+        """An aiohttp session on the server, verifying TLS, as the admin."""
+        import aiohttp
+
+        ctx = self.ssl_context(client_cert)
+        return aiohttp.ClientSession(self.url, connector=aiohttp.TCPConnector(ssl=ctx if ctx else False), **kw)
+
+    def connect(self, timeout: float | None = None) -> socket.socket:
+        """A raw connection (TLS handshake done, as the admin) for byte-level tests."""
+        raw = socket.create_connection(self.host_port, timeout=timeout)
+        ctx = self.ssl_context()
+        return ctx.wrap_socket(raw, server_hostname=self.host_port[0]) if ctx else raw
+
+    async def open_connection(self):
+        """asyncio streams on a raw connection (TLS, as the admin)."""
+        import asyncio
+
+        host, port = self.host_port
+        ctx = self.ssl_context()
+        return await asyncio.open_connection(host, port, ssl=ctx, server_hostname=host if ctx else None)
+
+    def http_connection(self, timeout: float = 30):
+        import http.client
+
+        host, port = self.host_port
+        ctx = self.ssl_context()
+        if ctx is None:
+            return http.client.HTTPConnection(host, port, timeout=timeout)
+        return http.client.HTTPSConnection(host, port, timeout=timeout, context=ctx)
 
 
 def start_server(tmp: Path, storage: str = "memory", extra: list[str] | None = None,

@@ -67,7 +67,7 @@ CASES = [
 
 async def test_bad_input_table(server):
     ns = f"bad-{uuid.uuid4().hex[:8]}"
-    async with aiohttp.ClientSession(server.url) as s:
+    async with server.session() as s:
         r = await s.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         assert r.status == 201
         r = await s.post(f"/api/v1/namespaces/{ns}/pods", json=POD)
@@ -103,19 +103,18 @@ async def test_dropped_connections_do_not_hurt(server):
     """Clients that vanish mid-request or mid-watch leave the server healthy."""
     import asyncio
 
-    host, port = server.url.removeprefix("http://").rsplit(":", 1)
     for _ in range(5):
-        reader, writer = await asyncio.open_connection(host, int(port))
+        reader, writer = await server.open_connection()
         writer.write(b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\n"
                      b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"kind\":")
         await writer.drain()
         writer.close()
-        reader2, writer2 = await asyncio.open_connection(host, int(port))
+        reader2, writer2 = await server.open_connection()
         writer2.write(b"GET /api/v1/configmaps?watch=true HTTP/1.1\r\nHost: x\r\n\r\n")
         await writer2.drain()
         await reader2.readline()
         writer2.transport.abort()
-    async with aiohttp.ClientSession(server.url) as s:
+    async with server.session() as s:
         r = await s.get("/healthz")
         assert r.status == 200
         r = await s.get("/api/v1/namespaces/default/configmaps")

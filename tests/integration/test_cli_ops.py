@@ -142,8 +142,9 @@ def test_component_waits_for_an_unreachable_api_server(tmp_path, command, ready)
         assert all(KLOG.match(l) and l.startswith("E") for l in lines), lines
         assert f'Get "http://127.0.0.1:{port}/version": dial tcp 127.0.0.1:{port}: connect: connection refused' \
             in lines[0]
+        # plain HTTP, as the kubeconfig says (this is about retrying, not TLS)
         server = subprocess.Popen([*CLI, "apiserver", "--storage", "memory", "--listen", f"127.0.0.1:{port}",
-                                   "--data-dir", str(tmp_path / "d")], stdout=subprocess.DEVNULL,
+                                   "--insecure-http", "--data-dir", str(tmp_path / "d")], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         wait_for(lambda: ready in log_path.read_text(), timeout=60, what=f"{command} to start once the API server is up")
         assert proc.poll() is None
@@ -163,7 +164,7 @@ def test_klog_lines_and_verbosity(tmp_path):
     logged = [l for l in srv.log().splitlines() if l.strip()]
     assert logged and all(KLOG.match(l) for l in logged), logged
     assert all(int(KLOG.match(l).group(1)) == srv.proc.pid for l in logged)
-    assert any(l.startswith("I") and "app.py:" in l and "] API server listening on http://127.0.0.1:" in l
+    assert any(l.startswith("I") and "app.py:" in l and "] API server listening on https://127.0.0.1:" in l
                for l in logged)
     # upstream's spellings of the flag, and the old --verbose
     for flags in (["-v", "2"], ["--v=3"], ["-v4"], ["--verbose"]):

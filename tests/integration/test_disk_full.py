@@ -66,7 +66,7 @@ def test_full_disk_fails_writes_and_readiness_then_recovers(tmp_path: Path, smal
     try:
         async def run() -> dict:
             out: dict = {}
-            async with aiohttp.ClientSession(srv.url) as s:
+            async with srv.session() as s:
                 acked: list[str] = []
                 for i in range(5):
                     async with s.post(CM, json=_cm(f"before-{i}", 1000)) as r:
@@ -144,7 +144,7 @@ def test_full_disk_fails_writes_and_readiness_then_recovers(tmp_path: Path, smal
     srv2 = start_server(tmp_path, storage="sqlite")
     try:
         async def check() -> None:
-            async with aiohttp.ClientSession(srv2.url) as s:
+            async with srv2.session() as s:
                 async with s.get(CM) as r:
                     body = await r.json()
                 assert sorted(i["metadata"]["name"] for i in body["items"]) == sorted(result["acked"])

@@ -10,9 +10,9 @@ import aiohttp
 from conftest import start_server
 
 
-async def _write(url: str, n: int) -> list[str]:
+async def _write(srv, n: int) -> list[str]:
     acked: list[str] = []
-    async with aiohttp.ClientSession(url) as s:
+    async with srv.session() as s:
         async def one(i: int) -> None:
             body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}"}, "data": {"i": str(i)}}
             r = await s.post("/api/v1/namespaces/default/configmaps", json=body)
@@ -27,7 +27,7 @@ async def _write(url: str, n: int) -> list[str]:
 def test_acknowledged_writes_survive_sigkill(tmp_path):
     srv = start_server(tmp_path, storage="sqlite")
     try:
-        acked = asyncio.run(_write(srv.url, 300))
+        acked = asyncio.run(_write(srv, 300))
         assert len(acked) == 300
     finally:
         srv.stop(signal.SIGKILL)
@@ -35,7 +35,7 @@ def test_acknowledged_writes_survive_sigkill(tmp_path):
     srv2 = start_server(tmp_path, storage="sqlite")
     try:
         async def read() -> tuple[set[str], int]:
-            async with aiohttp.ClientSession(srv2.url) as s:
+            async with srv2.session() as s:
                 r = await s.get("/api/v1/namespaces/default/configmaps")
                 body = await r.json()
                 return {i["metadata"]["name"] for i in body["items"]}, int(body["metadata"]["resourceVersion"])
@@ -44,7 +44,7 @@ def test_acknowledged_writes_survive_sigkill(tmp_path):
         assert set(acked) <= names
         # Revisions keep growing after the restart.
         async def write_one() -> int:
-            async with aiohttp.ClientSession(srv2.url) as s:
+            async with srv2.session() as s:
                 r = await s.post("/api/v1/namespaces/default/configmaps",
                                  json={"metadata": {"name": "after-restart"}})
                 return int((await r.json())["metadata"]["resourceVersion"])

@@ -14,7 +14,7 @@ def test_event_ttl_flag_deletes_old_events(tmp_path):
     srv = start_server(tmp_path, storage="sqlite", extra=["--event-ttl", "1s"])
     try:
         async def run() -> float:
-            async with aiohttp.ClientSession(srv.url) as s:
+            async with srv.session() as s:
                 ev = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"},
                       "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
                       "reason": "Test", "message": "hello", "type": "Normal"}

@@ -223,6 +223,8 @@ def _fuzz(srv: ServerProcess) -> Report:
     url = srv.url
     report = Report()
     with requests.Session() as session:
+        session.verify, session.cert = srv.ca_file, srv.cert  # HTTPS, as the admin
+        session.trust_env = False  # else REQUESTS_CA_BUNDLE would replace session.verify
         index = session.get(f"{url}/openapi/v3", timeout=CLIENT_TIMEOUT).json()
         documents = sorted(index["paths"].items())
         # One document per served group-version, as discovery lists them.
@@ -262,7 +264,7 @@ def test_openapi_fuzz_no_server_errors(fuzz_server):
         # Every verb discovery advertises for every served resource was fuzzed.
         missing = []
         for key in {gv for gv, _, _ in report.covered}:
-            listing = requests.get(f"{fuzz_server.url}/{key}", timeout=CLIENT_TIMEOUT).json()
+            listing = requests.get(f"{fuzz_server.url}/{key}", timeout=CLIENT_TIMEOUT, verify=fuzz_server.ca_file, cert=fuzz_server.cert).json()
             for res in listing["resources"]:
                 if "/" in res["name"]:
                     continue
@@ -277,15 +279,15 @@ def test_openapi_fuzz_no_server_errors(fuzz_server):
     url = fuzz_server.url
     assert fuzz_server.proc.poll() is None, fuzz_server.log()
     for probe in ("/healthz", "/livez", "/readyz"):
-        r = requests.get(url + probe, timeout=CLIENT_TIMEOUT)
+        r = requests.get(url + probe, timeout=CLIENT_TIMEOUT, verify=fuzz_server.ca_file, cert=fuzz_server.cert)
         assert r.status_code == 200, (probe, r.text)
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "after-fuzz"}}
-    r = requests.post(f"{url}/api/v1/namespaces", json=ns, timeout=CLIENT_TIMEOUT)
+    r = requests.post(f"{url}/api/v1/namespaces", json=ns, timeout=CLIENT_TIMEOUT, verify=fuzz_server.ca_file, cert=fuzz_server.cert)
     assert r.status_code == 201, r.text
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "still-works"}, "data": {"k": "v"}}
-    r = requests.post(f"{url}/api/v1/namespaces/after-fuzz/configmaps", json=cm, timeout=CLIENT_TIMEOUT)
+    r = requests.post(f"{url}/api/v1/namespaces/after-fuzz/configmaps", json=cm, timeout=CLIENT_TIMEOUT, verify=fuzz_server.ca_file, cert=fuzz_server.cert)
     assert r.status_code == 201, r.text
-    r = requests.get(f"{url}/api/v1/namespaces/after-fuzz/configmaps/still-works", timeout=CLIENT_TIMEOUT)
+    r = requests.get(f"{url}/api/v1/namespaces/after-fuzz/configmaps/still-works", timeout=CLIENT_TIMEOUT, verify=fuzz_server.ca_file, cert=fuzz_server.cert)
     assert r.status_code == 200 and r.json()["data"] == {"k": "v"}, r.text
     # Each 5xx logs one traceback: there may be none.
     log = fuzz_server.log()

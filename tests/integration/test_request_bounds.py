@@ -31,9 +31,8 @@ def laughs(levels: int = 7, width: int = 10) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def post(url: str, path: str, body: bytes, content_type: str) -> tuple[int, dict, float]:
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+def post(server, path: str, body: bytes, content_type: str) -> tuple[int, dict, float]:
+    conn = server.http_connection(timeout=30)
     t0 = time.monotonic()
     conn.request("POST", path, body=body, headers={"Content-Type": content_type})
     resp = conn.getresponse()
@@ -46,19 +45,19 @@ def post(url: str, path: str, body: bytes, content_type: str) -> tuple[int, dict
 def test_yaml_alias_bomb_is_answered_400_fast_with_bounded_rss(server):
     path = "/api/v1/namespaces/default/configmaps"
     # Warm the path first so the measurement is of the bomb alone.
-    status, _, _ = post(server.url, path, b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: warm}\n",
+    status, _, _ = post(server, path, b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: warm}\n",
                         "application/yaml")
     assert status in (201, 409)
     before = rss_kb(server.proc.pid)
     for _ in range(3):
-        status, body, elapsed = post(server.url, path, laughs(), "application/yaml")
+        status, body, elapsed = post(server, path, laughs(), "application/yaml")
         assert status == 400, body
         assert body["message"] == "error converting YAML to JSON: yaml: document contains excessive aliasing"
         assert elapsed < 1.0, elapsed
     grown = rss_kb(server.proc.pid) - before
     assert grown < 20 * 1024, f"RSS grew by {grown} kB"
     # Nothing was stored.
-    status, _, _ = post(server.url, path, b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: after}\n",
+    status, _, _ = post(server, path, b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: after}\n",
                         "application/yaml")
     assert status == 201
 
@@ -83,8 +82,7 @@ def test_official_client_watch_from_a_resource_version_far_ahead(server):
 def test_header_and_idle_timeouts_from_the_command_line(tmp_path):
     srv = start_server(tmp_path, extra=["--header-timeout", "500ms", "--idle-timeout", "1s"])
     try:
-        host, port = srv.url.removeprefix("http://").rsplit(":", 1)
-        slow = [socket.create_connection((host, int(port)), timeout=10) for _ in range(50)]
+        slow = [srv.connect(timeout=10) for _ in range(50)]
         for s in slow:
             s.sendall(b"GET /version HTTP/1.1\r\nHost: x\r\n")  # headers never finished
         t0 = time.monotonic()
@@ -92,7 +90,7 @@ def test_header_and_idle_timeouts_from_the_command_line(tmp_path):
             assert s.recv(1024) == b""  # closed by the server
             s.close()
         assert time.monotonic() - t0 < 5
-        idle = socket.create_connection((host, int(port)), timeout=10)
+        idle = srv.connect(timeout=10)
         idle.sendall(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
         data = b""
         t0 = time.monotonic()

@@ -60,7 +60,7 @@ def assert_released(port: int, tmpdir: str, threads_before: set[threading.Thread
 def test_sync_cluster_serves_kubectl_and_leaves_nothing_behind(tmp_path):
     before = set(threading.enumerate())
     with Cluster() as c:
-        assert c.url.startswith("http://127.0.0.1:") and os.path.isfile(c.kubeconfig)
+        assert c.url.startswith("https://127.0.0.1:") and os.path.isfile(c.kubeconfig)
         assert any(t.name == "kubeplane-testing" for t in threading.enumerate())
         out = kubectl(c, "get", "namespaces", "-o", "name", home=str(tmp_path))
         assert out.returncode == 0, out.stderr

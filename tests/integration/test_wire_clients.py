@@ -13,10 +13,10 @@ from kubernetes import client, config
 from kubeplane.apiserver.server import VERSION_INFO
 
 
-def _get(url: str, accept: str | None = None) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+def _get(server, path: str, accept: str | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(server.url + path, headers={"Accept": accept} if accept else {})
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=10, context=server.ssl_context()) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -32,11 +32,11 @@ def ns(kubectl):
 
 def test_raw_trailing_slash_paths(server):
     for path in ("/version", "/api", "/apis", "/api/v1", "/apis/apps", "/apis/apps/v1"):
-        code, plain = _get(server.url + path)
-        code_slash, slash = _get(server.url + path + "/")
+        code, plain = _get(server, path)
+        code_slash, slash = _get(server, path + "/")
         assert (code, code_slash) == (200, 200), path
         assert json.loads(slash) == json.loads(plain), path
-    assert _get(server.url + "/healthz/")[0] == 404  # an exact-match path upstream
+    assert _get(server, "/healthz/")[0] == 404  # an exact-match path upstream
 
 
 def test_official_client_version_api(server):
@@ -105,9 +105,9 @@ def test_kubectl_debug_errors_are_clean(kubectl, ns):
 
 
 def test_kubectl_explain_and_validate_with_openapi_v2(server, kubectl, ns, tmp_path):
-    code, body = _get(server.url + "/openapi/v2", "application/json")
+    code, body = _get(server, "/openapi/v2", "application/json")
     assert code == 200 and json.loads(body)["swagger"] == "2.0"
-    assert _get(server.url + "/openapi/v2", "text/html")[0] == 406
+    assert _get(server, "/openapi/v2", "text/html")[0] == 406
     assert "containerPort" in kubectl("explain", "pods.spec.containers.ports").out
     # kubectl reads the protobuf form of v2 for this output format
     v2 = kubectl("explain", "deployments.spec.template.spec.containers.ports", "--output=plaintext-openapiv2")

@@ -32,7 +32,8 @@ OUTPUT = Path(__file__).with_name("protobuf_schema.json")
 #: API packages of k8s.io/api and k8s.io/apimachinery whose messages are read
 API_PACKAGES = (
     "core/v1", "apps/v1", "batch/v1", "policy/v1", "storage/v1", "resource/v1", "coordination/v1",
-    "scheduling/v1", "rbac/v1", "networking/v1", "autoscaling/v1", "authorization/v1",
+    "scheduling/v1", "rbac/v1", "networking/v1", "autoscaling/v1", "authentication/v1", "certificates/v1",
+    "authorization/v1",
 )
 MACHINERY_PACKAGES = ("pkg/apis/meta/v1", "pkg/runtime", "pkg/api/resource", "pkg/util/intstr")
 
@@ -41,6 +42,8 @@ GROUPS = {
     "core": "", "apps": "apps", "batch": "batch", "policy": "policy", "storage": "storage.k8s.io",
     "resource": "resource.k8s.io", "coordination": "coordination.k8s.io", "scheduling": "scheduling.k8s.io",
     "rbac": "rbac.authorization.k8s.io", "networking": "networking.k8s.io", "autoscaling": "autoscaling",
+    "authentication": "authentication.k8s.io",
+    "certificates": "certificates.k8s.io",
     "authorization": "authorization.k8s.io",
 }
 
@@ -219,13 +222,15 @@ def build(api: Path, machinery: Path) -> dict:
                 typ, ref = f.type, None
             elif f.type in WELL_KNOWN:
                 typ, ref = WELL_KNOWN[f.type], None
-            elif f.type in messages and f.type in go:
+            elif f.type in messages and f.type not in go:
+                # a slice alias (authentication's ExtraValue, []string) has no struct:
+                # it only appears in status and user info a request does not carry
+                continue
+            elif f.type in messages:
                 typ, ref = "message", f.type
                 todo.append(f.type)
             else:
-                # a message of a package not read (alpha versions), or one standing for a
-                # named Go slice (authorization/v1 ExtraValue): skipped as unknown
-                continue
+                continue  # a message of a package not read (alpha versions): skipped as unknown
             if f.label == "map":
                 typ = "map:" + typ
             rows.append([f.number, "" if gf.inline else gf.json, typ, ref, flags])

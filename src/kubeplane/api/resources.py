@@ -21,7 +21,7 @@ class ResourceInfo:
     namespaced: bool
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-    subresources: tuple[str, ...] = ()  # "status", "scale", "binding", "log", "finalize"
+    subresources: tuple[str, ...] = ()  # "status", "scale", "binding", "log", "finalize", "token"
     verbs: tuple[str, ...] = (
         "create", "delete", "deletecollection", "get", "list", "patch", "update", "watch",
     )
@@ -88,8 +88,12 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     _r("", "v1", "Event", "events", True, short_names=("ev",)),
     _r("", "v1", "ConfigMap", "configmaps", True, short_names=("cm",)),
     _r("", "v1", "Secret", "secrets", True),
+    _r("", "v1", "ServiceAccount", "serviceaccounts", True, short_names=("sa",), subresources=("token",)),
     _r("", "v1", "Service", "services", True, short_names=("svc",), categories=("all",),
        subresources=("status",)),
+    # authentication.k8s.io/v1
+    _r("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", False, verbs=("create",)),
+    _r("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False, verbs=("create",)),
     # storage.k8s.io/v1
     _r("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, short_names=("sc",)),
     _r("storage.k8s.io", "v1", "CSINode", "csinodes", False),
@@ -116,6 +120,9 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     # policy/v1 (PodDisruptionBudgets, respected by preemption)
     _r("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, short_names=("pdb",),
        subresources=("status",)),
+    # certificates.k8s.io/v1
+    _r("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", False,
+       short_names=("csr",), subresources=("status", "approval")),
     # scheduling.k8s.io/v1
     _r("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, short_names=("pc",)),
     # resource.k8s.io/v1

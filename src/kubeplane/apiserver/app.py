@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from aiohttp import web
 
@@ -14,9 +14,13 @@ from kubeplane.apiserver.metrics import APIServerMetrics, instrument_store
 from kubeplane.apiserver.eventttl import DEFAULT_EVENT_TTL, EventExpiry
 from kubeplane.apiserver.server import MAX_BODY_BYTES, build_app
 from kubeplane.apiserver.serving import BoundedAppRunner, ServingLimits
+from kubeplane.registry.admission import default_chain
 from kubeplane.registry.registry import Registry
 from kubeplane.storage import open_store
-from kubeplane.startup import DataDirLock, KubeconfigFile, bind_socket, format_address
+from kubeplane.startup import DataDirLock, KubeconfigFile, StartupError, bind_socket, format_address
+from kubeplane.apiserver.encryptionconfig import NO_ENCRYPTION, EncryptionConfig, EncryptionConfigError
+from kubeplane.apiserver.encryptionconfig import load as load_encryption_config
+from kubeplane.storage.transformer import TransformingStore
 from kubeplane.storage.memory import DEFAULT_HISTORY_BYTES
 from kubeplane.storage.interface import Store
 
@@ -33,6 +37,26 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if not 0 <= p <= 65535:
         raise ValueError(f"port out of range in --listen {listen!r}")
     return host, p
+
+
+@dataclass
+class AuthenticationConfig:
+    """Upstream's authentication flags."""
+
+    #: ``--token-auth-file``: static tokens (CSV: token,user,uid,"group1,group2")
+    token_auth_file: str | None = None
+    #: ``--service-account-key-file``: PEM files of keys verifying ServiceAccount
+    #: tokens (default: the signing key's public key)
+    service_account_key_files: tuple[str, ...] = ()
+    #: ``--service-account-signing-key-file``: the private key TokenRequest signs
+    #: with (RSA or ECDSA; default: ``<pki>/sa.key``, made on first start)
+    service_account_signing_key_file: str | None = None
+    #: ``--service-account-issuer`` (the first one issues)
+    service_account_issuers: tuple[str, ...] = ()
+    #: ``--api-audiences`` (default: the issuer)
+    api_audiences: tuple[str, ...] = ()
+    #: ``--anonymous-auth``
+    anonymous: bool = True
 
 
 @dataclass
@@ -55,9 +79,31 @@ class APIServerConfig:
     history_bytes: int = DEFAULT_HISTORY_BYTES
     #: seconds an Event lives after its last write (0: forever)
     event_ttl: float = DEFAULT_EVENT_TTL
+    #: upstream's EncryptionConfiguration file (``--encryption-provider-config``):
+    #: which resources are encrypted at rest, with which providers and keys
+    encryption_provider_config: str | None = None
+    #: serve plain HTTP without authentication (loopback addresses only)
+    insecure_http: bool = False
+    #: ``--tls-cert-file``/``--tls-private-key-file`` (default: a serving
+    #: certificate made in ``pki_dir``, signed by the CA there)
+    tls_cert_file: str | None = None
+    tls_private_key_file: str | None = None
+    #: ``--client-ca-file``: CAs client certificates are verified against
+    #: (default: the CA in ``pki_dir``)
+    client_ca_file: str | None = None
+    #: where the generated CA, certificates and keys live (default ``<data_dir>/pki``)
+    pki_dir: str | None = None
+    #: write kubeconfigs for the scheduler and controllers (their client
+    #: certificates) next to the data directory's PKI
+    component_kubeconfigs: bool = True
+    authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
+    #: the ServiceAccount admission plugin (pods run as an existing
+    #: ServiceAccount and mount its token); needs the ServiceAccount controller
+    service_account_admission: bool = True
     #: upstream's --authorization-mode: "RBAC" (with nodes authorized as
     #: upstream's Node authorizer does, "Node,RBAC" says the same) or "AlwaysAllow"
     authorization_mode: str = "RBAC"
+
 
 
 AUTHORIZATION_MODES = ("RBAC", "Node,RBAC", "AlwaysAllow")
@@ -81,12 +127,15 @@ class APIServer:
     _lock: DataDirLock | None = field(default=None, repr=False)
     _kubeconfig: KubeconfigFile | None = field(default=None, repr=False)
     _event_expiry: EventExpiry | None = field(default=None, repr=False)
+    _encryption: EncryptionConfig = field(default=NO_ENCRYPTION, repr=False)
     #: components run in this process over the registry once it is ready and
     #: stopped before it closes, each made by ``make(registry)`` and having
     #: ``start()`` and ``stop()`` (the namespace controller, which callers
     #: above this layer pass in: kubeplane.cluster.namespace_controller)
     in_process: list[Callable[[Registry], Any]] = field(default_factory=list)
     _started: list[Any] = field(default_factory=list, repr=False)
+    #: the TLS material and authenticator, once started (None with insecure_http)
+    security: "Security | None" = None
 
     async def start(self) -> None:
         """Lock the data directory, open the store, bind, serve; then write the
@@ -94,6 +143,12 @@ class APIServer:
         reason) when the directory is in use or the address cannot be bound."""
         cfg = self.config
         host, port = parse_listen(cfg.listen)
+        self._encryption = NO_ENCRYPTION
+        if cfg.encryption_provider_config:
+            try:
+                self._encryption = load_encryption_config(cfg.encryption_provider_config)
+            except EncryptionConfigError as exc:
+                raise StartupError(str(exc)) from None
         if cfg.storage == "sqlite" or cfg.lock_data_dir:
             # One server per data directory: a second one would hand out the
             # same resourceVersions and replace the first one's kubeconfig.
@@ -109,6 +164,11 @@ class APIServer:
             raise
 
     async def _start(self, host: str, port: int) -> None:
+        from kubeplane.startup import StartupError
+
+        if self.config.insecure_http and not _is_loopback(host):
+            raise StartupError(f"--insecure-http serves without authentication and is allowed on loopback "
+                               f"addresses only, not {host}")
         sock = bind_socket(host, port)  # before opening the store: a busy port fails fast
         try:
             await self._serve(sock, host)
@@ -118,12 +178,16 @@ class APIServer:
 
     async def _serve(self, sock, host: str) -> None:
         cfg = self.config
-        self.store = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
-                                      history=cfg.history_revisions, history_bytes=cfg.history_bytes)
+        backend = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
+                                   history=cfg.history_revisions, history_bytes=cfg.history_bytes)
+        # Values pass the encryption transformers on their way to and from the backend
+        # (without a file too: then an encrypted value left by an earlier run fails to read).
+        self.store = TransformingStore(backend, self._encryption.transformer_for)
         self.metrics = APIServerMetrics()
         instrument_store(self.store, self.metrics)
         self.authorizer = await self._start_policy(cfg.authorization_mode)
-        self.registry = Registry(self.store, CATALOGUE, authorizer=self.authorizer)
+        self.registry = Registry(self.store, CATALOGUE, admission=default_chain(
+            self.store, service_accounts=cfg.service_account_admission), authorizer=self.authorizer)
         await ensure_default_namespaces(self.registry)
         await self._bootstrap_policy()
         for make in self.in_process:
@@ -137,18 +201,35 @@ class APIServer:
             self._event_expiry.start()
         bound_port = sock.getsockname()[1]
         address = format_address(host, bound_port)
+        ssl_context = None
+        auth_kw: dict[str, Any] = {}
+        if not cfg.insecure_http:
+            from kubeplane.apiserver.security import Security
+
+            self.security = Security.load(cfg, host, self.registry)
+            ssl_context = self.security.ssl_context
+            auth_kw = {"authenticator": self.security.authenticator, "token_issuer": self.security.issuer}
         app = build_app(self.registry, CATALOGUE, max_body=cfg.max_body, server_address=address,
-                        limits=cfg.limits, metrics=self.metrics, authorizer=self.authorizer)
+                        limits=cfg.limits, metrics=self.metrics, authorizer=self.authorizer, **auth_kw)
         self._runner = BoundedAppRunner(app, cfg.limits, access_log=None, handle_signals=False,
                                         shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.SockSite(self._runner, sock)
+        site = web.SockSite(self._runner, sock, ssl_context=ssl_context)
         await site.start()
-        self.url = f"http://{address}"
+        self.url = f"{'https' if ssl_context is not None else 'http'}://{address}"
+        if self.security is not None and cfg.component_kubeconfigs:
+            self.security.write_component_kubeconfigs(self.url)
         if cfg.kubeconfig:
             self._kubeconfig = KubeconfigFile(cfg.kubeconfig)
-            self._kubeconfig.publish(self.url)
+            self._kubeconfig.publish(self.url, **self.admin_credentials())
         log.info("API server listening on %s (storage %s)", self.url, cfg.storage)
+
+    def admin_credentials(self) -> dict[str, Any]:
+        """What a kubeconfig for the cluster's admin carries (keyword
+        arguments of :func:`kubeplane.client.kubeconfig.write_kubeconfig`)."""
+        if self.security is None:
+            return {}
+        return self.security.admin_credentials()
 
     async def _start_policy(self, mode: str) -> Any:
         from kubeplane.auth.authorizer import AlwaysAllow
@@ -198,6 +279,21 @@ class APIServer:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+if TYPE_CHECKING:
+    from kubeplane.apiserver.security import Security
 
 
 #: namespaces the API server keeps in existence, as upstream's system

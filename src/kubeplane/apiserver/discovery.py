@@ -24,6 +24,8 @@ _SUB_VERBS = {
     "binding": ["create"],
     "log": ["get"],
     "finalize": ["update"],
+    "approval": ["get", "patch", "update"],
+    "token": ["create"],
 }
 
 
@@ -32,6 +34,8 @@ def _sub_kind(res: ResourceInfo, sub: str) -> Obj:
         return {"group": "autoscaling", "version": "v1", "kind": "Scale"}
     if sub == "binding":
         return {"group": "", "version": "v1", "kind": "Binding"}
+    if sub == "token":
+        return {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}
     return {"group": res.group, "version": res.version, "kind": res.kind}
 
 

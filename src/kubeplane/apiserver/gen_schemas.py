@@ -53,6 +53,8 @@ GROUP_PACKAGE = {
     "resource.k8s.io": "resource",
     "rbac.authorization.k8s.io": "rbac",
     "authorization.k8s.io": "authorization",
+    "certificates.k8s.io": "certificates",
+    "authentication.k8s.io": "authentication",
 }
 
 # Models that live in meta/v1 upstream (client class names).
@@ -88,6 +90,8 @@ EXTRA_KINDS = (
     ("", "v1", "Status", "V1Status"),
     ("", "v1", "DeleteOptions", "V1DeleteOptions"),
     ("", "v1", "WatchEvent", "V1WatchEvent"),
+    # the body of serviceaccounts/<name>/token
+    ("authentication.k8s.io", "v1", "TokenRequest", "AuthenticationV1TokenRequest"),
 )
 
 # Fields whose upstream type is resource.Quantity; the client types them as str.

@@ -62,6 +62,7 @@ DELETE_OPTIONS = f"{META}.DeleteOptions"
 WATCH_EVENT = f"{META}.WatchEvent"
 SCALE = "io.k8s.api.autoscaling.v1.Scale"
 BINDING = "io.k8s.api.core.v1.Binding"
+TOKEN_REQUEST = "io.k8s.api.authentication.v1.TokenRequest"
 
 KUBERNETES_VERSION = "v1.32.0"
 FIELD_VALIDATION_MODES = ("Ignore", "Strict", "Warn")
@@ -348,10 +349,17 @@ def _resource_paths(r: ResourceInfo) -> tuple[dict[str, Any], set[str]]:
     """Paths for one resource and the component names its operations use."""
     name = schema_name(r.group, r.version, r.kind)
     list_name = schema_name(r.group, r.version, r.list_kind)
-    readable = "get" in r.verbs  # create-only kinds (the reviews) have one operation: create
-    if name is None or (list_name is None and readable):
+    if name is None or (list_name is None and "list" in r.verbs):
         return {}, set()
-    used = {name, list_name, PATCH, STATUS, DELETE_OPTIONS, WATCH_EVENT} if readable else {name}
+    if r.verbs == ("create",):
+        # a create-only kind (TokenReview, SelfSubjectReview): one POST, answered, never stored
+        base = "/" + _gv_path(r.group, r.version)
+        coll = f"{base}/namespaces/{{namespace}}/{r.plural}" if r.namespaced else f"{base}/{r.plural}"
+        post = _operation(r, "post", "create", f"create a {r.kind}", gvk=_gvk(r.group, r.version, r.kind),
+                          namespaced=True, response=name, body=name, codes=("200", "201", "202"), params=_WRITE)
+        params = ([P_NAMESPACE] if r.namespaced else []) + [P_PRETTY]
+        return {coll: {"parameters": params, "post": post}}, {name, STATUS}
+    used = {name, list_name, PATCH, STATUS, DELETE_OPTIONS, WATCH_EVENT}
     gvk = _gvk(r.group, r.version, r.kind)
     base = "/" + _gv_path(r.group, r.version)
     ns = r.namespaced
@@ -381,8 +389,6 @@ def _resource_paths(r: ResourceInfo) -> tuple[dict[str, Any], set[str]]:
             params=[P_DRY_RUN, P_GRACE, P_ORPHAN, P_PROPAGATION] + LIST_PARAMS, body_required=False,
         )
     paths[coll] = coll_ops
-    if not readable:
-        return paths, used
 
     item_ops: dict[str, Any] = {"parameters": item_params}
     item_ops.update(_write_ops(r, gvk, name, True, f"the specified {r.kind}"))
@@ -418,6 +424,12 @@ def _resource_paths(r: ResourceInfo) -> tuple[dict[str, Any], set[str]]:
                                       gvk=_gvk("", "v1", "Binding"), namespaced=True,
                                       response=BINDING, body=BINDING,
                                       codes=("200", "201", "202"), params=_WRITE, suffix="Binding")}
+        elif sub == "token":
+            used.add(TOKEN_REQUEST)
+            ops = {"post": _operation(r, "post", "create", f"create token of a {r.kind}",
+                                      gvk=_gvk("authentication.k8s.io", "v1", "TokenRequest"), namespaced=True,
+                                      response=TOKEN_REQUEST, body=TOKEN_REQUEST,
+                                      codes=("200", "201", "202"), params=_WRITE, suffix="Token")}
         elif sub == "log":
             ops = {"get": {
                 "description": f"read log of the specified {r.kind}",

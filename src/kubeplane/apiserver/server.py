@@ -32,6 +32,7 @@ from kubeplane.apiserver.serving import InflightLimiter, ServingLimits, deadline
 from kubeplane.auth.authorizer import AlwaysAllow
 from kubeplane.registry.registry import Registry, WatchOptions
 from kubeplane.storage.interface import WriteFailedError
+from kubeplane.storage.transformer import TransformError
 
 if TYPE_CHECKING:
     from kubeplane.apiserver.metrics import APIServerMetrics
@@ -212,6 +213,10 @@ class APIHandler:
         self.metrics: Any = None  # APIServerMetrics, set by build_app
         self.authorizer: Any = None  # the Authorizer every request is put to, set by build_app
         self.stopping = asyncio.Event()
+        #: authentication (None: every request is the current user, SYSTEM_ADMIN)
+        #: and the ServiceAccount token issuer of TokenRequest (None: not served)
+        self.authenticator: Any = None
+        self.token_issuer: Any = None
         # id(obj) -> (obj, type, encoded line); holding obj keeps the id unique.
         self._encoded: OrderedDict[int, tuple[Obj, str, bytes]] = OrderedDict()
 
@@ -245,9 +250,10 @@ class APIHandler:
             if exc.status == 413:
                 return status_response(errors.too_large(self.max_body))
             return status_response(StatusError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason))
-        if isinstance(exc, WriteFailedError):
-            # Upstream answers a storage failure as an internal error carrying its text.
-            log.error("storage write failed serving %s %s: %s", request.method, request.path, exc)
+        if isinstance(exc, (WriteFailedError, TransformError)):
+            # Upstream answers a storage failure (a write that failed, a value that
+            # cannot be decrypted) as an internal error carrying its text.
+            log.error("storage failed serving %s %s: %s", request.method, request.path, exc)
             return status_response(errors.internal(f"Internal error occurred: {exc}"))
         # The server must survive any input.
         log.error("internal error serving %s %s", request.method, request.path, exc_info=exc)
@@ -423,6 +429,10 @@ class APIHandler:
             return await self.pod_log(request, t)
         if sub == "scale":
             return await self.scale(request, t)
+        if sub == "token" and t.res.key == ("", "serviceaccounts"):
+            if m != "POST":
+                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+            return await self.token_request(request, t)
         if sub == "finalize" and m != "PUT":
             # upstream's namespace finalize REST is an updater only
             raise errors.method_not_allowed("the server does not allow this method on the requested resource")
@@ -514,6 +524,8 @@ class APIHandler:
         body = await self.read_body(request)
         obj = codec.decode_body(body, request.headers.get("Content-Type"))
         q = request.query
+        if t.res.group == "authentication.k8s.io":
+            return await self.authentication_review(request, t, obj)
         if isinstance(obj, dict):
             # Bodies without type meta (typed Python models) take it from the URL.
             obj.setdefault("apiVersion", t.res.api_version)
@@ -528,6 +540,25 @@ class APIHandler:
                                              field_manager=q.get("fieldManager") or _manager_from_agent(request),
                                              owned=owned)
         return self._respond_object(request, t.res, created, 201, warnings)
+
+    async def authentication_review(self, request: web.Request, t: Target, obj: Any) -> web.Response:
+        """TokenReview and SelfSubjectReview: answered, never stored."""
+        from kubeplane.apiserver import authn
+        from kubeplane.auth.user import current_user
+
+        if t.res.plural == "selfsubjectreviews":
+            return json_response(authn.self_subject_review(obj, current_user()), 201)
+        return json_response(await authn.token_review(obj, self.authenticator), 201)
+
+    async def token_request(self, request: web.Request, t: Target) -> web.Response:
+        from kubeplane.apiserver import authn
+
+        body = await self.read_body(request)
+        obj = codec.decode_body(body, request.headers.get("Content-Type"))
+        audiences = self.authenticator.api_audiences if self.authenticator is not None else ()
+        out = await authn.token_request(self.registry, self.catalogue, self.token_issuer, audiences,
+                                        t.namespace or "default", t.name or "", obj, dry_run=_dry_run(request.query))
+        return json_response(out, 201)
 
     async def update(self, request: web.Request, t: Target) -> web.Response:
         body = await self.read_body(request)
@@ -922,11 +953,15 @@ def _manager_from_agent(request: web.Request) -> str:
 
 def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_BODY_BYTES,
               server_address: str = "127.0.0.1:6443", limits: ServingLimits | None = None,
-              metrics: "APIServerMetrics | None" = None, authorizer: "Authorizer | None" = None) -> web.Application:
-    """The API server's aiohttp application. ``authorizer`` decides every
-    request (default: the registry's, which allows everything unless one was
-    given to it); the registry answers reviews and escalation checks with the
-    same object."""
+              metrics: "APIServerMetrics | None" = None, authenticator: Any = None,
+              authorizer: "Authorizer | None" = None, token_issuer: Any = None) -> web.Application:
+    """The API server's aiohttp app. With an ``authenticator``
+    (:class:`kubeplane.auth.authenticator.RequestAuthenticator`) every request
+    is authenticated and may impersonate as ``authorizer`` allows; without one
+    every request is the current user (SYSTEM_ADMIN). ``authorizer`` decides
+    every request (default: the registry's, which allows everything unless one
+    was given to it); the registry answers reviews and escalation checks with
+    the same object."""
     from kubeplane.apiserver.authorization import authorization_middleware
     from kubeplane.apiserver.metrics import APIServerMetrics
 
@@ -936,6 +971,8 @@ def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_B
     if metrics is None:
         metrics = APIServerMetrics(catalogue)
     h.metrics = metrics
+    h.authenticator = authenticator
+    h.token_issuer = token_issuer
     inflight = InflightLimiter(limits.max_requests_inflight, limits.max_mutating_requests_inflight)
     if authorizer is None:
         authorizer = registry.authorizer
@@ -944,10 +981,17 @@ def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_B
     h.authorizer = authorizer
     # The metrics middleware is outermost, so it sees every final code (429s
     # and 504s included). aiohttp's own body limit is set above ours so our
-    # Status reply is the one sent. Authorization comes after the in-flight
-    # limit and before the handlers, as upstream's filter chain orders them
-    # (authentication, which names the user it reads, runs before both).
-    middlewares = [metrics.middleware(), deadline_middleware(limits.request_timeout), inflight.middleware]
+    # Status reply is the one sent.
+    # Authentication (and impersonation) come after the deadline and before the
+    # in-flight limit, authorization after it and before the handlers, as in
+    # upstream's filter chain.
+    authn_filters = []
+    if authenticator is not None:
+        from kubeplane.apiserver.authn import authentication_middleware
+
+        authn_filters.append(authentication_middleware(authenticator, authorizer))
+    middlewares = [metrics.middleware(), deadline_middleware(limits.request_timeout), *authn_filters,
+                   inflight.middleware]
     if not isinstance(authorizer, AlwaysAllow):
         middlewares.append(authorization_middleware(authorizer))
     middlewares.append(h.middleware)

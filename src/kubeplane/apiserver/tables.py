@@ -807,6 +807,51 @@ _SECRET = Printer(
 )
 
 
+_SERVICE_ACCOUNT = Printer(
+    (
+        _name_col(),
+        Column("Secrets", description="Secrets is a list of the secrets in the same namespace that pods "
+                                      "running using this ServiceAccount are allowed to use."),
+        _age_col(),
+    ),
+    lambda o, now: [_name(o), len(o.get("secrets") or []), _age(o, now)],
+)
+
+
+def csr_condition(csr: Obj) -> str:
+    """``Approved,Issued``, ``Denied``, ``Pending,Failed``...: denial wins over approval."""
+    types = {c.get("type") for c in _get(csr, "status", "conditions", default=None) or [] if isinstance(c, dict)}
+    out = "Denied" if "Denied" in types else "Approved" if "Approved" in types else "Pending"
+    if "Failed" in types:
+        out += ",Failed"
+    if _get(csr, "status", "certificate", default=""):
+        out += ",Issued"
+    return out
+
+
+def _csr_row(csr: Obj, now: _dt.datetime) -> list[Cell]:
+    exp = _get(csr, "spec", "expirationSeconds", default=None)
+    duration = human_duration(_dt.timedelta(seconds=exp)) if isinstance(exp, int) else "<none>"
+    return [_name(csr), _age(csr, now), _get(csr, "spec", "signerName", default="") or "<none>",
+            _get(csr, "spec", "username", default=""), duration, csr_condition(csr)]
+
+
+_CSR = Printer(
+    (
+        _name_col(),
+        _age_col(),
+        Column("SignerName", description="signerName indicates the requested signer, and is a qualified name."),
+        Column("Requestor", description="request contains an x509 certificate signing request encoded in a "
+                                        "\"CERTIFICATE REQUEST\" PEM block."),
+        Column("RequestedDuration", description="expirationSeconds is the requested duration of validity of "
+                                                "the issued certificate."),
+        Column("Condition", description="conditions applied to the request. Known conditions are "
+                                        "\"Approved\", \"Denied\", and \"Failed\"."),
+    ),
+    _csr_row,
+)
+
+
 def _service_external_ip(svc: Obj) -> str:
     spec = svc.get("spec") or {}
     svc_type = spec.get("type") or "ClusterIP"
@@ -988,6 +1033,8 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     ("", "namespaces"): _NAMESPACE,
     ("", "configmaps"): _CONFIGMAP,
     ("", "secrets"): _SECRET,
+    ("", "serviceaccounts"): _SERVICE_ACCOUNT,
+    ("certificates.k8s.io", "certificatesigningrequests"): _CSR,
     ("", "services"): _SERVICE,
     ("storage.k8s.io", "storageclasses"): _STORAGE_CLASS,
     ("storage.k8s.io", "csinodes"): _CSI_NODE,

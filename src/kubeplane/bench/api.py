@@ -232,7 +232,7 @@ async def _watch_latency(watchers: int, rate: float, seconds: float) -> list[flo
 
     cms = resource("configmaps")
     with tempfile.TemporaryDirectory() as d:
-        server = APIServer(APIServerConfig(data_dir=d, listen="127.0.0.1:0", storage="sqlite"))
+        server = APIServer(APIServerConfig(insecure_http=True, data_dir=d, listen="127.0.0.1:0", storage="sqlite"))
         await server.start()
         try:
             client = InProcessClient(server.registry)

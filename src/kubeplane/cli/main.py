@@ -233,6 +233,87 @@ _server_options += [
 ]
 
 
+def _check_encryption_config(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Read and validate the EncryptionConfiguration before anything starts."""
+    if value is not None:
+        from kubeplane.apiserver.encryptionconfig import EncryptionConfigError, load
+
+        try:
+            load(value)
+        except EncryptionConfigError as exc:
+            raise click.BadParameter(str(exc)) from None
+    ctx.meta["encryption_provider_config"] = value
+    return value
+
+
+_server_options += [
+    click.option("--encryption-provider-config", callback=_check_encryption_config, expose_value=False,
+                 default=None, metavar="FILE",
+                 help="EncryptionConfiguration file (apiserver.config.k8s.io/v1): the resources encrypted at rest "
+                      "and their providers (aesgcm, aescbc, secretbox, identity) and keys."),
+]
+
+
+def _encryption_provider_config() -> str | None:
+    return click.get_current_context().meta.get("encryption_provider_config")
+
+
+def _security_option(name: str, key: str, **kw):
+    """An option of TLS and authentication: kept in the context, not passed as a parameter."""
+
+    def store(ctx: click.Context, param: click.Parameter, value):
+        ctx.meta.setdefault("security", {})[key] = value
+        return value
+
+    return click.option(name, callback=store, expose_value=False, **kw)
+
+
+_server_options += [
+    _security_option("--insecure-http", "insecure_http", is_flag=True,
+                     help="Serve plain HTTP with neither TLS nor authentication (every client is cluster "
+                          "admin); refused unless --listen is a loopback address."),
+    _security_option("--tls-cert-file", "tls_cert_file", type=click.Path(exists=True, dir_okay=False),
+                     help="Serving certificate (PEM, with its chain); default: one made in <data-dir>/pki."),
+    _security_option("--tls-private-key-file", "tls_private_key_file", type=click.Path(exists=True, dir_okay=False),
+                     help="The serving certificate's private key."),
+    _security_option("--client-ca-file", "client_ca_file", type=click.Path(exists=True, dir_okay=False),
+                     help="CA bundle verifying client certificates; default: <data-dir>/pki/ca.crt."),
+    _security_option("--token-auth-file", "token_auth_file", type=click.Path(exists=True, dir_okay=False),
+                     help='Static bearer tokens, CSV lines: token,user,uid,"group1,group2".'),
+    _security_option("--service-account-key-file", "service_account_key_files", multiple=True,
+                     type=click.Path(exists=True, dir_okay=False),
+                     help="PEM keys verifying ServiceAccount tokens (repeatable); default: the signing key."),
+    _security_option("--service-account-signing-key-file", "service_account_signing_key_file",
+                     type=click.Path(exists=True, dir_okay=False),
+                     help="Private key (RSA or ECDSA) signing ServiceAccount tokens; default: "
+                          "<data-dir>/pki/sa.key, made on first start."),
+    _security_option("--service-account-issuer", "service_account_issuers", multiple=True,
+                     help="Issuer of ServiceAccount tokens (repeatable; the first issues). Default: "
+                          "https://kubernetes.default.svc.cluster.local."),
+    _security_option("--api-audiences", "api_audiences", default="",
+                     help="Comma-separated audiences of the API (default: the issuer)."),
+    _security_option("--anonymous-auth", "anonymous", type=bool, default=True, show_default=True,
+                     help="Requests without credentials are system:anonymous (else 401)."),
+]
+
+
+def _security_config() -> dict:
+    """APIServerConfig keyword arguments of the TLS and authentication options."""
+    from kubeplane.apiserver.app import AuthenticationConfig
+
+    opts = dict(click.get_current_context().meta.get("security", {}))
+    auds = tuple(a.strip() for a in (opts.pop("api_audiences", "") or "").split(",") if a.strip())
+    authn = AuthenticationConfig(
+        token_auth_file=opts.pop("token_auth_file", None),
+        service_account_key_files=tuple(opts.pop("service_account_key_files", ()) or ()),
+        service_account_signing_key_file=opts.pop("service_account_signing_key_file", None),
+        service_account_issuers=tuple(opts.pop("service_account_issuers", ()) or ()),
+        api_audiences=auds, anonymous=bool(opts.pop("anonymous", True)))
+    return {"insecure_http": bool(opts.get("insecure_http")), "tls_cert_file": opts.get("tls_cert_file"),
+            "tls_private_key_file": opts.get("tls_private_key_file"), "client_ca_file": opts.get("client_ca_file"),
+            "authentication": authn}
+
+
 def _serving_limits():
     from kubeplane.apiserver.serving import ServingLimits
 
@@ -296,14 +377,16 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
               history_bytes: int, event_ttl: float, verbosity: int, verbose: bool) -> None:
     """Run the API server alone."""
     from kubeplane.apiserver.app import APIServer, APIServerConfig
-    from kubeplane.cluster import namespace_controller
+    from kubeplane.cluster import namespace_controller, service_account_controller
 
     _setup_logging(verbosity, verbose)
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=kubeconfig,
                                          history_revisions=history_revisions, history_bytes=history_bytes,
                                          event_ttl=event_ttl, limits=_serving_limits(),
-                                         authorization_mode=_authorization_mode()),
-                       in_process=[namespace_controller])
+                                         encryption_provider_config=_encryption_provider_config(),
+                                         authorization_mode=_authorization_mode(), **_security_config()),
+                       # with the API server alone, pods still get their ServiceAccount
+                       in_process=[namespace_controller, service_account_controller])
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
@@ -369,7 +452,7 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
 
     from kubeplane.apiserver.app import APIServer, APIServerConfig
     from kubeplane.client.inprocess import InProcessClient
-    from kubeplane.cluster import Components, namespace_controller
+    from kubeplane.cluster import Components, cluster_ca_options, namespace_controller
     from kubeplane.startup import KubeconfigFile
 
     _setup_logging(verbosity, verbose)
@@ -381,7 +464,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
     server = APIServer(APIServerConfig(data_dir=data_dir, listen=listen, storage=storage, kubeconfig=None,
                                        history_revisions=history_revisions, history_bytes=history_bytes,
                                        event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True,
-                                       authorization_mode=_authorization_mode()),
+                                       encryption_provider_config=_encryption_provider_config(),
+                                       authorization_mode=_authorization_mode(), **_security_config()),
                        # With --split the namespace controller stays in this process (the
                        # deletes it makes are served here anyway, and it keeps working while
                        # the second process restarts); otherwise it is one of the controllers.
@@ -394,14 +478,17 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
         published.remove_stale()  # safe: the data directory's lock is ours
         comps = Components()
         try:
+            # the cluster CA, once the API server has made it, publishes kube-root-ca.crt and signs CSRs
+            ca_files = cluster_ca_options(data_dir)
             if split:
                 await _start_split(comps, server.registry, data_dir, node_args, scheduler_config, verbosity,
-                                   metrics_listen)
+                                   metrics_listen, ca_files)
             else:
                 client = InProcessClient(server.registry, field_manager="kubeplane")
-                await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg)
+                await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg,
+                                        ca_files=ca_files)
             # Written last and atomically: the kubeconfig appearing means the cluster is usable.
-            published.publish(server.url)
+            published.publish(server.url, **server.admin_credentials())
             log.info("kubeplane is up: API server at %s, %d simulated node(s); try: kubectl --kubeconfig %s get nodes",
                      server.url, node_count, kubeconfig)
             await stop.wait()
@@ -414,17 +501,20 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
 
 
 async def _start_components(comps, client, node_args: tuple, sched_kwargs: dict, metrics_listen: str = "",
-                            sched_cfg=None, namespace_controller: bool = True) -> None:
+                            sched_cfg=None, namespace_controller: bool = True, ca_files: dict | None = None) -> None:
     """Controllers, simulated nodes and the scheduler on ``client``, sharing one informer factory;
-    with ``metrics_listen``, their metrics server (scheduler metrics, work queues, /configz)."""
-    from kubeplane.cluster import start_components
+    with ``metrics_listen``, their metrics server (scheduler metrics, work queues, /configz);
+    ``ca_files``: the CA files of the root CA publisher and the CSR signer
+    (:func:`kubeplane.cluster.cluster_ca_options`)."""
+    from kubeplane.cluster import ControllerOptions, start_components
 
     await start_components(comps, client, node_args, sched_kwargs, metrics_listen=metrics_listen,
-                           scheduler_config=sched_cfg, namespace_controller=namespace_controller)
+                           scheduler_config=sched_cfg, namespace_controller=namespace_controller,
+                           controller_options=ControllerOptions(**(ca_files or {})))
 
 
 async def _start_split(comps, registry, data_dir: str, node_args: tuple, scheduler_config: str | None,
-                       verbosity: int, metrics_listen: str = "") -> None:
+                       verbosity: int, metrics_listen: str = "", ca_files: dict | None = None) -> None:
     """``up --split``: serve the registry on a private Unix socket and run
     :func:`components` in a child process, restarted if it dies."""
     import os
@@ -439,7 +529,17 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
     if len(path.encode()) > 100:  # Unix socket paths are limited to about 100 bytes
         sock_dir = tempfile.mkdtemp(prefix="kubeplane-")
         path = os.path.join(sock_dir, "api.sock")
-    wire = WireServer(registry, path)
+    # The child authenticates with a token made for this run (given in its
+    # environment, never on its command line) and then acts as each of its
+    # components (system:kube-scheduler, system:kube-controller-manager,
+    # system:node:<name>), as the local wire allows (kubeplane.client.wire).
+    import secrets
+
+    from kubeplane.auth.user import AUTHENTICATED, SYSTEM_MASTERS, UserInfo
+
+    token = secrets.token_urlsafe(32)
+    wire = WireServer(registry, path, tokens={
+        token: UserInfo("system:kubeplane-components", groups=(SYSTEM_MASTERS, AUTHENTICATED))})
     await wire.start()
     comps.items.append(ServedSocket(wire, sock_dir))
     count, cpu, memory, pods, zones, prefix, gpus = node_args
@@ -447,9 +547,12 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
             "--nodes", str(count), "--node-cpu", cpu, "--node-memory", memory, "--node-pods", str(pods),
             "--zones", str(zones), "--node-prefix", prefix, "--gpus-per-node", str(gpus),
             "--metrics-listen", metrics_listen, f"--v={verbosity}"]
+    for field, flag in _CA_FLAGS:
+        if (ca_files or {}).get(field):
+            argv += [flag, ca_files[field]]
     if scheduler_config:
         argv += ["--scheduler-config", os.path.abspath(scheduler_config)]
-    child = ComponentProcess(argv, "components process")
+    child = ComponentProcess(argv, "components process", env={**os.environ, WIRE_TOKEN_ENV: token})
     try:
         await child.start()
     except RuntimeError as exc:  # the child logged why (e.g. its metrics address is in use)
@@ -458,18 +561,45 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
     comps.run(child.supervise(), "components-supervisor")
 
 
+#: ControllerOptions fields and the kube-controller-manager flags that set them
+_CA_FLAGS = (("root_ca_file", "--root-ca-file"), ("signing_cert_file", "--cluster-signing-cert-file"),
+             ("signing_key_file", "--cluster-signing-key-file"))
+
+
+def _ca_options(fn):
+    """kube-controller-manager's CA flags: the root CA publisher and the CSR signer run with them."""
+    fn = click.option("--cluster-signing-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                      help="PEM private key of the CA that signs approved CertificateSigningRequests.")(fn)
+    fn = click.option("--cluster-signing-cert-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                      help="PEM certificate of the CA that signs approved CertificateSigningRequests "
+                           "(with --cluster-signing-key-file).")(fn)
+    return click.option("--root-ca-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                        help="CA bundle published as the kube-root-ca.crt ConfigMap in every namespace.")(fn)
+
+
+def _ca_files(root_ca_file: str | None, cert_file: str | None, key_file: str | None) -> dict:
+    if bool(cert_file) != bool(key_file):
+        raise click.UsageError("--cluster-signing-cert-file and --cluster-signing-key-file go together")
+    values = {"root_ca_file": root_ca_file, "signing_cert_file": cert_file, "signing_key_file": key_file}
+    return {k: v for k, v in values.items() if v}
+
+
 @main.command(hidden=True)
 @click.option("--api-socket", required=True, help="The API server's local wire socket.")
 @_node_options
 @click.option("--scheduler-config", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--metrics-listen", default="", callback=_check_listen, help=_COMPONENTS_METRICS_HELP)
+@_ca_options
 @_verbosity_options[0]
 @_verbosity_options[1]
 def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
                node_prefix: str, gpus_per_node: int, scheduler_config: str | None, metrics_listen: str,
-               verbosity: int, verbose: bool) -> None:
+               root_ca_file: str | None, cluster_signing_cert_file: str | None,
+               cluster_signing_key_file: str | None, verbosity: int, verbose: bool) -> None:
     """The second process of ``up --split``: scheduler, controllers and simulated
     nodes over the local wire. Stops at ``stop`` or when its input ends."""
+    import os
+
     from kubeplane.client.wire import WireClient
     from kubeplane.cluster import Components, read_commands, say
 
@@ -479,7 +609,7 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
 
     async def go(stop: asyncio.Event) -> None:
-        client = WireClient(api_socket, managed_fields=False)
+        client = WireClient(api_socket, managed_fields=False, token=os.environ.get(WIRE_TOKEN_ENV))
         comps = Components()
 
         async def command(words: list[str]) -> None:
@@ -487,7 +617,9 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
 
         try:
             await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg,
-                                    namespace_controller=False)  # the API server's process runs it
+                                    namespace_controller=False,  # the API server's process runs it
+                                    ca_files=_ca_files(root_ca_file, cluster_signing_cert_file,
+                                                       cluster_signing_key_file))
             say("ready")
             commands = asyncio.ensure_future(read_commands(command))
             stopped = asyncio.ensure_future(stop.wait())
@@ -499,6 +631,10 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
             await client.close()
 
     _run(go)
+
+
+#: the environment variable the components process finds its wire token in
+WIRE_TOKEN_ENV = "KUBEPLANE_WIRE_TOKEN"
 
 
 def _load_scheduler_config(path: str | None):
@@ -710,8 +846,10 @@ def scheduler(kubeconfig: str | None, context: str | None, verbosity: int, verbo
 @click.option("--metrics-listen", default="127.0.0.1:10257", show_default=True, callback=_check_listen,
               help="HOST:PORT for the controllers' /metrics (work queues) and /healthz, as "
                    "kube-controller-manager's secure port; empty to disable.")
+@_ca_options
 def controllers(kubeconfig: str | None, context: str | None, verbosity: int, verbose: bool, provisioner_name: str,
-                metrics_listen: str) -> None:
+                metrics_listen: str, root_ca_file: str | None, cluster_signing_cert_file: str | None,
+                cluster_signing_key_file: str | None) -> None:
     """Run the controllers against any Kubernetes API server."""
     from kubeplane.client.informer import SharedInformerFactory
     from kubeplane.cluster import Components, ControllerOptions, build_controllers
@@ -733,7 +871,9 @@ def controllers(kubeconfig: str | None, context: str | None, verbosity: int, ver
             comps = Components()
             factory = SharedInformerFactory(client)
             try:
-                for ctrl in build_controllers(client, factory, ControllerOptions(provisioner_name=provisioner_name)):
+                opts = ControllerOptions(provisioner_name=provisioner_name, **_ca_files(
+                    root_ca_file, cluster_signing_cert_file, cluster_signing_key_file))
+                for ctrl in build_controllers(client, factory, opts):
                     await comps.start(ctrl)
             except BaseException:
                 await comps.stop()

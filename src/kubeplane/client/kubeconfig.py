@@ -281,15 +281,27 @@ def is_kubeplane_kubeconfig(path: str, name: str = "kubeplane") -> bool:
                for s in sections)
 
 
-def write_kubeconfig(path: str, server: str, name: str = "kubeplane") -> None:
-    """Write a kubeconfig with one cluster, one credential-less user and one
-    context (namespace ``default``), replacing ``path`` atomically."""
+def write_kubeconfig(path: str, server: str, name: str = "kubeplane", *, ca_data: bytes | None = None,
+                     client_cert_data: bytes | None = None, client_key_data: bytes | None = None,
+                     token: str | None = None) -> None:
+    """Write a kubeconfig with one cluster (its CA, PEM, inline), one user
+    (client certificate and key, PEM, or a token; none: no credentials) and
+    one context (namespace ``default``), replacing ``path`` atomically."""
+    cluster: dict[str, Any] = {"server": server}
+    if ca_data:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_data).decode()
+    user: dict[str, Any] = {}
+    if client_cert_data and client_key_data:
+        user["client-certificate-data"] = base64.b64encode(client_cert_data).decode()
+        user["client-key-data"] = base64.b64encode(client_key_data).decode()
+    if token:
+        user["token"] = token
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
         "preferences": {},
-        "clusters": [{"name": name, "cluster": {"server": server}}],
-        "users": [{"name": name, "user": {}}],
+        "clusters": [{"name": name, "cluster": cluster}],
+        "users": [{"name": name, "user": user}],
         "contexts": [
             {"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}
         ],

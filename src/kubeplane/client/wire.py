@@ -16,6 +16,16 @@ Every frame is a 4-byte big-endian length followed by one orjson-encoded list:
 
 One connection carries any number of concurrent requests and watches. The
 server side lives in :mod:`kubeplane.client.wireserver`.
+
+Identity: a server started with tokens requires the connection's first frame
+to be ``[0, "authenticate", "", "", "", {"token": TOKEN}]`` (answered
+``[0, 0, userInfo]``, or ``[0, 1, status]`` and closed); the connection is
+then that user. A request or watch may carry ``as: [user, [groups...]]``, the
+client's :func:`~kubeplane.auth.user.current_user` when it is not the
+process default: the server serves it as that user if the connection's user
+may impersonate it (the ``impersonate`` verb, as the HTTP
+``Impersonate-User`` header), so the scheduler, controllers and each
+simulated node of one process keep their own identities on one connection.
 """
 
 from __future__ import annotations
@@ -33,6 +43,8 @@ from kubeplane.api.resources import ResourceInfo
 from kubeplane.client.interface import Obj, PatchType, WatchEvent
 
 OK, FAILED, EVENTS, ENDED = 0, 1, 2, 3
+#: request and watch argument: the user the request is made as (see above)
+ACTING_AS = "as"
 #: request and watch argument: leave metadata.managedFields out of returned objects
 OMIT_MANAGED_FIELDS = "omit_managed_fields"
 
@@ -51,6 +63,14 @@ def _frame_parts(message: Any) -> tuple[bytes, bytes]:
 
 def encode_frame(message: Any) -> bytes:
     return b"".join(_frame_parts(message))
+
+
+def _add_identity(args: dict[str, Any]) -> None:
+    from kubeplane.auth.user import SYSTEM_ADMIN, current_user
+
+    user = current_user()
+    if user is not SYSTEM_ADMIN:
+        args[ACTING_AS] = [user.name, list(user.groups)]
 
 
 class FrameProtocol(asyncio.Protocol):
@@ -213,8 +233,11 @@ class WireClient:
     with 503 and open watches end (informers then watch again); the next request
     connects again."""
 
-    def __init__(self, path: str, *, field_manager: str = "kubeplane", managed_fields: bool = True) -> None:
+    def __init__(self, path: str, *, field_manager: str = "kubeplane", managed_fields: bool = True,
+                 token: str | None = None) -> None:
         self.path = path
+        #: sent in the connection's first frame when set
+        self.token = token
         self.field_manager = field_manager
         #: False: the server leaves metadata.managedFields out of every object it
         #: returns or streams. For processes that never read them (the scheduler
@@ -257,6 +280,17 @@ class WireClient:
         if self._closed:  # closed while connecting
             transport.close()
             raise errors.StatusError(503, "ServiceUnavailable", "client is closed")
+        if self.token is not None:
+            fut = loop.create_future()
+            self._pending[0] = fut
+            try:
+                proto.send([0, "authenticate", "", "", "", {"token": self.token}])
+                await fut
+            except BaseException:
+                transport.close()
+                raise
+            finally:
+                self._pending.pop(0, None)
         self._proto = proto
         return proto
 
@@ -293,6 +327,7 @@ class WireClient:
     async def _call(self, op: str, res: ResourceInfo, args: dict[str, Any]) -> Any:
         if not self.managed_fields:
             args[OMIT_MANAGED_FIELDS] = True
+        _add_identity(args)
         proto = await self._connection()
         rid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
@@ -368,6 +403,7 @@ class WireClient:
         args = {"namespace": namespace, "resource_version": resource_version, "label_selector": label_selector,
                 "field_selector": field_selector, "allow_bookmarks": allow_bookmarks,
                 "timeout_seconds": timeout_seconds, "send_initial_events": send_initial_events}
+        _add_identity(args)
         if not self.managed_fields:
             args[OMIT_MANAGED_FIELDS] = True
         self._watches[wid] = w

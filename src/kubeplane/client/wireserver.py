@@ -25,8 +25,10 @@ from kubeplane.api.meta import without_managed_fields
 from kubeplane.auth.authorizer import AlwaysAllow, Attributes
 from kubeplane.auth.user import current_user
 from kubeplane.client.inprocess import InProcessClient, typed_view
-from kubeplane.client.wire import ENDED, EVENTS, FAILED, OK, OMIT_MANAGED_FIELDS, FrameProtocol
+from kubeplane.auth.user import SYSTEM_ADMIN, UserInfo, reset_current_user, set_current_user
+from kubeplane.client.wire import ACTING_AS, ENDED, EVENTS, FAILED, OK, OMIT_MANAGED_FIELDS, FrameProtocol
 from kubeplane.registry.registry import Registry, WatchOptions
+from kubeplane.storage.transformer import TransformError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,10 @@ class _Connection:
         self.proto = FrameProtocol(self._on_message, self._on_lost)
         self.tasks: dict[int, asyncio.Task] = {}
         self.watches: dict[int, asyncio.Task] = {}
+        #: who the connection is: without tokens on the server, the process's
+        #: own user (the socket is private to it); with them, set by the first frame
+        self.user: UserInfo | None = None if server.tokens is not None else SYSTEM_ADMIN
+        self._as_cache: dict[tuple, UserInfo] = {}
 
     def _on_message(self, message: Any) -> None:
         try:
@@ -48,6 +54,81 @@ class _Connection:
         except (TypeError, ValueError):
             self.proto._protocol_error("malformed request frame")
             return
+        if op == "authenticate":
+            self._authenticate(rid, args)
+            return
+        if self.user is None:
+            self._send([rid, FAILED, errors.unauthorized().to_status()])
+            self.proto.flush()
+            if self.proto.transport is not None:
+                self.proto.transport.close()
+            return
+        try:
+            user = self._acting_as(args.pop(ACTING_AS, None))
+        except errors.StatusError as err:
+            if op == "watch":
+                self._send([rid, EVENTS, [["ERROR", err.to_status()]]])
+                self._send([rid, ENDED, None])
+            elif op != "cancel":
+                self._send([rid, FAILED, err.to_status()])
+            return
+        token = set_current_user(user)
+        try:
+            self._dispatch(rid, op, group, version, plural, args)
+        finally:
+            reset_current_user(token)
+
+    def _authenticate(self, rid: int, args: dict) -> None:
+        tokens = self.server.tokens or {}
+        user = tokens.get(args.get("token")) if isinstance(args.get("token"), str) else None
+        if user is None:
+            self._send([rid, FAILED, errors.unauthorized().to_status()])
+            self.proto.flush()
+            if self.proto.transport is not None:
+                self.proto.transport.close()
+            return
+        self.user = user
+        self._send([rid, OK, user.to_api()])
+
+    def _acting_as(self, value: Any) -> UserInfo:
+        """The connection's user, or the user a request names if the
+        connection's user may impersonate it (upstream's impersonation)."""
+        assert self.user is not None
+        if value is None:
+            return self.user
+        try:
+            key = (value[0], tuple(value[1]))
+        except (TypeError, IndexError, KeyError):
+            key = None
+        if key is not None and key in self._as_cache:
+            return self._as_cache[key]
+        user = self._check_acting_as(value)
+        if key is not None and len(self._as_cache) < 1024:
+            self._as_cache[key] = user
+        return user
+
+    def _check_acting_as(self, value: Any) -> UserInfo:
+        assert self.user is not None
+        try:
+            name, groups = value
+            if not isinstance(name, str) or not name or not all(isinstance(g, str) for g in groups):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise errors.bad_request(f"malformed {ACTING_AS!r} argument") from None
+        if self.server.authorizer is None:
+            return UserInfo(name, groups=tuple(groups))
+        from kubeplane.apiserver.authn import forbidden
+        from kubeplane.auth.authorizer import Attributes, Decision
+
+        checks = [Attributes(self.user, "impersonate", resource="users", name=name, api_version="v1")]
+        checks += [Attributes(self.user, "impersonate", resource="groups", name=g, api_version="v1") for g in groups]
+        for attrs in checks:
+            decision, reason = self.server.authorizer.authorize(attrs)
+            if decision != Decision.ALLOW:
+                raise forbidden(attrs, reason)
+        return UserInfo(name, groups=tuple(groups))
+
+    def _dispatch(self, rid: int, op: Any, group: Any, version: Any, plural: Any, args: dict) -> None:
         if op == "cancel":
             task = self.watches.pop(rid, None)
             if task is not None:
@@ -108,6 +189,8 @@ class _Connection:
             reply = [rid, OK, result]
         except errors.StatusError as err:
             reply = [rid, FAILED, err.to_status()]
+        except TransformError as err:  # a stored value that cannot be decrypted, as over HTTP
+            reply = [rid, FAILED, errors.internal(f"Internal error occurred: {err}").to_status()]
         except asyncio.CancelledError:
             return
         except Exception as err:  # noqa: BLE001 - the server must survive any input
@@ -228,9 +311,15 @@ class _Started:
 class WireServer:
     """Listens on a Unix socket (created with mode 0600) and serves ``registry``."""
 
-    def __init__(self, registry: Registry, path: str) -> None:
+    def __init__(self, registry: Registry, path: str, *, tokens: dict[str, UserInfo] | None = None,
+                 authorizer: Any = None) -> None:
+        """``tokens``: the connections must authenticate with one of these
+        (see :mod:`kubeplane.client.wire`); ``authorizer``: decides whether a
+        connection's user may act as the user a request names (default: any)."""
         self.registry = registry
         self.path = path
+        self.tokens = tokens
+        self.authorizer = authorizer
         self.client = InProcessClient(registry, copies=False)
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[_Connection] = set()

@@ -82,6 +82,13 @@ class WorkQueue:
         """Nothing queued, in processing or waiting for a delayed add."""
         return not self._queue and not self._processing and not self._timers
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing queued or in processing; delayed adds (periodic re-checks,
+        retries) may still be waiting for their time. For a controller that
+        always keeps a re-check scheduled, this is "done with what it was given"."""
+        return not self._queue and not self._processing
+
     def add(self, key: str) -> None:
         if self._shutting_down or key in self._dirty:
             return
@@ -295,6 +302,11 @@ class Controller:
     def idle(self) -> bool:
         """Every work queue idle (nothing queued, in processing or delayed)."""
         return all(queue.idle for queue, _ in self._queues.values())
+
+    @property
+    def quiet(self) -> bool:
+        """Every work queue quiet: nothing queued or in processing (delayed adds left out)."""
+        return all(queue.quiet for queue, _ in self._queues.values())
 
     async def start(self, sync_timeout: float | None = 30.0) -> None:
         """Start informers (if not running), wait for their caches, start workers."""

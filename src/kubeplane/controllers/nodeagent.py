@@ -19,6 +19,7 @@ from typing import Any
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import format_time, parse_time, utcnow
 from kubeplane.api.resources import resource
+from kubeplane.auth.user import AUTHENTICATED, NODE_PREFIX, NODES_GROUP, UserInfo, acting_as
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.interface import Client, Obj
 from kubeplane.controllers.base import Controller
@@ -140,6 +141,17 @@ def _conditions(now: str) -> list[dict]:
     ]
 
 
+def node_user(name: str) -> UserInfo:
+    """A kubelet's identity (upstream's system:node:<name> in system:nodes)."""
+    user = _node_users.get(name)
+    if user is None:
+        user = _node_users[name] = UserInfo(NODE_PREFIX + name, groups=(NODES_GROUP, AUTHENTICATED))
+    return user
+
+
+_node_users: dict[str, UserInfo] = {}
+
+
 class NodeAgent(Controller):
     """Runs ``count`` simulated nodes named ``<prefix>-<i>``."""
 
@@ -179,12 +191,13 @@ class NodeAgent(Controller):
         """Create or refresh the Node objects."""
         for i, name in enumerate(self.names):
             body = node_object(name, i, self.spec)
-            try:
-                await self.client.create(NODES, body)
-            except StatusError as err:
-                if err.code != 409:
-                    raise
-                await self._refresh_status(name, body)
+            with acting_as(node_user(name)):
+                try:
+                    await self.client.create(NODES, body)
+                except StatusError as err:
+                    if err.code != 409:
+                        raise
+                    await self._refresh_status(name, body)
         if self.spec.gpus:
             await self._publish_devices()
 
@@ -231,7 +244,8 @@ class NodeAgent(Controller):
         while True:
             for name in self.names:
                 try:
-                    await self._renew_lease(name)
+                    with acting_as(node_user(name)):
+                        await self._renew_lease(name)
                 except StatusError as err:
                     log.debug("lease renewal for %s failed: %s", name, err)
             await asyncio.sleep(self.heartbeat_interval)
@@ -266,6 +280,10 @@ class NodeAgent(Controller):
         node = spec.get("nodeName")
         if node not in self._index:
             return
+        with acting_as(node_user(node)):  # the timers it starts inherit the identity
+            await self._sync_pod_on(pod, spec, node)
+
+    async def _sync_pod_on(self, pod: Obj, spec: Obj, node: str) -> None:
         md = pod.get("metadata") or {}
         status = pod.get("status") or {}
         if md.get("deletionTimestamp"):

@@ -16,10 +16,13 @@ resource alone, so the chain can remember the answer) and overrides
 
 from __future__ import annotations
 
+import asyncio
+import random
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable
+from typing import Any, Awaitable, Callable, ClassVar, Iterable
 
 from kubeplane.api import errors
+from kubeplane.api.meta import random_suffix
 from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.registry.strategies import DEFAULT_CLASS_ANNOTATION
 from kubeplane.storage.interface import Store
@@ -30,6 +33,7 @@ CREATE = "CREATE"
 DELETE = "DELETE"
 
 NAMESPACES = resource("namespaces")
+PODS_KEY = ("", "pods")
 STORAGE_CLASSES = resource("storageclasses")
 
 #: namespaces upstream's NamespaceLifecycle admission refuses to delete
@@ -101,6 +105,262 @@ class NamespaceLifecycle(AdmissionPlugin):
             )
 
 
+SERVICE_ACCOUNTS = resource("serviceaccounts")
+
+#: the ServiceAccount a pod runs as when it names none
+DEFAULT_SERVICE_ACCOUNT = "default"
+#: where every container finds the token, the CA and the namespace
+SERVICE_ACCOUNT_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: prefix of the projected token volume's name
+SERVICE_ACCOUNT_VOLUME_PREFIX = "kube-api-access-"
+#: the ConfigMap the root CA publisher keeps in every namespace
+ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
+#: the token lifetime the volume asks for: an hour and 7 s, upstream's marker
+#: of tokens issued to pods that old clients may still use past an hour
+POD_TOKEN_EXPIRATION_SECONDS = 3607
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+ENFORCE_MOUNTABLE_SECRETS_ANNOTATION = "kubernetes.io/enforce-mountable-secrets"
+
+
+def service_account_token_volume(name: str) -> Obj:
+    """The projected volume of upstream's ServiceAccount admission (as defaulted)."""
+    return {"name": name, "projected": {"defaultMode": 0o644, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": POD_TOKEN_EXPIRATION_SECONDS, "path": "token"}},
+        {"configMap": {"name": ROOT_CA_CONFIG_MAP, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace",
+                                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+    ]}}
+
+
+def _dicts(value: Any) -> list[Obj]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _pod_secret_names(spec: Obj) -> Iterable[str]:
+    """Every Secret a pod spec names (upstream's VisitPodSecretNames)."""
+    for ref in _dicts(spec.get("imagePullSecrets")):
+        yield ref.get("name") or ""
+    for c in (*_dicts(spec.get("initContainers")), *_dicts(spec.get("containers")),
+              *_dicts(spec.get("ephemeralContainers"))):
+        for env in _dicts(c.get("env")):
+            ref = (env.get("valueFrom") or {}).get("secretKeyRef") if isinstance(env.get("valueFrom"), dict) else None
+            if isinstance(ref, dict):
+                yield ref.get("name") or ""
+        for env_from in _dicts(c.get("envFrom")):
+            if isinstance(env_from.get("secretRef"), dict):
+                yield env_from["secretRef"].get("name") or ""
+    for v in _dicts(spec.get("volumes")):
+        for key, field in (("secret", "secretName"), ("azureFile", "secretName")):
+            if isinstance(v.get(key), dict):
+                yield v[key].get(field) or ""
+        for key in ("cephfs", "flexVolume", "rbd", "scaleIO", "iscsi", "storageos", "cinder"):
+            src = v.get(key)
+            if isinstance(src, dict) and isinstance(src.get("secretRef"), dict):
+                yield src["secretRef"].get("name") or ""
+        csi = v.get("csi")
+        if isinstance(csi, dict) and isinstance(csi.get("nodePublishSecretRef"), dict):
+            yield csi["nodePublishSecretRef"].get("name") or ""
+        projected = v.get("projected")
+        if isinstance(projected, dict):
+            for source in _dicts(projected.get("sources")):
+                if isinstance(source.get("secret"), dict):
+                    yield source["secret"].get("name") or ""
+
+
+class ServiceAccount(AdmissionPlugin):
+    """upstream's ServiceAccount admission: a pod runs as a ServiceAccount that
+    exists (``default`` unless it names one) and, unless the pod or the
+    account opts out, every container mounts a projected token volume at
+    :data:`SERVICE_ACCOUNT_MOUNT_PATH`. Only creates are changed or checked;
+    mirror pods are never changed and may not use accounts or secrets.
+
+    The account is read from storage; when it is missing, ``default`` is
+    looked for nine more times, 100 to 200 ms apart (the controller may be
+    creating it in a namespace just made), any other name once."""
+
+    name = "ServiceAccount"
+
+    def __init__(self, store: Store, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 rng: random.Random | None = None, mount_token: bool = True) -> None:
+        self.store = store
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self.mount_token = mount_token
+
+    def handles(self, operation: str, res: ResourceInfo) -> bool:
+        return operation == CREATE and res.key == PODS_KEY
+
+    async def _account(self, namespace: str, name: str) -> Obj | None:
+        key = SERVICE_ACCOUNTS.storage_key(name, namespace)
+        kv = await self.store.get(key)
+        if kv is not None:
+            return kv.value
+        ns = await self.store.get(NAMESPACES.storage_key(namespace))
+        if ns is None or (ns.value.get("metadata") or {}).get("deletionTimestamp"):
+            # upstream's NamespaceLifecycle refuses this request before this
+            # plugin runs; here it does so in the validating phase
+            raise _NamespaceNotActive(namespace)
+        attempts = 10 if name == DEFAULT_SERVICE_ACCOUNT else 1
+        interval = (100 + self._rng.randrange(100)) / 1000
+        for _ in range(attempts - 1):
+            await self._sleep(interval)
+            kv = await self.store.get(key)
+            if kv is not None:
+                return kv.value
+        return None
+
+    def _forbidden(self, attrs: Attributes, message: str) -> errors.StatusError:
+        md = (attrs.obj or {}).get("metadata") or {}
+        name = attrs.name
+        gen = md.get("generateName")
+        if isinstance(gen, str) and gen and name.startswith(gen[:58]) and len(name) == len(gen[:58]) + 5:
+            name = gen  # the name is generated after admission upstream
+        return errors.StatusError(403, "Forbidden", f'pods "{name}" is forbidden: {message}', name=name,
+                                  kind="pods")
+
+    async def _lookup(self, attrs: Attributes, sa_name: str) -> Obj:
+        namespace = attrs.namespace or ""
+        account = await self._account(namespace, sa_name)
+        if account is None:
+            raise self._forbidden(attrs, f"error looking up service account {namespace}/{sa_name}: "
+                                         f'serviceaccount "{sa_name}" not found')
+        return account
+
+    async def admit(self, attrs: Attributes) -> None:
+        try:
+            await self._admit(attrs)
+        except _NamespaceNotActive:
+            return  # NamespaceLifecycle's refusal comes next
+
+    async def _admit(self, attrs: Attributes) -> None:
+        pod = attrs.obj
+        if not isinstance(pod, dict):
+            return
+        md = pod.get("metadata") or {}
+        if MIRROR_POD_ANNOTATION in (md.get("annotations") or {}):
+            await self.validate(attrs)
+            return
+        spec = pod.get("spec")
+        if not isinstance(spec, dict):
+            return
+        if not spec.get("serviceAccountName"):
+            # the deprecated field names it when the new one does not (upstream's v1 conversion)
+            spec["serviceAccountName"] = spec.get("serviceAccount") or DEFAULT_SERVICE_ACCOUNT
+        # the deprecated field mirrors the name, as upstream's v1 conversion writes it
+        spec["serviceAccount"] = spec["serviceAccountName"]
+        account = await self._lookup(attrs, str(spec["serviceAccountName"]))
+        if self.mount_token and _should_automount(account, spec):
+            self._mount_token(spec)
+        if not spec.get("imagePullSecrets"):
+            pull = _dicts(account.get("imagePullSecrets"))
+            if pull:
+                spec["imagePullSecrets"] = [{"name": ref.get("name", "")} for ref in pull]
+        await self._check(attrs, account)
+
+    async def validate(self, attrs: Attributes) -> None:
+        pod = attrs.obj
+        if not isinstance(pod, dict):
+            return
+        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+        md = pod.get("metadata") or {}
+        if MIRROR_POD_ANNOTATION in (md.get("annotations") or {}):
+            if spec.get("serviceAccountName"):
+                raise self._forbidden(attrs, "a mirror pod may not reference service accounts")
+            if any(True for _ in _pod_secret_names(spec)):
+                raise self._forbidden(attrs, "a mirror pod may not reference secrets")
+            for v in _dicts(spec.get("volumes")):
+                projected = v.get("projected")
+                if isinstance(projected, dict) and any(
+                        s.get("serviceAccountToken") is not None for s in _dicts(projected.get("sources"))):
+                    raise self._forbidden(attrs, "a mirror pod may not use ServiceAccountToken volume projections")
+            return
+        sa_name = spec.get("serviceAccountName")
+        if not sa_name:
+            raise self._forbidden(attrs, f"no service account specified for pod {attrs.namespace}/{attrs.name}")
+        try:
+            account = await self._lookup(attrs, str(sa_name))
+        except _NamespaceNotActive:
+            raise self._forbidden(attrs, f"error looking up service account {attrs.namespace}/{sa_name}: "
+                                         f'serviceaccount "{sa_name}" not found') from None
+        await self._check(attrs, account)
+
+    async def _check(self, attrs: Attributes, account: Obj) -> None:
+        ann = ((account.get("metadata") or {}).get("annotations") or {})
+        if str(ann.get(ENFORCE_MOUNTABLE_SECRETS_ANNOTATION, "")).lower() not in ("true", "1", "t"):
+            return
+        problem = _secret_reference_problem(account, (attrs.obj or {}).get("spec") or {})
+        if problem:
+            raise self._forbidden(attrs, problem)
+
+    def _mount_token(self, spec: Obj) -> None:
+        """Every container and init container without a mount at the token path
+        mounts the (existing or new) ``kube-api-access-*`` volume."""
+        volumes = spec.get("volumes") if isinstance(spec.get("volumes"), list) else []
+        name = next((v["name"] for v in _dicts(volumes)
+                     if isinstance(v.get("name"), str) and v["name"].startswith(SERVICE_ACCOUNT_VOLUME_PREFIX)), "")
+        has_volume = bool(name)
+        if not name:
+            name = SERVICE_ACCOUNT_VOLUME_PREFIX + random_suffix(rng=self._rng.choice)
+        needed = False
+        for field in ("initContainers", "containers"):
+            for c in _dicts(spec.get(field)):
+                mounts = c.get("volumeMounts")
+                if not isinstance(mounts, list):
+                    mounts = []
+                if any(m.get("mountPath") == SERVICE_ACCOUNT_MOUNT_PATH for m in _dicts(mounts)):
+                    continue
+                c["volumeMounts"] = [*mounts, {"name": name, "readOnly": True,
+                                               "mountPath": SERVICE_ACCOUNT_MOUNT_PATH}]
+                needed = True
+        if needed and not has_volume:
+            spec["volumes"] = [*volumes, service_account_token_volume(name)]
+
+
+class _NamespaceNotActive(Exception):
+    """The pod's namespace is missing or terminating: NamespaceLifecycle's business."""
+
+
+def _should_automount(account: Obj, spec: Obj) -> bool:
+    """The pod's choice wins, then the account's; mounted by default."""
+    if isinstance(spec.get("automountServiceAccountToken"), bool):
+        return spec["automountServiceAccountToken"]
+    if isinstance(account.get("automountServiceAccountToken"), bool):
+        return account["automountServiceAccountToken"]
+    return True
+
+
+def _secret_reference_problem(account: Obj, spec: Obj) -> str | None:
+    """With ``kubernetes.io/enforce-mountable-secrets``, a pod may use only the
+    Secrets its account lists (upstream's limitSecretReferences)."""
+    sa = (account.get("metadata") or {}).get("name", "")
+    allowed = {ref.get("name") for ref in _dicts(account.get("secrets"))}
+    tail = f"is not allowed because service account {sa} does not reference that secret"
+    for v in _dicts(spec.get("volumes")):
+        if isinstance(v.get("secret"), dict):
+            secret = v["secret"].get("secretName", "")
+            if secret not in allowed:
+                return f'volume with secret.secretName="{secret}" {tail}'
+    for field, what in (("initContainers", "init container"), ("containers", "container")):
+        for c in _dicts(spec.get(field)):
+            for env in _dicts(c.get("env")):
+                vf = env.get("valueFrom") if isinstance(env.get("valueFrom"), dict) else {}
+                ref = vf.get("secretKeyRef")
+                if isinstance(ref, dict) and ref.get("name") not in allowed:
+                    return (f'{what} {c.get("name", "")} with envVar {env.get("name", "")} referencing '
+                            f'secret.secretName="{ref.get("name", "")}" {tail}')
+            for env_from in _dicts(c.get("envFrom")):
+                ref = env_from.get("secretRef")
+                if isinstance(ref, dict) and ref.get("name") not in allowed:
+                    return (f'{what} {c.get("name", "")} with envFrom referencing '
+                            f'secret.secretName="{ref.get("name", "")}" {tail}')
+    pull = {ref.get("name") for ref in _dicts(account.get("imagePullSecrets"))}
+    for i, ref in enumerate(_dicts(spec.get("imagePullSecrets"))):
+        if ref.get("name") not in pull:
+            return (f'imagePullSecrets[{i}].name="{ref.get("name", "")}" is not allowed because service account '
+                    f"{sa} does not reference that imagePullSecret")
+    return None
+
+
 class DefaultStorageClass(AdmissionPlugin):
     """A claim created without ``spec.storageClassName`` gets the default class."""
 
@@ -130,6 +390,38 @@ class DefaultStorageClass(AdmissionPlugin):
                 if best is None or cand > best:
                     best = cand
         return best[1] if best else None
+
+
+class CertificateSubjectRestriction(AdmissionPlugin):
+    """No CertificateSigningRequest for the kube-apiserver-client signer may
+    ask for the ``system:masters`` group: a certificate with it would bypass
+    authorization altogether."""
+
+    name = "CertificateSubjectRestriction"
+    SIGNER = "kubernetes.io/kube-apiserver-client"
+
+    def handles(self, operation: str, res: ResourceInfo) -> bool:
+        return operation == CREATE and res.key == ("certificates.k8s.io", "certificatesigningrequests")
+
+    async def validate(self, attrs: Attributes) -> None:
+        from cryptography.x509.oid import NameOID
+
+        from kubeplane.api.validation.certificates import decode_bytes, parse_csr
+
+        spec = (attrs.obj or {}).get("spec") or {}
+        if spec.get("signerName") != self.SIGNER:
+            return
+        what = f'certificatesigningrequests.certificates.k8s.io "{attrs.name}" is forbidden'
+        try:
+            req = parse_csr(decode_bytes(spec.get("request")) or b"")
+        except ValueError as err:
+            raise errors.StatusError(403, "Forbidden", f"{what}: failed to parse CSR: {err}", name=attrs.name,
+                                     group="certificates.k8s.io", kind="certificatesigningrequests") from None
+        orgs = [a.value for a in req.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
+        if "system:masters" in orgs:
+            raise errors.StatusError(
+                403, "Forbidden", f"{what}: use of {self.SIGNER} signer with system:masters group is not allowed",
+                name=attrs.name, group="certificates.k8s.io", kind="certificatesigningrequests")
 
 
 class AdmissionChain:
@@ -166,9 +458,17 @@ class AdmissionChain:
                 await p.validate(attrs)
 
 
-def default_chain(store: Store) -> AdmissionChain:
-    """kubeplane's default plugins, in the order of upstream's plugin list."""
-    return AdmissionChain([NamespaceLifecycle(store), DefaultStorageClass(store)])
+def default_chain(store: Store, *, service_accounts: bool = False) -> AdmissionChain:
+    """kubeplane's default plugins, in the order of upstream's plugin list.
+    ``service_accounts`` adds the ServiceAccount plugin, which needs the
+    ServiceAccount controller running (the API server turns it on; a bare
+    registry, as unit tests build it, leaves it off)."""
+    plugins: list[AdmissionPlugin] = [NamespaceLifecycle(store)]
+    if service_accounts:
+        plugins.append(ServiceAccount(store))
+    plugins.append(DefaultStorageClass(store))
+    plugins.append(CertificateSubjectRestriction())
+    return AdmissionChain(plugins)
 
 
 __all__ = [
@@ -176,9 +476,12 @@ __all__ = [
     "AdmissionPlugin",
     "Attributes",
     "CREATE",
+    "CertificateSubjectRestriction",
     "DELETE",
     "DefaultStorageClass",
     "IMMORTAL_NAMESPACES",
     "NamespaceLifecycle",
+    "ServiceAccount",
     "default_chain",
+    "service_account_token_volume",
 ]

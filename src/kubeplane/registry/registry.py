@@ -149,8 +149,11 @@ class Registry(WatchMixin, SubresourcesMixin):
             raise errors.bad_request("the server could not find the requested resource: namespace is required")
         return res.storage_key(name, namespace if res.namespaced else None)
 
-    def _validate(self, res: ResourceInfo, obj: Obj, old: Obj | None) -> None:
+    def _validate(self, res: ResourceInfo, obj: Obj, old: Obj | None, more: list[errors.Cause] | None = None) -> None:
+        """``more``: causes the strategy found for the endpoint written to."""
         causes = self._validator(res, obj, old)
+        if more:
+            causes = [*causes, *more]
         if causes:
             name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName", "")
             raise errors.invalid(res.kind, name, causes, group=res.group)
@@ -475,8 +478,10 @@ class Registry(WatchMixin, SubresourcesMixin):
             if rv and rv != str(kv.mod_revision):
                 raise errors.conflict(res.plural, name, res.group)
             new = self._prepare_update(res, new, current, subresource, field_manager)
-            if new == current:
-                return current  # no-op writes do not bump the revision (as upstream)
+            if new == current and not kv.stale:
+                # No-op writes do not bump the revision (as upstream), unless the
+                # stored value is stale: rewriting it re-encrypts with the current key.
+                return current
             finalizers_gone = bool(
                 (new.get("metadata") or {}).get("deletionTimestamp") and not new["metadata"].get("finalizers")
             ) and not (res.key == NAMESPACES.key and _spec_finalizers(new))
@@ -528,8 +533,11 @@ class Registry(WatchMixin, SubresourcesMixin):
                     "metadata.finalizers",
                     f"no new finalizers can be added if the object is being deleted, found new finalizers []string{{{listed}}}",
                 )], group=res.group)
-        if subresource == "status":
-            strategy.prepare_for_status_update(new, current)
+        if subresource in ("status", "approval"):
+            if subresource == "status":
+                strategy.prepare_for_status_update(new, current)
+            else:
+                strategy.prepare_for_approval_update(new, current)
             # Metadata is not writable through the status endpoint. Only its top level
             # changes below (resourceVersion, managedFields): the rest is shared.
             md_keep = dict(cur_md)
@@ -548,7 +556,7 @@ class Registry(WatchMixin, SubresourcesMixin):
             self._track_managed_fields(res, current, new, field_manager, subresource)
         elif "managedFields" not in md and "managedFields" in cur_md:
             md["managedFields"] = cur_md["managedFields"]
-        self._validate(res, new, current)
+        self._validate(res, new, current, strategy.subresource_causes(new, current, subresource))
         cur_cmp = dict(current)
         cur_cmp["metadata"] = {k: v for k, v in cur_md.items() if k != "resourceVersion"}
         if new == cur_cmp:

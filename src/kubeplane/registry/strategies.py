@@ -72,6 +72,14 @@ class Strategy:
             if k not in ("status", "metadata", "apiVersion", "kind"):
                 new[k] = v
 
+    def prepare_for_approval_update(self, new: Obj, old: Obj) -> None:
+        """The approval endpoint (CertificateSigningRequests only)."""
+        self.prepare_for_status_update(new, old)
+
+    def subresource_causes(self, new: Obj, old: Obj, subresource: str | None) -> list:
+        """Validation errors that depend on the endpoint an update came through."""
+        return []
+
     def spec_changed(self, new: Obj, old: Obj) -> bool:
         for k in set(new) | set(old):
             if k in ("metadata", "status", "apiVersion", "kind"):
@@ -712,6 +720,109 @@ class RBACBindingStrategy(NoGenerationStrategy):
                 subject["apiGroup"] = "rbac.authorization.k8s.io"
 
 
+class CSRStrategy(Strategy):
+    """certificates.k8s.io CertificateSigningRequests: the requester comes
+    from the request's user, the spec never changes, the approval endpoint
+    writes the Approved/Denied conditions and the status endpoint the rest."""
+
+    tracks_generation = False
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        from kubeplane.auth.user import current_user
+
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            for k in ("username", "uid", "groups", "extra"):
+                spec.pop(k, None)
+            user = current_user()
+            spec["username"] = user.name
+            if user.uid:
+                spec["uid"] = user.uid
+            if user.groups:
+                spec["groups"] = list(user.groups)
+            if user.extra:
+                spec["extra"] = {k: list(v) for k, v in user.extra.items()}
+        # no pre-approved requests
+        obj["status"] = {}
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        for k in ("spec", "status"):
+            if k in old:
+                new[k] = old[k]
+            else:
+                new.pop(k, None)
+
+    def prepare_for_status_update(self, new: Obj, old: Obj) -> None:
+        super().prepare_for_status_update(new, old)
+        status = new.get("status")
+        if not isinstance(status, dict):
+            return
+        new["status"] = status = dict(status)
+        conds = status.get("conditions")
+        if isinstance(conds, list):
+            conds = status["conditions"] = list(conds)
+            old_conds = _csr_conditions(old)
+            # Approved/Denied stay as they were; a different count of them is refused by validation
+            for ctype in ("Approved", "Denied"):
+                new_at = [i for i, c in enumerate(conds) if isinstance(c, dict) and c.get("type") == ctype]
+                old_of = [c for c in old_conds if c.get("type") == ctype]
+                if len(new_at) == len(old_of):
+                    for i, c in zip(new_at, old_of):
+                        conds[i] = c
+            _stamp_conditions(conds, old_conds)
+
+    def prepare_for_approval_update(self, new: Obj, old: Obj) -> None:
+        status = new.get("status")
+        conds = status.get("conditions") if isinstance(status, dict) else None
+        if isinstance(conds, list):
+            conds = list(conds)
+            _stamp_conditions(conds, _csr_conditions(old))
+        for k in list(new):
+            if k not in ("status", "metadata", "apiVersion", "kind"):
+                del new[k]
+        for k, v in old.items():
+            if k not in ("status", "metadata", "apiVersion", "kind"):
+                new[k] = v
+        merged = dict(old.get("status") or {})
+        if conds is None:
+            merged.pop("conditions", None)
+        else:
+            merged["conditions"] = conds
+        new["status"] = merged
+
+    def subresource_causes(self, new: Obj, old: Obj, subresource: str | None) -> list:
+        from kubeplane.api.validation.certificates import subresource_update_causes
+
+        return subresource_update_causes(new, old, subresource)
+
+
+def _csr_conditions(obj: Obj) -> list[Obj]:
+    status = obj.get("status")
+    conds = status.get("conditions") if isinstance(status, dict) else None
+    return [c for c in conds if isinstance(c, dict)] if isinstance(conds, list) else []
+
+
+def _stamp_conditions(conds: list, old_conds: list[Obj]) -> None:
+    """upstream's populateConditionTimestamps: lastUpdateTime now when unset;
+    lastTransitionTime kept from a stored condition of the same type and
+    status, else now. Changed conditions are copies."""
+    from kubeplane.api.meta import now_text
+
+    now = now_text()
+    for i, c in enumerate(conds):
+        if not isinstance(c, dict):
+            continue
+        if c.get("lastUpdateTime") and c.get("lastTransitionTime"):
+            continue
+        c = conds[i] = dict(c)
+        if not c.get("lastUpdateTime"):
+            c["lastUpdateTime"] = now
+        if not c.get("lastTransitionTime"):
+            c["lastTransitionTime"] = next(
+                (o["lastTransitionTime"] for o in old_conds if o.get("type") == c.get("type")
+                 and o.get("status") == c.get("status") and o.get("lastTransitionTime")), now)
+
+
 _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "namespaces"): NamespaceStrategy,
@@ -722,6 +833,8 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("", "secrets"): SecretStrategy,
     ("", "configmaps"): NoGenerationStrategy,
     ("", "events"): NoGenerationStrategy,
+    ("", "serviceaccounts"): NoGenerationStrategy,
+    ("certificates.k8s.io", "certificatesigningrequests"): CSRStrategy,
     ("coordination.k8s.io", "leases"): NoGenerationStrategy,
     ("storage.k8s.io", "storageclasses"): StorageClassStrategy,
     ("storage.k8s.io", "csinodes"): NoGenerationStrategy,

@@ -12,6 +12,7 @@ from kubeplane.api import errors
 from kubeplane.api.resources import ResourceInfo
 from kubeplane.api.selectors import parse_field_selector, parse_label_selector
 from kubeplane.storage.interface import CompactedError, latest_revision, parse_revision
+from kubeplane.storage.transformer import TransformError
 
 if TYPE_CHECKING:
     from kubeplane.storage.interface import Store
@@ -124,6 +125,10 @@ class WatchMixin:
                     events = await stream.next_batch(timeout)
                 except CompactedError as exc:
                     yield [("ERROR", errors.gone(str(exc)).to_status())]
+                    return
+                except TransformError as exc:
+                    # An event's value cannot be decrypted: the watch ends with an internal error.
+                    yield [("ERROR", errors.internal(f"Internal error occurred: {exc}").to_status())]
                     return
                 if events is None:
                     break

@@ -125,6 +125,9 @@ class KeyValue:
     value: Obj
     create_revision: int
     mod_revision: int
+    #: read through a transformer other than the one that writes now (an older
+    #: encryption key or provider): writing the same object again is not a no-op
+    stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +168,10 @@ class Watch(Protocol):
     async def next_batch(self, timeout: float | None = None) -> list[Event] | None:
         """All events ready now (waiting up to ``timeout`` for the first):
         ``[]`` on timeout, ``None`` when closed."""
+
+    @property
+    def waiting(self) -> bool:
+        """True while a reader is parked waiting for the next event."""
 
     def close(self) -> None: ...
 

@@ -211,6 +211,13 @@ class MemoryWatch:
             finally:
                 self._waiter = None
 
+    @property
+    def waiting(self) -> bool:
+        """True while a reader is parked in ``__anext__``/``next_batch`` for the
+        next event (nothing buffered, not closed): a sync point for callers
+        that must know the reader really waits."""
+        return self._waiter is not None and not self._waiter.done()
+
     async def next_batch(self, timeout: float | None = None) -> list[Event] | None:
         """Every buffered event at once, waiting up to ``timeout`` for the first.
 

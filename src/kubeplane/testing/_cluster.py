@@ -30,7 +30,9 @@ _VALIDATE_MODES = ("Strict", "Warn", "Ignore")
 
 
 class Cluster:
-    """A kubeplane API server on ``127.0.0.1`` (a free port, plain HTTP) with,
+    """A kubeplane API server on ``127.0.0.1`` (a free port, HTTPS: a CA,
+    serving and admin certificates made in a temporary directory, which the
+    kubeconfig carries) with,
     optionally, the scheduler, the controllers and simulated nodes, for tests.
 
     ``with Cluster() as c:`` runs it in a background thread on an event loop
@@ -87,7 +89,7 @@ class Cluster:
             self._manifests = list(manifests)
         else:
             self._manifests = [manifests]
-        #: ``http://127.0.0.1:PORT`` while running
+        #: ``https://127.0.0.1:PORT`` while running
         self.url = ""
         #: a kubeconfig file for this cluster (context ``kubeplane``, namespace ``default``) while running
         self.kubeconfig = ""
@@ -226,7 +228,7 @@ class Cluster:
     async def _astart(self) -> None:
         from kubeplane.apiserver.app import APIServer, APIServerConfig
         from kubeplane.client.inprocess import InProcessClient
-        from kubeplane.cluster import namespace_controller
+        from kubeplane.cluster import namespace_controller, service_account_controller
 
         self._tmpdir = tempfile.mkdtemp(prefix="kubeplane-testing-")
         if self.storage == "sqlite":
@@ -234,9 +236,10 @@ class Cluster:
         kubeconfig = os.path.join(self._tmpdir, "kubeconfig")
         self._server = APIServer(APIServerConfig(
             data_dir=self.data_dir or os.path.join(self._tmpdir, "data"), listen="127.0.0.1:0",
-            storage=self.storage, kubeconfig=kubeconfig),
-            # namespaces finish deleting without the controllers too; with them it is one of them
-            in_process=[] if self.controllers else [namespace_controller])
+            storage=self.storage, kubeconfig=kubeconfig, component_kubeconfigs=False),
+            # namespaces finish deleting and pods get their ServiceAccount without the
+            # controllers too; with them these are two of them
+            in_process=[] if self.controllers else [namespace_controller, service_account_controller])
         try:
             async with asyncio.timeout(self.start_timeout):
                 await self._server.start()
@@ -255,14 +258,16 @@ class Cluster:
 
     async def _start_components(self) -> None:
         from kubeplane.client.inprocess import InProcessClient
-        from kubeplane.cluster import Components, start_components
+        from kubeplane.cluster import Components, ControllerOptions, cluster_ca_options, start_components
 
         self._comps = Components()
         client = InProcessClient(self._server.registry, field_manager="kubeplane")
         node_args = ((self.nodes, self.node_cpu, self.node_memory, self.node_pods, 0, "node", 0)
                      if self.nodes else None)
+        # the cluster CA the API server keeps in its data directory, if it made one
+        ca = cluster_ca_options(self._server.config.data_dir)
         await start_components(self._comps, client, node_args, {}, controllers=self.controllers,
-                               scheduler=self.scheduler)
+                               scheduler=self.scheduler, controller_options=ControllerOptions(**ca))
 
     async def _install(self) -> None:
         """What the cluster holds before it is handed over: ``manifests``.
@@ -340,8 +345,11 @@ class Cluster:
             raise ImportError("api_client() needs the official client: pip install 'kubeplane[testing]' "
                               "(or kubernetes)") from err
 
-        cfg = k8s.Configuration(host=self.url)
-        api = k8s.ApiClient(cfg)
+        from kubernetes import config as k8s_config
+
+        # From the kubeconfig: the server is verified with the cluster's CA and
+        # the client authenticates with the admin certificate.
+        api = k8s_config.new_client_from_config(config_file=self.kubeconfig)
         self._api_clients.append(api)
         return api
 

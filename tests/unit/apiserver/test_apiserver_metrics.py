@@ -33,7 +33,7 @@ def req_labels(verb, resource, scope, code=None, group="", version="v1", subreso
 
 @pytest.fixture
 async def server(tmp_path):
-    srv = APIServer(APIServerConfig(data_dir=str(tmp_path), listen="127.0.0.1:0", storage="memory"))
+    srv = APIServer(APIServerConfig(insecure_http=True, data_dir=str(tmp_path), listen="127.0.0.1:0", storage="memory"))
     await srv.start()
     yield srv
     await srv.stop()
@@ -147,8 +147,8 @@ async def test_watch_events_and_stored_objects(server):
 
 
 async def test_each_server_counts_its_own(tmp_path):
-    a = APIServer(APIServerConfig(data_dir=str(tmp_path / "a"), listen="127.0.0.1:0", storage="memory"))
-    b = APIServer(APIServerConfig(data_dir=str(tmp_path / "b"), listen="127.0.0.1:0", storage="memory"))
+    a = APIServer(APIServerConfig(insecure_http=True, data_dir=str(tmp_path / "a"), listen="127.0.0.1:0", storage="memory"))
+    b = APIServer(APIServerConfig(insecure_http=True, data_dir=str(tmp_path / "b"), listen="127.0.0.1:0", storage="memory"))
     await a.start()
     await b.start()
     try:

@@ -144,7 +144,7 @@ async def test_concurrent_deletions_of_a_namespace_never_fail(api: aiohttp.Clien
 
 
 async def _server(tmp_path: Path, interval: float) -> APIServer:
-    server = APIServer(APIServerConfig(data_dir=str(tmp_path), listen="127.0.0.1:0", storage="memory",
+    server = APIServer(APIServerConfig(insecure_http=True, data_dir=str(tmp_path), listen="127.0.0.1:0", storage="memory",
                                        system_namespaces_interval=interval), in_process=[namespace_controller])
     await server.start()
     return server
@@ -236,7 +236,7 @@ async def test_concurrent_bindings_over_http_store_what_they_answer(api: aiohttp
 
 
 async def test_a_namespace_left_terminating_by_a_restart_is_finished(tmp_path: Path) -> None:
-    config = APIServerConfig(data_dir=str(tmp_path), listen="127.0.0.1:0", storage="sqlite")
+    config = APIServerConfig(insecure_http=True, data_dir=str(tmp_path), listen="127.0.0.1:0", storage="sqlite")
     server = APIServer(config, in_process=[namespace_controller])
     await server.start()
     try:

@@ -114,6 +114,19 @@ def test_every_kind_has_a_patch_operation_with_field_validation() -> None:
         assert not found & {r.kind for r in CATALOGUE.in_group_version(group, version) if "patch" not in r.verbs}
 
 
+def test_create_only_kinds_have_one_post_and_the_token_subresource_is_documented() -> None:
+    doc = v3_document("authentication.k8s.io", "v1")
+    assert doc is not None
+    assert set(doc["paths"]) == {"/apis/authentication.k8s.io/v1/tokenreviews",
+                                 "/apis/authentication.k8s.io/v1/selfsubjectreviews"}
+    assert set(doc["paths"]["/apis/authentication.k8s.io/v1/tokenreviews"]) == {"parameters", "post"}
+    core = v3_document("", "v1")
+    token = core["paths"]["/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"]["post"]
+    assert token["x-kubernetes-group-version-kind"] == {"group": "authentication.k8s.io", "kind": "TokenRequest",
+                                                        "version": "v1"}
+    assert "io.k8s.api.authentication.v1.TokenRequest" in core["components"]["schemas"]
+
+
 def test_operations_are_well_formed() -> None:
     """Every parameter has a typed schema and every operation a GVK, action and responses."""
     for group, version in CATALOGUE.group_versions():

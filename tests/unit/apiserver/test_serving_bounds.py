@@ -25,7 +25,7 @@ async def make_server():
     servers: list[APIServer] = []
 
     async def make(**limits) -> APIServer:
-        srv = APIServer(APIServerConfig(storage="memory", listen="127.0.0.1:0", limits=ServingLimits(**limits)))
+        srv = APIServer(APIServerConfig(insecure_http=True, storage="memory", listen="127.0.0.1:0", limits=ServingLimits(**limits)))
         await srv.start()
         servers.append(srv)
         return srv

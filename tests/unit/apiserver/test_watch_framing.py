@@ -23,7 +23,7 @@ def cm(name: str) -> bytes:
 
 @pytest.fixture
 async def conn():
-    srv = APIServer(APIServerConfig(storage="memory", listen="127.0.0.1:0", history_revisions=5,
+    srv = APIServer(APIServerConfig(insecure_http=True, storage="memory", listen="127.0.0.1:0", history_revisions=5,
                                     limits=ServingLimits(min_request_timeout=0)))
     await srv.start()
     host, port = srv.url.removeprefix("http://").rsplit(":", 1)

@@ -374,3 +374,28 @@ async def test_a_client_without_managed_fields_never_receives_them(server, clien
         await w.close()
     finally:
         await lean.close()
+
+
+async def test_an_undecryptable_value_is_an_internal_error_as_over_http(tmp_path):
+    from kubeplane.storage.transformer import IDENTITY, TransformingStore, ValueTransformer, aes_provider
+
+    backend = MemoryStore()
+    sealed = ValueTransformer([aes_provider("aesgcm", [("key1", bytes(32))])])
+    writer = TransformingStore(backend, lambda key: sealed)
+    await writer.create(CMS.storage_key("locked", "default"),
+                        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "locked", "namespace": "default"}})
+    reg = Registry(TransformingStore(backend, lambda key: IDENTITY), CATALOGUE)  # served without the key
+    await ensure_default_namespaces(reg)
+    srv = WireServer(reg, str(tmp_path / "enc.sock"))
+    await srv.start()
+    c = WireClient(srv.path)
+    try:
+        with pytest.raises(StatusError) as exc:
+            await c.get(CMS, "locked", "default")
+        assert exc.value.code == 500 and exc.value.reason == "InternalError"
+        assert str(exc.value.message) == "Internal error occurred: identity transformer tried to read encrypted data"
+        await c.create(CMS, cm("fine"), "default")  # the rest keeps working
+    finally:
+        await c.close()
+        await srv.stop()
+        await reg.close()

@@ -9,7 +9,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.auth.rbac import PolicyCache, RBACAuthorizer
-from kubeplane.auth.user import UserInfo, acting_as
+from kubeplane.auth.user import UserInfo
 from kubeplane.client.wire import WireClient
 from kubeplane.client.wireserver import WireServer, wire_attributes
 from kubeplane.registry.registry import Registry
@@ -64,12 +64,10 @@ async def rbac_registry():
 
 
 async def test_requests_over_the_wire_are_authorized(rbac_registry, tmp_path):
-    # The server's connections serve as the user current when it started
-    # (the authentication of the wire sets it per connection).
-    with acting_as(ALICE):
-        srv = WireServer(rbac_registry, str(tmp_path / "api.sock"))
-        await srv.start()
-    client = WireClient(srv.path)
+    # the connection authenticates as alice with a token
+    srv = WireServer(rbac_registry, str(tmp_path / "api.sock"), tokens={"alice-token": ALICE})
+    await srv.start()
+    client = WireClient(srv.path, token="alice-token")
     try:
         got = await client.get(CMS, "c", "default")
         assert got["metadata"]["name"] == "c"

@@ -47,6 +47,30 @@ async def test_idle_only_when_nothing_is_queued_processing_or_delayed() -> None:
     q.shut_down()
 
 
+async def test_quiet_leaves_delayed_adds_out() -> None:
+    q = WorkQueue()
+    assert q.quiet
+    q.add("a")
+    assert not q.quiet  # queued
+    key = await q.get()
+    assert not q.quiet  # in processing
+    q.done(key)
+    q.add_after("b", 60)
+    assert q.quiet and not q.idle  # only a delayed add waits
+    ctrl = Controller("t", client=None, factory=object())  # type: ignore[arg-type]
+
+    async def sync(key: str) -> None:
+        pass
+
+    c = ctrl.add_queue("c", sync)
+    c.add_after("k", 60)
+    assert ctrl.quiet and not ctrl.idle
+    c.add("now")
+    assert not ctrl.quiet
+    q.shut_down()
+    c.shut_down()
+
+
 async def test_controller_idle_when_every_queue_is() -> None:
     ctrl = Controller("t", client=None, factory=object())  # type: ignore[arg-type]
 

@@ -29,7 +29,7 @@ from kubeplane.controllers.deployment import (
 from kubeplane.controllers.replicaset import ReplicaSetController
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
-from helpers import eventually
+from helpers import eventually, settled
 
 PODS = resource("pods")
 RS = resource("replicasets")
@@ -61,6 +61,8 @@ class Env:
         #: only pods whose first image is in this set become Ready (None: all)
         self.ready_images: set[str] | None = None
         self.samples: list[tuple[int, int, int]] = []
+        #: the controller under test (set by the fixture)
+        self.dc: DeploymentController | None = None
 
     async def pods(self) -> list[dict]:
         items = (await self.client.list(PODS, NS))["items"]
@@ -133,6 +135,7 @@ async def env() -> AsyncIterator[Env]:
     await rsc.start(sync_timeout=1)
     await dc.start(sync_timeout=1)
     e = Env(client)
+    e.dc = dc
     task = asyncio.get_running_loop().create_task(e.kubelet())
     yield e
     task.cancel()
@@ -281,7 +284,11 @@ async def test_paused_deployment_does_not_roll_out(env: Env) -> None:
     await eventually(paused)
     await env.client.patch(DEPLOY, "web", {"spec": {"template": {"spec": {"containers": [
         {"name": "c", "image": "nginx:2"}]}}}}, NS)
-    await asyncio.sleep(0.2)
+    # Sync point: the controller has seen the new template and handled it (its
+    # periodic progress re-checks stay scheduled, so its queue is never idle).
+    dc = env.dc
+    assert dc is not None
+    await settled(dc, env.client, (dc.d_informer, DEPLOY), namespace=NS, delayed=True)
     assert len(await env.rss()) == 1
     await env.client.patch(DEPLOY, "web", {"spec": {"paused": False}}, NS)
     await eventually(lambda: env.done("web", 2, "nginx:2"))

@@ -18,9 +18,8 @@ from kubeplane.scheduler.framework.types import (
     ActionType, ClusterEvent, ClusterEventWithHint, EventResource, QueueingHint, Status,
 )
 from kubeplane.scheduler.plugins.dynamicresources.dynamic_resources import CLAIM_HINT_SCOPE, DynamicResources
-from kubeplane.scheduler.queue import (
-    HintScope, QueueProfile, SchedulingQueue, hint_scope, pod_update_events,
-)
+from kubeplane.scheduler.queue import HintScope, QueueProfile, SchedulingQueue, pod_update_events
+from queue_hint_env import Clock, counting, snapshot
 
 NAMESPACES = ("ns-a", "ns-b")
 CLAIM_NAMES = tuple(f"c{i}" for i in range(6))
@@ -29,14 +28,6 @@ CLAIM_UPDATE = ClusterEvent(EventResource.RESOURCE_CLAIM, ActionType.UPDATE, "Re
 CLAIM_DELETE = ClusterEvent(EventResource.RESOURCE_CLAIM, ActionType.DELETE, "ResourceClaimDelete")
 NODE_ADD = ClusterEvent(EventResource.NODE, ActionType.ADD, "NodeAdd")
 SLICE_ADD = ClusterEvent(EventResource.RESOURCE_SLICE, ActionType.ADD, "ResourceSliceAdd")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Claims:
@@ -69,16 +60,6 @@ colour_hint.queue_scope = HintScope(  # type: ignore[attr-defined]
     lambda pod: [_labels(pod).get("colour")],
     lambda old, new: [] if new is None else [_labels(new).get("colour")],
 )
-
-
-def counting(fn: Callable[..., QueueingHint], calls: list[int]) -> Callable[..., QueueingHint]:
-    def wrapped(pod: dict, old: Any, new: Any) -> QueueingHint:
-        calls[0] += 1
-        return fn(pod, old, new)
-    scope = hint_scope(fn)
-    if scope is not None:
-        wrapped.queue_scope = scope  # type: ignore[attr-defined]
-    return wrapped
 
 
 def make_queue(plugin: DynamicResources, clock: Clock, calls: list[int]) -> SchedulingQueue:
@@ -135,13 +116,6 @@ def random_claim(rng: random.Random, ns: str, name: str, pod_uids: list[str]) ->
     if rng.random() < 0.4:
         claim["status"]["allocation"] = {"devices": {"results": []}}
     return claim
-
-
-def snapshot(q: SchedulingQueue, key: str = "name") -> tuple:
-    """What must be identical between the scoped and the plain queue (pods by metadata ``key``)."""
-    pods, _ = q.pending_pods()
-    return ([p["metadata"][key] for p in pods], q.counts(), dict(q.incoming_pods),
-            [p["metadata"][key] for p in q.in_flight_pods()], len(q.in_flight_events()))
 
 
 @pytest.mark.parametrize("seed", range(10))

@@ -14,13 +14,13 @@ from kubeplane.scheduler.framework.types import EVERY_NODE, Code, CycleState
 from kubeplane.scheduler.plugins.volumebinding.passivecache import new_pv_assume_cache
 from kubeplane.scheduler.plugins.node_volume_limits import NodeVolumeLimits
 from kubeplane.scheduler.plugins.volumebinding.binder import bind_volume_to_claim
-from kubeplane.volume.matching import ANN_SELECTED_NODE, index_volumes_for_claim, pinned_hostnames
+from kubeplane.volume.matching import ANN_SELECTED_NODE, index_volumes_for_claim
 
 from fake_client import FakeInformer
-from tests.unit.scheduler.test_sched_volumebinding import Env, _random_volume, node, pod, pvc, sc
-from tests.unit.scheduler.test_sched_volumeplugins import Factory, Snapshot, claim_vol
-from tests.unit.scheduler.test_sched_volumeplugins import pod as vl_pod
-from tests.unit.scheduler.test_sched_volumeplugins import pvc as vl_pvc
+from volume_binding_env import Env, node, pod, pvc, random_env, random_volume, sc
+from volume_plugins_env import Factory, Snapshot, claim_vol
+from volume_plugins_env import pod as vl_pod
+from volume_plugins_env import pvc as vl_pvc
 
 
 def _plan_names(plan: Any) -> tuple[list[str], list[str]]:
@@ -28,41 +28,11 @@ def _plan_names(plan: Any) -> tuple[list[str], list[str]]:
             [p.pvc["metadata"]["name"] for p in plan.dynamic_provisions])
 
 
-def _random_env(rng: random.Random) -> tuple[Env, list[str], list[dict]]:
-    env = Env()
-    names = ["n1", "n2"]
-    for i in range(3, 7):
-        env.put("nodes", node(f"n{i}", zone=rng.choice(["a", "b"])))
-        names.append(f"n{i}")
-    env.put("nodes", {"metadata": {"name": "bare", "labels": {"zone": "b"}}})
-    names.append("bare")
-    env.put("storageclasses", sc("local"))
-    dyn_extra: dict = {}
-    if rng.random() < 0.3:
-        dyn_extra["allowedTopologies"] = [{"matchLabelExpressions": [{"key": "zone", "values": ["a"]}]}]
-    env.put("storageclasses", sc("other", provisioner=rng.choice(["kubeplane.io/local", "kubernetes.io/no-provisioner"]),
-                                 **dyn_extra))
-    claims = []
-    for i in range(4):
-        c = pvc(f"c{i}", cls=rng.choice(["local", "other"]), size=rng.choice(["1Gi", "2Gi", "600Mi"]))
-        if rng.random() < 0.05:
-            c["metadata"]["annotations"][ANN_SELECTED_NODE] = rng.choice(names)
-        claims.append(env.put("persistentvolumeclaims", c))
-    for i in range(rng.randrange(0, 25)):
-        v = _random_volume(rng, i, claims)
-        v["metadata"].pop("resourceVersion")
-        affinity = v["spec"].get("nodeAffinity")
-        if affinity is not None and pinned_hostnames(v) is None and rng.random() < 0.8:
-            del v["spec"]["nodeAffinity"]  # mostly volumes usable anywhere or pinned to hosts
-        env.put("persistentvolumes", v)
-    return env, names, claims
-
-
 def _check_pass_except_agrees_with_filter(seed: int) -> bool | str:
     """One seeded case; True when the hook answered with a shared plan, "rejected" when it
     answered EVERY_NODE (statuses stated at once), False on the fallback."""
     rng = random.Random(seed)
-    env, names, claims = _random_env(rng)
+    env, names, claims = random_env(rng)
     env.handle.snapshot = Snapshot([env.node_info(n) for n in names])
     cache = env.plugin.binder.pv_cache
     # Some volumes assumed for another claim (not yet written).
@@ -153,7 +123,7 @@ def test_narrowed_pv_listing_gives_the_same_matches(seed: int) -> None:
     claims = [pvc(f"c{i}", size=rng.choice(["1Gi", "2Gi", "600Mi"])) for i in range(3)]
     claims[1]["spec"]["accessModes"] = ["ReadOnlyMany"]
     for i in range(rng.randrange(1, 40)):
-        inf.put(_random_volume(rng, i, claims))
+        inf.put(random_volume(rng, i, claims))
     for v in list(inf.indexer.list()):
         if not v["spec"].get("claimRef") and rng.random() < 0.25:
             cache.assume(bind_volume_to_claim(v, rng.choice(claims))[0])

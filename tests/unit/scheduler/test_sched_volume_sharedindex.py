@@ -14,7 +14,7 @@ from kubeplane.scheduler.plugins.volumebinding.passivecache import UnclaimedGene
 from kubeplane.scheduler.plugins.volumebinding.binder import bind_volume_to_claim
 from kubeplane.volume.matching import claim_class, find_matching_volume
 
-from tests.unit.scheduler.test_sched_volumebinding import Env, _random_volume, node, pod, pvc, sc
+from volume_binding_env import Env, node, pod, pvc, random_env, random_volume, sc
 
 NODES = [node("n1", zone="a"), node("n2", zone="b"), node("n3", zone="a"),
          {"metadata": {"name": "bare", "labels": {"zone": "b"}}}]
@@ -68,7 +68,7 @@ def _mutate(env: Env, rng: random.Random, claims: list[dict], counter: list[int]
     notify = rng.random() < 0.7  # handlers may run late: nothing may depend on them
     if op < 0.2 or not pvs:
         counter[0] += 1
-        v = _random_volume(rng, 1000 + counter[0], claims)
+        v = random_volume(rng, 1000 + counter[0], claims)
         env.put("persistentvolumes", v, notify)
     elif op < 0.4:
         v = copy.deepcopy(rng.choice(pvs))
@@ -123,7 +123,7 @@ def test_shared_index_matches_linear_search(seed: int) -> None:
     counter = [0]
     assumed: list[dict] = []
     for i in range(rng.randrange(5, 60)):
-        v = _random_volume(rng, i, claims)
+        v = random_volume(rng, i, claims)
         if rng.random() < 0.6:
             v["spec"].pop("claimRef", None)
         env.put("persistentvolumes", v)
@@ -265,7 +265,7 @@ def test_pv_hint_with_memo_matches_reference(seed: int) -> None:
             claims[("default", n)] = new_claim(n)
     pods = [pod(f"p{i}", *rng.sample(names, rng.randrange(0, 3))) for i in range(8)]
     memo = HintMemo()
-    pvs = [_random_volume(rng, i, list(claims.values()) or [pvc("x")]) for i in range(10)]
+    pvs = [random_volume(rng, i, list(claims.values()) or [pvc("x")]) for i in range(10)]
     for _ in range(400):
         r = rng.random()
         if r < 0.1:
@@ -275,7 +275,7 @@ def test_pv_hint_with_memo_matches_reference(seed: int) -> None:
             claims.pop(("default", rng.choice(names)), None)
         elif r < 0.3:
             i = rng.randrange(len(pvs))
-            pvs[i] = _random_volume(rng, i, list(claims.values()) or [pvc("x")])
+            pvs[i] = random_volume(rng, i, list(claims.values()) or [pvc("x")])
         p, v = rng.choice(pods), rng.choice(pvs)
         lookup = lambda ns, name: claims.get((ns, name))  # noqa: E731
         assert pv_change_hint(p, v, lookup, memo) == _reference_pv_hint(p, v, lookup)
@@ -285,10 +285,9 @@ def test_pv_hint_with_memo_matches_reference(seed: int) -> None:
 def test_per_cycle_memos_give_the_per_node_answer(seed: int) -> None:
     """find_pod_volumes with one PodVolumeClaims for all nodes (memos filled
     along the way) equals a fresh PreFilter per node."""
-    from tests.unit.scheduler.test_sched_volume_fastpath import _random_env
 
     rng = random.Random(seed)
-    env, names, claims = _random_env(rng)
+    env, names, claims = random_env(rng)
     if rng.random() < 0.5:
         env.put("storageclasses", sc("local", provisioner=rng.choice(["", "kubeplane.io/local"])))
     binder = env.plugin.binder

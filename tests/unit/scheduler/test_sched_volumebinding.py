@@ -5,25 +5,16 @@ from __future__ import annotations
 import asyncio
 import copy
 import random
-from typing import Any
 
 import pytest
 
-from kubeplane.api.errors import conflict
-from kubeplane.volume.matching import (
-    ANN_BIND_COMPLETED,
-    ANN_BOUND_BY_CONTROLLER,
-    ANN_SELECTED_NODE,
-    hostname_affinity,
-)
+from kubeplane.volume.matching import ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE
 from kubeplane.scheduler.assumecache import AssumeCache
-from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
-from kubeplane.scheduler.framework.plugin import Handle
+from kubeplane.scheduler.framework.nodeinfo import PodInfo
 from kubeplane.scheduler.framework.types import Code, CycleState, QueueingHint
 from kubeplane.scheduler.plugins.volumebinding.passivecache import PV_STORAGE_CLASS_INDEX, pv_storage_class_index
 from kubeplane.scheduler.plugins.volumebinding.volume_binding import (
     MSG_UNBOUND_IMMEDIATE,
-    VolumeBinding,
     build_broken_linear_function,
 )
 from kubeplane.scheduler.plugins.volumebinding.binder import (
@@ -33,126 +24,8 @@ from kubeplane.scheduler.plugins.volumebinding.binder import (
     REASON_PV_NOT_EXIST,
 )
 from fake_client import FakeInformer
-
-
-# --------------------------------------------------------------------------- fakes
-
-
-class FakeFactory:
-    def __init__(self) -> None:
-        self.informers: dict[str, FakeInformer] = {}
-
-    def informer_for(self, res, *args: Any, **kw: Any) -> FakeInformer:
-        return self.informers.setdefault(res.plural, FakeInformer())
-
-
-class FakeClient:
-    """Records PUTs and returns the object with a new resourceVersion (optionally a 409)."""
-
-    def __init__(self) -> None:
-        self.updates: list[tuple[str, dict]] = []
-        self.conflict_on: set[str] = set()
-        self._rv = 1000
-
-    async def update(self, res, obj: dict, **kw: Any) -> dict:
-        name = obj["metadata"]["name"]
-        if name in self.conflict_on:
-            raise conflict(res.plural, name, "the object has been modified")
-        self.updates.append((res.plural, copy.deepcopy(obj)))
-        self._rv += 1
-        out = copy.deepcopy(obj)
-        out["metadata"]["resourceVersion"] = str(self._rv)
-        return out
-
-
-class Env:
-    def __init__(self, args: dict | None = None) -> None:
-        self.factory = FakeFactory()
-        self.client = FakeClient()
-        self.handle = Handle(client=self.client, informer_factory=self.factory)
-        self.plugin = VolumeBinding(args, self.handle)
-        self._rv = 0
-        for n in ("n1", "n2"):
-            self.put("nodes", node(n))
-
-    def inf(self, plural: str) -> FakeInformer:
-        return self.factory.informers[plural]
-
-    def put(self, plural: str, obj: dict, notify: bool = True) -> dict:
-        self._rv += 1
-        obj = copy.deepcopy(obj)
-        obj["metadata"]["resourceVersion"] = str(self._rv)
-        return self.factory.informer_for(_Res(plural)).put(obj, notify)
-
-    def get(self, plural: str, key: str) -> dict:
-        obj = self.inf(plural).indexer.get_by_key(key)
-        assert obj is not None
-        return obj
-
-    def node_info(self, name: str) -> NodeInfo:
-        return NodeInfo(self.get("nodes", name))
-
-    def cycle(self, p: dict) -> tuple[CycleState, PodInfo, Any]:
-        state = CycleState()
-        pi = PodInfo(p)
-        result, st = self.plugin.pre_filter(state, pi, [])
-        return state, pi, (result, st)
-
-    def feasible(self, p: dict) -> dict[str, Any]:
-        """PreFilter + Filter on both nodes: node -> Status|None (or the PreFilter status)."""
-        state, pi, (_, st) = self.cycle(p)
-        if st is not None:
-            return {"prefilter": st}
-        return {n: self.plugin.filter(state, pi, self.node_info(n)) for n in ("n1", "n2")}
-
-
-class _Res:
-    def __init__(self, plural: str) -> None:
-        self.plural = plural
-
-
-def node(name: str, **labels: str) -> dict:
-    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}}
-
-
-def sc(name: str, mode: str | None = "WaitForFirstConsumer", provisioner: str = "kubernetes.io/no-provisioner",
-       **extra: Any) -> dict:
-    obj: dict = {"metadata": {"name": name}, "provisioner": provisioner, **extra}
-    if mode is not None:
-        obj["volumeBindingMode"] = mode
-    return obj
-
-
-def pvc(name: str, cls: str = "local", size: str = "1Gi", volume: str = "", bound: bool = False,
-        ns: str = "default", **ann: str) -> dict:
-    anns = dict(ann)
-    if bound:
-        anns[ANN_BIND_COMPLETED] = "yes"
-    spec: dict = {"storageClassName": cls, "accessModes": ["ReadWriteOnce"],
-                  "resources": {"requests": {"storage": size}}}
-    if volume:
-        spec["volumeName"] = volume
-    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "annotations": anns},
-            "spec": spec, "status": {"phase": "Bound" if bound else "Pending"}}
-
-
-def pv(name: str, cls: str = "local", size: str = "1Gi", on: str | None = None, claim: dict | None = None,
-       phase: str = "Available") -> dict:
-    spec: dict = {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"], "storageClassName": cls}
-    if on:
-        spec["nodeAffinity"] = hostname_affinity(on)
-    if claim is not None:
-        spec["claimRef"] = {"namespace": claim["metadata"]["namespace"], "name": claim["metadata"]["name"],
-                            "uid": claim["metadata"]["uid"]}
-    return {"metadata": {"name": name}, "spec": spec, "status": {"phase": phase}}
-
-
-def pod(name: str, *claims: str, ephemeral: str | None = None) -> dict:
-    vols: list[dict] = [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
-    if ephemeral:
-        vols.append({"name": ephemeral, "ephemeral": {"volumeClaimTemplate": {"spec": {}}}})
-    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-            "spec": {"containers": [{"name": "c"}], "volumes": vols}}
+from helpers import eventually
+from volume_binding_env import Env, node, pod, pv, pvc, random_volume, sc
 
 
 def reasons(st) -> list[str]:
@@ -393,7 +266,8 @@ async def test_prebind_static_waits_for_pv_controller() -> None:
     env.put("persistentvolumes", pv("pv1", on="n1"))
     state = _reserve(env, pod("pa", "a"), "n1")
     task = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod("pa", "a")), "n1"))
-    await asyncio.sleep(0.01)
+    binder = env.plugin.binder
+    await eventually(lambda: binder.is_waiting(pod("pa", "a")), what="PreBind waiting")
     assert not task.done()
     assert [(r, o["metadata"]["name"]) for r, o in env.client.updates] == [("persistentvolumes", "pv1")]
     written = env.client.updates[0][1]
@@ -402,7 +276,8 @@ async def test_prebind_static_waits_for_pv_controller() -> None:
     done_pv = copy.deepcopy(written)
     done_pv["status"]["phase"] = "Bound"
     env.put("persistentvolumes", done_pv)
-    await asyncio.sleep(0.01)
+    assert not binder.is_waiting(pod("pa", "a"))  # the PV's event woke it
+    await eventually(lambda: binder.is_waiting(pod("pa", "a")), what="PreBind re-checked and waiting")
     assert not task.done()
     env.put("persistentvolumeclaims", pvc("a", volume="pv1", bound=True))
     assert await asyncio.wait_for(task, 1) is None
@@ -430,20 +305,22 @@ async def test_prebind_wakes_only_for_its_own_volumes() -> None:
     binder.check_bindings = counting
     state_a = _reserve(env, pod("pa", "a"), "n1")
     task_a = asyncio.create_task(env.plugin.pre_bind(state_a, PodInfo(pod("pa", "a")), "n1"))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: binder.is_waiting(pod("pa", "a")), what="PreBind waiting")
     assert checks == ["pa"]
     # Changes of other objects: claim b, the other PV, an unrelated claim.
     env.put("persistentvolumeclaims", pvc("b", note="x"))
     env.put("persistentvolumeclaims", pvc("c"))
     other = [o for r, o in env.client.updates if o["metadata"]["name"] == "pv1"]
     env.put("persistentvolumes", pv("pv3", on="n2"))
-    await asyncio.sleep(0.01)
+    # Informer handlers run synchronously: a wake would have resolved its future by now.
+    assert binder.is_waiting(pod("pa", "a"))
     assert checks == ["pa"] and not task_a.done() and other
     # Its own PV moves on: one re-check; then its claim completes.
     done_pv = copy.deepcopy(other[0])
     done_pv["status"]["phase"] = "Bound"
     env.put("persistentvolumes", done_pv)
-    await asyncio.sleep(0.01)
+    assert not binder.is_waiting(pod("pa", "a"))
+    await eventually(lambda: binder.is_waiting(pod("pa", "a")), what="PreBind re-checked and waiting")
     assert checks == ["pa", "pa"]
     env.put("persistentvolumeclaims", pvc("a", volume="pv1", bound=True))
     assert await asyncio.wait_for(task_a, 1) is None
@@ -465,12 +342,14 @@ async def test_prebind_wakes_for_the_provisioned_pv_its_node_and_its_pod() -> No
     for name, node_name in (("c", "n1"), ("d", "n2"), ("e", "n1")):
         state = _reserve(env, pod(f"p{name}", name), node_name)
         tasks[name] = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod(f"p{name}", name)), node_name))
-    await asyncio.sleep(0.01)
+    binder = env.plugin.binder
+    await eventually(lambda: all(binder.is_waiting(pod(f"p{n}", n)) for n in tasks), what="every PreBind waiting")
     assert not any(t.done() for t in tasks.values())
     # The claim names its new PV before the PV informer has it: not done yet.
     claim_c = pvc("c", volume="pv-c", bound=True, **{ANN_SELECTED_NODE: "n1"})
     env.put("persistentvolumeclaims", claim_c)
-    await asyncio.sleep(0.01)
+    assert not binder.is_waiting(pod("pc", "c"))  # the claim's event woke it
+    await eventually(lambda: binder.is_waiting(pod("pc", "c")), what="PreBind re-checked and waiting")
     assert not tasks["c"].done()
     # The PV arrives, bound to the claim: its event wakes the claim's PreBind.
     env.put("persistentvolumes", pv("pv-c", on="n1", claim=claim_c, phase="Bound"))
@@ -493,7 +372,7 @@ async def test_prebind_provisioning_and_rescheduling_request() -> None:
     env.put("persistentvolumeclaims", pvc("c"))
     state = _reserve(env, pod("p", "c"), "n1")
     task = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod("p", "c")), "n1"))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: env.plugin.binder.is_waiting(pod("p", "c")), what="PreBind waiting")
     assert env.client.updates[0][0] == "persistentvolumeclaims"
     assert env.client.updates[0][1]["metadata"]["annotations"][ANN_SELECTED_NODE] == "n1"
     # The provisioner gives up on n1 and asks for another node.
@@ -510,7 +389,8 @@ async def test_prebind_provisioned_claim_bound() -> None:
     env.put("persistentvolumeclaims", pvc("c"))
     state = _reserve(env, pod("p", "c"), "n1")
     task = asyncio.create_task(env.plugin.pre_bind(state, PodInfo(pod("p", "c")), "n1"))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: env.plugin.binder.is_waiting(pod("p", "c")), what="PreBind waiting")
+    assert not task.done()
     env.put("persistentvolumes", pv("pvc-1", on="n1", claim=env.get("persistentvolumeclaims", "default/c"),
                                     phase="Bound"))
     env.put("persistentvolumeclaims", pvc("c", volume="pvc-1", bound=True, **{ANN_SELECTED_NODE: "n1"}))
@@ -556,7 +436,8 @@ async def test_prebind_times_out_and_claimref_reset_fails() -> None:
     env2.put("persistentvolumes", pv("pv1", on="n1"))
     state = _reserve(env2, pod("p", "a"), "n1")
     task = asyncio.create_task(env2.plugin.pre_bind(state, PodInfo(pod("p", "a")), "n1"))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: env2.plugin.binder.is_waiting(pod("p", "a")), what="PreBind waiting")
+    assert not task.done()
     env2.put("persistentvolumes", pv("pv1", on="n1"))
     st = await asyncio.wait_for(task, 1)
     assert st is not None and 'ClaimRef got reset for pv "pv1"' in st.message()
@@ -745,41 +626,6 @@ def test_pv_hint_queues_only_pvs_that_can_serve_a_claim():
 # --------------------------------------------------------------------------- per-claim volume index
 
 
-def _random_volume(rng: random.Random, i: int, claims: list[dict]) -> dict:
-    from kubeplane.volume.matching import ANN_BETA_STORAGE_CLASS
-
-    spec: dict = {"capacity": {"storage": rng.choice(["1Gi", "2Gi", "3Gi", "500Mi"])},
-                  "accessModes": rng.choice([["ReadWriteOnce"], ["ReadOnlyMany"], ["ReadWriteOnce", "ReadOnlyMany"]]),
-                  "storageClassName": rng.choice(["local", "local", "other"])}
-    if rng.random() < 0.1:
-        spec["volumeMode"] = "Block"
-    kind = rng.randrange(5)
-    if kind == 1:
-        spec["nodeAffinity"] = hostname_affinity(rng.choice(["n1", "n2", "n3"]))
-    elif kind == 2:  # pinned to two hosts and a zone
-        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1", "n2"]},
-            {"key": "zone", "operator": "In", "values": [rng.choice(["a", "b"])]}]}]}}
-    elif kind == 3:  # zone only: checked per node
-        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "zone", "operator": "In", "values": [rng.choice(["a", "b"])]}]}]}}
-    elif kind == 4:
-        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": []}}
-    md: dict = {"name": f"pv{i}", "resourceVersion": str(i), "labels": {"tier": rng.choice(["gold", "silver"])}}
-    if rng.random() < 0.05:
-        md["deletionTimestamp"] = "2024-01-01T00:00:00Z"
-    if rng.random() < 0.05:
-        md["annotations"] = {ANN_BETA_STORAGE_CLASS: "other"}
-    r = rng.random()
-    if r < 0.15:
-        spec["claimRef"] = {"namespace": "default", "name": "someone-else", "uid": "x"}
-    elif r < 0.2:
-        c = rng.choice(claims)
-        spec["claimRef"] = {"namespace": "default", "name": c["metadata"]["name"], "uid": c["metadata"]["uid"]}
-    phase = "Available" if rng.random() < 0.85 else rng.choice(["Bound", "Released", "Pending"])
-    return {"metadata": md, "spec": spec, "status": {"phase": phase}}
-
-
 @pytest.mark.parametrize("seed", range(40))
 def test_claim_volume_index_matches_linear_search(seed: int) -> None:
     from kubeplane.volume.matching import VolumeFactsCache, find_matching_volume, index_volumes_for_claim
@@ -788,7 +634,7 @@ def test_claim_volume_index_matches_linear_search(seed: int) -> None:
     claims = [pvc(f"c{i}", size=rng.choice(["1Gi", "2Gi", "600Mi"])) for i in range(3)]
     claims[1]["spec"]["accessModes"] = ["ReadOnlyMany"]
     claims[2]["spec"]["selector"] = {"matchLabels": {"tier": "gold"}}
-    vols = [_random_volume(rng, i, claims) for i in range(rng.randrange(1, 40))]
+    vols = [random_volume(rng, i, claims) for i in range(rng.randrange(1, 40))]
     nodes = [node("n1", zone="a"), node("n2", zone="b"), node("n3", zone="a"),
              {"metadata": {"name": "bare", "labels": {"zone": "b"}}}]
     facts = VolumeFactsCache()

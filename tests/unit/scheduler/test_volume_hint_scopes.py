@@ -28,7 +28,7 @@ from kubeplane.scheduler.plugins.volume_restrictions import VolumeRestrictions
 from kubeplane.scheduler.plugins.volume_zone import VolumeZone
 from kubeplane.scheduler.queue import QueueProfile, SchedulingQueue, hint_scope
 from kubeplane.scheduler.plugins.volumebinding.binder import pod_claim_names
-from tests.unit.scheduler.test_sched_queue_scopes import Clock, counting, snapshot
+from queue_hint_env import Clock, counting, snapshot
 
 NAMESPACES = ("ns-a", "ns-b", None)
 CLAIMS = ("c0", "c1", "c2", "", None, "p1-eph")

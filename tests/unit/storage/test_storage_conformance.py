@@ -23,6 +23,8 @@ from kubeplane.storage.interface import (
     Store,
 )
 
+from helpers import eventually
+
 KINDS = ["memory", "sqlite"]
 PODS = "/registry/core/pods/"
 
@@ -424,8 +426,10 @@ async def test_watch_batches_wait_with_a_timeout(store: Store) -> None:
     timers = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
     assert all(h.when() - loop.time() < 4.0 for h in timers)  # the 5 s timer is gone
 
+    assert not w.waiting
     waiting = asyncio.create_task(w.next_batch(timeout=5.0))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: w.waiting, what="next_batch parked")
+    assert not waiting.done()
     w.close()
     assert await asyncio.wait_for(waiting, 2) is None
 

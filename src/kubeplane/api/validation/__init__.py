@@ -37,6 +37,7 @@ from kubeplane.api.strings import (
 )
 from kubeplane.api.validation.apps import _selector_immutable, _validate_deployment, _validate_replicaset
 from kubeplane.api.validation.batch import _validate_job, _validate_job_update
+from kubeplane.api.validation.certificates import csr_name, validate_csr_create, validate_csr_update
 from kubeplane.api.validation.common import _d
 from kubeplane.api.validation.coordination import _validate_lease
 from kubeplane.api.validation.core import (
@@ -122,6 +123,7 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     "replicasets.apps": (name_is_dns_subdomain, _validate_replicaset, _selector_immutable),
     "jobs.batch": (name_is_dns_subdomain, _validate_job, _validate_job_update),
     "poddisruptionbudgets.policy": (name_is_dns_subdomain, _validate_pdb, None),
+    "certificatesigningrequests.certificates.k8s.io": (csr_name, validate_csr_create, validate_csr_update),
     "priorityclasses.scheduling.k8s.io": (name_is_dns_subdomain, _validate_priority_class, _validate_priority_class_update),
     "deviceclasses.resource.k8s.io": (name_is_dns_subdomain, _validate_device_class, None),
     "resourceslices.resource.k8s.io": (name_is_dns_subdomain, _validate_resource_slice, _validate_resource_slice_update),

@@ -866,6 +866,14 @@ class VolumeBinder:
         for w in self._waiters.get(key, ()):
             w.wake()
 
+    def is_waiting(self, pod: Mapping[str, Any]) -> bool:
+        """True while a PreBind of ``pod`` is parked: its last check found the
+        writes incomplete and nothing has woken it since. A wake makes this
+        False until the PreBind has checked again and parked again, so callers
+        (tests, debugging) can tell "handled the change and still waits" from
+        "has not run yet"."""
+        return any(w.fut is not None and not w.fut.done() for w in self._waiters.get(_pod_wait_key(pod), ()))
+
     async def wait_for_bindings(self, pod: Mapping[str, Any], node_name: str, pod_volumes: PodVolumes) -> None:
         """Check until the writes of PreBind are complete. Informer events of the
         objects the check reads (the pod's PVs and PVCs, the PV provisioned for a

@@ -1,0 +1,267 @@
+"""Certificates and keys of a cluster: its CA, the API server's serving
+certificate, client certificates of the admin and the components, and the
+ServiceAccount token signing key.
+
+As kubeadm lays them out, under ``<data dir>/pki``: made on first start and
+reused afterwards (a serving certificate that lacks one of the names the
+server now answers on is issued again). Keys are ECDSA P-256: making one
+costs well under a millisecond, so a throw-away cluster's whole PKI is made
+in a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import ipaddress
+import os
+import tempfile
+from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+#: the names every serving certificate covers, besides the listen address
+DEFAULT_SERVING_NAMES = ("localhost", "127.0.0.1", "::1", "kubernetes", "kubernetes.default",
+                         "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
+CA_DAYS = 3650
+CERT_DAYS = 365
+#: a certificate closer than this to its end is issued again at start
+RENEW_BEFORE = _dt.timedelta(days=30)
+
+ADMIN_USER = "kubeplane-admin"
+
+
+def new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def key_pem(key) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def _name(cn: str, orgs: tuple[str, ...] = ()) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+    attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
+    return x509.Name(attrs)
+
+
+def make_ca(cn: str = "kubeplane-ca", days: int = CA_DAYS) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = new_key()
+    now = _now()
+    name = _name(cn)
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - _dt.timedelta(minutes=5)).not_valid_after(now + _dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, content_commitment=False,
+                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(ski, critical=False)
+            .sign(key, hashes.SHA256()))
+    return cert, key
+
+
+def issue(ca_cert: x509.Certificate, ca_key, cn: str, *, orgs: tuple[str, ...] = (), server_names: tuple[str, ...] = (),
+          client: bool = True, days: int = CERT_DAYS, key=None) -> tuple[x509.Certificate, object]:
+    """A leaf certificate signed by the CA: for a client (``cn`` the user name,
+    ``orgs`` its groups, as upstream's x509 authenticator reads them) or, with
+    ``server_names`` (DNS names and IP addresses), for serving."""
+    key = key or new_key()
+    now = _now()
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server_names else []
+    if client:
+        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+    b = (x509.CertificateBuilder().subject_name(_name(cn, orgs)).issuer_name(ca_cert.subject)
+         .public_key(key.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(now - _dt.timedelta(minutes=5))
+         .not_valid_after(min(now + _dt.timedelta(days=days), ca_cert.not_valid_after_utc))
+         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+         .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, content_commitment=False,
+                                      data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                                      crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+         .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+    try:
+        aki = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(
+            ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value)
+        b = b.add_extension(aki, critical=False)
+    except x509.ExtensionNotFound:
+        pass
+    if server_names:
+        b = b.add_extension(x509.SubjectAlternativeName(_general_names(server_names)), critical=False)
+    return b.sign(ca_key, hashes.SHA256()), key
+
+
+def _general_names(names: tuple[str, ...]) -> list[x509.GeneralName]:
+    out: list[x509.GeneralName] = []
+    seen = set()
+    for n in names:
+        if not n or n in seen:
+            continue
+        seen.add(n)
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            out.append(x509.DNSName(n))
+    return out
+
+
+def serving_names(host: str) -> tuple[str, ...]:
+    """The listen host (unless it is a wildcard address) and the defaults."""
+    names = list(DEFAULT_SERVING_NAMES)
+    if host and host not in ("0.0.0.0", "::"):
+        names.insert(0, host)
+    else:
+        import socket
+
+        names.insert(0, socket.gethostname())
+    return tuple(dict.fromkeys(names))
+
+
+def covers(cert: x509.Certificate, names: tuple[str, ...]) -> bool:
+    """Whether ``cert``'s SANs include every one of ``names``."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    have = {str(v) for v in san.get_values_for_type(x509.DNSName)}
+    have |= {str(v) for v in san.get_values_for_type(x509.IPAddress)}
+    for n in names:
+        try:
+            n = str(ipaddress.ip_address(n))
+        except ValueError:
+            pass
+        if n not in have:
+            return False
+    return True
+
+
+def load_cert(path: str) -> x509.Certificate:
+    with open(path, "rb") as f:
+        return x509.load_pem_x509_certificate(f.read())
+
+
+def load_certs(path: str) -> list[x509.Certificate]:
+    with open(path, "rb") as f:
+        return x509.load_pem_x509_certificates(f.read())
+
+
+def load_key(path: str):
+    with open(path, "rb") as f:
+        return serialization.load_pem_private_key(f.read(), password=None)
+
+
+def write_private(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, readable by this user only."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".pki-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _fresh(cert: x509.Certificate) -> bool:
+    return cert.not_valid_after_utc - _now() > RENEW_BEFORE
+
+
+@dataclass
+class PKI:
+    """The files of one cluster's PKI (paths) with the CA loaded."""
+
+    directory: str
+    ca_cert: x509.Certificate
+    ca_key: object
+
+    @property
+    def ca_file(self) -> str:
+        return os.path.join(self.directory, "ca.crt")
+
+    @property
+    def ca_pem(self) -> bytes:
+        return cert_pem(self.ca_cert)
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def serving_pair(self, names: tuple[str, ...]) -> tuple[str, str]:
+        """``apiserver.crt``/``apiserver.key``, issued again when they do not
+        cover ``names``, are about to expire or are not the CA's."""
+        crt, key = self.path("apiserver.crt"), self.path("apiserver.key")
+        if not self._valid(crt, key, names):
+            cert, k = issue(self.ca_cert, self.ca_key, "kube-apiserver", server_names=names, client=False)
+            write_private(key, key_pem(k))
+            write_private(crt, cert_pem(cert))
+        return crt, key
+
+    def client_pair(self, stem: str, cn: str, orgs: tuple[str, ...] = ()) -> tuple[bytes, bytes]:
+        """``<stem>.crt``/``<stem>.key``, a client certificate for ``cn`` in
+        ``orgs``: made once, reused while valid. Returns the PEM data."""
+        crt, key = self.path(stem + ".crt"), self.path(stem + ".key")
+        if self._valid(crt, key, None, cn, orgs):
+            with open(crt, "rb") as f1, open(key, "rb") as f2:
+                return f1.read(), f2.read()
+        cert, k = issue(self.ca_cert, self.ca_key, cn, orgs=orgs)
+        cp, kp = cert_pem(cert), key_pem(k)
+        write_private(key, kp)
+        write_private(crt, cp)
+        return cp, kp
+
+    def _valid(self, crt: str, key: str, names: tuple[str, ...] | None, cn: str | None = None,
+               orgs: tuple[str, ...] = ()) -> bool:
+        try:
+            cert = load_cert(crt)
+            os.stat(key)
+        except (OSError, ValueError):
+            return False
+        if cert.issuer != self.ca_cert.subject or not _fresh(cert):
+            return False
+        try:
+            self.ca_cert.public_key().verify(cert.signature, cert.tbs_certificate_bytes,
+                                             ec.ECDSA(cert.signature_hash_algorithm))
+        except Exception:  # noqa: BLE001 - any failure: not ours
+            return False
+        if names is not None and not covers(cert, names):
+            return False
+        if cn is not None and cert.subject != _name(cn, orgs):
+            return False
+        return True
+
+    def service_account_key(self) -> str:
+        """``sa.key``: the ServiceAccount token signing key (ES256), made once."""
+        path = self.path("sa.key")
+        if not os.path.exists(path):
+            write_private(path, key_pem(new_key()))
+        return path
+
+
+def ensure_pki(directory: str) -> PKI:
+    """Load the CA in ``directory`` or make one there."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    crt, key = os.path.join(directory, "ca.crt"), os.path.join(directory, "ca.key")
+    if os.path.exists(crt) and os.path.exists(key):
+        return PKI(directory, load_cert(crt), load_key(key))
+    cert, k = make_ca()
+    write_private(key, key_pem(k))
+    write_private(crt, cert_pem(cert))
+    return PKI(directory, cert, k)

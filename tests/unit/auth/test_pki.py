@@ -1,0 +1,103 @@
+"""The generated PKI: CA, serving and client certificates, reuse, reissue."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import stat
+
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from kubeplane.auth import pki
+
+
+def test_ca_and_serving_certificate_are_made_once_and_reused(tmp_path):
+    d = str(tmp_path / "pki")
+    first = pki.ensure_pki(d)
+    crt, key = first.serving_pair(pki.serving_names("127.0.0.1"))
+    before = (tmp_path / "pki" / "apiserver.crt").read_bytes()
+    assert stat.S_IMODE((tmp_path / "pki" / "ca.key").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "pki" / "apiserver.key").stat().st_mode) == 0o600
+    again = pki.ensure_pki(d)
+    assert again.ca_pem == first.ca_pem
+    again.serving_pair(pki.serving_names("127.0.0.1"))
+    assert (tmp_path / "pki" / "apiserver.crt").read_bytes() == before  # reused
+
+    cert = pki.load_cert(crt)
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    names = {str(v) for v in san.get_values_for_type(x509.DNSName)} | {
+        str(v) for v in san.get_values_for_type(x509.IPAddress)}
+    assert {"localhost", "127.0.0.1", "::1", "kubernetes.default.svc"} <= names
+    assert cert.issuer == first.ca_cert.subject
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.SERVER_AUTH in eku
+
+
+def test_serving_certificate_is_reissued_for_a_new_listen_address(tmp_path):
+    p = pki.ensure_pki(str(tmp_path))
+    p.serving_pair(pki.serving_names("127.0.0.1"))
+    old = (tmp_path / "apiserver.crt").read_bytes()
+    crt, _ = p.serving_pair(pki.serving_names("10.1.2.3"))
+    assert (tmp_path / "apiserver.crt").read_bytes() != old
+    assert pki.covers(pki.load_cert(crt), ("10.1.2.3", "127.0.0.1", "localhost"))
+
+
+def test_client_certificate_names_user_and_groups(tmp_path):
+    p = pki.ensure_pki(str(tmp_path))
+    cert_pem, key_pem = p.client_pair("admin", "kubeplane-admin", ("system:masters",))
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "kubeplane-admin"
+    assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == ["system:masters"]
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert p.client_pair("admin", "kubeplane-admin", ("system:masters",))[0] == cert_pem  # reused
+    # another identity under the same file name is issued anew
+    assert p.client_pair("admin", "someone-else")[0] != cert_pem
+
+
+async def test_tls_handshake_verifies_both_ways(tmp_path):
+    """A client trusting the CA reaches the server, and the server sees the verified client certificate."""
+    p = pki.ensure_pki(str(tmp_path))
+    crt, key = p.serving_pair(pki.serving_names("127.0.0.1"))
+    cert_pem, key_pem = p.client_pair("admin", "kubeplane-admin", ("system:masters",))
+    (tmp_path / "c.crt").write_bytes(cert_pem)
+    (tmp_path / "c.key").write_bytes(key_pem)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(crt, key)
+    server_ctx.load_verify_locations(cafile=p.ca_file)
+    server_ctx.verify_mode = ssl.CERT_OPTIONAL
+    seen: list = []
+
+    async def handle(reader, writer):
+        seen.append(writer.get_extra_info("ssl_object").getpeercert(binary_form=True))
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+    port = server.sockets[0].getsockname()[1]
+    client_ctx = ssl.create_default_context(cafile=p.ca_file)
+    client_ctx.load_cert_chain(str(tmp_path / "c.crt"), str(tmp_path / "c.key"))
+    for host in ("127.0.0.1", "localhost"):
+        _, w = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx, server_hostname=host)
+        w.close()
+    # a client with no certificate is accepted too (anonymous or token requests)
+    _, w = await asyncio.open_connection("127.0.0.1", port, ssl=ssl.create_default_context(cafile=p.ca_file),
+                                         server_hostname="127.0.0.1")
+    w.close()
+    server.close()
+    await server.wait_closed()
+    assert seen[0] == x509.load_pem_x509_certificate(cert_pem).public_bytes(
+        __import__("cryptography.hazmat.primitives.serialization", fromlist=["Encoding"]).Encoding.DER)
+    # a server name the certificate does not cover is refused
+    other = ssl.create_default_context(cafile=p.ca_file)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        try:
+            await asyncio.open_connection("127.0.0.1", port, ssl=other, server_hostname="example.com")
+        except ssl.SSLCertVerificationError:
+            pass
+        else:
+            raise AssertionError("a name outside the certificate was accepted")
+    finally:
+        server.close()
+        await server.wait_closed()
