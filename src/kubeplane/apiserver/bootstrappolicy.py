@@ -365,6 +365,30 @@ def controller_roles() -> list[Obj]:
     ]
 
 
+#: kubeplane's controller manager runs every control loop with its own
+#: credentials (upstream's --use-service-account-credentials=false), which
+#: upstream says must then be granted the roles of its controllers: these
+#: bindings grant them, and this role what kubeplane's local volume
+#: provisioner does (an external provisioner upstream, with its own role).
+KUBEPLANE_PROVISIONER_ROLE = "kubeplane:local-provisioner"
+
+
+def kubeplane_roles() -> list[Obj]:
+    return [_role(KUBEPLANE_PROVISIONER_ROLE, [
+        r("create,delete,get,list,watch", "", "persistentvolumes"),
+        r("get,list,update,watch", "", "persistentvolumeclaims"),
+        r(READ, "storage.k8s.io", "storageclasses"),
+        r("create,delete,get,list,patch,update,watch", "storage.k8s.io", "csistoragecapacities"),
+        EVENTS,
+    ])]
+
+
+def _controller_manager_bindings() -> list[Obj]:
+    roles = [role["metadata"]["name"] for role in controller_roles()] + [KUBEPLANE_PROVISIONER_ROLE]
+    subject = [user("system:kube-controller-manager")]
+    return [_binding(f"kubeplane:controller-manager:{name.rsplit(':', 1)[-1]}", name, subject) for name in roles]
+
+
 def cluster_role_bindings() -> list[Obj]:
     out = [
         _binding("cluster-admin", "cluster-admin", [group("system:masters")]),
@@ -389,7 +413,7 @@ def cluster_role_bindings() -> list[Obj]:
     for role in controller_roles():
         name = role["metadata"]["name"]
         out.append(_binding(name, name, [service_account("kube-system", name[len(prefix):])]))
-    return out
+    return out + _controller_manager_bindings()
 
 
 _POLICY: tuple[list[Obj], list[Obj]] | None = None
@@ -400,7 +424,7 @@ def policy() -> tuple[list[Obj], list[Obj]]:
     per process and shared, so read-only (the registry copies what it stores)."""
     global _POLICY
     if _POLICY is None:
-        _POLICY = (cluster_roles() + controller_roles(), cluster_role_bindings())
+        _POLICY = (cluster_roles() + controller_roles() + kubeplane_roles(), cluster_role_bindings())
     return _POLICY
 
 

@@ -145,3 +145,41 @@ async def test_aggregation_controller_fills_and_follows(registry):
     finally:
         await agg.stop()
         await cache.stop()
+
+
+async def test_component_identities_hold_what_kubeplanes_components_do(registry):
+    from kubeplane.auth.authorizer import Attributes, Decision
+    from kubeplane.auth.rbac import RBACAuthorizer
+    from kubeplane.auth.user import UserInfo
+
+    cache = PolicyCache(registry.store)
+    await cache.start()
+    try:
+        await reconcile(registry)
+        assert await cache.wait_for_revision(registry.store.revision)
+        authz = RBACAuthorizer(cache)
+        kcm = UserInfo("system:kube-controller-manager", groups=("system:authenticated",))
+        sched = UserInfo("system:kube-scheduler", groups=("system:authenticated",))
+        node = UserInfo("system:node:n1", groups=("system:nodes", "system:authenticated"))
+
+        def allowed(user, verb, resource, group="", ns="", sub=""):
+            return authz.authorize(Attributes(user, verb, True, ns, group, "v1", resource, sub))[0] is Decision.ALLOW
+
+        # the controller manager's own loops (its credentials, granted the controller roles)
+        for verb, res, group, sub in (("list", "pods", "", ""), ("watch", "secrets", "", ""),
+                                      ("create", "pods", "", ""), ("update", "pods", "", ""),
+                                      ("create", "replicasets", "apps", ""), ("update", "deployments", "apps", "status"),
+                                      ("delete", "pods", "", ""), ("update", "persistentvolumes", "", "status"),
+                                      ("create", "csistoragecapacities", "storage.k8s.io", ""),
+                                      ("update", "namespaces", "", "finalize"),
+                                      ("patch", "resourceclaims", "resource.k8s.io", "status")):
+            assert allowed(kcm, verb, res, group, "a", sub), (verb, res, sub)
+        assert not allowed(kcm, "create", "clusterrolebindings", G)
+        # the scheduler binds pods and writes their status; nodes their own kinds
+        assert allowed(sched, "create", "pods", ns="a", sub="binding")
+        assert allowed(sched, "patch", "pods", ns="a", sub="status")
+        assert not allowed(sched, "create", "pods", ns="a")
+        assert allowed(node, "patch", "nodes", sub="status") and allowed(node, "create", "leases", "coordination.k8s.io")
+        assert not allowed(node, "create", "deployments", "apps", "a")
+    finally:
+        await cache.stop()
