@@ -35,6 +35,7 @@ API_PACKAGES = (
     "core/v1", "apps/v1", "batch/v1", "policy/v1", "storage/v1", "resource/v1", "coordination/v1",
     "scheduling/v1", "rbac/v1", "networking/v1", "autoscaling/v1", "authentication/v1", "certificates/v1",
     "admissionregistration/v1",
+    "authorization/v1",
 )
 MACHINERY_PACKAGES = ("pkg/apis/meta/v1", "pkg/runtime", "pkg/api/resource", "pkg/util/intstr")
 
@@ -46,6 +47,7 @@ GROUPS = {
     "authentication": "authentication.k8s.io",
     "certificates": "certificates.k8s.io",
     "admissionregistration": "admissionregistration.k8s.io",
+    "authorization": "authorization.k8s.io",
 }
 
 META = "k8s.io.apimachinery.pkg.apis.meta.v1"

@@ -103,6 +103,16 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     _r("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, short_names=("sc",)),
     _r("storage.k8s.io", "v1", "CSINode", "csinodes", False),
     _r("storage.k8s.io", "v1", "CSIStorageCapacity", "csistoragecapacities", True),
+    # rbac.authorization.k8s.io/v1
+    _r("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False),
+    _r("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False),
+    _r("rbac.authorization.k8s.io", "v1", "Role", "roles", True),
+    _r("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True),
+    # authorization.k8s.io/v1 (reviews: answered by the authorizer, never stored)
+    _r("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", True, verbs=("create",)),
+    _r("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False, verbs=("create",)),
+    _r("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", False, verbs=("create",)),
+    _r("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False, verbs=("create",)),
     # coordination.k8s.io/v1
     _r("coordination.k8s.io", "v1", "Lease", "leases", True),
     # admissionregistration.k8s.io/v1

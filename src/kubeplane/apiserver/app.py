@@ -101,6 +101,13 @@ class APIServerConfig:
     #: the ServiceAccount admission plugin (pods run as an existing
     #: ServiceAccount and mount its token); needs the ServiceAccount controller
     service_account_admission: bool = True
+    #: upstream's --authorization-mode: "RBAC" (with nodes authorized as
+    #: upstream's Node authorizer does, "Node,RBAC" says the same) or "AlwaysAllow"
+    authorization_mode: str = "RBAC"
+
+
+
+AUTHORIZATION_MODES = ("RBAC", "Node,RBAC", "AlwaysAllow")
 
 
 @dataclass
@@ -114,6 +121,10 @@ class APIServer:
     metrics: APIServerMetrics | None = None
     #: the resources this server serves: the built-in kinds and its CRDs'
     catalogue: Catalogue | None = None
+    #: the authorizer every request is put to (RBACAuthorizer or AlwaysAllow)
+    authorizer: Any = None
+    #: the RBAC objects, watched (the RBAC authorizer's and the aggregation controller's source)
+    policy: Any = None
     _runner: web.AppRunner | None = field(default=None, repr=False)
     _keeper: asyncio.Task | None = field(default=None, repr=False)
     _lock: DataDirLock | None = field(default=None, repr=False)
@@ -177,11 +188,14 @@ class APIServer:
         self.store = TransformingStore(backend, self._encryption.transformer_for)
         self.metrics = APIServerMetrics()
         instrument_store(self.store, self.metrics)
+        self.authorizer = await self._start_policy(cfg.authorization_mode)
         # a catalogue of this server's own: the custom resources it serves
         self.catalogue = CATALOGUE.copy()
         self.registry = Registry(self.store, self.catalogue, admission=default_chain(
-            self.store, service_accounts=cfg.service_account_admission))
+            self.store, self.authorizer, service_accounts=cfg.service_account_admission),
+            authorizer=self.authorizer)
         await ensure_default_namespaces(self.registry)
+        await self._bootstrap_policy()
         # the type checking of ValidatingAdmissionPolicies runs in the API server, as upstream's
         policy_status = PolicyStatusController(self.registry)
         await policy_status.start()
@@ -211,7 +225,7 @@ class APIServer:
             ssl_context = self.security.ssl_context
             auth_kw = {"authenticator": self.security.authenticator, "token_issuer": self.security.issuer}
         app = build_app(self.registry, self.catalogue, max_body=cfg.max_body, server_address=address,
-                        limits=cfg.limits, metrics=self.metrics, **auth_kw)
+                        limits=cfg.limits, metrics=self.metrics, authorizer=self.authorizer, **auth_kw)
         self._runner = BoundedAppRunner(app, cfg.limits, access_log=None, handle_signals=False,
                                         shutdown_timeout=1.0)
         await self._runner.setup()
@@ -232,6 +246,27 @@ class APIServer:
         if self.security is None:
             return {}
         return self.security.admin_credentials()
+
+    async def _start_policy(self, mode: str) -> Any:
+        from kubeplane.auth.authorizer import AlwaysAllow
+        from kubeplane.auth.rbac import PolicyCache, RBACAuthorizer
+
+        if mode not in AUTHORIZATION_MODES:
+            raise ValueError(f"unsupported --authorization-mode {mode!r}: one of {', '.join(AUTHORIZATION_MODES)}")
+        self.policy = PolicyCache(self.store)
+        await self.policy.start()
+        self._started.append(self.policy)
+        return AlwaysAllow() if mode == "AlwaysAllow" else RBACAuthorizer(self.policy)
+
+    async def _bootstrap_policy(self) -> None:
+        """Upstream's bootstrap roles and bindings, and the aggregation of ClusterRoles."""
+        from kubeplane.apiserver.bootstrappolicy import reconcile
+        from kubeplane.apiserver.clusterroleaggregation import ClusterRoleAggregator
+
+        await reconcile(self.registry)
+        aggregator = ClusterRoleAggregator(self.registry, self.policy)
+        await aggregator.start()
+        self._started.append(aggregator)
 
     async def stop(self) -> None:
         if self._kubeconfig is not None:

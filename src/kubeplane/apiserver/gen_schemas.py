@@ -51,6 +51,8 @@ GROUP_PACKAGE = {
     "coordination.k8s.io": "coordination",
     "scheduling.k8s.io": "scheduling",
     "resource.k8s.io": "resource",
+    "rbac.authorization.k8s.io": "rbac",
+    "authorization.k8s.io": "authorization",
     "certificates.k8s.io": "certificates",
     "authentication.k8s.io": "authentication",
     "admissionregistration.k8s.io": "admissionregistration",

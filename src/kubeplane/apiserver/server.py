@@ -31,12 +31,14 @@ from kubeplane.api.resources import Catalogue, ResourceInfo
 from kubeplane.apiserver import codec, discovery, health
 from kubeplane.apiserver.openapi import json_kind as _json_kind
 from kubeplane.apiserver.serving import InflightLimiter, ServingLimits, deadline_middleware
+from kubeplane.auth.authorizer import AlwaysAllow
 from kubeplane.registry.registry import Registry, WatchOptions
 from kubeplane.storage.interface import WriteFailedError
 from kubeplane.storage.transformer import TransformError
 
 if TYPE_CHECKING:
     from kubeplane.apiserver.metrics import APIServerMetrics
+    from kubeplane.auth.authorizer import Authorizer
 
 log = logging.getLogger("kubeplane.apiserver")
 
@@ -211,6 +213,7 @@ class APIHandler:
         #: seconds; a watch without timeoutSeconds ends in [min, 2*min] (0: never)
         self.min_request_timeout = 0.0
         self.metrics: Any = None  # APIServerMetrics, set by build_app
+        self.authorizer: Any = None  # the Authorizer every request is put to, set by build_app
         self.stopping = asyncio.Event()
         #: authentication (None: every request is the current user, SYSTEM_ADMIN)
         #: and the ServiceAccount token issuer of TokenRequest (None: not served)
@@ -417,9 +420,12 @@ class APIHandler:
     async def _route(self, request: web.Request, t: Target, m: str) -> web.StreamResponse:
         if t.res.namespaced and t.namespace is None and t.name is not None:
             raise errors.route_not_found()
-        if m == "GET" and ("list" if t.name is None else "get") not in t.res.verbs and t.subresource is None:
-            # create-only kinds (the reviews)
-            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        if "get" not in t.res.verbs:
+            # create-only kinds (the reviews): one route, POST on the collection
+            if t.name is not None or t.watch_path:
+                raise errors.route_not_found()
+            if m != "POST":
+                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
         if t.name is None:
             if m == "GET":
                 if t.watch_path or _bool_param(request.query, "watch"):
@@ -1008,12 +1014,16 @@ def _manager_from_agent(request: web.Request) -> str:
 
 def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_BODY_BYTES,
               server_address: str = "127.0.0.1:6443", limits: ServingLimits | None = None,
-              metrics: "APIServerMetrics | None" = None, authenticator: Any = None, authorizer: Any = None,
-              token_issuer: Any = None) -> web.Application:
+              metrics: "APIServerMetrics | None" = None, authenticator: Any = None,
+              authorizer: "Authorizer | None" = None, token_issuer: Any = None) -> web.Application:
     """The API server's aiohttp app. With an ``authenticator``
     (:class:`kubeplane.auth.authenticator.RequestAuthenticator`) every request
-    is authenticated and may impersonate as ``authorizer`` allows (default
-    AlwaysAllow); without one every request is the current user (SYSTEM_ADMIN)."""
+    is authenticated and may impersonate as ``authorizer`` allows; without one
+    every request is the current user (SYSTEM_ADMIN). ``authorizer`` decides
+    every request (default: the registry's, which allows everything unless one
+    was given to it); the registry answers reviews and escalation checks with
+    the same object."""
+    from kubeplane.apiserver.authorization import authorization_middleware
     from kubeplane.apiserver.metrics import APIServerMetrics
 
     limits = limits or ServingLimits()
@@ -1030,18 +1040,28 @@ def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_B
     h.authenticator = authenticator
     h.token_issuer = token_issuer
     inflight = InflightLimiter(limits.max_requests_inflight, limits.max_mutating_requests_inflight)
+    if authorizer is None:
+        authorizer = registry.authorizer
+    elif isinstance(registry.authorizer, AlwaysAllow):
+        registry.authorizer = authorizer  # reviews and escalation checks ask the same authorizer
+    h.authorizer = authorizer
     # The metrics middleware is outermost, so it sees every final code (429s
     # and 504s included). aiohttp's own body limit is set above ours so our
     # Status reply is the one sent.
     # Authentication (and impersonation) come after the deadline and before the
-    # in-flight limit, as in upstream's filter chain.
+    # in-flight limit, authorization after it and before the handlers, as in
+    # upstream's filter chain.
     authn_filters = []
     if authenticator is not None:
         from kubeplane.apiserver.authn import authentication_middleware
 
         authn_filters.append(authentication_middleware(authenticator, authorizer))
-    app = web.Application(middlewares=[metrics.middleware(), deadline_middleware(limits.request_timeout),
-                                       *authn_filters, inflight.middleware, h.middleware],
+    middlewares = [metrics.middleware(), deadline_middleware(limits.request_timeout), *authn_filters,
+                   inflight.middleware]
+    if not isinstance(authorizer, AlwaysAllow):
+        middlewares.append(authorization_middleware(authorizer))
+    middlewares.append(h.middleware)
+    app = web.Application(middlewares=middlewares,
                           client_max_size=max_body + 1024 * 1024)
     app[HANDLER_KEY] = h
     app[INFLIGHT_KEY] = inflight

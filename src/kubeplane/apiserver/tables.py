@@ -1012,6 +1012,59 @@ _VALIDATING_ADMISSION_POLICY_BINDING = Printer(
 )
 
 
+# --------------------------------------------------------------------------- rbac.authorization.k8s.io
+
+
+def _created_at(obj: Obj) -> str:
+    ts = _parse(meta_of(obj).get("creationTimestamp"))
+    return ts.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if ts else ""
+
+
+_RBAC_ROLE = Printer(
+    (_name_col(), Column("Created At", type="date", description=_AGE_DOC)),
+    lambda o, now: [_name(o), _created_at(o)],
+)
+
+
+def _subjects_cells(binding: Obj) -> list[Cell]:
+    """Users, groups and ServiceAccounts (``namespace/name``), as upstream's SubjectsStrings."""
+    users, groups, sas = [], [], []
+    for s in binding.get("subjects") or []:
+        if not isinstance(s, dict):
+            continue
+        kind, name = s.get("kind"), s.get("name", "")
+        if kind == "User":
+            users.append(name)
+        elif kind == "Group":
+            groups.append(name)
+        elif kind == "ServiceAccount":
+            sas.append(f"{s.get('namespace', '')}/{name}")
+    return [", ".join(users), ", ".join(groups), ", ".join(sas)]
+
+
+def _binding_printer(role_ref_doc: str) -> Printer:
+    return Printer(
+        (
+            _name_col(),
+            Column("Role", description=role_ref_doc),
+            _age_col(),
+            Column("Users", priority=1, description="Users in the roleBinding"),
+            Column("Groups", priority=1, description="Groups in the roleBinding"),
+            Column("ServiceAccounts", priority=1, description="ServiceAccounts in the roleBinding"),
+        ),
+        lambda o, now: [_name(o), f"{_get(o, 'roleRef', 'kind', default='')}/{_get(o, 'roleRef', 'name', default='')}",
+                        _age(o, now), *_subjects_cells(o)],
+    )
+
+
+_ROLE_BINDING = _binding_printer(
+    "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the "
+    "RoleRef cannot be resolved, the Authorizer must return an error. This field is immutable.")
+_CLUSTER_ROLE_BINDING = _binding_printer(
+    "RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the "
+    "Authorizer must return an error. This field is immutable.")
+
+
 # --------------------------------------------------------------------------- registry
 
 _DEFAULT = Printer(
@@ -1047,6 +1100,10 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     ("resource.k8s.io", "resourceslices"): _RESOURCE_SLICE,
     ("admissionregistration.k8s.io", "validatingadmissionpolicies"): _VALIDATING_ADMISSION_POLICY,
     ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"): _VALIDATING_ADMISSION_POLICY_BINDING,
+    ("rbac.authorization.k8s.io", "roles"): _RBAC_ROLE,
+    ("rbac.authorization.k8s.io", "clusterroles"): _RBAC_ROLE,
+    ("rbac.authorization.k8s.io", "rolebindings"): _ROLE_BINDING,
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): _CLUSTER_ROLE_BINDING,
 }
 
 

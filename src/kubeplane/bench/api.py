@@ -12,7 +12,10 @@ Measured:
 * time to list 10,000 pods over HTTP (JSON);
 * watch delivery latency (p50/p99) with 10 watchers at a steady write rate;
 * resident memory of a process holding 10,000 pods in storage and in an
-  informer cache.
+  informer cache;
+* what authorization costs: creates/s over HTTP with AlwaysAllow, with RBAC
+  as system:masters and with RBAC as an ordinary user, and microseconds per
+  authorization (:mod:`kubeplane.bench.authz`).
 """
 
 from __future__ import annotations
@@ -388,5 +391,8 @@ def run(*, runs: int = 3, progress=print) -> dict[str, Any]:
     mem = [_rss_with_informer(10_000) for _ in range(max(1, runs // 2))]
     result["rss_mb_10k_pods"] = round(statistics.median(m["rss_mb"] for m in mem), 1)
     result["rss_mb_baseline"] = round(statistics.median(m["base_mb"] for m in mem), 1)
+    from kubeplane.bench import authz
+
+    result.update(authz.run(runs=max(runs, 3), progress=progress))
     result["cpu_count"] = os.cpu_count()
     return result

@@ -221,6 +221,10 @@ _server_options += [
     _limit_option("--min-request-timeout", "min_request_timeout", float, type=click.IntRange(min=0),
                   default=1800, show_default=True,
                   help="Seconds; a watch without timeoutSeconds ends after a random time in [this, 2*this]."),
+    click.option("--authorization-mode", type=click.Choice(["RBAC", "Node,RBAC", "AlwaysAllow"]), default="RBAC",
+                 show_default=True, expose_value=False,
+                 callback=lambda ctx, _p, v: ctx.meta.__setitem__("authorization_mode", v),
+                 help="How requests are authorized: RBAC (nodes as upstream's Node authorizer) or AlwaysAllow."),
     # Not upstream flags (its values are fixed); for tests.
     _limit_option("--header-timeout", "header_timeout", _seconds, default="32s", hidden=True),
     _limit_option("--idle-timeout", "idle_timeout", _seconds, default="1m30s", hidden=True),
@@ -316,6 +320,10 @@ def _serving_limits():
     return ServingLimits(**click.get_current_context().meta.get("serving_limits", {}))
 
 
+def _authorization_mode() -> str:
+    return click.get_current_context().meta.get("authorization_mode", "RBAC")
+
+
 def server_options(f):
     for opt in reversed(_server_options):
         f = opt(f)
@@ -376,7 +384,7 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
                                          history_revisions=history_revisions, history_bytes=history_bytes,
                                          event_ttl=event_ttl, limits=_serving_limits(),
                                          encryption_provider_config=_encryption_provider_config(),
-                                         **_security_config()),
+                                         authorization_mode=_authorization_mode(), **_security_config()),
                        # with the API server alone, pods still get their ServiceAccount
                        in_process=[namespace_controller, service_account_controller])
 
@@ -457,7 +465,7 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                                        history_revisions=history_revisions, history_bytes=history_bytes,
                                        event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True,
                                        encryption_provider_config=_encryption_provider_config(),
-                                       **_security_config()),
+                                       authorization_mode=_authorization_mode(), **_security_config()),
                        # With --split the namespace controller stays in this process (the
                        # deletes it makes are served here anyway, and it keeps working while
                        # the second process restarts); otherwise it is one of the controllers.

@@ -22,6 +22,8 @@ from typing import Any
 
 from kubeplane.api import errors
 from kubeplane.api.meta import without_managed_fields
+from kubeplane.auth.authorizer import AlwaysAllow, Attributes
+from kubeplane.auth.user import current_user
 from kubeplane.client.inprocess import InProcessClient, typed_view
 from kubeplane.auth.user import SYSTEM_ADMIN, UserInfo, reset_current_user, set_current_user
 from kubeplane.client.wire import ACTING_AS, ENDED, EVENTS, FAILED, OK, OMIT_MANAGED_FIELDS, FrameProtocol
@@ -172,6 +174,7 @@ class _Connection:
             if op not in _REQUESTS:
                 raise errors.bad_request(f"unknown operation {op!r}")
             res = self._resource(group, version, plural)
+            self.server.authorize(op, res, args)
             omit = args.pop(OMIT_MANAGED_FIELDS, False)
             try:
                 result = await getattr(self.server.client, op)(res, **args)
@@ -201,6 +204,7 @@ class _Connection:
         batches = None
         try:
             res = self._resource(group, version, plural)
+            self.server.authorize("watch", res, args)
             send_initial = bool(args.get("send_initial_events"))
             timeout = args.get("timeout_seconds")
             opts = WatchOptions(
@@ -231,6 +235,40 @@ class _Connection:
                 await batches.aclose()
             if self.watches.pop(wid, None) is not None:
                 self._send([wid, ENDED, None])
+
+
+def _name_of(args: dict) -> str:
+    name = args.get("name")
+    if isinstance(name, str):
+        return name
+    obj = args.get("obj")
+    md = obj.get("metadata") if isinstance(obj, dict) else None
+    return md.get("name", "") if isinstance(md, dict) and isinstance(md.get("name"), str) else ""
+
+
+def wire_attributes(user: Any, op: str, res: Any, args: dict) -> Attributes:
+    """The authorizer attributes of a wire request (upstream's request info for the REST call it stands for)."""
+    sub = args.get("subresource") if isinstance(args.get("subresource"), str) else ""
+    namespace = args.get("namespace") if isinstance(args.get("namespace"), str) else ""
+    if not namespace and res.namespaced and op in ("create", "update"):
+        obj = args.get("obj")
+        md = obj.get("metadata") if isinstance(obj, dict) else None
+        if isinstance(md, dict) and isinstance(md.get("namespace"), str):
+            namespace = md["namespace"]
+    name = ""
+    verb = op
+    if op in ("get", "update", "patch", "delete"):
+        name = _name_of(args)
+    elif op == "create" and sub:
+        name = _name_of(args)  # pods/binding names its pod
+    elif op in ("list", "watch"):
+        from kubeplane.auth.requestinfo import _name_from_field_selector
+
+        selector = args.get("field_selector")
+        name = _name_from_field_selector(selector) if isinstance(selector, str) else ""
+    if not res.namespaced:
+        namespace = ""
+    return Attributes(user, verb, True, namespace, res.group, res.version, res.plural, sub, name)
 
 
 def _view_without_managed(res: Any, obj: Any) -> Any:
@@ -285,6 +323,17 @@ class WireServer:
         self.client = InProcessClient(registry, copies=False)
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[_Connection] = set()
+
+    def authorize(self, op: str, res: Any, args: dict) -> None:
+        """Puts a request to the registry's authorizer, as the HTTP front end
+        does (the attributes a REST request for the same call would have);
+        raises the same 403 when it is not allowed."""
+        authorizer = self.registry.authorizer
+        if isinstance(authorizer, AlwaysAllow):
+            return
+        from kubeplane.apiserver.authorization import check
+
+        check(authorizer, wire_attributes(current_user(), op, res, args))
 
     async def start(self) -> None:
         """Listen. A stale socket file is replaced; a live one (another server

@@ -24,7 +24,9 @@ from kubeplane.api.meta import deep_copy, format_time, new_uid, now_text, random
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
 from kubeplane.api.selectors import parse_field_selector, parse_label_selector
 from kubeplane.api.validation import validate_object
+from kubeplane.auth.authorizer import AlwaysAllow
 from kubeplane.registry import customresource as cr
+from kubeplane.registry import rbac as rbac_rules
 from kubeplane.registry.admission import (
     CREATE,
     DELETE,
@@ -142,8 +144,12 @@ class Registry(WatchMixin, SubresourcesMixin):
         validator: Callable[[ResourceInfo, Obj, Obj | None], list[errors.Cause]] | None = None,
         retry_seconds: float = RETRY_SECONDS,
         admission: AdmissionChain | None = None,
+        authorizer: Any = None,
     ) -> None:
         self.store = store
+        #: asked by the authorization reviews and the RBAC escalation checks
+        #: (kubeplane.auth.authorizer.Authorizer; AlwaysAllow by default)
+        self.authorizer = authorizer if authorizer is not None else AlwaysAllow()
         #: the admission plugins every write passes (registry/admission.py)
         self.admission = admission if admission is not None else default_chain(store)
         self.catalogue = catalogue
@@ -374,6 +380,10 @@ class Registry(WatchMixin, SubresourcesMixin):
         self._check_type_meta(res, obj)
         md = self._check_metadata_shape(obj)
         self._normalise_namespace(res, md, namespace)
+        if rbac_rules.is_review(res):
+            return await rbac_rules.review(self, res, obj, md.get("namespace"))
+        if rbac_rules.is_rbac(res):
+            rbac_rules.check_write(self, res, obj, None, "")
         strategy = self.strategy(res)
         # Server-owned metadata is reset on create.
         for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
@@ -573,6 +583,8 @@ class Registry(WatchMixin, SubresourcesMixin):
             current = kv.value if res.custom is None else cr.to_version(res, kv.value)
             new = mutate(current)
             new_md = self._check_metadata_shape(new)
+            if rbac_rules.is_rbac(res) and subresource is None:
+                rbac_rules.check_write(self, res, new, current, name)
             rv = want_rv or new_md.get("resourceVersion") or ""
             if rv and rv != str(kv.mod_revision):
                 raise errors.conflict(res.plural, name, res.group)

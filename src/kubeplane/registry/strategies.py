@@ -755,6 +755,19 @@ class NoGenerationStrategy(Strategy):
     tracks_generation = False
 
 
+class RBACBindingStrategy(NoGenerationStrategy):
+    """RoleBindings and ClusterRoleBindings: the v1 defaults of roleRef and subjects."""
+
+    def default(self, obj: Obj) -> None:
+        ref = obj.get("roleRef")
+        if isinstance(ref, dict) and not ref.get("apiGroup"):
+            ref["apiGroup"] = "rbac.authorization.k8s.io"
+        subjects = obj.get("subjects")
+        for subject in subjects if isinstance(subjects, list) else ():
+            if isinstance(subject, dict) and not subject.get("apiGroup") and subject.get("kind") in ("User", "Group"):
+                subject["apiGroup"] = "rbac.authorization.k8s.io"
+
+
 class CSRStrategy(Strategy):
     """certificates.k8s.io CertificateSigningRequests: the requester comes
     from the request's user, the spec never changes, the approval endpoint
@@ -885,6 +898,10 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("resource.k8s.io", "resourceclaimtemplates"): ResourceClaimTemplateStrategy,
     ("admissionregistration.k8s.io", "validatingadmissionpolicies"): ValidatingAdmissionPolicyStrategy,
     ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"): ValidatingAdmissionPolicyBindingStrategy,
+    ("rbac.authorization.k8s.io", "roles"): NoGenerationStrategy,
+    ("rbac.authorization.k8s.io", "clusterroles"): NoGenerationStrategy,
+    ("rbac.authorization.k8s.io", "rolebindings"): RBACBindingStrategy,
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): RBACBindingStrategy,
 }
 
 

@@ -71,6 +71,14 @@ from kubeplane.api.validation.meta import (
     validate_object_meta_update,
 )
 from kubeplane.api.validation.policy import _validate_pdb
+from kubeplane.api.validation.rbac import (
+    _role_ref_immutable,
+    _validate_cluster_role,
+    _validate_cluster_role_binding,
+    _validate_role,
+    _validate_role_binding,
+    name_is_path_segment,
+)
 from kubeplane.api.validation.resource import (
     _spec_immutable,
     _validate_device_class,
@@ -126,6 +134,11 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     "resourceslices.resource.k8s.io": (name_is_dns_subdomain, _validate_resource_slice, _validate_resource_slice_update),
     "resourceclaims.resource.k8s.io": (name_is_dns_subdomain, _validate_resource_claim, _spec_immutable),
     "resourceclaimtemplates.resource.k8s.io": (name_is_dns_subdomain, _validate_resource_claim_template, _spec_immutable),
+    "roles.rbac.authorization.k8s.io": (name_is_path_segment, _validate_role, None),
+    "clusterroles.rbac.authorization.k8s.io": (name_is_path_segment, _validate_cluster_role, None),
+    "rolebindings.rbac.authorization.k8s.io": (name_is_path_segment, _validate_role_binding, _role_ref_immutable),
+    "clusterrolebindings.rbac.authorization.k8s.io": (name_is_path_segment, _validate_cluster_role_binding,
+                                                      _role_ref_immutable),
 }
 
 
