@@ -21,9 +21,11 @@ class Cause:
     field: str
 
     def to_dict(self) -> dict[str, str]:
-        out = {"reason": self.reason, "message": self.message}
-        if not self.reason:  # omitempty upstream (admission denials carry a message only)
-            del out["reason"]
+        out: dict[str, str] = {}
+        if self.reason:  # omitempty upstream (admission denials carry a message only)
+            out["reason"] = self.reason
+        if self.message:
+            out["message"] = self.message
         if self.field:  # upstream omits an empty field
             out["field"] = self.field
         return out
@@ -62,10 +64,15 @@ class StatusError(Exception):
             "apiVersion": "v1",
             "metadata": {},
             "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
         }
+        # metav1.Status's message, reason and code are omitempty: an empty
+        # one is left out rather than written as "" or 0.
+        if self.message:
+            status["message"] = self.message
+        if self.reason:
+            status["reason"] = self.reason
+        if self.code:
+            status["code"] = self.code
         # Upstream's StatusDetails has only omitempty fields: an empty group
         # (the core group) is left out, and an error that names no object
         # still carries ``details: {}``, which clients dereference (kubectl
@@ -143,14 +150,28 @@ def conflict(resource: str, name: str, group: str = "", detail: str | None = Non
     )
 
 
+# metav1.GroupName: the group upstream names ListOptions and DeleteOptions in.
+META_GROUP = "meta.k8s.io"
+
+
+def qualified_kind(kind: str, group: str = "") -> str:
+    """schema.GroupKind.String(): ``Deployment.apps``, bare for the core group."""
+    return f"{kind}.{group}" if group else kind
+
+
 def invalid(kind: str, name: str, causes: list[Cause], group: str = "") -> StatusError:
-    """422 Invalid. ``details.kind`` is the Kind (not the resource), as upstream."""
+    """422 Invalid, as upstream's NewInvalid: the message names the
+    group-qualified kind (``Deployment.apps "x" is invalid: ...``, core kinds
+    bare); ``details.kind`` is the bare Kind and ``details.group`` the group."""
+    if not causes:
+        return StatusError(422, "Invalid", f'{qualified_kind(kind, group)} "{name}" is invalid',
+                           name=name, group=group, kind=kind)
     if len(causes) == 1:
         summary = f"{causes[0].field}: {causes[0].message}"
     else:
         summary = "[" + ", ".join(f"{c.field}: {c.message}" for c in causes) + "]"
     return StatusError(
-        422, "Invalid", f'{kind} "{name}" is invalid: {summary}',
+        422, "Invalid", f'{qualified_kind(kind, group)} "{name}" is invalid: {summary}',
         name=name, group=group, kind=kind, causes=causes,
     )
 

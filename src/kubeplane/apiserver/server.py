@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("kubeplane.apiserver")
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # upstream's default request body limit
+# Key (not a DeleteOptions field) for "orphanDependents=false was sent".
+_CASCADE_REQUESTED = "_orphanDependentsFalse"
 
 
 def _platform() -> str:
@@ -677,7 +679,10 @@ class APIHandler:
             if opts.get("propagationPolicy") is not None:
                 raise errors.invalid("DeleteOptions", "", [errors.invalid_value(
                     "propagationPolicy", opts["propagationPolicy"],
-                    "orphanDependents and deletionPropagation cannot be both set")])
+                    "orphanDependents and deletionPropagation cannot be both set")], group=errors.META_GROUP)
+            # Kept for the response code: upstream answers 202 only to a
+            # delete that asked for orphanDependents=false explicitly.
+            opts[_CASCADE_REQUESTED] = not orphan
             opts["propagationPolicy"] = "Orphan" if orphan else "Background"
         for v in opts.get("dryRun") or []:
             if v != "All":
@@ -694,7 +699,12 @@ class APIHandler:
                 preconditions=opts.get("preconditions"),
                 dry_run=bool(opts.get("dryRun")),
             )
-        return self._respond_object(request, t.res, obj, 200 if finished else 202, admission_warnings)
+        # Upstream's delete handler: 200 with the object whenever the object
+        # is not gone yet (finalizers, graceful deletion), 202 Accepted only
+        # when the client also set orphanDependents=false (kept so for
+        # existing clients); propagationPolicy alone never makes it 202.
+        accepted = not finished and opts.get(_CASCADE_REQUESTED, False)
+        return self._respond_object(request, t.res, obj, 202 if accepted else 200, admission_warnings)
 
     async def delete_collection(self, request: web.Request, t: Target) -> web.Response:
         opts = await self._delete_options(request)

@@ -846,7 +846,8 @@ class Registry(WatchMixin, SubresourcesMixin):
         one item of a deletecollection, admitted (as upstream) without a name."""
         if propagation_policy not in (None, "", "Orphan", "Background", "Foreground"):
             raise errors.invalid("DeleteOptions", "", [errors.not_supported(
-                "propagationPolicy", propagation_policy, ["Foreground", "Background", "Orphan", "nil"])])
+                "propagationPolicy", propagation_policy, ["Foreground", "Background", "Orphan", "nil"])],
+                group=errors.META_GROUP)
         if grace_period_seconds is not None and grace_period_seconds < 0:
             grace_period_seconds = 0
         key = self._key(res, name, namespace)

@@ -92,7 +92,8 @@ class WatchMixin:
             send_initial = rv in ("", "0")
         if send_initial and opts.send_initial_events and opts.resource_version_match not in ("NotOlderThan",):
             raise errors.invalid("ListOptions", "", [errors.forbidden_field(
-                "resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")])
+                "resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")],
+                group=errors.META_GROUP)
         if rv in ("", "0") or send_initial:
             if rv not in ("", "0"):
                 await self._wait_for_revision(parse_resource_version(rv))

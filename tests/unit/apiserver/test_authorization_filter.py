@@ -322,7 +322,7 @@ async def test_validation(env):
     created["roleRef"]["name"] = "view"
     status, out = await env.call("PUT", f"{RBAC}/namespaces/default/rolebindings/rb", created)
     assert status == 422
-    assert out["message"] == ('RoleBinding "rb" is invalid: roleRef: Invalid value: '
+    assert out["message"] == ('RoleBinding.rbac.authorization.k8s.io "rb" is invalid: roleRef: Invalid value: '
                               'rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"view"}: '
                               "cannot change roleRef")
 

@@ -49,8 +49,9 @@ async def test_expiration_bounds(reg):
     with pytest.raises(StatusError) as err:
         await request(reg, {"spec": {"expirationSeconds": 599}})
     assert err.value.code == 422
-    assert err.value.message.endswith('"robot" is invalid: spec.expirationSeconds: Invalid value: 599: may not '
-                                      'specify a duration less than 10 minutes')
+    assert err.value.message == ('TokenRequest.authentication.k8s.io "robot" is invalid: spec.expirationSeconds: '
+                                 'Invalid value: 599: may not specify a duration less than 10 minutes')
+    assert (err.value.kind, err.value.group) == ("TokenRequest", "authentication.k8s.io")
     with pytest.raises(StatusError) as err:
         await request(reg, {"spec": {"expirationSeconds": (1 << 32) + 1}})
     assert "may not specify a duration larger than 2^32 seconds" in err.value.message
