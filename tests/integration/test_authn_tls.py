@@ -96,8 +96,7 @@ def test_create_token_then_use_it_and_review_it(authn_server, kc, tmp_path):
     short = kc("create", "token", name, "--duration=5m", check=False)
     assert short.rc != 0 and "may not specify a duration less than 10 minutes" in short.err
     # TokenReview
-    # (--validate=false: kubectl looks create-only kinds up among the CRDs)
-    review = kc("create", "--validate=false", "-f", "-", "-o", "json", stdin=json.dumps({
+    review = kc("create", "-f", "-", "-o", "json", stdin=json.dumps({
         "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})).out
     status = json.loads(review)["status"]
     assert status["authenticated"] is True and status["user"]["username"] == info["username"]
