@@ -107,6 +107,12 @@ async def test_http_invalid_messages_are_group_qualified(api: aiohttp.ClientSess
     # options are meta.k8s.io kinds
     code, out = await call(s, "DELETE", "/api/v1/namespaces/default/configmaps/x?propagationPolicy=Sideways")
     assert code == 422 and out["message"].startswith('DeleteOptions.meta.k8s.io "" is invalid: '), out
+    async with s.get("/api/v1/namespaces/default/configmaps?watch=1&sendInitialEvents=true") as r:
+        out = orjson.loads(await r.read())
+    assert r.status == 422 and out["message"] == (
+        'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires '
+        'setting resourceVersionMatch to NotOlderThan'), out
+    assert (out["details"]["kind"], out["details"]["group"]) == ("ListOptions", "meta.k8s.io")
 
 
 async def test_custom_resource_invalid_names_the_crd_group(api: aiohttp.ClientSession) -> None:
