@@ -1,0 +1,322 @@
+"""A kopf operator end to end against a real kubeplane API server.
+
+kopf (PyPI) runs in a thread with its own event loop, logs in with the admin
+kubeconfig's certificate, verifying the server's CA, and runs with peering on
+(ClusterKopfPeering) and a validating admission webhook served by kopf's own
+WebhookServer, whose ValidatingWebhookConfiguration kopf manages itself.
+The test watches the effects of create/update/field/timer/delete handlers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import threading
+import time
+
+import pytest
+import yaml
+
+import kopf  # noqa: E402  (a test dependency)
+import kubernetes  # noqa: E402
+from cryptography import x509  # noqa: E402
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import NameOID  # noqa: E402
+
+from conftest import Kubectl, start_server  # noqa: E402
+
+GROUP = "kopf-e2e.example.com"
+NS = "kopf-e2e"
+WEBHOOK_CONFIG = "kopf-e2e.example.com"
+
+WIDGET_CRD = f"""
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.{GROUP}
+spec:
+  group: {GROUP}
+  scope: Namespaced
+  names: {{plural: widgets, singular: widget, kind: Widget, shortNames: [wd]}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {{status: {{}}}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {{type: integer}}
+              color: {{type: string}}
+          status:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+"""
+
+# kopf's peering resources, as kopf's documentation defines them.
+PEERING_CRDS = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: clusterkopfpeerings.kopf.dev
+spec:
+  scope: Cluster
+  group: kopf.dev
+  names: {kind: ClusterKopfPeering, plural: clusterkopfpeerings, singular: clusterkopfpeering}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: kopfpeerings.kopf.dev
+spec:
+  scope: Namespaced
+  group: kopf.dev
+  names: {kind: KopfPeering, plural: kopfpeerings, singular: kopfpeering}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _self_signed(tmp) -> tuple[str, str]:
+    """A self-signed CA certificate for 127.0.0.1 that also serves: kopf puts
+    it into the webhook configuration's caBundle itself."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    import ipaddress
+
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    certfile, keyfile = tmp / "webhook.crt", tmp / "webhook.key"
+    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    return str(certfile), str(keyfile)
+
+
+def wait_for(what: str, fn, timeout: float = 15.0, errors: list | None = None):
+    """Poll ``fn`` until it returns a truthy value (returned) or time out."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            got = fn()
+            if got:
+                return got
+            last = got
+        except kubernetes.client.ApiException as e:
+            last = f"{e.status} {e.reason}"
+        if errors:
+            raise AssertionError(f"operator failed while waiting for {what}: {errors}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+        time.sleep(0.05)
+
+
+def build_registry(server, certfile: str, keyfile: str, webhook_port: int, api_factory) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    res = (GROUP, "v1", "widgets")
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_):
+        settings.peering.name = "default"
+        settings.peering.mandatory = True
+        settings.peering.clusterwide = True
+        settings.admission.server = kopf.WebhookServer(
+            addr="127.0.0.1", port=webhook_port, certfile=certfile, pkeyfile=keyfile, cafile=certfile)
+        settings.admission.managed = WEBHOOK_CONFIG
+        settings.watching.server_timeout = 30
+
+    @kopf.on.login(registry=registry)
+    def login(**_):
+        return kopf.ConnectionInfo(
+            server=server.url, ca_path=server.ca_file,
+            certificate_path=server.cert[0], private_key_path=server.cert[1],
+            default_namespace="default",
+        )
+
+    @kopf.on.validate(*res, id="check_size", registry=registry)
+    def check_size(spec, **_):
+        if (spec.get("size") or 0) > 10:
+            raise kopf.AdmissionError("size must be at most 10")
+
+    @kopf.on.create(*res, id="on_create", registry=registry)
+    def on_create(body, name, namespace, spec, **_):
+        core = kubernetes.client.CoreV1Api(api_factory())
+        core.create_namespaced_config_map(namespace, {
+            "metadata": {"name": f"{name}-cm"}, "data": {"size": str(spec.get("size"))}})
+        kopf.info(body, reason="ConfigMapCreated", message=f"created {name}-cm")
+        return {"configmap": f"{name}-cm"}
+
+    @kopf.on.update(*res, id="on_update", registry=registry)
+    def on_update(spec, **_):
+        return {"size": spec.get("size")}
+
+    @kopf.on.field(*res, id="on_color", field="spec.color", registry=registry)
+    def on_color(old, new, patch, **_):
+        patch.status["color"] = {"old": old, "new": new}
+
+    @kopf.timer(*res, id="tick", interval=0.3, registry=registry)
+    def tick(status, patch, **_):
+        patch.status["ticks"] = (status.get("ticks") or 0) + 1
+
+    @kopf.on.delete(*res, id="on_delete", registry=registry)
+    def on_delete(name, namespace, **_):
+        core = kubernetes.client.CoreV1Api(api_factory())
+        core.delete_namespaced_config_map(f"{name}-cm", namespace)
+
+    return registry
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    srv = start_server(tmp_path / "apiserver")
+    try:
+        yield srv, Kubectl(srv.kubeconfig, tmp_path / "kubectl-home")
+    finally:
+        srv.stop()
+
+
+def test_kopf_operator_end_to_end(cluster, tmp_path):
+    server, kubectl = cluster
+    api = kubernetes.config.new_client_from_config(config_file=str(server.kubeconfig))
+    clients: list = [api]
+
+    def api_factory():
+        c = kubernetes.config.new_client_from_config(config_file=str(server.kubeconfig))
+        clients.append(c)
+        return c
+
+    custom = kubernetes.client.CustomObjectsApi(api)
+    core = kubernetes.client.CoreV1Api(api)
+    admission = kubernetes.client.AdmissionregistrationV1Api(api)
+
+    kubectl("apply", "-f", "-", stdin=WIDGET_CRD + "---" + PEERING_CRDS)
+    kubectl("wait", "--for=condition=Established", "--timeout=10s", f"crd/widgets.{GROUP}",
+            "crd/clusterkopfpeerings.kopf.dev", "crd/kopfpeerings.kopf.dev")
+    kubectl("create", "namespace", NS)
+    kubectl("apply", "-f", "-", stdin="apiVersion: kopf.dev/v1\nkind: ClusterKopfPeering\nmetadata: {name: default}\n")
+
+    certfile, keyfile = _self_signed(tmp_path)
+    registry = build_registry(server, certfile, keyfile, _free_port(), api_factory)
+    stop_flag, ready_flag = threading.Event(), threading.Event()
+    errors: list = []
+
+    def run_operator():
+        try:
+            kopf.run(registry=registry, clusterwide=True, stop_flag=stop_flag, ready_flag=ready_flag,
+                     peering_name="default", standalone=False)
+        except BaseException as e:  # surfaced to the waits
+            errors.append(repr(e))
+
+    thread = threading.Thread(target=run_operator, name="kopf-operator", daemon=True)
+    thread.start()
+    try:
+        wait_for("the operator to be ready", ready_flag.is_set, errors=errors)
+
+        # Peering: kopf announces itself in the ClusterKopfPeering's status.
+        wait_for("kopf's peering record", lambda: (custom.get_cluster_custom_object(
+            "kopf.dev", "v1", "clusterkopfpeerings", "default").get("status") or {}), errors=errors)
+
+        # kopf writes its own ValidatingWebhookConfiguration (url + caBundle).
+        vwc = wait_for("the managed webhook configuration", lambda: admission.read_validating_webhook_configuration(
+            WEBHOOK_CONFIG), errors=errors)
+        hook = vwc.webhooks[0]
+        assert hook.client_config.url.startswith("https://127.0.0.1:")
+        assert hook.client_config.ca_bundle
+
+        # Create: the handler creates a ConfigMap, kopf records the result in status and adds its finalizer.
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump({
+            "apiVersion": f"{GROUP}/v1", "kind": "Widget",
+            "metadata": {"name": "w1", "namespace": NS}, "spec": {"size": 1, "color": "red"}}))
+        wait_for("the create handler's ConfigMap", lambda: core.read_namespaced_config_map("w1-cm", NS), errors=errors)
+
+        def get_w1():
+            return custom.get_namespaced_custom_object(GROUP, "v1", NS, "widgets", "w1")
+
+        obj = wait_for("the create handler's status", lambda: (
+            w := get_w1()).get("status", {}).get("on_create") and w, errors=errors)
+        assert obj["status"]["on_create"] == {"configmap": "w1-cm"}
+        assert obj["metadata"]["finalizers"] == ["kopf.zalando.org/KopfFinalizerMarker"]
+
+        # Update and field handlers.
+        kubectl("patch", "widget", "w1", "-n", NS, "--type=merge", "-p", '{"spec": {"size": 3, "color": "blue"}}')
+        wait_for("the update handler's status", lambda: get_w1().get("status", {}).get("on_update") == {"size": 3},
+                 errors=errors)
+        wait_for("the field handler's status", lambda: get_w1().get("status", {}).get("color") == {
+            "old": "red", "new": "blue"}, errors=errors)
+
+        # The timer keeps ticking.
+        wait_for("two timer ticks", lambda: (get_w1().get("status", {}).get("ticks") or 0) >= 2, errors=errors)
+
+        # kopf posted core/v1 Events about the handlers.
+        wait_for("kopf's events", lambda: any(
+            e.reason == "ConfigMapCreated" and e.message == "created w1-cm" and e.type == "Normal"
+            for e in core.list_namespaced_event(
+                NS, field_selector="involvedObject.name=w1").items), errors=errors)
+
+        # The validating webhook served by kopf denies an invalid object.
+        bad = kubectl("apply", "-f", "-", check=False, stdin=yaml.safe_dump({
+            "apiVersion": f"{GROUP}/v1", "kind": "Widget",
+            "metadata": {"name": "w2", "namespace": NS}, "spec": {"size": 20}}))
+        assert bad.rc != 0
+        assert "size must be at most 10" in bad.err, bad.err
+        assert "denied the request" in bad.err, bad.err
+
+        # Delete: the delete handler runs, then kopf removes its finalizer and the object goes.
+        kubectl("delete", "widget", "w1", "-n", NS, "--wait=false")
+
+        def gone(read):
+            try:
+                read()
+            except kubernetes.client.ApiException as e:
+                if e.status == 404:
+                    return True
+                raise
+            return False
+
+        wait_for("the Widget to be deleted", lambda: gone(get_w1), errors=errors)
+        assert gone(lambda: core.read_namespaced_config_map("w1-cm", NS))
+        assert not errors, errors
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- server log tail ---\n{server.log()[-4000:]}") from None
+    finally:
+        stop_flag.set()
+        thread.join(20)
+        for c in clients:
+            c.close()
+    assert not thread.is_alive(), "kopf did not stop"
+    assert not errors, errors
