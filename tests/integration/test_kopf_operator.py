@@ -10,6 +10,7 @@ The test watches the effects of create/update/field/timer/delete handlers.
 from __future__ import annotations
 
 import datetime
+import logging
 import socket
 import threading
 import time
@@ -29,6 +30,7 @@ from conftest import Kubectl, start_server  # noqa: E402
 GROUP = "kopf-e2e.example.com"
 NS = "kopf-e2e"
 WEBHOOK_CONFIG = "kopf-e2e.example.com"
+IDENTITY = "kopf-e2e-operator"
 
 WIDGET_CRD = f"""
 apiVersion: apiextensions.k8s.io/v1
@@ -173,6 +175,10 @@ def build_registry(server, certfile: str, keyfile: str, webhook_port: int, api_f
         if (spec.get("size") or 0) > 10:
             raise kopf.AdmissionError("size must be at most 10")
 
+    @kopf.on.mutate(*res, id="add_label", registry=registry)
+    def add_label(patch, **_):
+        patch.metadata.labels["mutated-by"] = "kopf"
+
     @kopf.on.create(*res, id="on_create", registry=registry)
     def on_create(body, name, namespace, spec, **_):
         core = kubernetes.client.CoreV1Api(api_factory())
@@ -237,7 +243,7 @@ def test_kopf_operator_end_to_end(cluster, tmp_path):
 
     def run_operator():
         try:
-            kopf.run(registry=registry, clusterwide=True, stop_flag=stop_flag, ready_flag=ready_flag,
+            kopf.run(registry=registry, clusterwide=True, identity=IDENTITY, stop_flag=stop_flag, ready_flag=ready_flag,
                      peering_name="default", standalone=False)
         except BaseException as e:  # surfaced to the waits
             errors.append(repr(e))
@@ -247,16 +253,21 @@ def test_kopf_operator_end_to_end(cluster, tmp_path):
     try:
         wait_for("the operator to be ready", ready_flag.is_set, errors=errors)
 
-        # Peering: kopf announces itself in the ClusterKopfPeering's status.
-        wait_for("kopf's peering record", lambda: (custom.get_cluster_custom_object(
-            "kopf.dev", "v1", "clusterkopfpeerings", "default").get("status") or {}), errors=errors)
+        # Peering: kopf announces itself in the ClusterKopfPeering's status (a merge patch).
+        def peers():
+            return custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", "default").get(
+                "status") or {}
 
-        # kopf writes its own ValidatingWebhookConfiguration (url + caBundle).
-        vwc = wait_for("the managed webhook configuration", lambda: admission.read_validating_webhook_configuration(
-            WEBHOOK_CONFIG), errors=errors)
-        hook = vwc.webhooks[0]
-        assert hook.client_config.url.startswith("https://127.0.0.1:")
-        assert hook.client_config.ca_bundle
+        assert wait_for("kopf's peering record", lambda: peers().get(IDENTITY), errors=errors)["priority"] == 0
+
+        # kopf writes its own webhook configurations (url + caBundle).
+        vwc = wait_for("the managed validating webhook configuration", lambda: (
+            c := admission.read_validating_webhook_configuration(WEBHOOK_CONFIG)).webhooks and c, errors=errors)
+        mwc = wait_for("the managed mutating webhook configuration", lambda: (
+            c := admission.read_mutating_webhook_configuration(WEBHOOK_CONFIG)).webhooks and c, errors=errors)
+        for hook in (vwc.webhooks[0], mwc.webhooks[0]):
+            assert hook.client_config.url.startswith("https://127.0.0.1:")
+            assert hook.client_config.ca_bundle
 
         # Create: the handler creates a ConfigMap, kopf records the result in status and adds its finalizer.
         kubectl("apply", "-f", "-", stdin=yaml.safe_dump({
@@ -271,6 +282,8 @@ def test_kopf_operator_end_to_end(cluster, tmp_path):
             w := get_w1()).get("status", {}).get("on_create") and w, errors=errors)
         assert obj["status"]["on_create"] == {"configmap": "w1-cm"}
         assert obj["metadata"]["finalizers"] == ["kopf.zalando.org/KopfFinalizerMarker"]
+        # kopf's mutating webhook answered with a JSON patch.
+        assert obj["metadata"]["labels"] == {"mutated-by": "kopf"}
 
         # Update and field handlers.
         kubectl("patch", "widget", "w1", "-n", NS, "--type=merge", "-p", '{"spec": {"size": 3, "color": "blue"}}')
@@ -316,7 +329,124 @@ def test_kopf_operator_end_to_end(cluster, tmp_path):
     finally:
         stop_flag.set()
         thread.join(20)
+    try:
+        assert not thread.is_alive(), "kopf did not stop"
+        assert not errors, errors
+        # On exit kopf removed its peering record (a merge patch with null).
+        assert IDENTITY not in peers()
+    finally:
         for c in clients:
             c.close()
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_kopf_namespaced_operator_streaming_late_crd(cluster, tmp_path):
+    """A namespaced operator (namespace glob, KopfPeering) with watch-list initial
+    streaming (sendInitialEvents) and one-second watch timeouts, started before
+    its CRD exists: kopf finds the CRD through its CRD watch and serves it, sees
+    a namespace created later through its namespace watch, and handles objects
+    there."""
+    server, kubectl = cluster
+    api = kubernetes.config.new_client_from_config(config_file=str(server.kubeconfig))
+    custom = kubernetes.client.CustomObjectsApi(api)
+    kubectl("apply", "-f", "-", stdin=PEERING_CRDS)
+    kubectl("wait", "--for=condition=Established", "--timeout=10s", "crd/kopfpeerings.kopf.dev")
+    peering = "apiVersion: kopf.dev/v1\nkind: KopfPeering\nmetadata: {name: default, namespace: %s}\n"
+    kubectl("create", "namespace", "kopf-a")
+    kubectl("apply", "-f", "-", stdin=peering % "kopf-a")
+
+    registry = kopf.OperatorRegistry()
+    seen: list = []
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_):
+        settings.peering.mandatory = True
+        settings.watching.initial_streaming = True
+        settings.watching.server_timeout = 1
+
+    @kopf.on.login(registry=registry)
+    def login(**_):
+        return kopf.ConnectionInfo(server=server.url, ca_path=server.ca_file,
+                                   certificate_path=server.cert[0], private_key_path=server.cert[1])
+
+    @kopf.on.create(GROUP, "v1", "widgets", id="created", registry=registry)
+    def created(name, namespace, **_):
+        seen.append(("created", namespace, name))
+        return "done"
+
+    @kopf.on.delete(GROUP, "v1", "widgets", id="deleted", registry=registry)
+    def deleted(name, namespace, **_):
+        seen.append(("deleted", namespace, name))
+
+    @kopf.on.event("v1", "configmaps", id="cm_events", registry=registry)
+    def cm_events(type, name, namespace, **_):
+        seen.append((type, namespace, name))
+
+    records = _Records()
+    kopf_logger = logging.getLogger("kopf")
+    old_level = kopf_logger.level
+    kopf_logger.setLevel(logging.DEBUG)
+    kopf_logger.addHandler(records)
+    stop_flag, ready_flag = threading.Event(), threading.Event()
+    errors: list = []
+
+    def run_operator():
+        try:
+            kopf.run(registry=registry, namespaces=["kopf-*"], stop_flag=stop_flag, ready_flag=ready_flag,
+                     standalone=False)
+        except BaseException as e:
+            errors.append(repr(e))
+
+    thread = threading.Thread(target=run_operator, name="kopf-namespaced-operator", daemon=True)
+    thread.start()
+    try:
+        wait_for("the operator to be ready", ready_flag.is_set, errors=errors)
+        # kopf has looked for the widgets resource and not found it yet.
+        wait_for("kopf to miss the CRD", lambda: any(
+            "Unresolved resources cannot be served" in m for m in records.messages), errors=errors)
+        # The initial stream of the existing namespace's ConfigMaps (sendInitialEvents) is handled
+        # (kube-root-ca.crt is published in every namespace).
+        kubectl("create", "configmap", "early", "-n", "kopf-a")
+        wait_for("the ConfigMap event", lambda: ("ADDED", "kopf-a", "early") in seen, errors=errors)
+
+        kubectl("apply", "-f", "-", stdin=WIDGET_CRD)
+        kubectl("create", "namespace", "kopf-b")
+        kubectl("apply", "-f", "-", stdin=peering % "kopf-b")
+        for ns in ("kopf-a", "kopf-b"):
+            kubectl("apply", "-f", "-", stdin=yaml.safe_dump({
+                "apiVersion": f"{GROUP}/v1", "kind": "Widget",
+                "metadata": {"name": "w", "namespace": ns}, "spec": {"size": 1}}))
+        for ns in ("kopf-a", "kopf-b"):
+            wait_for(f"the create handler in {ns}", lambda: ("created", ns, "w") in seen, errors=errors)
+            wait_for(f"the create handler's status in {ns}", lambda: custom.get_namespaced_custom_object(
+                GROUP, "v1", ns, "widgets", "w").get("status", {}).get("created") == "done", errors=errors)
+        kubectl("create", "configmap", "late", "-n", "kopf-b")
+        wait_for("the late ConfigMap event", lambda: ("ADDED", "kopf-b", "late") in seen, errors=errors)
+
+        kubectl("delete", "widget", "w", "-n", "kopf-b", "--timeout=15s")
+        assert ("deleted", "kopf-b", "w") in seen
+        # A namespace outside the glob is not served.
+        kubectl("create", "namespace", "other")
+        kubectl("create", "configmap", "ignored", "-n", "other")
+        kubectl("create", "configmap", "marker", "-n", "kopf-a")
+        wait_for("the marker ConfigMap event", lambda: ("ADDED", "kopf-a", "marker") in seen, errors=errors)
+        assert not [s for s in seen if s[1] == "other"]
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- server log tail ---\n{server.log()[-4000:]}") from None
+    finally:
+        stop_flag.set()
+        thread.join(20)
+        kopf_logger.removeHandler(records)
+        kopf_logger.setLevel(old_level)
+        api.close()
     assert not thread.is_alive(), "kopf did not stop"
     assert not errors, errors
+    assert not [m for m in records.messages if "Error in the watch-stream" in m or "Unsupported" in m]
