@@ -439,6 +439,24 @@ def test_kopf_namespaced_operator_streaming_late_crd(cluster, tmp_path):
         kubectl("create", "configmap", "marker", "-n", "kopf-a")
         wait_for("the marker ConfigMap event", lambda: ("ADDED", "kopf-a", "marker") in seen, errors=errors)
         assert not [s for s in seen if s[1] == "other"]
+
+        # Peering: a live rival of higher priority in a served namespace's KopfPeering pauses
+        # the operator (kopf sees the peering object's MODIFIED event); its removal with a merge
+        # patch of null resumes it, and what happened meanwhile is then handled.
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        custom.patch_namespaced_custom_object("kopf.dev", "v1", "kopf-a", "kopfpeerings", "default", {
+            "status": {"rival": {"priority": 100, "lifetime": 60, "lastseen": now}}})
+        wait_for("kopf to pause", lambda: any("Pausing operations in favour of" in m for m in records.messages),
+                 errors=errors)
+        kubectl("create", "configmap", "while-paused", "-n", "kopf-a")
+        custom.patch_namespaced_custom_object("kopf.dev", "v1", "kopf-a", "kopfpeerings", "default", {
+            "status": {"rival": None}})
+        wait_for("kopf to resume", lambda: any("Resuming operations after the pause" in m
+                                               for m in records.messages), errors=errors)
+        # (kopf lists again on resuming: listed objects come as events of type None)
+        handled = {("ADDED", "kopf-a", "while-paused"), (None, "kopf-a", "while-paused")}
+        wait_for("the ConfigMap created while paused", lambda: handled & set(seen),
+                 errors=errors)
     except AssertionError as e:
         raise AssertionError(f"{e}\n--- server log tail ---\n{server.log()[-4000:]}") from None
     finally:
