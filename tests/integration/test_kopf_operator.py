@@ -2,30 +2,35 @@
 
 kopf (PyPI) runs in a thread with its own event loop, logs in with the admin
 kubeconfig's certificate, verifying the server's CA, and runs with peering on
-(ClusterKopfPeering) and a validating admission webhook served by kopf's own
-WebhookServer, whose ValidatingWebhookConfiguration kopf manages itself.
-The test watches the effects of create/update/field/timer/delete handlers.
+(ClusterKopfPeering) and validating and mutating admission webhooks served by
+kopf's own WebhookServer, whose webhook configurations kopf manages itself.
+The tests watch the effects of create/update/field/timer/delete handlers.
+
+kopf generates its own self-signed certificate only with the optional
+``certbuilder``/``oscrypto`` packages; the test makes the equivalent
+self-signed CA certificate with ``cryptography`` and hands it to the
+WebhookServer, which puts it into the configurations' caBundle itself.
 """
 
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import logging
 import socket
 import threading
 import time
 
+import kopf
+import kubernetes
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
-import kopf  # noqa: E402  (a test dependency)
-import kubernetes  # noqa: E402
-from cryptography import x509  # noqa: E402
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
-
-from conftest import Kubectl, start_server  # noqa: E402
+from conftest import Kubectl, start_server
 
 GROUP = "kopf-e2e.example.com"
 NS = "kopf-e2e"
@@ -107,13 +112,10 @@ def _free_port() -> int:
 
 
 def _self_signed(tmp) -> tuple[str, str]:
-    """A self-signed CA certificate for 127.0.0.1 that also serves: kopf puts
-    it into the webhook configuration's caBundle itself."""
+    """A self-signed CA certificate for 127.0.0.1 that also serves."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.timezone.utc)
-    import ipaddress
-
     cert = (
         x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
         .serial_number(x509.random_serial_number())
