@@ -160,6 +160,46 @@ def test_metrics_and_configz(cluster):
     kubectl("delete", "pod", "measured", "--wait=false")
 
 
+def _environ(pid: int) -> dict[str, str]:
+    """The environment ``pid`` started with."""
+    raw = (Path("/proc") / str(pid) / "environ").read_bytes().decode()
+    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+
+def _wire_requests_are_authorized(sock: str, token: str) -> None:
+    """On the --split socket: no token is 401; with the components' token, a
+    request made as a user RBAC gives no rights is 403, as over HTTP, while
+    the scheduler's identity may list pods."""
+    import asyncio
+
+    from kubeplane.api.errors import StatusError
+    from kubeplane.api.resources import resource
+    from kubeplane.auth.user import AUTHENTICATED, UserInfo, acting_as
+    from kubeplane.client.wire import WireClient
+
+    async def go() -> None:
+        anonymous = WireClient(sock)
+        with pytest.raises(StatusError) as exc:
+            await anonymous.list(resource("pods"), "default")
+        assert exc.value.code == 401
+        await anonymous.close()
+        c = WireClient(sock, token=token)
+        try:
+            with acting_as(UserInfo("alice", groups=(AUTHENTICATED,))):
+                with pytest.raises(StatusError) as exc:
+                    await c.list(resource("secrets"), "default")
+            assert exc.value.code == 403
+            assert exc.value.message == ('secrets is forbidden: User "alice" cannot list resource "secrets" in API '
+                                         'group "" in the namespace "default"')
+            with acting_as(UserInfo("system:kube-scheduler", groups=(AUTHENTICATED,))):
+                pods = await c.list(resource("pods"), "default")
+            assert "before" in [p["metadata"]["name"] for p in pods["items"]]
+        finally:
+            await c.close()
+
+    asyncio.run(go())
+
+
 def test_split_restarts_a_dead_components_process_and_stops_cleanly(tmp_path):
     # A data directory too deep for a Unix socket path: the socket gets a private temporary directory.
     deep = tmp_path / ("d" * 60) / ("e" * 60)
@@ -172,6 +212,7 @@ def test_split_restarts_a_dead_components_process_and_stops_cleanly(tmp_path):
         assert os.stat(sock).st_mode & 0o077 == 0  # the socket is private to its owner
         kubectl("run", "before", "--image=nginx")
         kubectl("wait", "--for=condition=Ready", "pod/before", "--timeout=30s")
+        _wire_requests_are_authorized(sock, _environ(child)["KUBEPLANE_WIRE_TOKEN"])
         os.kill(child, signal.SIGKILL)
         deadline = time.monotonic() + 30
         fresh: list[int] = []

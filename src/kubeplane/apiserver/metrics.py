@@ -19,10 +19,6 @@ from bisect import bisect_left
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.utils import floatToGoString
 
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo
 
@@ -52,6 +48,12 @@ _TRUE = frozenset({"1", "t", "true"})
 MetricsAuthorizer = Callable[[web.Request], Awaitable[None]]
 
 
+def _go_float(value: float) -> str:
+    from prometheus_client.utils import floatToGoString
+
+    return floatToGoString(value)
+
+
 class _Histogram:
     """One histogram series: per-bucket counts (the last one is +Inf) and the sum.
     Plain attributes, no lock: every observation happens on the event loop."""
@@ -71,7 +73,7 @@ class _Histogram:
         out, total = [], 0
         for bound, n in zip((*REQUEST_DURATION_BUCKETS, float("inf")), self.counts):
             total += n
-            out.append((floatToGoString(bound), total))
+            out.append((_go_float(bound), total))
         return out
 
 
@@ -97,7 +99,7 @@ class APIServerMetrics:
 
     def __init__(self, catalogue: Catalogue = CATALOGUE) -> None:
         self.catalogue = catalogue
-        self.registry = CollectorRegistry(auto_describe=True)
+        self._registry: Any = None
         #: [readOnly, mutating] requests being served now (long-running watches excluded, as upstream)
         self.inflight = [0, 0]
         self.store: Any = None
@@ -106,7 +108,18 @@ class APIServerMetrics:
         self._requests: dict[tuple, tuple[_Histogram, dict[int, int]]] = {}
         self._watch_events: dict[ResourceInfo, _Counter] = {}
         self._storage: dict[tuple[str, str], _Histogram] = {}
-        self.registry.register(_Collector(self))
+
+    @property
+    def registry(self) -> Any:
+        """The Prometheus registry holding the collector, made at the first
+        scrape: prometheus_client is imported only then, which keeps it out
+        of the server's start-up."""
+        if self._registry is None:
+            from prometheus_client import CollectorRegistry
+
+            self._registry = CollectorRegistry(auto_describe=True)
+            self._registry.register(_Collector(self))
+        return self._registry
 
     # -- requests ----------------------------------------------------------
 
@@ -137,6 +150,8 @@ class APIServerMetrics:
     # -- exposition --------------------------------------------------------
 
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        from prometheus_client.exposition import choose_encoder
+
         encoder, content_type = choose_encoder(accept)
         return encoder(self.registry), content_type
 
@@ -194,6 +209,8 @@ class _Collector:
         return []
 
     def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
         m = self.metrics
         requests = CounterMetricFamily(
             "apiserver_request",

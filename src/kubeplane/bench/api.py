@@ -15,7 +15,12 @@ Measured:
   informer cache;
 * what authorization costs: creates/s over HTTP with AlwaysAllow, with RBAC
   as system:masters and with RBAC as an ordinary user, and microseconds per
-  authorization (:mod:`kubeplane.bench.authz`).
+  authorization (:mod:`kubeplane.bench.authz`);
+* creates/s of a custom resource (a CRD whose schema has 20 fields, a default
+  and a CEL rule) over HTTP with neither authentication nor authorization,
+  and over HTTPS with authentication (a bearer token) and RBAC (the user is
+  allowed by a RoleBinding), alternating runs, and the ratio of the two: what
+  authentication, authorization and admission cost together.
 """
 
 from __future__ import annotations
@@ -94,7 +99,8 @@ class ServerProc:
     """``kubeplane apiserver`` in a subprocess: plain HTTP (``--insecure-http``,
     no authentication) unless ``tls``, then HTTPS with the admin certificate."""
 
-    def __init__(self, data_dir: str, storage: str = "sqlite", *, tls: bool = False) -> None:
+    def __init__(self, data_dir: str, storage: str = "sqlite", *, tls: bool = False,
+                 extra: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         self.tls = tls
         kubeconfig = Path(data_dir) / "kubeconfig"
@@ -102,7 +108,7 @@ class ServerProc:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kubeplane.cli.main", "apiserver", "--listen", "127.0.0.1:0",
              "--storage", storage, "--data-dir", str(Path(data_dir) / "data"), "--kubeconfig", str(kubeconfig),
-             *([] if tls else ["--insecure-http"])],
+             *([] if tls else ["--insecure-http"]), *extra],
             stdout=self.log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 30
@@ -125,6 +131,11 @@ class ServerProc:
         ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
         ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
         return ctx
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the server process has used."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_mb(self) -> float:
         return _rss_mb(self.proc.pid)
@@ -152,18 +163,25 @@ async def _ensure_ns(s: aiohttp.ClientSession, ns: str) -> None:
     await r.read()
 
 
-async def _http_creates(url: str, ns: str, n: int, clients: int, ssl: Any = None) -> float:
+async def _http_creates(url: str, ns: str, n: int, clients: int, ssl: Any = None, *,
+                        path: str = "/api/v1/namespaces/{ns}/pods", body: Any = None,
+                        headers: dict[str, str] | None = None, ensure_ns: bool = True) -> float:
+    """creates/s of ``clients`` concurrent keep-alive sessions (each its own
+    connection, so TLS is negotiated once per client) posting ``body(name)``
+    (default: a pod) to ``path``; ``headers`` go with every request."""
     sessions = [aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(ssl=ssl if ssl is not None else False))
                 for _ in range(clients)]
+    make = body or pod_body
     try:
-        await _ensure_ns(sessions[0], ns)
+        if ensure_ns:
+            await _ensure_ns(sessions[0], ns)
         per = n // clients
-        path = f"/api/v1/namespaces/{ns}/pods"
-        headers = {"Content-Type": "application/json"}
+        path = path.format(ns=ns)
+        headers = {"Content-Type": "application/json", **(headers or {})}
 
         async def client(c: int, s: aiohttp.ClientSession) -> None:
             for i in range(per):
-                r = await s.post(path, data=orjson.dumps(pod_body(f"p-{c}-{i}")), headers=headers)
+                r = await s.post(path, data=orjson.dumps(make(f"p-{c}-{i}")), headers=headers)
                 if r.status != 201:
                     raise RuntimeError(f"create failed: {r.status} {await r.text()}")
                 await r.read()
@@ -340,6 +358,183 @@ def _rss_with_informer(n: int) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# -- custom resources, plain and with authentication + RBAC -----------------
+
+CR_GROUP = "bench.kubeplane.io"
+CR_PLURAL = "widgets"
+CR_PATH = f"/apis/{CR_GROUP}/v1/namespaces/{{ns}}/{CR_PLURAL}"
+CR_USER = "bench-cr-user"
+CR_TOKEN = "bench-cr-token-0123456789abcdef"
+
+
+def cr_definition() -> dict[str, Any]:
+    """The benchmark's CRD: 20 spec fields of assorted types and checks, a
+    default (``tier``) and a CEL rule across two fields."""
+    fields: dict[str, Any] = {
+        "replicas": {"type": "integer", "minimum": 0, "maximum": 1000},
+        "maxReplicas": {"type": "integer", "minimum": 1},
+        "tier": {"type": "string", "enum": ["standard", "premium"], "default": "standard"},
+        "image": {"type": "string", "maxLength": 253},
+        "owner": {"type": "string", "pattern": "^[a-z][a-z0-9-]*$"},
+        "paused": {"type": "boolean"},
+        "weight": {"type": "number", "minimum": 0},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "ports": {"type": "array", "maxItems": 16, "items": {"type": "integer", "minimum": 1, "maximum": 65535}},
+        "size": {"x-kubernetes-int-or-string": True},
+    }
+    for i in range(len(fields), 20):
+        fields[f"note{i}"] = {"type": "string", "maxLength": 64}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{CR_PLURAL}.{CR_GROUP}"},
+        "spec": {
+            "group": CR_GROUP,
+            "scope": "Namespaced",
+            "names": {"plural": CR_PLURAL, "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                "type": "object",
+                "properties": {"spec": {
+                    "type": "object",
+                    "required": ["replicas", "maxReplicas"],
+                    "properties": fields,
+                    "x-kubernetes-validations": [{"rule": "self.replicas <= self.maxReplicas",
+                                                  "message": "replicas must not exceed maxReplicas"}],
+                }},
+            }}}],
+        },
+    }
+
+
+def cr_body(name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "replicas": 3, "maxReplicas": 10, "image": "registry.example/widget:1.0", "owner": "team-a",
+        "paused": False, "weight": 1.5, "labels": {"app": "bench"}, "ports": [80, 443], "size": "10Gi",
+    }
+    for i in range(10, 20):
+        spec[f"note{i}"] = f"note {i}"
+    return {"apiVersion": f"{CR_GROUP}/v1", "kind": "Widget",
+            "metadata": {"name": name, "labels": {"app": "bench"}}, "spec": spec}
+
+
+async def _cr_setup(url: str, ssl: Any, namespaces: list[str], *, user_ssl: Any = None, bind_user: bool) -> None:
+    """As the admin: the CRD (waited for Established), the namespaces and,
+    with ``bind_user``, a ClusterRole allowing creates of the custom resource
+    bound to the token's user by a RoleBinding in each namespace; then waits
+    until the user (if bound) may create, by creating one."""
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(ssl=ssl if ssl is not None else False)) as s:
+        async def post(path: str, obj: dict) -> None:
+            r = await s.post(path, data=orjson.dumps(obj), headers=headers)
+            if r.status not in (201, 409):
+                raise RuntimeError(f"POST {path}: {r.status} {await r.text()}")
+            await r.read()
+
+        crd = cr_definition()
+        await post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        deadline = time.monotonic() + 30
+        while True:
+            r = await s.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
+            conds = (orjson.loads(await r.read()).get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conds):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the benchmark's CRD was not established: {conds}")
+            await asyncio.sleep(0.05)
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        if bind_user:
+            await post(f"{rbac}/clusterroles", {
+                "metadata": {"name": "bench-widget-creator"},
+                "rules": [{"apiGroups": [CR_GROUP], "resources": [CR_PLURAL], "verbs": ["create"]}]})
+        for ns in namespaces:
+            await post("/api/v1/namespaces", {"metadata": {"name": ns}})
+            if bind_user:
+                await post(f"{rbac}/namespaces/{ns}/rolebindings", {
+                    "metadata": {"name": "bench-widget-creator"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": "bench-widget-creator"},
+                    "subjects": [{"kind": "User", "name": CR_USER, "apiGroup": "rbac.authorization.k8s.io"}]})
+    user_headers = {**headers, **({"Authorization": f"Bearer {CR_TOKEN}"} if bind_user else {})}
+    user_ssl = user_ssl if bind_user else ssl
+    async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(
+            ssl=user_ssl if user_ssl is not None else False)) as s:
+        for ns in namespaces:  # the grant is seen (the RBAC cache follows storage) before measuring
+            deadline = time.monotonic() + 30
+            while True:
+                r = await s.post(CR_PATH.format(ns=ns), data=orjson.dumps(cr_body("warm-up")), headers=user_headers)
+                text = await r.text()
+                if r.status == 201:
+                    break
+                if r.status != 403 or time.monotonic() > deadline:
+                    raise RuntimeError(f"warm-up create in {ns}: {r.status} {text}")
+                await asyncio.sleep(0.05)
+
+
+def _ca_only(ca_file: str) -> Any:
+    """A client TLS context trusting the cluster CA, with no client
+    certificate (the token authenticates)."""
+    import ssl
+
+    return ssl.create_default_context(cafile=ca_file)
+
+
+def cr_creates(*, runs: int = 3, n: int = 2400, clients: int = 8, storage: str = "memory",
+               progress=print) -> dict[str, Any]:
+    """``creates_per_s_cr_http``: custom resource creates/s over plain HTTP
+    (``--insecure-http --authorization-mode AlwaysAllow``: no authentication,
+    no authorization) and ``creates_per_s_cr_https_authn_rbac`` over HTTPS as a
+    token-auth-file user that an RBAC RoleBinding allows; the two servers
+    are measured in alternation (run r of each back to back, so that a busy
+    moment of the machine falls on both), medians and the cost in percent."""
+    result: dict[str, Any] = {}
+    namespaces = [f"cr-{r}" for r in range(runs)]
+    with tempfile.TemporaryDirectory() as d:
+        plain_dir, secure_dir = Path(d) / "plain", Path(d) / "secure"
+        plain_dir.mkdir()
+        secure_dir.mkdir()
+        tokens = secure_dir / "tokens.csv"
+        tokens.write_text(f'{CR_TOKEN},{CR_USER},1001,"bench-cr-group"\n')
+        plain = secure = None
+        try:
+            plain = ServerProc(str(plain_dir), storage, extra=("--authorization-mode", "AlwaysAllow"))
+            secure = ServerProc(str(secure_dir), storage, tls=True, extra=("--token-auth-file", str(tokens)))
+            user_ssl = _ca_only(str(secure_dir / "data" / "pki" / "ca.crt"))
+            runtime.run(_cr_setup(plain.url, None, namespaces, bind_user=False))
+            runtime.run(_cr_setup(secure.url, secure.ssl_context(), namespaces, user_ssl=user_ssl, bind_user=True))
+            auth = {"Authorization": f"Bearer {CR_TOKEN}"}
+            progress(f"custom resource creates ({storage}, {clients} clients): plain HTTP / HTTPS with a token "
+                     "and RBAC, alternating...")
+            plain_vals, secure_vals, plain_cpu, secure_cpu = [], [], [], []
+            for ns in namespaces:
+                c0 = plain.cpu_s()
+                plain_vals.append(runtime.run(_http_creates(plain.url, ns, n, clients, path=CR_PATH, body=cr_body,
+                                                            ensure_ns=False)))
+                plain_cpu.append((plain.cpu_s() - c0) / n * 1e6)
+                c0 = secure.cpu_s()
+                secure_vals.append(runtime.run(_http_creates(secure.url, ns, n, clients, user_ssl, path=CR_PATH,
+                                                             body=cr_body, headers=auth, ensure_ns=False)))
+                secure_cpu.append((secure.cpu_s() - c0) / n * 1e6)
+        finally:
+            for srv in (plain, secure):
+                if srv is not None:
+                    srv.stop()
+    result["creates_per_s_cr_http"] = round(statistics.median(plain_vals))
+    result["creates_per_s_cr_http_runs"] = [round(v) for v in plain_vals]
+    result["creates_per_s_cr_https_authn_rbac"] = round(statistics.median(secure_vals))
+    result["creates_per_s_cr_https_authn_rbac_runs"] = [round(v) for v in secure_vals]
+    ratios = [sv / pv for pv, sv in zip(plain_vals, secure_vals)]
+    result["cr_https_authn_rbac_ratio"] = round(statistics.median(ratios), 3)
+    result["cr_https_authn_rbac_cost_pct"] = round(100 * (1 - statistics.median(ratios)), 1)
+    # the server's own CPU time per create (the load generator shares the
+    # machine, so this is the steadier figure of what the server pays)
+    result["cr_server_cpu_us_per_create_http"] = round(statistics.median(plain_cpu))
+    result["cr_server_cpu_us_per_create_https_authn_rbac"] = round(statistics.median(secure_cpu))
+    if statistics.median(plain_cpu) > 0:
+        result["cr_server_cpu_cost_pct"] = round(
+            100 * (statistics.median(secure_cpu) / statistics.median(plain_cpu) - 1), 1)
+    return result
+
+
 # -- driver -----------------------------------------------------------------
 
 
@@ -377,6 +572,7 @@ def run(*, runs: int = 3, progress=print) -> dict[str, Any]:
             result["creates_per_s_https_runs"] = [round(v) for v in vals]
         finally:
             srv.stop()
+    result.update(cr_creates(runs=runs, progress=progress))
     progress("watch latency (10 watchers, 1000 writes/s)...")
     p50s, p99s, events = [], [], 0
     for _ in range(runs):

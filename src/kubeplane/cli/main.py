@@ -539,7 +539,8 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
 
     token = secrets.token_urlsafe(32)
     wire = WireServer(registry, path, tokens={
-        token: UserInfo("system:kubeplane-components", groups=(SYSTEM_MASTERS, AUTHENTICATED))})
+        token: UserInfo("system:kubeplane-components", groups=(SYSTEM_MASTERS, AUTHENTICATED))},
+        authorizer=registry.authorizer)  # the API server's: requests and impersonation are checked as over HTTP
     await wire.start()
     comps.items.append(ServedSocket(wire, sock_dir))
     count, cpu, memory, pods, zones, prefix, gpus = node_args

@@ -115,18 +115,9 @@ class _Connection:
                 raise ValueError
         except (TypeError, ValueError):
             raise errors.bad_request(f"malformed {ACTING_AS!r} argument") from None
-        if self.server.authorizer is None:
-            return UserInfo(name, groups=tuple(groups))
-        from kubeplane.apiserver.authn import forbidden
-        from kubeplane.auth.authorizer import Attributes, Decision
+        from kubeplane.apiserver.authn import impersonated_user
 
-        checks = [Attributes(self.user, "impersonate", resource="users", name=name, api_version="v1")]
-        checks += [Attributes(self.user, "impersonate", resource="groups", name=g, api_version="v1") for g in groups]
-        for attrs in checks:
-            decision, reason = self.server.authorizer.authorize(attrs)
-            if decision != Decision.ALLOW:
-                raise forbidden(attrs, reason)
-        return UserInfo(name, groups=tuple(groups))
+        return impersonated_user(self.user, self.server.impersonation_authorizer(), name, list(groups))
 
     def _dispatch(self, rid: int, op: Any, group: Any, version: Any, plural: Any, args: dict) -> None:
         if op == "cancel":
@@ -315,7 +306,8 @@ class WireServer:
                  authorizer: Any = None) -> None:
         """``tokens``: the connections must authenticate with one of these
         (see :mod:`kubeplane.client.wire`); ``authorizer``: decides whether a
-        connection's user may act as the user a request names (default: any)."""
+        connection's user may act as the user a request names (default: the
+        registry's authorizer, the one every request is put to)."""
         self.registry = registry
         self.path = path
         self.tokens = tokens
@@ -323,6 +315,11 @@ class WireServer:
         self.client = InProcessClient(registry, copies=False)
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[_Connection] = set()
+
+    def impersonation_authorizer(self) -> Any:
+        """Who decides the ``impersonate`` verb: the given authorizer, else the
+        registry's (read at each check, as the registry's may be set after)."""
+        return self.authorizer if self.authorizer is not None else self.registry.authorizer
 
     def authorize(self, op: str, res: Any, args: dict) -> None:
         """Puts a request to the registry's authorizer, as the HTTP front end

@@ -91,3 +91,62 @@ async def test_acting_as_needs_the_impersonate_verb(registry, tmp_path):
     finally:
         await c.close()
         await srv.stop()
+
+
+class _RBACLike:
+    """Allows everything to system:masters, and to others only reading namespaces."""
+
+    def authorize(self, attrs):
+        if SYSTEM_MASTERS in attrs.user.groups:
+            return Decision.ALLOW, ""
+        if attrs.verb == "get" and attrs.resource == "namespaces":
+            return Decision.ALLOW, ""
+        return Decision.NO_OPINION, ""
+
+
+async def test_without_an_authorizer_impersonation_is_checked_by_the_registrys(tmp_path):
+    store = MemoryStore(history=1000)
+    reg = Registry(store, CATALOGUE)
+    await ensure_default_namespaces(reg)
+    reg.authorizer = _RBACLike()
+    srv = WireServer(reg, str(tmp_path / "s"), tokens={"secret": UserInfo("carol", groups=("system:authenticated",))})
+    await srv.start()
+    c = WireClient(srv.path, token="secret")
+    try:
+        await c.get(resource("namespaces"), "default")  # carol's own rights
+        with acting_as(UserInfo("admin", groups=(SYSTEM_MASTERS,))):  # not carol's to claim
+            with pytest.raises(StatusError) as exc:
+                await c.list(resource("secrets"), "default")
+        assert exc.value.code == 403
+        assert exc.value.message == ('users "admin" is forbidden: User "carol" cannot impersonate resource "users" '
+                                     'in API group "" at the cluster scope')
+        with pytest.raises(StatusError) as exc:
+            await c.list(resource("secrets"), "default")
+        assert exc.value.code == 403 and exc.value.reason == "Forbidden"
+    finally:
+        await c.close()
+        await srv.stop()
+        await reg.close()
+        await store.close()
+
+
+async def test_an_impersonated_service_account_is_checked_as_over_http(registry, tmp_path):
+    asked = []
+
+    class Recording:
+        def authorize(self, attrs):
+            asked.append((attrs.verb, attrs.resource, attrs.namespace, attrs.name))
+            return Decision.ALLOW, ""
+
+    srv = WireServer(registry, str(tmp_path / "s"), tokens={"secret": HOST}, authorizer=Recording())
+    await srv.start()
+    c = WireClient(srv.path, token="secret")
+    try:
+        with acting_as(UserInfo("system:serviceaccount:team:builder", groups=("g1",))):
+            await c.get(resource("namespaces"), "default")
+        assert asked == [("impersonate", "serviceaccounts", "team", "builder"), ("impersonate", "groups", "", "g1")]
+        assert registry.seen[-1].name == "system:serviceaccount:team:builder"
+        assert "system:authenticated" in registry.seen[-1].groups  # added, as upstream's filter does
+    finally:
+        await c.close()
+        await srv.stop()
