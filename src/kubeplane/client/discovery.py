@@ -34,6 +34,8 @@ RESYNC_SECONDS = 30.0
 #: re-reads after a CustomResourceDefinition event: its versions are served
 #: once it is Established, which may follow the event by a moment
 CRD_SETTLE_SECONDS = (0.0, 0.5, 2.0)
+#: events this close together are answered by one read
+COALESCE_SECONDS = 0.02
 
 
 def resources_from_aggregated(*documents: Any) -> list[ResourceInfo]:
@@ -122,7 +124,8 @@ class ServedResources:
         self._subscribers: list[Callable[[], None]] = []
         self._task: asyncio.Task | None = None
         self._crd_informer: Any = None
-        self._kicks: set[asyncio.Task] = set()
+        self._changed = asyncio.Event()
+        self._settler: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         #: True once discovery was read at least once
         self.read = False
@@ -190,14 +193,28 @@ class ServedResources:
             await asyncio.sleep(self.resync)
 
     def _kick(self) -> None:
-        async def settle() -> None:
-            for delay in self.settle:
-                await asyncio.sleep(delay)
-                await self._refresh_quietly()
+        """A CustomResourceDefinition changed: re-read discovery soon, then a
+        few times more while it settles. A burst of events costs one sequence
+        of reads (each event starts it over), not one per event."""
+        self._changed.set()
+        if self._settler is None or self._settler.done():
+            self._settler = asyncio.get_running_loop().create_task(self._settle())
 
-        task = asyncio.get_running_loop().create_task(settle())
-        self._kicks.add(task)
-        task.add_done_callback(self._kicks.discard)
+    async def _settle(self) -> None:
+        pending = list(self.settle)
+        while pending or self._changed.is_set():
+            delay = pending.pop(0) if pending else 0.0
+            if delay > 0 and not self._changed.is_set():
+                try:
+                    await asyncio.wait_for(self._changed.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+            if self._changed.is_set():
+                # start over from this (latest) event
+                self._changed.clear()
+                pending = list(self.settle[1:])
+                await asyncio.sleep(COALESCE_SECONDS)
+            await self._refresh_quietly()
 
     async def start(self) -> None:
         """Reads discovery now, then keeps it current until :meth:`stop`."""
@@ -216,8 +233,9 @@ class ServedResources:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-        for kick in list(self._kicks):
-            kick.cancel()
+        settler, self._settler = self._settler, None
+        if settler is not None:
+            settler.cancel()
         inf, self._crd_informer = self._crd_informer, None
         if inf is not None:
             await inf.stop()

@@ -251,3 +251,31 @@ async def test_garbage_collection_across_custom_and_builtin_kinds(env):
     finally:
         await gc.stop(timeout=1)
         await factory.stop()
+
+
+class CountingDiscovery:
+    """A client whose discovery answers what ``served`` holds and counts the reads."""
+
+    def __init__(self):
+        self.reads = 0
+        self.served = [resource("pods")]
+
+    async def discover(self):
+        self.reads += 1
+        return list(self.served)
+
+
+async def test_a_burst_of_crd_events_costs_one_sequence_of_reads():
+    client = CountingDiscovery()
+    served = ServedResources(client, settle=(0.0, 0.05, 0.1))
+    for _ in range(50):
+        served._kick()  # what each CustomResourceDefinition event does
+    await eventually(lambda: client.reads >= 1)
+    await asyncio.sleep(0.3)  # the whole settle sequence is over
+    assert 1 <= client.reads <= 3, client.reads
+    assert [r.plural for r in served.resources] == ["pods"]
+    # a later event is read again, with what is served then
+    client.served.append(resource("configmaps"))
+    served._kick()
+    await eventually(lambda: served.by_gvr("", "v1", "configmaps") is not None)
+    await served.stop()
