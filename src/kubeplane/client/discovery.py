@@ -249,13 +249,25 @@ class ServedResources:
 def served_resources(client: Any) -> Any:
     """The served-resources view of ``client``: the registry's own catalogue
     in process, discovery-driven :class:`ServedResources` over HTTP or the
-    wire, None when the client can tell neither."""
+    wire (the same one for every caller with this client), None when the
+    client can tell neither."""
     catalogue = getattr(client, "catalogue", None)
     if catalogue is not None:
         return catalogue
     if callable(getattr(client, "discover", None)):
-        return ServedResources(client)
+        # one per client: the controllers sharing a client share what it
+        # learns (a namespace controller's read at its sync tells the
+        # garbage collector too)
+        served = getattr(client, _SHARED, None)
+        if not isinstance(served, ServedResources):
+            served = ServedResources(client)
+            setattr(client, _SHARED, served)
+        return served
     return None
+
+
+#: the client attribute holding its ServedResources
+_SHARED = "_served_resources"
 
 
 __all__ = ["CRDS", "ServedResources", "is_custom", "resources_from_aggregated", "served_resources"]

@@ -130,6 +130,10 @@ async def test_discovery_lists_custom_resources_and_notices_new_crds(env):
         return
     served = served_resources(env.client)
     assert isinstance(served, ServedResources)
+    # the controllers sharing a client share what discovery tells it
+    factory = SharedInformerFactory(env.client)
+    assert GarbageCollector(env.client, factory)._catalogue is served
+    assert NamespaceController(env.client, factory)._catalogue is served
     served.resync = 3600
     changes = []
     served.subscribe(lambda: changes.append(served.generation))
