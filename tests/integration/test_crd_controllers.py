@@ -124,3 +124,25 @@ def test_foreground_deletion_of_a_custom_resource_waits_for_its_dependents(clust
     # the blocking dependent, then the foregroundDeletion finalizer
     kubectl("delete", "gadget", "fg-owner", "--cascade=foreground", "--timeout=60s")
     assert _gone(kubectl, "gadget", "fg-owner") and _gone(kubectl, "configmap", "fg-dep")
+
+
+def test_a_terminating_namespace_reports_the_custom_resources_it_waits_for(cluster):
+    _, kubectl = cluster
+    kubectl("create", "namespace", "held")
+    _apply(kubectl, {"apiVersion": "gc.example.com/v1", "kind": "Gadget",
+                     "metadata": {"name": "h", "namespace": "held", "finalizers": ["gc.example.com/hold"]}})
+    kubectl("delete", "namespace", "held", "--wait=false")
+
+    def conditions():
+        ns = json.loads(kubectl("get", "namespace", "held", "-o", "json").out)
+        conds = {c["type"]: c for c in ns.get("status", {}).get("conditions") or ()}
+        return conds if conds.get("NamespaceFinalizersRemaining", {}).get("status") == "True" else None
+
+    conds = eventually_sync(conditions, timeout=30, interval=0.2, what="the namespace's conditions")
+    assert conds["NamespaceContentRemaining"]["message"] == (
+        "Some resources are remaining: gadgets.gc.example.com has 1 resource instances")
+    assert conds["NamespaceFinalizersRemaining"]["message"] == (
+        "Some content in the namespace has finalizers remaining: gc.example.com/hold in 1 resource instances")
+    assert json.loads(kubectl("get", "namespace", "held", "-o", "json").out)["status"]["phase"] == "Terminating"
+    kubectl("-n", "held", "patch", "gadget", "h", "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    kubectl("wait", "--for=delete", "namespace/held", "--timeout=60s")
