@@ -1,7 +1,8 @@
 """Custom resources in controllers that run apart from the API server:
 ``kubeplane up --split`` (controllers in a child process over the local wire)
 and ``kubeplane apiserver`` + ``kubeplane controllers`` (HTTPS, RBAC, the
-controller manager's own identity). A namespace holding custom resources
+controller manager's own identity: a client certificate for
+system:kube-controller-manager). A namespace holding custom resources
 finishes deleting; ownerReferences between custom and built-in kinds are
 garbage collected both ways."""
 
@@ -37,6 +38,32 @@ spec:
 """
 
 
+def _controller_manager_kubeconfig(srv, tmp):
+    """The admin kubeconfig with a client certificate of the controller
+    manager's identity (CN=system:kube-controller-manager, as upstream's
+    kubeconfig for it): RBAC's bootstrap policy decides what it may do."""
+    import base64
+
+    import yaml
+    from cryptography.hazmat.primitives import serialization
+
+    from kubeplane.auth import pki
+
+    ca_dir = srv.data_dir / "pki"
+    cert, key = pki.issue(pki.load_cert(str(ca_dir / "ca.crt")), pki.load_key(str(ca_dir / "ca.key")),
+                          "system:kube-controller-manager")
+    cfg = yaml.safe_load(srv.kubeconfig.read_text())
+    cfg["users"][0]["user"] = {
+        "client-certificate-data": base64.b64encode(cert.public_bytes(serialization.Encoding.PEM)).decode(),
+        "client-key-data": base64.b64encode(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption())).decode(),
+    }
+    path = tmp / "kcm.kubeconfig"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 @pytest.fixture(scope="module", params=["up-split", "apiserver+controllers"])
 def cluster(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("crdctl")
@@ -46,8 +73,11 @@ def cluster(request, tmp_path_factory):
         srv = start_server(tmp, storage="memory", command="up", extra=["--nodes", "0", "--split"])
     else:
         srv = start_server(tmp, storage="memory")
+        kcm = _controller_manager_kubeconfig(srv, tmp)
+        who = Kubectl(kcm, tmp / "kcm-home")("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").out
+        assert who.strip() == "system:kube-controller-manager"
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "kubeplane.cli.main", "controllers", "--kubeconfig", str(srv.kubeconfig),
+            [sys.executable, "-m", "kubeplane.cli.main", "controllers", "--kubeconfig", str(kcm),
              "--metrics-listen", ""], stdout=log, stderr=subprocess.STDOUT))
     kubectl = Kubectl(srv.kubeconfig, tmp / "home")
     kubectl("apply", "-f", "-", stdin=CRD)
