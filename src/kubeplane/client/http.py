@@ -237,9 +237,12 @@ class HttpClient:
         params: dict[str, str] | None = None,
         body: Any = None,
         content_type: str = _JSON,
+        accept: str | None = None,
     ) -> Obj:
         session = self._get_session()
         headers: dict[str, str] = {}
+        if accept is not None:
+            headers["Accept"] = accept
         data = None
         if body is not None:
             data = _dump(body)
@@ -286,6 +289,18 @@ class HttpClient:
     async def server_version(self) -> Obj:
         """The API server's ``/version`` (version.Info)."""
         return await self._request("GET", "/version")
+
+    async def discover(self) -> list[ResourceInfo]:
+        """The resources the server serves, from aggregated discovery (``/api``
+        and ``/apis`` as apidiscovery.k8s.io/v2, as client-go's discovery
+        client asks for them); see :mod:`kubeplane.client.discovery`."""
+        from kubeplane.client.discovery import AGGREGATED_ACCEPT, resources_from_aggregated
+
+        core = await self._request("GET", "/api", accept=AGGREGATED_ACCEPT)
+        groups = await self._request("GET", "/apis", accept=AGGREGATED_ACCEPT)
+        if core.get("kind") != "APIGroupDiscoveryList" or groups.get("kind") != "APIGroupDiscoveryList":
+            raise StatusError(406, "NotAcceptable", "the server does not serve aggregated discovery")
+        return resources_from_aggregated(core, groups)
 
     async def get(
         self, res: ResourceInfo, name: str, namespace: str | None = None, *, subresource: str | None = None
@@ -409,6 +424,34 @@ class HttpClient:
         return await self._request(
             "DELETE", res.item_path(name, namespace), params=params, body=options
         )
+
+    async def delete_collection(
+        self,
+        res: ResourceInfo,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """DELETE on the collection (deletecollection); returns the List of what was deleted."""
+        params = _common_params(None, dry_run)
+        options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        if grace_period_seconds is not None:
+            params["gracePeriodSeconds"] = str(grace_period_seconds)
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if propagation_policy:
+            params["propagationPolicy"] = propagation_policy
+            options["propagationPolicy"] = propagation_policy
+        if dry_run:
+            options["dryRun"] = ["All"]
+        return await self._request("DELETE", res.collection_path(namespace), params=params, body=options)
 
     def watch(
         self,

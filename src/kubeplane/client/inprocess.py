@@ -178,6 +178,31 @@ class InProcessClient:
         )
         return self._typed(res, obj)
 
+    async def delete_collection(self, res: ResourceInfo, namespace: str | None = None, *,
+                                label_selector: str | None = None, field_selector: str | None = None,
+                                grace_period_seconds: int | None = None, propagation_policy: str | None = None,
+                                dry_run: bool = False) -> Obj:
+        """deletecollection, as the API server serves it: every object the
+        selectors match is deleted; returns the List of those deleted."""
+        if "deletecollection" not in res.verbs:
+            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        result = await self.registry.list(res, namespace, label_selector=label_selector or "",
+                                          field_selector=field_selector or "")
+        deleted = []
+        for obj in result["items"]:
+            md = obj["metadata"]
+            try:
+                await self.registry.delete(res, md["name"], md.get("namespace"),
+                                           grace_period_seconds=grace_period_seconds,
+                                           propagation_policy=propagation_policy, dry_run=dry_run, collection=True)
+            except errors.StatusError as err:
+                if err.code == 404:
+                    continue
+                raise
+            deleted.append(obj)
+        return self._copy({"kind": res.list_kind, "apiVersion": res.api_version,
+                           "metadata": {"resourceVersion": str(self.registry.store.revision)}, "items": deleted})
+
     def watch(self, res: ResourceInfo, namespace: str | None = None, *, resource_version: str | None = None,
               label_selector: str | None = None, field_selector: str | None = None, allow_bookmarks: bool = True,
               timeout_seconds: int | None = None, send_initial_events: bool = False) -> InProcessWatch:

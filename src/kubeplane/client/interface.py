@@ -115,6 +115,19 @@ class Client(Protocol):
     ) -> Obj:
         """Returns the object (when it lingers: finalizers, graceful pods) or a Status."""
 
+    async def delete_collection(
+        self,
+        res: ResourceInfo,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """deletecollection: deletes what the selectors match; returns the List of it."""
+
     def watch(
         self,
         res: ResourceInfo,

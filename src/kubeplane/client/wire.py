@@ -43,6 +43,8 @@ from kubeplane.api.resources import ResourceInfo
 from kubeplane.client.interface import Obj, PatchType, WatchEvent
 
 OK, FAILED, EVENTS, ENDED = 0, 1, 2, 3
+#: the (group, version, plural) slots of a request about no one resource
+_NO_RESOURCE = ResourceInfo("", "", "", "", "", False)
 #: request and watch argument: the user the request is made as (see above)
 ACTING_AS = "as"
 #: request and watch argument: leave metadata.managedFields out of returned objects
@@ -353,6 +355,17 @@ class WireClient:
             except ConnectionError:
                 pass
 
+    async def discover(self) -> list[ResourceInfo]:
+        """The resources the server serves now: the ``discovery`` request, which
+        answers the aggregated discovery documents of ``/api`` and ``/apis``
+        (see :mod:`kubeplane.client.discovery`)."""
+        from kubeplane.client.discovery import resources_from_aggregated
+
+        answer = await self._call("discovery", _NO_RESOURCE, {})
+        if not isinstance(answer, dict):
+            raise errors.internal("malformed discovery answer")
+        return resources_from_aggregated(answer.get("api"), answer.get("apis"))
+
     # -- the Client protocol -----------------------------------------------------
 
     async def get(self, res: ResourceInfo, name: str, namespace: str | None = None, *,
@@ -394,6 +407,15 @@ class WireClient:
         return await self._call("delete", res, {
             "name": name, "namespace": namespace, "grace_period_seconds": grace_period_seconds,
             "propagation_policy": propagation_policy, "preconditions": preconditions, "dry_run": dry_run})
+
+    async def delete_collection(self, res: ResourceInfo, namespace: str | None = None, *,
+                                label_selector: str | None = None, field_selector: str | None = None,
+                                grace_period_seconds: int | None = None, propagation_policy: str | None = None,
+                                dry_run: bool = False) -> Obj:
+        return await self._call("delete_collection", res, {
+            "namespace": namespace, "label_selector": label_selector, "field_selector": field_selector,
+            "grace_period_seconds": grace_period_seconds, "propagation_policy": propagation_policy,
+            "dry_run": dry_run})
 
     def watch(self, res: ResourceInfo, namespace: str | None = None, *, resource_version: str | None = None,
               label_selector: str | None = None, field_selector: str | None = None, allow_bookmarks: bool = True,

@@ -32,7 +32,7 @@ from kubeplane.storage.transformer import TransformError
 
 log = logging.getLogger(__name__)
 
-_REQUESTS = ("get", "list", "create", "update", "patch", "delete")
+_REQUESTS = ("get", "list", "create", "update", "patch", "delete", "delete_collection")
 
 
 class _Connection:
@@ -162,6 +162,9 @@ class _Connection:
 
     async def _request(self, rid: int, op: str, group: Any, version: Any, plural: Any, args: dict) -> None:
         try:
+            if op == "discovery":
+                self._send([rid, OK, self.server.discovery()])
+                return
             if op not in _REQUESTS:
                 raise errors.bad_request(f"unknown operation {op!r}")
             res = self._resource(group, version, plural)
@@ -247,12 +250,12 @@ def wire_attributes(user: Any, op: str, res: Any, args: dict) -> Attributes:
         if isinstance(md, dict) and isinstance(md.get("namespace"), str):
             namespace = md["namespace"]
     name = ""
-    verb = op
+    verb = "deletecollection" if op == "delete_collection" else op
     if op in ("get", "update", "patch", "delete"):
         name = _name_of(args)
     elif op == "create" and sub:
         name = _name_of(args)  # pods/binding names its pod
-    elif op in ("list", "watch"):
+    elif op in ("list", "watch", "delete_collection"):
         from kubeplane.auth.requestinfo import _name_from_field_selector
 
         selector = args.get("field_selector")
@@ -331,6 +334,21 @@ class WireServer:
         from kubeplane.apiserver.authorization import check
 
         check(authorizer, wire_attributes(current_user(), op, res, args))
+
+    def discovery(self) -> dict[str, Any]:
+        """The answer to a ``discovery`` request: the aggregated discovery
+        documents of ``/api`` and ``/apis``, authorized as those two GETs
+        (non-resource URLs, as over HTTP)."""
+        from kubeplane.apiserver import discovery
+
+        authorizer = self.registry.authorizer
+        if not isinstance(authorizer, AlwaysAllow):
+            from kubeplane.apiserver.authorization import check
+
+            for path in ("/api", "/apis"):
+                check(authorizer, Attributes(current_user(), "get", False, path=path))
+        catalogue = self.registry.catalogue
+        return {"api": discovery.aggregated(catalogue, True), "apis": discovery.aggregated(catalogue, False)}
 
     async def start(self) -> None:
         """Listen. A stale socket file is replaced; a live one (another server

@@ -24,6 +24,7 @@ from typing import Any, Iterable
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy
 from kubeplane.api.resources import CATALOGUE, ResourceInfo, resource
+from kubeplane.client.discovery import ServedResources, is_custom, served_resources
 from kubeplane.client.informer import SharedInformerFactory, unwrap_deleted
 from kubeplane.client.interface import Client, Obj
 from kubeplane.controllers.base import Controller
@@ -82,9 +83,11 @@ class GarbageCollector(Controller):
         for res in self.resources:
             inf = self.factory.informer_for(res)
             self._handle(inf, res)
-        #: the served resources, when the client knows them: custom resources
-        #: are watched from the moment their CRD is served until it goes
-        self._catalogue = getattr(client, "catalogue", None) if resources is None else None
+        #: the served resources (the registry's catalogue in process, discovery
+        #: over HTTP and the wire): custom resources are watched from the
+        #: moment they are served until they go, as upstream's monitors
+        self._catalogue = served_resources(client) if resources is None else None
+        self._watched = {r.key for r in self.resources}
         self._custom: dict[tuple[str, str], Any] = {}
         self._unsubscribe: Any = None
 
@@ -99,12 +102,16 @@ class GarbageCollector(Controller):
         await super().start(sync_timeout)
         if self._catalogue is not None and self._unsubscribe is None:
             self._unsubscribe = self._catalogue.subscribe(self._custom_changed)
+            if isinstance(self._catalogue, ServedResources):
+                await self._catalogue.start()
             self._custom_changed()
 
     async def stop(self, timeout: float = 5.0) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        if isinstance(self._catalogue, ServedResources):
+            await self._catalogue.stop()
         informers, self._custom = list(self._custom.values()), {}
         for inf in informers:
             await inf.stop()
@@ -117,7 +124,9 @@ class GarbageCollector(Controller):
 
         served: dict[tuple[str, str], ResourceInfo] = {}
         for r in self._catalogue.resources:
-            if r.custom is not None and r.key not in served:
+            # Upstream monitors what it can list, watch and delete.
+            if (is_custom(r) and r.key not in served and r.key not in self._watched
+                    and {"list", "watch", "delete"} <= set(r.verbs)):
                 served[r.key] = r
         for key in [k for k in self._custom if k not in served]:
             asyncio.get_running_loop().create_task(self._custom.pop(key).stop())
@@ -217,7 +226,7 @@ class GarbageCollector(Controller):
         owner = self.nodes.get(ref.get("uid") or "")
         if owner is not None:
             return "waiting" if owner.deleting_dependents else "solid"
-        catalogue = getattr(self.client, "catalogue", None) or CATALOGUE
+        catalogue = self._catalogue or getattr(self.client, "catalogue", None) or CATALOGUE
         res = catalogue.by_api_version_kind(ref.get("apiVersion", ""), ref.get("kind", ""))
         if res is None:
             # Unknown kinds cannot be checked: never delete on their account.

@@ -305,3 +305,16 @@ async def test_dry_run_persists_nothing(client):
     assert out["metadata"]["name"] == "dry"
     with pytest.raises(StatusError):
         await client.get(CMS, "dry", "default")
+
+
+async def test_delete_collection_with_a_selector(client):
+    for name, app in (("a", "x"), ("b", "x"), ("c", "y")):
+        await client.create(CMS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": name, "labels": {"app": app}}}, "default")
+    out = await client.delete_collection(CMS, "default", label_selector="app=x")
+    assert out["kind"] == "ConfigMapList" and sorted(o["metadata"]["name"] for o in out["items"]) == ["a", "b"]
+    left = await client.list(CMS, "default", label_selector="app")
+    assert [o["metadata"]["name"] for o in left["items"]] == ["c"]
+    with pytest.raises(StatusError) as err:
+        await client.delete_collection(NS)  # namespaces serve no deletecollection
+    assert err.value.code == 405
