@@ -108,8 +108,10 @@ class Security:
         a = cfg.authentication
         issuers = tuple(a.service_account_issuers) or (DEFAULT_ISSUER,)
         audiences = tuple(a.api_audiences) or (issuers[0],)
-        signing_path = a.service_account_signing_key_file or own.service_account_key()
-        signing_key = pki.load_key(signing_path)
+        if a.service_account_signing_key_file:
+            signing_key = pki.load_key(a.service_account_signing_key_file)
+        else:
+            _, signing_key = own.service_account_signing_key()
         from kubeplane.auth import jwt
 
         verify_keys: list[Any] = []

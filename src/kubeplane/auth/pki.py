@@ -11,6 +11,7 @@ in a few milliseconds.
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import ipaddress
 import os
@@ -18,7 +19,11 @@ import tempfile
 from dataclasses import dataclass
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
+# The encoding enums where cryptography defines them: its ``serialization``
+# package also imports the SSH key format and, through it, every cipher,
+# which making and writing this PKI never needs (loading a key imports it).
+from cryptography.hazmat.primitives._serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -37,13 +42,29 @@ def new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
+#: the DER of a P-256 key's PKCS#8 PrivateKeyInfo up to its 32-byte private
+#: value (RFC 5915 ECPrivateKey, version 1, inside RFC 5208's structure with
+#: the id-ecPublicKey/prime256v1 algorithm), and from there to the public point
+_P256_PKCS8_HEAD = bytes.fromhex("308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b0201010420")
+_P256_PKCS8_MID = bytes.fromhex("a144034200")
+
+
 def key_pem(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    """The unencrypted PKCS#8 PEM of ``key``. A P-256 key's is laid out here:
+    cryptography's ``private_bytes`` imports its whole ``serialization``
+    package (SSH keys, every cipher) on first use, a tenth of a throw-away
+    cluster's start-up."""
+    if isinstance(key, ec.EllipticCurvePrivateKey) and isinstance(key.curve, ec.SECP256R1):
+        point = key.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+        der = _P256_PKCS8_HEAD + key.private_numbers().private_value.to_bytes(32, "big") + _P256_PKCS8_MID + point
+        b64 = base64.b64encode(der).decode()
+        lines = [b64[i:i + 64] for i in range(0, len(b64), 64)]
+        return ("-----BEGIN PRIVATE KEY-----\n" + "\n".join(lines) + "\n-----END PRIVATE KEY-----\n").encode()
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
 
 
 def cert_pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
+    return cert.public_bytes(Encoding.PEM)
 
 
 def _now() -> _dt.datetime:
@@ -158,6 +179,8 @@ def load_certs(path: str) -> list[x509.Certificate]:
 
 
 def load_key(path: str):
+    from cryptography.hazmat.primitives import serialization
+
     with open(path, "rb") as f:
         return serialization.load_pem_private_key(f.read(), password=None)
 
@@ -247,12 +270,16 @@ class PKI:
             return False
         return True
 
-    def service_account_key(self) -> str:
-        """``sa.key``: the ServiceAccount token signing key (ES256), made once."""
+    def service_account_signing_key(self) -> tuple[str, object]:
+        """``sa.key``, the ServiceAccount token signing key (ES256), made
+        once, and the key itself: the one just made when there was none, else
+        the file's."""
         path = self.path("sa.key")
-        if not os.path.exists(path):
-            write_private(path, key_pem(new_key()))
-        return path
+        if os.path.exists(path):
+            return path, load_key(path)
+        key = new_key()
+        write_private(path, key_pem(key))
+        return path, key
 
 
 def ensure_pki(directory: str) -> PKI:
