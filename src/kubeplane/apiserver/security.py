@@ -74,7 +74,7 @@ class Security:
     @classmethod
     def _load(cls, cfg: "APIServerConfig", host: str, registry: "Registry") -> "Security":
         directory = cfg.pki_dir or os.path.join(cfg.data_dir, "pki")
-        own = pki.ensure_pki(directory)
+        own = pki.ensure_pki(directory, durable=cfg.durable_pki)
         if cfg.tls_cert_file or cfg.tls_private_key_file:
             if not (cfg.tls_cert_file and cfg.tls_private_key_file):
                 raise ValueError("--tls-cert-file and --tls-private-key-file go together")

@@ -185,16 +185,18 @@ def load_key(path: str):
         return serialization.load_pem_private_key(f.read(), password=None)
 
 
-def write_private(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically, readable by this user only."""
+def write_private(path: str, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically, readable by this user only;
+    ``durable``: on disk (fsync) before it replaces the old file."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, mode=0o700, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".pki-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -215,6 +217,8 @@ class PKI:
     directory: str
     ca_cert: x509.Certificate
     ca_key: object
+    #: files made are synced to disk (not for a throw-away directory)
+    durable: bool = True
 
     @property
     def ca_file(self) -> str:
@@ -233,8 +237,8 @@ class PKI:
         crt, key = self.path("apiserver.crt"), self.path("apiserver.key")
         if not self._valid(crt, key, names):
             cert, k = issue(self.ca_cert, self.ca_key, "kube-apiserver", server_names=names, client=False)
-            write_private(key, key_pem(k))
-            write_private(crt, cert_pem(cert))
+            write_private(key, key_pem(k), self.durable)
+            write_private(crt, cert_pem(cert), self.durable)
         return crt, key
 
     def client_pair(self, stem: str, cn: str, orgs: tuple[str, ...] = ()) -> tuple[bytes, bytes]:
@@ -246,8 +250,8 @@ class PKI:
                 return f1.read(), f2.read()
         cert, k = issue(self.ca_cert, self.ca_key, cn, orgs=orgs)
         cp, kp = cert_pem(cert), key_pem(k)
-        write_private(key, kp)
-        write_private(crt, cp)
+        write_private(key, kp, self.durable)
+        write_private(crt, cp, self.durable)
         return cp, kp
 
     def _valid(self, crt: str, key: str, names: tuple[str, ...] | None, cn: str | None = None,
@@ -278,17 +282,19 @@ class PKI:
         if os.path.exists(path):
             return path, load_key(path)
         key = new_key()
-        write_private(path, key_pem(key))
+        write_private(path, key_pem(key), self.durable)
         return path, key
 
 
-def ensure_pki(directory: str) -> PKI:
-    """Load the CA in ``directory`` or make one there."""
+def ensure_pki(directory: str, durable: bool = True) -> PKI:
+    """Load the CA in ``directory`` or make one there. ``durable=False``
+    skips syncing the files made to disk: for a directory thrown away with
+    the process (a test's cluster), where a lost write costs nothing."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
     crt, key = os.path.join(directory, "ca.crt"), os.path.join(directory, "ca.key")
     if os.path.exists(crt) and os.path.exists(key):
-        return PKI(directory, load_cert(crt), load_key(key))
+        return PKI(directory, load_cert(crt), load_key(key), durable)
     cert, k = make_ca()
-    write_private(key, key_pem(k))
-    write_private(crt, cert_pem(cert))
-    return PKI(directory, cert, k)
+    write_private(key, key_pem(k), durable)
+    write_private(crt, cert_pem(cert), durable)
+    return PKI(directory, cert, k, durable)

@@ -65,3 +65,12 @@ def test_a_written_key_reads_back_as_the_key() -> None:
                                         serialization.NoEncryption())
         back = serialization.load_pem_private_key(pem, password=None)
         assert back.private_numbers() == key.private_numbers()
+
+
+def test_only_a_given_data_directory_gets_a_durable_pki(tmp_path) -> None:
+    import kubeplane.testing
+
+    with kubeplane.testing.Cluster() as c:
+        assert c._server.config.durable_pki is False
+    with kubeplane.testing.Cluster(storage="sqlite", data_dir=tmp_path / "d") as c:
+        assert c._server.config.durable_pki is True
