@@ -15,12 +15,13 @@ with kubeplane.testing.Cluster() as c:
     print("loaded:" + ",".join(loaded))
 """
 
-#: modules a cluster without policies, webhook configurations or key files to
-#: read does not need: the admission CEL environment, the webhooks'
-#: matchConditions library, cryptography's serialization package (SSH keys,
-#: every cipher)
-LATER = ("kubeplane.admission.cel", "kubeplane.registry.matchconditions",
-         "cryptography.hazmat.primitives.serialization")
+#: modules a cluster without policies, webhook configurations, DRA objects or
+#: key files to read does not need: the admission CEL environment, the
+#: webhooks' matchConditions library, the DRA selectors' CEL (so the CEL
+#: library at all), cryptography's serialization package (SSH keys, every
+#: cipher)
+LATER = ("kubeplane.admission.cel", "kubeplane.registry.matchconditions", "kubeplane.dra.cel",
+         "cel_expr_python", "cryptography.hazmat.primitives.serialization")
 
 CHILD_LATER = r"""
 import sys
