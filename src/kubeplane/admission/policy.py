@@ -25,11 +25,10 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import orjson
 
-from kubeplane.admission import cel, cost
 from kubeplane.admission.policy_api import default_binding, default_policy
 from kubeplane.api import errors
 from kubeplane.api.resources import CATALOGUE, Catalogue, ResourceInfo, resource
@@ -39,6 +38,9 @@ from kubeplane.auth.authorizer import AlwaysAllow, Authorizer
 from kubeplane.auth.user import current_user
 from kubeplane.registry.admission import AdmissionPlugin
 from kubeplane.storage.interface import CompactedError, Store
+
+if TYPE_CHECKING:
+    from kubeplane.admission import cel
 
 log = logging.getLogger("kubeplane.admission.policy")
 
@@ -264,6 +266,10 @@ class CompiledPolicy:
 
 
 def compile_policy(policy: Obj) -> CompiledPolicy:
+    # CEL is imported with the first policy, not at start-up (a cluster
+    # without policies never needs it)
+    from kubeplane.admission import cel
+
     policy = orjson.loads(orjson.dumps(policy))
     default_policy(policy)
     md = policy.get("metadata") or {}
@@ -496,6 +502,8 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
     def _evaluate(self, cp: CompiledPolicy, binding: Obj, params: Obj | None, req: Request,
                   out: "_Outcome") -> None:
         """One binding's evaluation of a policy with one param (upstream's validator)."""
+        from kubeplane.admission import cel, cost
+
         bname = (binding.get("metadata") or {}).get("name", "")
         bspec = binding.get("spec") or {}
         actions = list(bspec.get("validationActions") or [])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kubeplane.admission import cel
 from kubeplane.api.errors import (
     Cause, duplicate, forbidden_field, invalid_value, not_supported, required, too_many,
 )
@@ -219,6 +218,8 @@ def _validate_param_kind(pk: Any, path: str) -> list[Cause]:
 
 
 def _compile_cause(path: str, expr: str, returns: tuple[str, ...], **kw: Any) -> list[Cause]:
+    from kubeplane.admission import cel  # with the first policy, not at start-up
+
     try:
         cel.compile_expression(expr, returns, **kw)
     except cel.CELCompileError as err:
@@ -245,6 +246,8 @@ _CEL_RESERVED = frozenset({
 
 
 def validate_policy_spec(meta: dict, spec: Any, path: str = "spec") -> list[Cause]:
+    from kubeplane.admission import cel  # with the first policy, not at start-up
+
     spec = _d(spec)
     out: list[Cause] = []
     fp = spec.get("failurePolicy")
@@ -324,6 +327,8 @@ def validate_policy_spec(meta: dict, spec: Any, path: str = "spec") -> list[Caus
 
 
 def _validate_validation(v: dict, path: str, has_params: bool, declared: list[str]) -> list[Cause]:
+    from kubeplane.admission import cel  # with the first policy, not at start-up
+
     out: list[Cause] = []
     expr = v.get("expression") if isinstance(v.get("expression"), str) else ""
     msg = v.get("message") if isinstance(v.get("message"), str) else ""
@@ -348,6 +353,8 @@ def _validate_validation(v: dict, path: str, has_params: bool, declared: list[st
 
 
 def validate_match_conditions(conditions: Any, path: str, *, has_params: bool) -> list[Cause]:
+    from kubeplane.admission import cel  # with the first policy, not at start-up
+
     conditions = _l(conditions)
     out: list[Cause] = []
     if len(conditions) > MAX_MATCH_CONDITIONS:

@@ -97,6 +97,9 @@ class APIServerConfig:
     #: write kubeconfigs for the scheduler and controllers (their client
     #: certificates) next to the data directory's PKI
     component_kubeconfigs: bool = True
+    #: sync the PKI files made to disk (off for a data directory that is
+    #: thrown away with the process, as a test's cluster's)
+    durable_pki: bool = True
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
     #: the ServiceAccount admission plugin (pods run as an existing
     #: ServiceAccount and mount its token); needs the ServiceAccount controller

@@ -479,14 +479,19 @@ def reconcile_binding(existing: Obj, expected: Obj) -> Obj | None:
     return out if changed else None
 
 
-async def _reconcile_one(registry: Any, res: Any, expected: Obj, merge: Any) -> str:
+async def _reconcile_one(registry: Any, res: Any, expected: Obj, merge: Any, absent: bool = False) -> str:
+    """``absent``: the object was not there a moment ago (a first start), so
+    the first attempt creates it without reading it first."""
     name = expected["metadata"]["name"]
-    for _attempt in range(5):
-        try:
-            existing = await registry.get(res, name)
-        except StatusError as err:
-            if err.code != 404:
-                raise
+    for attempt in range(5):
+        existing = None
+        if not (absent and attempt == 0):
+            try:
+                existing = await registry.get(res, name)
+            except StatusError as err:
+                if err.code != 404:
+                    raise
+        if existing is None:
             try:
                 await registry.create(res, expected)
                 return "created"
@@ -513,16 +518,27 @@ async def _reconcile_one(registry: Any, res: Any, expected: Obj, merge: Any) -> 
     return "conflict"
 
 
+async def _names(registry: Any, res: Any) -> set[str]:
+    out = await registry.list(res)
+    return {(o.get("metadata") or {}).get("name") for o in out.get("items") or []}
+
+
 async def reconcile(registry: Any) -> dict[str, int]:
     """Makes the bootstrap policy present (see the module's docstring); the counts of what it did."""
     roles_res = resource("clusterroles", GROUP)
     bindings_res = resource("clusterrolebindings", GROUP)
     roles, bindings = policy()
     counts: dict[str, int] = {}
+    # Which are there already: one list each instead of a read per object
+    # (on a first start none is, and every object is simply created).
+    have_roles = await _names(registry, roles_res)
+    have_bindings = await _names(registry, bindings_res)
     # All at once: the writes of a first start share the store's group commits.
     outcomes = await asyncio.gather(
-        *(_reconcile_one(registry, roles_res, obj, reconcile_role) for obj in roles),
-        *(_reconcile_one(registry, bindings_res, obj, reconcile_binding) for obj in bindings))
+        *(_reconcile_one(registry, roles_res, obj, reconcile_role, obj["metadata"]["name"] not in have_roles)
+          for obj in roles),
+        *(_reconcile_one(registry, bindings_res, obj, reconcile_binding,
+                         obj["metadata"]["name"] not in have_bindings) for obj in bindings))
     for outcome in outcomes:
         counts[outcome] = counts.get(outcome, 0) + 1
     if counts.get("created") or counts.get("updated"):

@@ -74,7 +74,7 @@ class Security:
     @classmethod
     def _load(cls, cfg: "APIServerConfig", host: str, registry: "Registry") -> "Security":
         directory = cfg.pki_dir or os.path.join(cfg.data_dir, "pki")
-        own = pki.ensure_pki(directory)
+        own = pki.ensure_pki(directory, durable=cfg.durable_pki)
         if cfg.tls_cert_file or cfg.tls_private_key_file:
             if not (cfg.tls_cert_file and cfg.tls_private_key_file):
                 raise ValueError("--tls-cert-file and --tls-private-key-file go together")
@@ -108,8 +108,10 @@ class Security:
         a = cfg.authentication
         issuers = tuple(a.service_account_issuers) or (DEFAULT_ISSUER,)
         audiences = tuple(a.api_audiences) or (issuers[0],)
-        signing_path = a.service_account_signing_key_file or own.service_account_key()
-        signing_key = pki.load_key(signing_path)
+        if a.service_account_signing_key_file:
+            signing_key = pki.load_key(a.service_account_signing_key_file)
+        else:
+            _, signing_key = own.service_account_signing_key()
         from kubeplane.auth import jwt
 
         verify_keys: list[Any] = []

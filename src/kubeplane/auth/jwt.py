@@ -13,7 +13,10 @@ from typing import Any
 
 import orjson
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
+# not the ``serialization`` package, which imports the SSH format and every
+# cipher; it is imported where a key file is read
+from cryptography.hazmat.primitives._serialization import Encoding, PublicFormat
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 
@@ -37,7 +40,7 @@ def unb64url(text: str) -> bytes:
 
 
 def key_id(public_key: Any) -> str:
-    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    der = public_key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
     return b64url(hashlib.sha256(der).digest())
 
 
@@ -132,6 +135,8 @@ def load_public_keys(path: str) -> list[Any]:
     """Every public key in a PEM file (public keys, private keys and
     certificates all count, as upstream's ``--service-account-key-file``)."""
     from cryptography import x509
+
+    from cryptography.hazmat.primitives import serialization
 
     with open(path, "rb") as f:
         data = f.read()

@@ -11,6 +11,7 @@ in a few milliseconds.
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import ipaddress
 import os
@@ -18,7 +19,11 @@ import tempfile
 from dataclasses import dataclass
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
+# The encoding enums where cryptography defines them: its ``serialization``
+# package also imports the SSH key format and, through it, every cipher,
+# which making and writing this PKI never needs (loading a key imports it).
+from cryptography.hazmat.primitives._serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -37,13 +42,29 @@ def new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
+#: the DER of a P-256 key's PKCS#8 PrivateKeyInfo up to its 32-byte private
+#: value (RFC 5915 ECPrivateKey, version 1, inside RFC 5208's structure with
+#: the id-ecPublicKey/prime256v1 algorithm), and from there to the public point
+_P256_PKCS8_HEAD = bytes.fromhex("308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b0201010420")
+_P256_PKCS8_MID = bytes.fromhex("a144034200")
+
+
 def key_pem(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    """The unencrypted PKCS#8 PEM of ``key``. A P-256 key's is laid out here:
+    cryptography's ``private_bytes`` imports its whole ``serialization``
+    package (SSH keys, every cipher) on first use, a tenth of a throw-away
+    cluster's start-up."""
+    if isinstance(key, ec.EllipticCurvePrivateKey) and isinstance(key.curve, ec.SECP256R1):
+        point = key.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+        der = _P256_PKCS8_HEAD + key.private_numbers().private_value.to_bytes(32, "big") + _P256_PKCS8_MID + point
+        b64 = base64.b64encode(der).decode()
+        lines = [b64[i:i + 64] for i in range(0, len(b64), 64)]
+        return ("-----BEGIN PRIVATE KEY-----\n" + "\n".join(lines) + "\n-----END PRIVATE KEY-----\n").encode()
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
 
 
 def cert_pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
+    return cert.public_bytes(Encoding.PEM)
 
 
 def _now() -> _dt.datetime:
@@ -158,20 +179,24 @@ def load_certs(path: str) -> list[x509.Certificate]:
 
 
 def load_key(path: str):
+    from cryptography.hazmat.primitives import serialization
+
     with open(path, "rb") as f:
         return serialization.load_pem_private_key(f.read(), password=None)
 
 
-def write_private(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically, readable by this user only."""
+def write_private(path: str, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically, readable by this user only;
+    ``durable``: on disk (fsync) before it replaces the old file."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, mode=0o700, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".pki-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -192,6 +217,8 @@ class PKI:
     directory: str
     ca_cert: x509.Certificate
     ca_key: object
+    #: files made are synced to disk (not for a throw-away directory)
+    durable: bool = True
 
     @property
     def ca_file(self) -> str:
@@ -210,8 +237,8 @@ class PKI:
         crt, key = self.path("apiserver.crt"), self.path("apiserver.key")
         if not self._valid(crt, key, names):
             cert, k = issue(self.ca_cert, self.ca_key, "kube-apiserver", server_names=names, client=False)
-            write_private(key, key_pem(k))
-            write_private(crt, cert_pem(cert))
+            write_private(key, key_pem(k), self.durable)
+            write_private(crt, cert_pem(cert), self.durable)
         return crt, key
 
     def client_pair(self, stem: str, cn: str, orgs: tuple[str, ...] = ()) -> tuple[bytes, bytes]:
@@ -223,8 +250,8 @@ class PKI:
                 return f1.read(), f2.read()
         cert, k = issue(self.ca_cert, self.ca_key, cn, orgs=orgs)
         cp, kp = cert_pem(cert), key_pem(k)
-        write_private(key, kp)
-        write_private(crt, cp)
+        write_private(key, kp, self.durable)
+        write_private(crt, cp, self.durable)
         return cp, kp
 
     def _valid(self, crt: str, key: str, names: tuple[str, ...] | None, cn: str | None = None,
@@ -247,21 +274,27 @@ class PKI:
             return False
         return True
 
-    def service_account_key(self) -> str:
-        """``sa.key``: the ServiceAccount token signing key (ES256), made once."""
+    def service_account_signing_key(self) -> tuple[str, object]:
+        """``sa.key``, the ServiceAccount token signing key (ES256), made
+        once, and the key itself: the one just made when there was none, else
+        the file's."""
         path = self.path("sa.key")
-        if not os.path.exists(path):
-            write_private(path, key_pem(new_key()))
-        return path
+        if os.path.exists(path):
+            return path, load_key(path)
+        key = new_key()
+        write_private(path, key_pem(key), self.durable)
+        return path, key
 
 
-def ensure_pki(directory: str) -> PKI:
-    """Load the CA in ``directory`` or make one there."""
+def ensure_pki(directory: str, durable: bool = True) -> PKI:
+    """Load the CA in ``directory`` or make one there. ``durable=False``
+    skips syncing the files made to disk: for a directory thrown away with
+    the process (a test's cluster), where a lost write costs nothing."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
     crt, key = os.path.join(directory, "ca.crt"), os.path.join(directory, "ca.key")
     if os.path.exists(crt) and os.path.exists(key):
-        return PKI(directory, load_cert(crt), load_key(key))
+        return PKI(directory, load_cert(crt), load_key(key), durable)
     cert, k = make_ca()
-    write_private(key, key_pem(k))
-    write_private(crt, cert_pem(cert))
-    return PKI(directory, cert, k)
+    write_private(key, key_pem(k), durable)
+    write_private(crt, cert_pem(cert), durable)
+    return PKI(directory, cert, k, durable)

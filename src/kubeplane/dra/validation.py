@@ -29,7 +29,6 @@ from kubeplane.api.strings import is_dns1123_label, is_dns1123_subdomain
 from kubeplane.api.validation import extra_validators, register_extra_validator, validate_node_selector
 from kubeplane.api.validation.core import validate_unique_label_name
 from kubeplane.api.validation.common import _d, _l
-from kubeplane.dra.cel import CELCompileError, compile_selector, is_semver
 
 if TYPE_CHECKING:
     from kubeplane.api.resources import ResourceInfo
@@ -57,6 +56,9 @@ IMMUTABLE = "field is immutable"
 
 def validate_selectors(selectors: Any, path: str) -> list[Cause]:
     """Each selector needs ``cel.expression`` that compiles."""
+    # the CEL library loads with the first DRA object, not at start-up
+    from kubeplane.dra.cel import CELCompileError, compile_selector
+
     out: list[Cause] = []
     sels = _l(selectors)
     if len(sels) > MAX_SELECTORS:
@@ -229,6 +231,8 @@ def _validate_device(dev: Any, path: str) -> list[Cause]:
         if kind in ("string", "version") and isinstance(value, str) and len(value) > 64:
             out.append(too_long(f"{ap}.{kind}", value, 64))
         if kind == "version":
+            from kubeplane.dra.cel import is_semver
+
             if not is_semver(str(value)):
                 out.append(invalid_value(f"{ap}.version", value, "must be a string compatible with semver.org spec 2.0.0"))
     for key, cap in caps.items():

@@ -45,7 +45,6 @@ from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.api.selectors import LabelSelector, label_selector_from_dict
 from kubeplane.api.warnings import add_warning
 from kubeplane.auth.authorizer import AlwaysAllow
-from kubeplane.registry import matchconditions
 from kubeplane.registry.admission import CREATE, UPDATE, AdmissionPlugin, Attributes
 from kubeplane.registry.webhookclient import CallError, WebhookClient
 from kubeplane.storage.interface import CompactedError, Store, StorageError
@@ -164,6 +163,8 @@ def compile_configuration(obj: Obj, mutating: bool) -> list[Hook]:
     md = obj.get("metadata") or {}
     config = str(md.get("name") or "")
     hooks: list[Hook] = []
+    # the CEL library is imported with the first configuration, not at start-up
+    from kubeplane.registry import matchconditions
     for i, wh in enumerate(obj.get("webhooks") or []):
         if not isinstance(wh, dict):
             continue
@@ -351,6 +352,8 @@ def _check_match_conditions(res: ResourceInfo, obj: Obj, old: Obj | None) -> lis
             expr = mc.get("expression") if isinstance(mc, dict) else None
             if not isinstance(expr, str) or not expr.strip():
                 continue
+            from kubeplane.registry import matchconditions
+
             try:
                 matchconditions.compile_condition(str(mc.get("name") or ""), expr)
             except matchconditions.CompileError as err:
@@ -584,6 +587,8 @@ class _WebhookPlugin(AdmissionPlugin):
             if hook.condition_error is not None:
                 failed.append(hook.condition_error)
             else:
+                from kubeplane.registry import matchconditions
+
                 act = matchconditions.activation(attrs.obj, attrs.old_obj, request_fields(attrs))
                 matches, failed = matchconditions.match(list(hook.conditions), act, self.authorizer, attrs.user)
                 if not matches:

@@ -242,9 +242,13 @@ class Cluster:
         if self.storage == "sqlite":
             self.data_dir = self._data_dir_opt or os.path.join(self._tmpdir, "data")
         kubeconfig = os.path.join(self._tmpdir, "kubeconfig")
+        scratch = os.path.join(self._tmpdir, "data")
+        data_dir = self.data_dir or scratch
         self._server = APIServer(APIServerConfig(
-            data_dir=self.data_dir or os.path.join(self._tmpdir, "data"), listen="127.0.0.1:0",
-            storage=self.storage, kubeconfig=kubeconfig, component_kubeconfigs=False),
+            data_dir=data_dir, listen="127.0.0.1:0",
+            storage=self.storage, kubeconfig=kubeconfig, component_kubeconfigs=False,
+            # the PKI of a directory removed with the cluster is not synced to disk
+            durable_pki=data_dir != scratch),
             # namespaces finish deleting and pods get their ServiceAccount without the
             # controllers too; with them these are two of them
             in_process=[] if self.controllers else [namespace_controller, service_account_controller])

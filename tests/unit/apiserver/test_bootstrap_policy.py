@@ -183,3 +183,45 @@ async def test_component_identities_hold_what_kubeplanes_components_do(registry)
         assert not allowed(node, "create", "deployments", "apps", "a")
     finally:
         await cache.stop()
+
+
+async def test_a_first_start_creates_without_reading_each_object(registry, monkeypatch):
+    reads: list[str] = []
+    real_get = registry.get
+
+    async def counting_get(res, name, namespace=None):
+        reads.append(name)
+        return await real_get(res, name, namespace)
+
+    monkeypatch.setattr(registry, "get", counting_get)
+    roles, bindings = policy()
+    assert await reconcile(registry) == {"created": len(roles) + len(bindings)}
+    assert reads == []
+    # a later start reads what is there and changes only what differs
+    await registry.delete(ROLES, "view")
+    counts = await reconcile(registry)
+    assert counts == {"created": 1, "unchanged": len(roles) + len(bindings) - 1}
+    assert "view" not in reads and "edit" in reads
+
+
+async def test_an_object_made_meanwhile_is_reconciled_not_duplicated(registry, monkeypatch):
+    # the list says "absent", then something creates the role first: the create
+    # conflicts and the role is read and merged instead
+    real_list = registry.list
+    made = False
+
+    async def list_then_create(res, *a, **kw):
+        nonlocal made
+        out = await real_list(res, *a, **kw)
+        if res.plural == "clusterroles" and not made:
+            made = True
+            await registry.create(ROLES, {"apiVersion": f"{G}/v1", "kind": "ClusterRole",
+                                          "metadata": {"name": "system:basic-user"}, "rules": []})
+        return out
+
+    monkeypatch.setattr(registry, "list", list_then_create)
+    roles, bindings = policy()
+    counts = await reconcile(registry)
+    assert counts == {"created": len(roles) + len(bindings) - 1, "updated": 1}
+    basic = await registry.get(ROLES, "system:basic-user")
+    assert basic["rules"] and basic["metadata"]["annotations"][AUTOUPDATE] == "true"

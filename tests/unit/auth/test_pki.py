@@ -101,3 +101,24 @@ async def test_tls_handshake_verifies_both_ways(tmp_path):
     finally:
         server.close()
         await server.wait_closed()
+
+
+def test_a_throw_away_pki_is_not_synced_to_disk(tmp_path, monkeypatch) -> None:
+    import os
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    p = pki.ensure_pki(str(tmp_path / "scratch"), durable=False)
+    p.serving_pair(("localhost",))
+    p.client_pair("admin", pki.ADMIN_USER)
+    p.service_account_signing_key()
+    assert synced == []
+    kept = pki.ensure_pki(str(tmp_path / "kept"))
+    kept.serving_pair(("localhost",))
+    assert len(synced) == 4  # ca.key, ca.crt, apiserver.key, apiserver.crt
+    # what was written unsynced reads back all the same
+    again = pki.ensure_pki(str(tmp_path / "scratch"))
+    assert again.ca_cert == p.ca_cert
+    path, key = again.service_account_signing_key()
+    assert key.private_numbers() == p.service_account_signing_key()[1].private_numbers()
