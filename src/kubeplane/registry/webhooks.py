@@ -43,7 +43,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy, new_uid
 from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.api.selectors import LabelSelector, label_selector_from_dict
-from kubeplane.api.warnings import add_warning
+from kubeplane.api.warning import add_warning
 from kubeplane.auth.authorizer import AlwaysAllow
 from kubeplane.registry import matchconditions
 from kubeplane.registry.admission import CREATE, UPDATE, AdmissionPlugin, Attributes

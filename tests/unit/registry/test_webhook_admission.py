@@ -9,7 +9,7 @@ import pytest
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
-from kubeplane.api.warnings import recording
+from kubeplane.api.warning import collecting as recording
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.auth.user import UserInfo, acting_as
 from kubeplane.registry.admission import (
