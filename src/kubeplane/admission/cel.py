@@ -9,12 +9,12 @@ variables, each evaluated at most once per request and only when an
 expression refers to it) and ``authorizer`` (not for messageExpressions).
 
 Libraries: the CEL standard library with the string, math, encoder, optional
-and bindings extensions, Kubernetes' quantity and semver libraries (shared
-with the DRA device selectors), its URL, IP and CIDR libraries
-(:mod:`kubeplane.admission.cel_net`), its sets library (``sets.contains``,
-``sets.equivalent``, ``sets.intersects``), its list library (``isSorted``, ``sum``,
-``min``, ``max``; the string extension owns the names ``indexOf`` and
-``lastIndexOf``, so the list forms are missing) and its authorizer library::
+and bindings extensions, the Kubernetes libraries every kubeplane CEL
+environment shares (:mod:`kubeplane.cel.library`: quantity and semver, URL,
+IP and CIDR, regex ``find``/``findAll``, lists ``isSorted``, ``sum``, ``min``,
+``max``; the string extension owns the names ``indexOf`` and ``lastIndexOf``,
+so the list forms are missing), the sets library (``sets.contains``,
+``sets.equivalent``, ``sets.intersects``) and the authorizer library::
 
     authorizer.group('apps').resource('deployments').namespace('ns').name('n').check('update').allowed()
     authorizer.path('/healthz').check('get').allowed()
@@ -28,7 +28,6 @@ Expressions are compiled once; :class:`Compiled` evaluates one against an
 
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -36,10 +35,11 @@ from typing import Any, Callable, Mapping, Sequence
 from cel_expr_python import cel as _cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
-from kubeplane.admission import ast, cel_net, cost
+from kubeplane.admission import ast, cost
 from kubeplane.auth.authorizer import AlwaysAllow, Attributes as AuthzAttributes, Authorizer, Decision
 from kubeplane.auth.user import SERVICE_ACCOUNT_PREFIX, SERVICE_ACCOUNTS_GROUP, AUTHENTICATED, UserInfo
-from kubeplane.dra.cel import _decls as _quantity_decls
+from kubeplane.cel import library
+from kubeplane.cel.library import clean_error
 
 __all__ = [
     "BOOL", "STRING", "NULL", "ANY",
@@ -71,45 +71,6 @@ class EvalError(Exception):
         super().__init__(message)
         self.message = message
         self.cost_exceeded = cost_exceeded
-
-
-# ------------------------------------------------------------ list library
-
-def _numeric_list(items: list) -> list:
-    if any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in items):
-        raise ValueError("no such overload")
-    return items
-
-
-def _l_is_sorted(items: list) -> bool:
-    try:
-        return all(items[i] <= items[i + 1] for i in range(len(items) - 1))
-    except TypeError:
-        raise ValueError("no such overload") from None
-
-
-def _l_sum(items: list) -> Any:
-    return sum(_numeric_list(items)) if items else 0
-
-
-def _l_min(items: list) -> Any:
-    if not items:
-        raise ValueError("min called on empty list")
-    try:
-        return min(items)
-    except TypeError:
-        raise ValueError("no such overload") from None
-
-
-def _l_max(items: list) -> Any:
-    if not items:
-        raise ValueError("max called on empty list")
-    try:
-        return max(items)
-    except TypeError:
-        raise ValueError("no such overload") from None
-
-
 
 
 # ------------------------------------------------------------ sets library
@@ -220,15 +181,10 @@ def _library() -> list[Any]:
     F = _cel.FunctionDecl
     L = T.List(T.DYN)
     return [
-        *_quantity_decls(),
-        *cel_net.decls(),
+        *library.decls(),
         F("sets.contains", [_ov("k8s_sets_contains", T.BOOL, [L, L], _s_contains, False)]),
         F("sets.equivalent", [_ov("k8s_sets_equivalent", T.BOOL, [L, L], _s_equivalent, False)]),
         F("sets.intersects", [_ov("k8s_sets_intersects", T.BOOL, [L, L], _s_intersects, False)]),
-        F("isSorted", [_ov("k8s_list_is_sorted", T.BOOL, [L], _l_is_sorted)]),
-        F("sum", [_ov("k8s_list_sum", T.DYN, [L], _l_sum)]),
-        F("min", [_ov("k8s_list_min", T.DYN, [L], _l_min)]),
-        F("max", [_ov("k8s_list_max", T.DYN, [L], _l_max)]),
         F("path", [_ov("k8s_authorizer_path", _AUTHZ, [_AUTHZ, T.STRING], _a_path)]),
         F("group", [_ov("k8s_authorizer_group", _AUTHZ, [_AUTHZ, T.STRING], _a_group)]),
         F("resource", [_ov("k8s_authorizer_resource", _AUTHZ, [_AUTHZ, T.STRING], _a_resource)]),
@@ -274,26 +230,16 @@ def _env(has_params: bool, has_authorizer: bool) -> Any:
 _TYPE_NAMES = {"BOOL": BOOL, "STRING": STRING, "NULL_TYPE": NULL, "NULL": NULL}
 
 
-def _clean(text: str) -> str:
-    text = text.strip()
-    text = re.sub(r"^(INVALID_ARGUMENT|NOT_FOUND|OUT_OF_RANGE|UNKNOWN|INTERNAL|UNIMPLEMENTED|"
-                  r"FAILED_PRECONDITION): ", "", text)
-    return re.sub(r"\s*\[[A-Z_]+\]$", "", text)
+_clean = library.clean_error
 
 
 def _runtime_message(text: str) -> str:
     """The runtime's error text in cel-go's words where they differ."""
-    text = _clean(text)
-    m = re.match(r'Key not found in map\s*:\s*"?(.*?)"?$', text)
-    if m:
-        return f"no such key: {m.group(1)}"
-    if text.startswith("No matching overloads found"):
-        return "no such overload"
-    if text == "Iteration budget exceeded":
+    if clean_error(text) == "Iteration budget exceeded":
         # the runtime's own bound (upstream has none besides the cost limit)
         return (f"operation cancelled: iteration budget exceeded (at most {MAX_ITERATIONS - 1} comprehension "
                 "iterations per evaluation)")
-    return text
+    return library.runtime_message(text)
 
 
 def _source_snippet(expr: str, line: int, col: int) -> str:

@@ -37,6 +37,7 @@ from kubeplane.api.warning import add_warning
 from kubeplane.auth.authorizer import AlwaysAllow, Authorizer
 from kubeplane.auth.user import current_user
 from kubeplane.registry.admission import AdmissionPlugin
+from kubeplane.registry.admissionrules import NAMESPACES, Rule, labels_of, object_selector_matches
 from kubeplane.storage.interface import CompactedError, Store
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ Obj = dict[str, Any]
 GROUP = "admissionregistration.k8s.io"
 POLICIES = resource("validatingadmissionpolicies", GROUP)
 BINDINGS = resource("validatingadmissionpolicybindings", GROUP)
-NAMESPACES = resource("namespaces", "")
 
 #: the audit annotation key of failed validations with the Audit action
 AUDIT_FAILURE_KEY = "validation.policy.admission.k8s.io/validation_failure"
@@ -59,14 +59,6 @@ MAX_MESSAGE_BYTES = 5 * 1024
 MAX_ANNOTATION_BYTES = 10 * 1024
 
 _REASON_CODES = {"Unauthorized": 401, "Forbidden": 403, "RequestEntityTooLarge": 413, "Invalid": 422}
-
-#: resources served under an older group too (matchPolicy Equivalent)
-_EQUIVALENT_GROUPS = {
-    ("apps", "deployments"): ("extensions",), ("apps", "replicasets"): ("extensions",),
-    ("apps", "daemonsets"): ("extensions",), ("networking.k8s.io", "networkpolicies"): ("extensions",),
-    ("policy", "podsecuritypolicies"): ("extensions",),
-}
-
 
 #: how often a cache asks its watch even when nothing is buffered
 FULL_CHECK_SECONDS = 1.0
@@ -153,47 +145,10 @@ class Request:
     uid: str = ""
 
 
-def _labels(obj: Obj | None) -> dict:
-    md = (obj or {}).get("metadata") if isinstance(obj, dict) else None
-    labels = md.get("labels") if isinstance(md, dict) else None
-    return labels if isinstance(labels, dict) else {}
-
-
-def _rule_matches(rule: Obj, req: Request, equivalent: bool) -> bool:
-    ops = rule.get("operations") or []
-    if "*" not in ops and req.operation not in ops:
-        return False
-    names = rule.get("resourceNames") or []
-    if names and req.name not in names:
-        return False
-    scope = rule.get("scope") or "*"
-    is_ns = req.resource.key == NAMESPACES.key
-    if scope == "Namespaced" and (is_ns or not req.namespace):
-        return False
-    if scope == "Cluster" and not (is_ns or not req.namespace):
-        return False
-    groups = rule.get("apiGroups") or []
-    versions = rule.get("apiVersions") or []
-    res = req.resource
-    group_ok = "*" in groups or res.group in groups
-    version_ok = "*" in versions or res.version in versions
-    if not (group_ok and version_ok):
-        if not equivalent:
-            return False
-        # Equivalent: the same resource under another version or an older group
-        # (kubeplane serves each resource in one version).
-        alt = _EQUIVALENT_GROUPS.get(res.key, ())
-        if not (group_ok or any(g in groups for g in alt)):
-            return False
-    for entry in rule.get("resources") or []:
-        r, _, sub = entry.partition("/")
-        if (r == "*" or r == res.plural) and (sub == "*" or sub == req.subresource):
-            return True
-    return False
-
-
 def _rules_match(rules: Iterable[Obj], req: Request, equivalent: bool) -> bool:
-    return any(_rule_matches(r, req, equivalent) for r in rules if isinstance(r, dict))
+    return any(Rule.from_dict(r).matches(req.operation, req.resource, req.namespace, req.subresource, req.name,
+                                         equivalent=equivalent)
+               for r in rules if isinstance(r, dict))
 
 
 class Matcher:
@@ -208,11 +163,11 @@ class Matcher:
             return None
         return self.namespaces.items.get(NAMESPACES.storage_key(req.namespace))
 
-    def _namespace_labels(self, req: Request) -> dict | None:
+    def _namespacelabels_of(self, req: Request) -> dict | None:
         if req.resource.key == NAMESPACES.key:
-            return _labels(req.obj if req.obj is not None else req.old_obj)
+            return labels_of(req.obj if req.obj is not None else req.old_obj)
         ns = self.namespace_object(req)
-        return None if ns is None else _labels(ns)
+        return None if ns is None else labels_of(ns)
 
     def matches(self, mr: Obj | None, req: Request, *, require_rules: bool) -> bool:
         if not isinstance(mr, dict):
@@ -220,15 +175,12 @@ class Matcher:
         ns_sel = mr.get("namespaceSelector")
         if ns_sel and (req.namespace or req.resource.key == NAMESPACES.key):
             selector = label_selector_from_dict(ns_sel)
-            labels = self._namespace_labels(req)
+            labels = self._namespacelabels_of(req)
             if labels is None or not selector.matches(labels):
                 return False
         obj_sel = mr.get("objectSelector")
-        if obj_sel:
-            selector = label_selector_from_dict(obj_sel)
-            if not (selector.matches(_labels(req.obj)) and req.obj is not None) and \
-                    not (req.old_obj is not None and selector.matches(_labels(req.old_obj))):
-                return False
+        if obj_sel and not object_selector_matches(label_selector_from_dict(obj_sel), req.obj, req.old_obj):
+            return False
         equivalent = (mr.get("matchPolicy") or "Equivalent") == "Equivalent"
         if _rules_match(mr.get("excludeResourceRules") or [], req, equivalent):
             return False
@@ -491,7 +443,7 @@ class ValidatingAdmissionPolicyPlugin(AdmissionPlugin):
             selector = label_selector_from_dict(ref.get("selector"))
             prefix = res.storage_prefix(namespace or None)
             for key in sorted(items):
-                if key.startswith(prefix) and selector.matches(_labels(items[key])):
+                if key.startswith(prefix) and selector.matches(labels_of(items[key])):
                     found.append(items[key])
         if not found:
             if ref.get("parameterNotFoundAction") == "Deny":

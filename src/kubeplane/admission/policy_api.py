@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kubeplane.api.errors import (
-    Cause, duplicate, forbidden_field, invalid_value, not_supported, required, too_many,
+    Cause, duplicate, forbidden_field, invalid_value, not_supported, required,
 )
 from kubeplane.api.strings import is_dns1035_label, is_dns1123_subdomain, is_qualified_name, name_is_dns_subdomain
 from kubeplane.api.validation import register_extra_validator, validate_label_selector
+from kubeplane.api.validation.admissionregistration import FAILURE_POLICIES, MATCH_POLICIES, validate_rule
+from kubeplane.api.validation.admissionregistration import validate_match_conditions as validate_webhook_match_conditions
 from kubeplane.api.validation.common import _d, _l
 
 if TYPE_CHECKING:
@@ -26,16 +28,11 @@ GROUP = "admissionregistration.k8s.io"
 POLICIES = f"validatingadmissionpolicies.{GROUP}"
 BINDINGS = f"validatingadmissionpolicybindings.{GROUP}"
 
-FAILURE_POLICIES = ("Fail", "Ignore")
-MATCH_POLICIES = ("Equivalent", "Exact")
-OPERATIONS = ("*", "CONNECT", "CREATE", "DELETE", "UPDATE")
-SCOPES = ("*", "Cluster", "Namespaced")
 ACTIONS = ("Audit", "Deny", "Warn")
 REASONS = ("Forbidden", "Invalid", "RequestEntityTooLarge", "Unauthorized")
 PARAM_ACTIONS = ("Allow", "Deny")
 MAX_AUDIT_ANNOTATIONS = 20
 MAX_AUDIT_VALUE_EXPRESSION = 5 * 1024
-MAX_MATCH_CONDITIONS = 64
 
 
 # ---------------------------------------------------------------- defaults
@@ -76,80 +73,10 @@ def default_binding(obj: dict) -> None:
 
 # -------------------------------------------------------------- validation
 
-def _has_wildcard(values: list) -> bool:
-    return "*" in values
-
-
 def _path_segment_errors(name: str) -> list[str]:
     if name in (".", ".."):
         return [f"may not be '{name}'"]
     return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
-
-
-def _validate_resources(resources: list, path: str) -> list[Cause]:
-    out: list[Cause] = []
-    if not resources:
-        out.append(required(path))
-    wild_sub: set[str] = set()
-    wild_res: set[str] = set()
-    double = single = plain = False
-    for i, rs in enumerate(resources):
-        if not isinstance(rs, str) or rs == "":
-            out.append(required(f"{path}[{i}]"))
-            continue
-        if rs == "*/*":
-            double = True
-        if rs == "*":
-            single = True
-        res, sep, sub = rs.partition("/")
-        if not sep:
-            plain = rs != "*"
-            continue
-        if res in wild_sub:
-            out.append(invalid_value(f"{path}[{i}]", rs, f"if '{res}/*' is present, must not specify {rs}"))
-        if sub in wild_res:
-            out.append(invalid_value(f"{path}[{i}]", rs, f"if '*/{sub}' is present, must not specify {rs}"))
-        if sub == "*":
-            wild_sub.add(res)
-        if res == "*":
-            wild_res.add(sub)
-    if len(resources) > 1 and double:
-        out.append(invalid_value(path, resources, "if '*/*' is present, must not specify other resources"))
-    if single and plain:
-        out.append(invalid_value(path, resources, "if '*' is present, must not specify other resources without "
-                                 "subresources"))
-    return out
-
-
-def _validate_rule(rule: dict, path: str) -> list[Cause]:
-    out: list[Cause] = []
-    ops = _l(rule.get("operations"))
-    if not ops:
-        out.append(required(f"{path}.operations"))
-    if len(ops) > 1 and _has_wildcard(ops):
-        out.append(invalid_value(f"{path}.operations", ops, "if '*' is present, must not specify other operations"))
-    for i, op in enumerate(ops):
-        if op not in OPERATIONS:
-            out.append(not_supported(f"{path}.operations[{i}]", op, OPERATIONS))
-    groups = _l(rule.get("apiGroups"))
-    if not groups:
-        out.append(required(f"{path}.apiGroups"))
-    if len(groups) > 1 and _has_wildcard(groups):
-        out.append(invalid_value(f"{path}.apiGroups", groups, "if '*' is present, must not specify other API groups"))
-    versions = _l(rule.get("apiVersions"))
-    if not versions:
-        out.append(required(f"{path}.apiVersions"))
-    if len(versions) > 1 and _has_wildcard(versions):
-        out.append(invalid_value(f"{path}.apiVersions", versions,
-                                 "if '*' is present, must not specify other API versions"))
-    for i, v in enumerate(versions):
-        if v == "":
-            out.append(required(f"{path}.apiVersions[{i}]"))
-    out += _validate_resources(_l(rule.get("resources")), f"{path}.resources")
-    scope = rule.get("scope")
-    if scope is not None and scope not in SCOPES:
-        out.append(not_supported(f"{path}.scope", scope, SCOPES))
-    return out
 
 
 def _validate_named_rule(rule: Any, path: str) -> list[Cause]:
@@ -162,7 +89,7 @@ def _validate_named_rule(rule: Any, path: str) -> list[Cause]:
         if name in seen:
             out.append(duplicate(f"{path}.resourceNames[{i}]", name))
         seen.add(name)
-    return out + _validate_rule(rule, path)
+    return out + validate_rule(rule, path)
 
 
 def _validate_match_resources(mr: Any, path: str) -> list[Cause]:
@@ -355,29 +282,10 @@ def _validate_validation(v: dict, path: str, has_params: bool, declared: list[st
 def validate_match_conditions(conditions: Any, path: str, *, has_params: bool) -> list[Cause]:
     from kubeplane.admission import cel  # with the first policy, not at start-up
 
-    conditions = _l(conditions)
-    out: list[Cause] = []
-    if len(conditions) > MAX_MATCH_CONDITIONS:
-        out.append(too_many(path, len(conditions), MAX_MATCH_CONDITIONS))
-    names: set[str] = set()
-    for i, mc in enumerate(conditions):
-        mc = _d(mc)
-        p = f"{path}[{i}]"
-        expr = mc.get("expression") if isinstance(mc.get("expression"), str) else ""
-        if not expr.strip():
-            out.append(required(f"{p}.expression"))
-        else:
-            out += _compile_cause(f"{p}.expression", expr.strip(), (cel.BOOL,), has_params=has_params)
-        name = mc.get("name") or ""
-        if not name:
-            out.append(required(f"{p}.name"))
-        else:
-            for m in is_qualified_name(str(name)):
-                out.append(invalid_value(f"{p}.name", name, m))
-            if name in names:
-                out.append(duplicate(f"{p}.name", name))
-            names.add(name)
-    return out
+    def compile_expression(p: str, expr: str) -> list[Cause]:
+        return _compile_cause(p, expr, (cel.BOOL,), has_params=has_params)
+
+    return validate_webhook_match_conditions(_l(conditions), path, compile_expression)
 
 
 def validate_policy(res: "ResourceInfo", obj: dict, old: dict | None) -> list[Cause]:

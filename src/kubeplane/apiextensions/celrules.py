@@ -17,12 +17,9 @@ per ``self`` type), with ``self`` and ``oldSelf`` declared:
 
 Libraries: the CEL standard library, string extensions, optional values
 (``self.?field.orValue(x)``; ``oldSelf`` is one under ``optionalOldSelf``),
-``cel.bind``, Kubernetes' regex (``find``, ``findAll``), lists (``isSorted``, ``sum``, ``min``,
-``max``), urls (``url``, ``isURL``,
-``getScheme``, ``getHost``, ``getHostname``, ``getPort``, ``getEscapedPath``,
-``getQuery``), quantity (``quantity``, ``isQuantity`` and its members) and
-ip/cidr (``ip``, ``isIP``, ``cidr``, ``isCIDR``, ``family``,
-``containsIP``, ``prefixLength``...) libraries. Not provided: the
+``cel.bind``, and the Kubernetes libraries shared with the admission
+environment (:mod:`kubeplane.cel.library`: regex ``find``/``findAll``, lists,
+URLs, IPs and CIDRs, quantity). Not provided: the
 ``format`` library, and timestamp/duration/bytes typing of strings with
 those formats (they are strings in rules).
 
@@ -41,20 +38,17 @@ evaluation time stays bounded.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import threading
 from collections import OrderedDict
 from typing import Any
-from urllib.parse import urlsplit
 
 from cel_expr_python import cel as _cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from kubeplane.api.errors import Cause, duplicate, forbidden_field, invalid_value, required
-from kubeplane.dra import cel as _dracel
+from kubeplane.cel import library
 
-from .regex import compile_full
 from .schema import NIL_PATH, _Node
 
 __all__ = ["RuleSet", "check_rules", "valid_field_path", "RULE_COMPILE_ERROR"]
@@ -73,230 +67,12 @@ RULE_COMPILE_ERROR = "compilation failed: "
 # ------------------------------------------------------------- library
 
 
-def _clean(text: str) -> str:
-    text = text.strip()
-    text = re.sub(r"^(INVALID_ARGUMENT|NOT_FOUND|OUT_OF_RANGE|UNKNOWN|INTERNAL|UNIMPLEMENTED|FAILED_PRECONDITION): ", "", text)
-    text = re.sub(r"\s*\[[A-Z_]+\]$", "", text)
-    return text
-
-
-def _runtime_message(text: str) -> str:
-    """The runtime's error text in cel-go's words where they differ."""
-    text = _clean(text)
-    m = re.match(r'^Key not found in map : "?(.*?)"?$', text)
-    if m:
-        return f"no such key: {m.group(1)}"
-    if text.startswith("No matching overloads found"):
-        return "no such overload"
-    if text.lower().startswith("index out of range") or "index out of bounds" in text.lower():
-        m = re.search(r"(-?\d+)", text)
-        return f"index out of bounds: {m.group(1)}" if m else "index out of bounds"
-    if "divide by zero" in text.lower() or "division by zero" in text.lower():
-        return "division by zero"
-    if "modulus by zero" in text.lower():
-        return "modulus by zero"
-    if "overflow" in text.lower():
-        return "integer overflow"
-    return text
-
-
-def _f_find(s: str, pattern: str) -> str:
-    r = compile_full(pattern)
-    if r is None:
-        raise ValueError(f"invalid regex: {pattern}")
-    m = r.search(s)
-    return m.group(0) if m else ""
-
-
-def _f_find_all(s: str, pattern: str, limit: int = -1) -> list[str]:
-    r = compile_full(pattern)
-    if r is None:
-        raise ValueError(f"invalid regex: {pattern}")
-    out = []
-    for m in r.finditer(s):
-        if 0 <= limit <= len(out):
-            break
-        out.append(m.group(0))
-    return out
-
-
-def _comparable(items: list[Any]) -> list[Any]:
-    return [_dracel._qval(x) if isinstance(x, dict) and _dracel._QKEY in x else x for x in items]
-
-
-def _f_is_sorted(items: list[Any]) -> bool:
-    vals = _comparable(list(items))
-    return all(not (vals[i + 1] < vals[i]) for i in range(len(vals) - 1))
-
-
-def _f_sum(items: list[Any]) -> Any:
-    total: Any = 0
-    for x in items:
-        total = total + x
-    return total
-
-
-def _f_min(items: list[Any]) -> Any:
-    if not items:
-        raise ValueError("min called on empty list")
-    return min(items)
-
-
-def _f_max(items: list[Any]) -> Any:
-    if not items:
-        raise ValueError("max called on empty list")
-    return max(items)
-
-
-_UKEY = "__url__"
-
-
-def _parse_url(s: str) -> dict[str, str]:
-    if not _f_is_url(s):
-        raise ValueError(f"URL parse error during conversion from string: parse {s!r}: invalid URL")
-    return {_UKEY: s}
-
-
-def _f_is_url(s: str) -> bool:
-    if not s or " " in s:
-        return False
-    if s.startswith("/"):
-        return True
-    try:
-        parts = urlsplit(s)
-    except ValueError:
-        return False
-    return bool(parts.scheme) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*$", parts.scheme) is not None
-
-
-def _url(u: dict[str, str]):
-    return urlsplit(u[_UKEY])
-
-
-def _f_hostname(u: dict[str, str]) -> str:
-    h = _url(u).hostname or ""
-    return h
-
-
-def _f_host(u: dict[str, str]) -> str:
-    return _url(u).netloc.rpartition("@")[2]
-
-
-def _f_port(u: dict[str, str]) -> str:
-    netloc = _url(u).netloc.rpartition("@")[2]
-    if netloc.startswith("["):
-        _, _, rest = netloc.partition("]")
-        return rest[1:] if rest.startswith(":") else ""
-    return netloc.rpartition(":")[2] if ":" in netloc else ""
-
-
-def _f_query(u: dict[str, str]) -> dict[str, list[str]]:
-    from urllib.parse import parse_qs
-
-    return {k: v for k, v in parse_qs(_url(u).query, keep_blank_values=True).items()}
-
-
-_IPKEY = "__ip__"
-_CIDRKEY = "__cidr__"
-
-
-def _f_is_ip(s: str) -> bool:
-    try:
-        ipaddress.ip_address(s)
-    except ValueError:
-        return False
-    return "%" not in s
-
-
-def _f_ip(s: str) -> dict[str, str]:
-    if not _f_is_ip(s):
-        raise ValueError(f"IP Address {s!r} parse error during conversion from string")
-    return {_IPKEY: str(ipaddress.ip_address(s))}
-
-
-def _f_is_cidr(s: str) -> bool:
-    try:
-        ipaddress.ip_interface(s)
-    except ValueError:
-        return False
-    return "/" in s
-
-
-def _f_cidr(s: str) -> dict[str, str]:
-    if not _f_is_cidr(s):
-        raise ValueError(f"network address {s!r} parse error during conversion from string")
-    return {_CIDRKEY: str(ipaddress.ip_interface(s))}
-
-
-def _ip(v: dict[str, str]) -> Any:
-    if _IPKEY in v:
-        return ipaddress.ip_address(v[_IPKEY])
-    raise ValueError("no such overload")
-
-
-def _net(v: dict[str, str]) -> Any:
-    if _CIDRKEY in v:
-        return ipaddress.ip_interface(v[_CIDRKEY])
-    raise ValueError("no such overload")
-
-
-def _f_contains_ip(c: dict[str, str], ip: Any) -> bool:
-    addr = ipaddress.ip_address(ip) if isinstance(ip, str) else _ip(ip)
-    return addr in _net(c).network
-
-
-def _f_contains_cidr(c: dict[str, str], other: Any) -> bool:
-    o = ipaddress.ip_interface(other) if isinstance(other, str) else _net(other)
-    n = _net(c).network
-    return o.network.version == n.version and o.network.subnet_of(n)
+_clean = library.clean_error
+_runtime_message = library.runtime_message
 
 
 def _decls() -> list[Any]:
-    F, O = _cel.FunctionDecl, _cel.Overload
-    S, I, B, D = _T.STRING, _T.INT, _T.BOOL, _T.DYN
-    LD = _T.List(_T.DYN)
-    V = _T.Map(_T.STRING, _T.STRING)  # quantity/url/ip/cidr at run time
-    out = list(_dracel._decls())
-    out += [
-        F("find", [O("k8s_find", S, [S, S], is_member=True, impl=_f_find)]),
-        F("findAll", [
-            O("k8s_find_all", _T.List(S), [S, S], is_member=True, impl=_f_find_all),
-            O("k8s_find_all_n", _T.List(S), [S, S, I], is_member=True, impl=_f_find_all),
-        ]),
-        F("isSorted", [O("k8s_is_sorted", B, [LD], is_member=True, impl=_f_is_sorted)]),
-        F("sum", [O("k8s_sum", D, [LD], is_member=True, impl=_f_sum)]),
-        F("min", [O("k8s_min", D, [LD], is_member=True, impl=_f_min)]),
-        F("max", [O("k8s_max", D, [LD], is_member=True, impl=_f_max)]),
-        F("url", [O("k8s_url", V, [S], impl=_parse_url)]),
-        F("isURL", [O("k8s_is_url", B, [S], impl=_f_is_url)]),
-        F("getScheme", [O("k8s_url_scheme", S, [V], is_member=True, impl=lambda u: _url(u).scheme)]),
-        F("getHost", [O("k8s_url_host", S, [V], is_member=True, impl=_f_host)]),
-        F("getHostname", [O("k8s_url_hostname", S, [V], is_member=True, impl=_f_hostname)]),
-        F("getPort", [O("k8s_url_port", S, [V], is_member=True, impl=_f_port)]),
-        F("getEscapedPath", [O("k8s_url_path", S, [V], is_member=True, impl=lambda u: _url(u).path)]),
-        F("getQuery", [O("k8s_url_query", _T.Map(S, _T.List(S)), [V], is_member=True, impl=_f_query)]),
-        F("ip", [O("k8s_ip", V, [S], impl=_f_ip)]),
-        F("isIP", [O("k8s_is_ip", B, [S], impl=_f_is_ip)]),
-        F("cidr", [O("k8s_cidr", V, [S], impl=_f_cidr)]),
-        F("isCIDR", [O("k8s_is_cidr", B, [S], impl=_f_is_cidr)]),
-        F("family", [O("k8s_ip_family", I, [V], is_member=True,
-                       impl=lambda v: (_ip(v) if _IPKEY in v else _net(v)).version)]),
-        F("isLoopback", [O("k8s_ip_loopback", B, [V], is_member=True, impl=lambda v: _ip(v).is_loopback)]),
-        F("isUnspecified", [O("k8s_ip_unspecified", B, [V], is_member=True, impl=lambda v: _ip(v).is_unspecified)]),
-        F("isCanonical", [O("k8s_ip_is_canonical", B, [S], impl=lambda s: _f_is_ip(s) and str(ipaddress.ip_address(s)) == s)]),
-        F("containsIP", [
-            O("k8s_cidr_contains_ip_string", B, [V, S], is_member=True, impl=_f_contains_ip),
-            O("k8s_cidr_contains_ip", B, [V, V], is_member=True, impl=_f_contains_ip),
-        ]),
-        F("containsCIDR", [
-            O("k8s_cidr_contains_cidr_string", B, [V, S], is_member=True, impl=_f_contains_cidr),
-            O("k8s_cidr_contains_cidr", B, [V, V], is_member=True, impl=_f_contains_cidr),
-        ]),
-        F("prefixLength", [O("k8s_cidr_prefix", I, [V], is_member=True, impl=lambda v: _net(v).network.prefixlen)]),
-        F("masked", [O("k8s_cidr_masked", V, [V], is_member=True,
-                       impl=lambda v: {_CIDRKEY: str(_net(v).network)})]),
-    ]
-    return out
+    return library.decls()
 
 
 _HAS_OLD = "__hasOldSelf"

@@ -103,10 +103,8 @@ def _email(s: str) -> bool:
     return bool(_EMAIL.match(s.strip("<> "))) if s else False
 
 
-def _date(s: str) -> bool:
-    m = _DATE.match(s)
-    if not m:
-        return False
+def _calendar_date(m: re.Match) -> bool:
+    """Groups 1-3 of ``m`` (year, month, day) name a day that exists."""
     try:
         date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
     except ValueError:
@@ -114,13 +112,14 @@ def _date(s: str) -> bool:
     return True
 
 
+def _date(s: str) -> bool:
+    m = _DATE.match(s)
+    return m is not None and _calendar_date(m)
+
+
 def _datetime(s: str) -> bool:
     m = _DATETIME.match(s)
-    if not m:
-        return False
-    try:
-        date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    except ValueError:
+    if m is None or not _calendar_date(m):
         return False
     h, mi, sec = int(m.group(4)), int(m.group(5)), int(m.group(6))
     return h < 24 and mi < 60 and sec < 60

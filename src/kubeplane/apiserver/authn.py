@@ -232,14 +232,7 @@ async def token_request(registry: Any, catalogue: Any, issuer: Any, api_audience
 
     if issuer is None:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
-    if not isinstance(body, dict):
-        raise errors.bad_request("the body of the request must be a JSON object")
-    api_version, kind = body.get("apiVersion"), body.get("kind")
-    if api_version not in (None, "", "authentication.k8s.io/v1"):
-        raise errors.bad_request(f"the API version in the data ({api_version}) does not match the expected API "
-                                 f"version (authentication.k8s.io/v1)")
-    if kind not in (None, "", "TokenRequest"):
-        raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind (TokenRequest)")
+    _check_review_body(body, "TokenRequest")
     md = body.get("metadata") or {}
     spec = body.get("spec") or {}
     if not isinstance(md, dict) or not isinstance(spec, dict):

@@ -26,7 +26,6 @@ from kubeplane.api import errors
 from kubeplane.api import warning
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy
-from kubeplane.api.warnings import recording as recording_warnings
 from kubeplane.api.resources import Catalogue, ResourceInfo
 from kubeplane.apiserver import codec, discovery, health
 from kubeplane.apiserver.openapi import json_kind as _json_kind
@@ -564,11 +563,10 @@ class APIHandler:
                     raise errors.bad_request(
                         f"no kind \"{obj.get('kind')}\" is registered for version \"{obj.get('apiVersion')}\"")
         warnings, obj, owned = self._checked_body(request, t.res, obj)
-        with recording_warnings() as admission_warnings:
-            created = await self.registry.create(t.res, obj, t.namespace, dry_run=_dry_run(q),
-                                                 field_manager=q.get("fieldManager") or _manager_from_agent(request),
-                                                 owned=owned)
-        return self._respond_object(request, t.res, created, 201, warnings + admission_warnings)
+        created = await self.registry.create(t.res, obj, t.namespace, dry_run=_dry_run(q),
+                                             field_manager=q.get("fieldManager") or _manager_from_agent(request),
+                                             owned=owned)
+        return self._respond_object(request, t.res, created, 201, warnings)
 
     async def authentication_review(self, request: web.Request, t: Target, obj: Any) -> web.Response:
         """TokenReview and SelfSubjectReview: answered, never stored."""
@@ -597,13 +595,12 @@ class APIHandler:
             obj.setdefault("apiVersion", t.res.api_version)
             obj.setdefault("kind", t.res.kind)
         warnings, obj, owned = self._checked_body(request, t.res, obj)
-        with recording_warnings() as admission_warnings:
-            updated = await self.registry.update(
-                t.res, obj, name=t.name, namespace=t.namespace, subresource=t.subresource, dry_run=_dry_run(q),
-                field_manager=q.get("fieldManager") or _manager_from_agent(request),
-                owned=owned,
-            )
-        return self._respond_object(request, t.res, updated, 200, warnings + admission_warnings)
+        updated = await self.registry.update(
+            t.res, obj, name=t.name, namespace=t.namespace, subresource=t.subresource, dry_run=_dry_run(q),
+            field_manager=q.get("fieldManager") or _manager_from_agent(request),
+            owned=owned,
+        )
+        return self._respond_object(request, t.res, updated, 200, warnings)
 
     async def patch(self, request: web.Request, t: Target) -> web.Response:
         body = await self.read_body(request)
@@ -643,15 +640,14 @@ class APIHandler:
                     problems = self._check_fields(request, t.res, new, "Ignore" if kind != "json" else mode,
                                                   prune=True)
                 result_warnings[:] = problems
-        with recording_warnings() as admission_warnings:
-            obj, created = await self.registry.patch(
-                t.res, t.name, patch, t.namespace, patch_type=kind, subresource=t.subresource,
-                dry_run=_dry_run(q), field_manager=q.get("fieldManager") or _manager_from_agent(request),
-                force=force, prune=prune,
-            )
+        obj, created = await self.registry.patch(
+            t.res, t.name, patch, t.namespace, patch_type=kind, subresource=t.subresource,
+            dry_run=_dry_run(q), field_manager=q.get("fieldManager") or _manager_from_agent(request),
+            force=force, prune=prune,
+        )
         if prune is not None and kind == "json":
             warnings = result_warnings
-        return self._respond_object(request, t.res, obj, 201 if created else 200, warnings + admission_warnings)
+        return self._respond_object(request, t.res, obj, 201 if created else 200, warnings)
 
     async def _delete_options(self, request: web.Request) -> Obj:
         body = await self.read_body(request)
@@ -691,20 +687,19 @@ class APIHandler:
 
     async def delete(self, request: web.Request, t: Target) -> web.Response:
         opts = await self._delete_options(request)
-        with recording_warnings() as admission_warnings:
-            obj, finished = await self.registry.delete(
-                t.res, t.name, t.namespace,
-                grace_period_seconds=opts.get("gracePeriodSeconds"),
-                propagation_policy=opts.get("propagationPolicy"),
-                preconditions=opts.get("preconditions"),
-                dry_run=bool(opts.get("dryRun")),
-            )
+        obj, finished = await self.registry.delete(
+            t.res, t.name, t.namespace,
+            grace_period_seconds=opts.get("gracePeriodSeconds"),
+            propagation_policy=opts.get("propagationPolicy"),
+            preconditions=opts.get("preconditions"),
+            dry_run=bool(opts.get("dryRun")),
+        )
         # Upstream's delete handler: 200 with the object whenever the object
         # is not gone yet (finalizers, graceful deletion), 202 Accepted only
         # when the client also set orphanDependents=false (kept so for
         # existing clients); propagationPolicy alone never makes it 202.
         accepted = not finished and opts.get(_CASCADE_REQUESTED, False)
-        return self._respond_object(request, t.res, obj, 202 if accepted else 200, admission_warnings)
+        return self._respond_object(request, t.res, obj, 202 if accepted else 200)
 
     async def delete_collection(self, request: web.Request, t: Target) -> web.Response:
         opts = await self._delete_options(request)
@@ -712,34 +707,29 @@ class APIHandler:
         result = await self.registry.list(t.res, t.namespace, label_selector=q.get("labelSelector", ""),
                                           field_selector=q.get("fieldSelector", ""))
         deleted = []
-        with recording_warnings() as admission_warnings:
-            for obj in result["items"]:
-                md = obj["metadata"]
-                try:
-                    o, _ = await self.registry.delete(
-                        t.res, md["name"], md.get("namespace"),
-                        grace_period_seconds=opts.get("gracePeriodSeconds"),
-                        propagation_policy=opts.get("propagationPolicy"),
-                        dry_run=bool(opts.get("dryRun")),
-                        collection=True,
-                    )
-                except StatusError as err:
-                    if err.code == 404:
-                        continue
-                    raise
-                deleted.append(obj)
-        headers = {"Warning": ", ".join(_warning_header(w) for w in admission_warnings)} if admission_warnings else None
+        for obj in result["items"]:
+            md = obj["metadata"]
+            try:
+                o, _ = await self.registry.delete(
+                    t.res, md["name"], md.get("namespace"),
+                    grace_period_seconds=opts.get("gracePeriodSeconds"),
+                    propagation_policy=opts.get("propagationPolicy"),
+                    dry_run=bool(opts.get("dryRun")),
+                    collection=True,
+                )
+            except StatusError as err:
+                if err.code == 404:
+                    continue
+                raise
+            deleted.append(obj)
         return json_response({"kind": t.res.list_kind, "apiVersion": t.res.api_version,
-                              "metadata": {"resourceVersion": str(self.registry.store.revision)}, "items": deleted},
-                             headers=headers)
+                              "metadata": {"resourceVersion": str(self.registry.store.revision)}, "items": deleted})
 
     async def bind(self, request: web.Request, t: Target) -> web.Response:
         body = await self.read_body(request)
         binding = codec.decode_body(body, request.headers.get("Content-Type"))
-        with recording_warnings() as admission_warnings:
-            status = await self.registry.bind(t.name, t.namespace, binding, dry_run=_dry_run(request.query))
-        headers = {"Warning": ", ".join(_warning_header(w) for w in admission_warnings)} if admission_warnings else None
-        return json_response(status, 201, headers=headers)
+        status = await self.registry.bind(t.name, t.namespace, binding, dry_run=_dry_run(request.query))
+        return json_response(status, 201)
 
     async def pod_log(self, request: web.Request, t: Target) -> web.Response:
         pod = await self.registry.get(t.res, t.name, t.namespace)
@@ -779,11 +769,9 @@ class APIHandler:
                         raise errors.bad_request("patch must be a JSON object")
                     return patching.merge_patch(current, patch)
                 raise errors.unsupported_media_type(kind, list(codec.PATCH_TYPES))
-        with recording_warnings() as admission_warnings:
-            result = await self.registry.update_scale(t.res, t.name, t.namespace, scale_of,
-                                                      dry_run=_dry_run(request.query))
-        headers = {"Warning": ", ".join(_warning_header(w) for w in admission_warnings)} if admission_warnings else None
-        return json_response(result, headers=headers)
+        result = await self.registry.update_scale(t.res, t.name, t.namespace, scale_of,
+                                                  dry_run=_dry_run(request.query))
+        return json_response(result)
 
     async def watch(self, request: web.Request, t: Target, single: str | None = None) -> web.StreamResponse:
         q = request.query

@@ -185,12 +185,14 @@ def load_key(path: str):
         return serialization.load_pem_private_key(f.read(), password=None)
 
 
-def write_private(path: str, data: bytes, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` atomically, readable by this user only;
-    ``durable``: on disk (fsync) before it replaces the old file."""
+def write_private(path: str, data: bytes, durable: bool = True, *, dir_mode: int = 0o700,
+                  prefix: str = ".pki-") -> None:
+    """Write ``data`` to ``path`` atomically, readable by this user only
+    (``dir_mode`` for a directory that has to be made); ``durable``: on disk
+    (fsync) before it replaces the old file."""
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".pki-", dir=directory)
+    os.makedirs(directory, mode=dir_mode, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)  # created 0600
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

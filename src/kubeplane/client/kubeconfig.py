@@ -312,19 +312,6 @@ def write_kubeconfig(path: str, server: str, name: str = "kubeplane", *, ca_data
         "current-context": name,
     }
     text = yaml.dump(doc, Dumper=_Dumper, default_flow_style=False, sort_keys=False)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".kubeconfig-", dir=directory)  # created 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    from kubeplane.auth.pki import write_private
+
+    write_private(path, text.encode("utf-8"), dir_mode=0o777, prefix=".kubeconfig-")

@@ -28,7 +28,7 @@ A new plugin subclasses :class:`AdmissionPlugin`, says which requests it
 handles (:meth:`AdmissionPlugin.handles`, decided on the operation and the
 resource alone, so the chain can remember the answer) and overrides
 :meth:`~AdmissionPlugin.admit`, :meth:`~AdmissionPlugin.validate` or both.
-Warnings for the client go through :func:`kubeplane.api.warnings.add_warning`.
+Warnings for the client go through :func:`kubeplane.api.warning.add_warning`.
 """
 
 from __future__ import annotations

@@ -41,10 +41,12 @@ import orjson
 from kubeplane.api import errors
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy, new_uid
-from kubeplane.api.resources import ResourceInfo, resource
+from kubeplane.api.resources import ResourceInfo
 from kubeplane.api.selectors import LabelSelector, label_selector_from_dict
-from kubeplane.api.warnings import add_warning
+from kubeplane.api.warning import add_warning
 from kubeplane.auth.authorizer import AlwaysAllow
+from kubeplane.registry.admissionrules import NAMESPACES, Rule, labels_of
+from kubeplane.registry.admissionrules import object_selector_matches as _object_selector_matches
 from kubeplane.registry.admission import CREATE, UPDATE, AdmissionPlugin, Attributes
 from kubeplane.registry.webhookclient import CallError, WebhookClient
 from kubeplane.storage.interface import CompactedError, Store, StorageError
@@ -57,7 +59,6 @@ GROUP = "admissionregistration.k8s.io"
 MUTATING = "mutatingwebhookconfigurations"
 VALIDATING = "validatingwebhookconfigurations"
 PREFIX = f"/registry/{GROUP}/"
-NAMESPACES = resource("namespaces")
 
 #: kinds whose requests no webhook sees (upstream's IsExemptAdmissionConfigurationResource)
 EXEMPT_KINDS = frozenset({
@@ -67,50 +68,6 @@ EXEMPT_KINDS = frozenset({
 })
 
 _REINVOKE_KEY = "MutatingAdmissionWebhook"
-
-
-@dataclass(slots=True)
-class Rule:
-    operations: tuple[str, ...]
-    groups: tuple[str, ...]
-    versions: tuple[str, ...]
-    resources: tuple[tuple[str, str], ...]
-    scope: str
-
-    def matches(self, attrs: Attributes) -> bool:
-        res = attrs.resource
-        if self.scope == "Namespaced":
-            if res.key == NAMESPACES.key or not attrs.namespace:
-                return False
-        elif self.scope == "Cluster":
-            if not (res.key == NAMESPACES.key or not attrs.namespace):
-                return False
-        if "*" not in self.operations and attrs.operation not in self.operations:
-            return False
-        if "*" not in self.groups and res.group not in self.groups:
-            return False
-        if "*" not in self.versions and res.version not in self.versions:
-            return False
-        sub = attrs.subresource or ""
-        for r, s in self.resources:
-            if (r == "*" or r == res.plural) and (s == "*" or s == sub):
-                return True
-        return False
-
-
-def _rule(raw: Any) -> Rule:
-    raw = raw if isinstance(raw, dict) else {}
-
-    def strs(key: str) -> tuple[str, ...]:
-        v = raw.get(key)
-        return tuple(x for x in v if isinstance(x, str)) if isinstance(v, list) else ()
-
-    resources = []
-    for r in strs("resources"):
-        name, _, sub = r.partition("/")
-        resources.append((name, sub))
-    return Rule(strs("operations"), strs("apiGroups"), strs("apiVersions"), tuple(resources),
-                str(raw.get("scope") or "*"))
 
 
 @dataclass(slots=True)
@@ -184,7 +141,7 @@ def compile_configuration(obj: Obj, mutating: bool) -> list[Hook]:
             configuration=config,
             name=str(wh.get("name") or ""),
             uid=f"{config}/{wh.get('name')}/{i}",
-            rules=tuple(_rule(r) for r in wh.get("rules") or []),
+            rules=tuple(Rule.from_dict(r) for r in wh.get("rules") or []),
             failure_policy=str(wh.get("failurePolicy") or "Fail"),
             side_effects=wh.get("sideEffects"),
             timeout=float(timeout) if isinstance(timeout, int) and not isinstance(timeout, bool) else 10.0,
@@ -377,26 +334,19 @@ _install_validators()
 # -- matching -----------------------------------------------------------------
 
 
-def _labels(obj: Any) -> dict[str, str]:
-    if not isinstance(obj, dict):
-        return {}
-    labels = (obj.get("metadata") or {}).get("labels") if isinstance(obj.get("metadata"), dict) else None
-    return labels if isinstance(labels, dict) else {}
-
-
 def exempt(attrs: Attributes) -> bool:
     return attrs.kind[0] == GROUP and attrs.kind[2] in EXEMPT_KINDS
 
 
 def rules_match(hook: Hook, attrs: Attributes) -> bool:
-    return any(r.matches(attrs) for r in hook.rules)
+    # webhooks are matched exactly: kubeplane serves each resource in one
+    # version and does not convert the reviewed object to a rule's version
+    return any(r.matches(attrs.operation, attrs.resource, attrs.namespace or "", attrs.subresource or "")
+               for r in hook.rules)
 
 
 def object_selector_matches(hook: Hook, attrs: Attributes) -> bool:
-    sel = hook.selector("obj")
-    if sel.empty:
-        return True
-    return any(isinstance(o, dict) and sel.matches(_labels(o)) for o in (attrs.obj, attrs.old_obj))
+    return _object_selector_matches(hook.selector("obj"), attrs.obj, attrs.old_obj)
 
 
 async def namespace_selector_matches(hook: Hook, attrs: Attributes, store: Store) -> bool:
@@ -408,12 +358,12 @@ async def namespace_selector_matches(hook: Hook, attrs: Attributes, store: Store
     if sel.empty:
         return True
     if is_ns and not attrs.subresource and attrs.operation in (CREATE, UPDATE):
-        return sel.matches(_labels(attrs.obj))
+        return sel.matches(labels_of(attrs.obj))
     name = attrs.name if is_ns else attrs.namespace
     kv = await store.get(NAMESPACES.storage_key(name or ""))
     if kv is None:
         raise errors.not_found("namespaces", name or "")
-    return sel.matches(_labels(kv.value))
+    return sel.matches(labels_of(kv.value))
 
 
 def _gvk(kind: tuple[str, str, str]) -> Obj:

@@ -56,7 +56,7 @@ def test_runtime_errors_in_cel_gos_words() -> None:
     c = compile_expression("object.spec.x == 1", (BOOL,))
     with pytest.raises(EvalError, match="^no such key: x$"):
         c.evaluate(_ev({"spec": {}}))
-    with pytest.raises(EvalError, match="divide by zero"):
+    with pytest.raises(EvalError, match="^division by zero$"):
         compile_expression("1 / object.z == 1", (BOOL,)).evaluate(_ev({"z": 0}))
 
 

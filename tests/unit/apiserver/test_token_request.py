@@ -75,3 +75,13 @@ async def test_missing_service_account_is_not_found(reg):
     with pytest.raises(StatusError) as err:
         await token_request(reg, CATALOGUE, TokenIssuer(pki.new_key()), AUD, "default", "nobody", {})
     assert err.value.code == 404 and err.value.message == 'serviceaccounts "nobody" not found'
+
+
+async def test_body_of_another_kind_or_version_is_a_bad_request(reg):
+    for body, words in (([], "must be a JSON object"),
+                        ({"apiVersion": "v1", "spec": {}}, "the API version in the data (v1) does not match"),
+                        ({"kind": "TokenReview", "spec": {}},
+                         "the kind in the data (TokenReview) does not match the expected kind (TokenRequest)")):
+        with pytest.raises(StatusError) as err:
+            await request(reg, body)
+        assert err.value.code == 400 and words in err.value.message

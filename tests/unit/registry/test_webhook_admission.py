@@ -9,7 +9,7 @@ import pytest
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, resource
-from kubeplane.api.warnings import recording
+from kubeplane.api.warning import collecting as recording
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.auth.user import UserInfo, acting_as
 from kubeplane.registry.admission import (
@@ -18,14 +18,13 @@ from kubeplane.registry.admission import (
     DefaultStorageClass,
     NamespaceLifecycle,
 )
+from kubeplane.registry.admissionrules import Rule
 from kubeplane.registry.registry import Registry
 from kubeplane.registry.webhookclient import CallError
 from kubeplane.registry.webhooks import (
     MutatingAdmissionWebhook,
-    Rule,
     ValidatingAdmissionWebhook,
     WebhookSource,
-    _rule,
     build_review,
     verify_response,
 )
@@ -111,38 +110,46 @@ def attrs(op="CREATE", res=CMS, ns="default", sub="", name="x"):
     return Attributes(op, res, name, ns, {}, None, sub)
 
 
+def matches(rule, a):
+    """The shared rule matcher, as the webhook plugin asks it."""
+    return rule.matches(a.operation, a.resource, a.namespace or "", a.subresource or "")
+
+
 def test_rule_matching():
-    r = _rule({"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]})
-    assert r.matches(attrs())
-    assert not r.matches(attrs("UPDATE"))
-    assert not r.matches(attrs(res=PODS))
-    assert not r.matches(attrs(res=DEPLOYMENTS))
-    assert not r.matches(attrs(sub="status"))  # a resource without "/x" is the main resource only
-    star = _rule({"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]})
-    assert star.matches(attrs(res=DEPLOYMENTS, op="DELETE"))
-    assert not star.matches(attrs(res=PODS, sub="status"))
-    status = _rule({"operations": ["UPDATE"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*/status"]})
-    assert status.matches(attrs("UPDATE", PODS, sub="status")) and not status.matches(attrs("UPDATE", PODS))
-    pods_all = _rule({"operations": ["*"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/*"]})
+    r = Rule.from_dict({"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                        "resources": ["configmaps"]})
+    assert matches(r, attrs())
+    assert not matches(r, attrs("UPDATE"))
+    assert not matches(r, attrs(res=PODS))
+    assert not matches(r, attrs(res=DEPLOYMENTS))
+    assert not matches(r, attrs(sub="status"))  # a resource without "/x" is the main resource only
+    star = Rule.from_dict({"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]})
+    assert matches(star, attrs(res=DEPLOYMENTS, op="DELETE"))
+    assert not matches(star, attrs(res=PODS, sub="status"))
+    status = Rule.from_dict({"operations": ["UPDATE"], "apiGroups": ["*"], "apiVersions": ["*"],
+                             "resources": ["*/status"]})
+    assert matches(status, attrs("UPDATE", PODS, sub="status")) and not matches(status, attrs("UPDATE", PODS))
+    pods_all = Rule.from_dict({"operations": ["*"], "apiGroups": [""], "apiVersions": ["v1"],
+                               "resources": ["pods/*"]})
     # as upstream's matcher: a "*" subresource also matches the main resource
-    assert pods_all.matches(attrs("CREATE", PODS, sub="binding")) and pods_all.matches(attrs("CREATE", PODS))
-    assert not pods_all.matches(attrs("CREATE", CMS))
-    both = _rule({"operations": ["*"], "apiGroups": ["apps"], "apiVersions": ["v1"],
-                  "resources": ["deployments", "deployments/scale"]})
-    assert both.matches(attrs("UPDATE", DEPLOYMENTS, sub="scale")) and both.matches(attrs("UPDATE", DEPLOYMENTS))
+    assert matches(pods_all, attrs("CREATE", PODS, sub="binding")) and matches(pods_all, attrs("CREATE", PODS))
+    assert not matches(pods_all, attrs("CREATE", CMS))
+    both = Rule.from_dict({"operations": ["*"], "apiGroups": ["apps"], "apiVersions": ["v1"],
+                           "resources": ["deployments", "deployments/scale"]})
+    assert matches(both, attrs("UPDATE", DEPLOYMENTS, sub="scale")) and matches(both, attrs("UPDATE", DEPLOYMENTS))
 
 
 def test_rule_scope():
     def scoped(scope):
         return Rule(("*",), ("*",), ("*",), (("*", ""),), scope)
 
-    assert scoped("Namespaced").matches(attrs()) and not scoped("Cluster").matches(attrs())
+    assert matches(scoped("Namespaced"), attrs()) and not matches(scoped("Cluster"), attrs())
     node = attrs(res=resource("nodes"), ns=None)
-    assert scoped("Cluster").matches(node) and not scoped("Namespaced").matches(node)
+    assert matches(scoped("Cluster"), node) and not matches(scoped("Namespaced"), node)
     # a Namespace object is cluster-scoped, though its requests name a namespace
     ns = attrs(res=NAMESPACES, ns="team", name="team")
-    assert scoped("Cluster").matches(ns) and not scoped("Namespaced").matches(ns)
-    assert scoped("*").matches(ns) and scoped("*").matches(attrs())
+    assert matches(scoped("Cluster"), ns) and not matches(scoped("Namespaced"), ns)
+    assert matches(scoped("*"), ns) and matches(scoped("*"), attrs())
 
 
 # -- the review ---------------------------------------------------------------------

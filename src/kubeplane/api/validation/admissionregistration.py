@@ -10,7 +10,7 @@ plugin (registry layer), which owns the CEL environment.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from kubeplane.api.errors import Cause, duplicate, invalid_value, not_supported, required, too_many
@@ -39,7 +39,8 @@ def _fully_qualified(name: str, path: str) -> list[Cause]:
     return []
 
 
-def _resources(resources: list[Any], path: str) -> list[Cause]:
+def validate_resources(resources: list[Any], path: str) -> list[Cause]:
+    """A rule's ``resources`` (upstream's validateResources), for webhooks and policies alike."""
     out: list[Cause] = []
     if not resources:
         out.append(required(path))
@@ -75,7 +76,9 @@ def _resources(resources: list[Any], path: str) -> list[Cause]:
     return out
 
 
-def _rule(rule: Any, path: str) -> list[Cause]:
+def validate_rule(rule: Any, path: str) -> list[Cause]:
+    """upstream's validateRule (operations included): webhook rules and the
+    resource rules of ValidatingAdmissionPolicy matchConstraints/matchResources."""
     rule = _d(rule)
     out: list[Cause] = []
     ops = _l(rule.get("operations"))
@@ -100,7 +103,7 @@ def _rule(rule: Any, path: str) -> list[Cause]:
     for i, v in enumerate(versions):
         if v == "":
             out.append(required(f"{path}.apiVersions[{i}]"))
-    out += _resources(_l(rule.get("resources")), f"{path}.resources")
+    out += validate_resources(_l(rule.get("resources")), f"{path}.resources")
     scope = rule.get("scope")
     if scope is not None and scope not in SCOPES:
         out.append(not_supported(f"{path}.scope", scope, SCOPES))
@@ -163,7 +166,11 @@ def _service(svc: Any, path: str) -> list[Cause]:
     return out
 
 
-def _match_conditions(conditions: list[Any], path: str) -> list[Cause]:
+def validate_match_conditions(conditions: list[Any], path: str,
+                              compile_expression: Callable[[str, str], list[Cause]] | None = None) -> list[Cause]:
+    """``matchConditions`` of a webhook or a ValidatingAdmissionPolicy: count,
+    names, expressions; ``compile_expression(path, expression)`` adds the CEL
+    compilation checks where the caller owns the environment."""
     out: list[Cause] = []
     if len(conditions) > MAX_MATCH_CONDITIONS:
         out.append(too_many(path, len(conditions), MAX_MATCH_CONDITIONS))
@@ -171,8 +178,11 @@ def _match_conditions(conditions: list[Any], path: str) -> list[Cause]:
     for i, mc in enumerate(conditions):
         mc = _d(mc)
         p = f"{path}[{i}]"
-        if not _s(mc.get("expression")).strip():
+        expr = _s(mc.get("expression")).strip()
+        if not expr:
             out.append(required(f"{p}.expression"))
+        elif compile_expression is not None:
+            out += compile_expression(f"{p}.expression", expr)
         name = _s(mc.get("name"))
         if not name:
             out.append(required(f"{p}.name"))
@@ -209,7 +219,7 @@ def _webhook(hook: Any, path: str, mutating: bool, require_no_side_effects: bool
     hook = _d(hook)
     out = _fully_qualified(_s(hook.get("name")), f"{path}.name")
     for i, rule in enumerate(_l(hook.get("rules"))):
-        out += _rule(rule, f"{path}.rules[{i}]")
+        out += validate_rule(rule, f"{path}.rules[{i}]")
     fp = hook.get("failurePolicy")
     if fp is not None and fp not in FAILURE_POLICIES:
         out.append(not_supported(f"{path}.failurePolicy", fp, FAILURE_POLICIES))
@@ -240,7 +250,7 @@ def _webhook(hook: Any, path: str, mutating: bool, require_no_side_effects: bool
         out += _url(_s(url), f"{path}.clientConfig.url")
     else:
         out += _service(svc, f"{path}.clientConfig.service")
-    out += _match_conditions(_l(hook.get("matchConditions")), f"{path}.matchConditions")
+    out += validate_match_conditions(_l(hook.get("matchConditions")), f"{path}.matchConditions")
     return out
 
 

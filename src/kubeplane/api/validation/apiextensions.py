@@ -70,6 +70,18 @@ def _names(names: dict[str, Any], path: str) -> list[Cause]:
     return out
 
 
+def _replicas_path(value: str, path: str, under: str) -> list[Cause]:
+    """``specReplicasPath``/``statusReplicasPath``: a simple JSON path below ``under``."""
+    if not value:
+        return [required(path)]
+    bad = _simple_json_path(value, path)
+    if bad:
+        return bad
+    if value == under or not value.startswith(under + "."):
+        return [invalid_value(path, value, f"should be a json path under {under}")]
+    return []
+
+
 def _simple_json_path(value: str, path: str) -> list[Cause]:
     from kubeplane.api.jsonpath import JSONPathError, compile_path
 
@@ -108,26 +120,8 @@ def _subresources(sub: Any, path: str) -> list[Cause]:
     scale = _d(sub).get("scale")
     if not isinstance(scale, dict):
         return out
-    spec_path = _s(scale.get("specReplicasPath"))
-    if not spec_path:
-        out.append(required(f"{path}.scale.specReplicasPath"))
-    else:
-        bad = _simple_json_path(spec_path, f"{path}.scale.specReplicasPath")
-        if bad:
-            out += bad
-        elif spec_path == ".spec" or not spec_path.startswith(".spec."):
-            out.append(invalid_value(f"{path}.scale.specReplicasPath", spec_path,
-                                     "should be a json path under .spec"))
-    status_path = _s(scale.get("statusReplicasPath"))
-    if not status_path:
-        out.append(required(f"{path}.scale.statusReplicasPath"))
-    else:
-        bad = _simple_json_path(status_path, f"{path}.scale.statusReplicasPath")
-        if bad:
-            out += bad
-        elif status_path == ".status" or not status_path.startswith(".status."):
-            out.append(invalid_value(f"{path}.scale.statusReplicasPath", status_path,
-                                     "should be a json path under .status"))
+    for key, under in (("specReplicasPath", ".spec"), ("statusReplicasPath", ".status")):
+        out += _replicas_path(_s(scale.get(key)), f"{path}.scale.{key}", under)
     selector = scale.get("labelSelectorPath")
     if selector is not None and selector != "":
         selector = _s(selector)

@@ -1,5 +1,5 @@
 """Kubernetes' URL, IP and CIDR CEL libraries (``k8s.io/apiserver/pkg/cel/library``
-``urls.go``, ``ip.go``, ``cidr.go``) for the admission environment.
+``urls.go``, ``ip.go``, ``cidr.go``), part of :mod:`kubeplane.cel.library`.
 
 At run time a URL, an IP or a CIDR is a CEL map with one marker key holding
 its canonical text, so ``==`` compares values, as the quantity and semver
