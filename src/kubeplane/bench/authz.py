@@ -23,8 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import orjson
 
 from kubeplane import runtime
 
@@ -91,27 +89,10 @@ async def _serve(data_dir: str, mode: str, url_file: str) -> None:
 
 
 async def _creates(url: str, ns: str, n: int, clients: int, user: str) -> float:
-    from kubeplane.bench.api import pod_body
+    """Pod creates/s as ``user`` (the test server sets it from a header) in ``ns``."""
+    from kubeplane.bench.api import _http_creates
 
-    sessions = [aiohttp.ClientSession(url) for _ in range(clients)]
-    headers = {"Content-Type": "application/json", USER_HEADER: user}
-    try:
-        per = n // clients
-        path = f"/api/v1/namespaces/{ns}/pods"
-
-        async def client(c: int, s: aiohttp.ClientSession) -> None:
-            for i in range(per):
-                r = await s.post(path, data=orjson.dumps(pod_body(f"p-{c}-{i}")), headers=headers)
-                if r.status != 201:
-                    raise RuntimeError(f"create failed: {r.status} {await r.text()}")
-                await r.read()
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client(c, s) for c, s in enumerate(sessions)))
-        return per * clients / (time.perf_counter() - t0)
-    finally:
-        for s in sessions:
-            await s.close()
+    return await _http_creates(url, ns, n, clients, headers={USER_HEADER: user}, ensure_ns=False)
 
 
 def _start(d: str, mode: str) -> tuple[subprocess.Popen, str]:
