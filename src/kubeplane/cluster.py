@@ -18,28 +18,13 @@ from typing import Any
 from kubeplane.auth.user import AUTHENTICATED, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, UserInfo
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.interface import Client
+from kubeplane.controllers.manager import ControllerDef, ControllerOptions, select_controllers
 
 log = logging.getLogger("kubeplane")
 
 #: the identities of kubeplane's own components, as upstream's
 SCHEDULER_USER = UserInfo(KUBE_SCHEDULER, groups=(AUTHENTICATED,))
 CONTROLLER_MANAGER_USER = UserInfo(KUBE_CONTROLLER_MANAGER, groups=(AUTHENTICATED,))
-
-
-@dataclass
-class ControllerOptions:
-    provisioner_name: str = "kubeplane.io/local"
-    #: the namespace controller (off where the API server's process runs it)
-    namespace: bool = True
-    #: the ServiceAccount controller (off where the API server's process runs it)
-    service_accounts: bool = True
-    #: the CA bundle published as ``kube-root-ca.crt`` in every namespace
-    #: (kube-controller-manager's --root-ca-file); without one the publisher does not run
-    root_ca_file: str | None = None
-    #: the CA that signs approved CertificateSigningRequests (--cluster-signing-cert-file
-    #: and --cluster-signing-key-file); without them the signer does not run
-    signing_cert_file: str | None = None
-    signing_key_file: str | None = None
 
 
 def cluster_ca_options(data_dir: str) -> dict[str, str]:
@@ -69,28 +54,35 @@ def service_account_controller(registry: Any) -> Any:
     return ServiceAccountsController(InProcessClient(registry, field_manager="kubeplane"))
 
 
+def _root_ca_publisher(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    """The ``kube-root-ca.crt`` publisher, for the root CA file given."""
+    if not opts.root_ca_file:
+        log.info("no cluster CA given: the kube-root-ca.crt publisher does not run")
+        return []
+    from kubeplane.controllers.serviceaccount import RootCACertPublisher
+
+    with open(opts.root_ca_file, "rb") as f:
+        bundle = f.read()
+    if not bundle.strip():
+        log.warning("the root CA file %s is empty: kube-root-ca.crt is not published", opts.root_ca_file)
+        return []
+    return [RootCACertPublisher(client, bundle, factory)]
+
+
+def _csr_signer(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    """The CSR signer, for the signing CA files given."""
+    if not (opts.signing_cert_file and opts.signing_key_file):
+        log.info("no cluster signing CA given: CertificateSigningRequests are not signed")
+        return []
+    from kubeplane.controllers.csrsigning import CertificateAuthority, CSRSigningController
+
+    ca = CertificateAuthority.from_files(opts.signing_cert_file, opts.signing_key_file)
+    return [CSRSigningController(client, ca, factory)]
+
+
 def _ca_controllers(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
     """The root CA publisher and the CSR signer, for the CA files given."""
-    out: list[Any] = []
-    if opts.root_ca_file:
-        from kubeplane.controllers.serviceaccount import RootCACertPublisher
-
-        with open(opts.root_ca_file, "rb") as f:
-            bundle = f.read()
-        if bundle.strip():
-            out.append(RootCACertPublisher(client, bundle, factory))
-        else:
-            log.warning("the root CA file %s is empty: kube-root-ca.crt is not published", opts.root_ca_file)
-    else:
-        log.info("no cluster CA given: the kube-root-ca.crt publisher does not run")
-    if opts.signing_cert_file and opts.signing_key_file:
-        from kubeplane.controllers.csrsigning import CertificateAuthority, CSRSigningController
-
-        ca = CertificateAuthority.from_files(opts.signing_cert_file, opts.signing_key_file)
-        out.append(CSRSigningController(client, ca, factory))
-    else:
-        log.info("no cluster signing CA given: CertificateSigningRequests are not signed")
-    return out
+    return _root_ca_publisher(client, factory, opts) + _csr_signer(client, factory, opts)
 
 
 def namespace_controller(registry: Any) -> Any:
@@ -104,31 +96,109 @@ def namespace_controller(registry: Any) -> Any:
     return NamespaceController(InProcessClient(registry, field_manager="kubeplane"))
 
 
-def build_controllers(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
-    """Every controller kubeplane ships, sharing one informer factory."""
-    from kubeplane.controllers.deployment import DeploymentController
-    from kubeplane.controllers.garbagecollector import GarbageCollector
-    from kubeplane.controllers.nodelifecycle import NodeLifecycleController
-    from kubeplane.controllers.pv.binder import PersistentVolumeController
-    from kubeplane.controllers.pv.provisioner import LocalProvisioner
-    from kubeplane.controllers.replicaset import ReplicaSetController
-    from kubeplane.controllers.resourceclaim import ResourceClaimController
-
+def _namespace(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
     from kubeplane.controllers.namespace import NamespaceController
+
+    return [NamespaceController(client, factory)] if opts.namespace else []
+
+
+def _service_accounts(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
     from kubeplane.controllers.serviceaccount import ServiceAccountsController
 
-    return [
-        *([NamespaceController(client, factory)] if opts.namespace else []),
-        *([ServiceAccountsController(client, factory)] if opts.service_accounts else []),
-        *_ca_controllers(client, factory, opts),
-        PersistentVolumeController(client, factory),
-        LocalProvisioner(client, factory, provisioner_name=opts.provisioner_name),
-        ResourceClaimController(client, factory),
-        ReplicaSetController(client, factory),
-        DeploymentController(client, factory),
-        GarbageCollector(client, factory),
-        NodeLifecycleController(client, factory),
-    ]
+    return [ServiceAccountsController(client, factory)] if opts.service_accounts else []
+
+
+def _pv_binder(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.pv.binder import PersistentVolumeController
+
+    return [PersistentVolumeController(client, factory)]
+
+
+def _local_provisioner(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.pv.provisioner import LocalProvisioner
+
+    return [LocalProvisioner(client, factory, provisioner_name=opts.provisioner_name)]
+
+
+def _resource_claims(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.resourceclaim import ResourceClaimController
+
+    return [ResourceClaimController(client, factory)]
+
+
+def _replicasets(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.replicaset import ReplicaSetController
+
+    return [ReplicaSetController(client, factory)]
+
+
+def _deployments(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.deployment import DeploymentController
+
+    return [DeploymentController(client, factory)]
+
+
+def _garbage_collector(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.garbagecollector import GarbageCollector
+
+    return [GarbageCollector(client, factory)]
+
+
+def _node_lifecycle(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.nodelifecycle import NodeLifecycleController
+
+    return [NodeLifecycleController(client, factory)]
+
+
+#: every controller kubeplane ships, in start order: upstream's name, the
+#: short names upstream also accepts, the kube-system ServiceAccount it acts as
+CONTROLLERS: tuple[ControllerDef, ...] = (
+    ControllerDef("namespace-controller", ("namespace",), "namespace-controller", _namespace),
+    ControllerDef("serviceaccount-controller", ("serviceaccount",), "service-account-controller", _service_accounts),
+    ControllerDef("root-ca-certificate-publisher-controller", ("root-ca-cert-publisher",), "root-ca-cert-publisher",
+                  _root_ca_publisher),
+    ControllerDef("certificatesigningrequest-signing-controller", ("csrsigning",), "certificate-controller",
+                  _csr_signer),
+    ControllerDef("persistentvolume-binder-controller", ("persistentvolume-binder",), "persistent-volume-binder",
+                  _pv_binder),
+    # kubeplane's own: the provisioner of its local volumes
+    ControllerDef("local-volume-provisioner", (), "persistent-volume-binder", _local_provisioner),
+    ControllerDef("resourceclaim-controller", ("resourceclaim",), "resource-claim-controller", _resource_claims),
+    ControllerDef("replicaset-controller", ("replicaset",), "replicaset-controller", _replicasets),
+    ControllerDef("deployment-controller", ("deployment",), "deployment-controller", _deployments),
+    ControllerDef("garbage-collector-controller", ("garbagecollector",), "generic-garbage-collector",
+                  _garbage_collector),
+    ControllerDef("node-lifecycle-controller", ("nodelifecycle",), "node-controller", _node_lifecycle),
+    # -- job --
+
+    # -- cronjob --
+
+    # -- statefulset --
+
+    # -- daemonset --
+
+    # -- endpoints --
+
+    # -- hpa --
+
+    # -- maintenance --
+
+    # -- quota --
+
+)
+
+
+def build_selected(client: Client, factory: SharedInformerFactory, opts: ControllerOptions,
+                   selection: tuple[str, ...] | list[str] = ("*",)) -> list[tuple[ControllerDef, list[Any]]]:
+    """The controllers ``selection`` (``--controllers`` items) turns on, each
+    with its definition, sharing one informer factory."""
+    return [(d, d.build(client, factory, opts)) for d in select_controllers(CONTROLLERS, selection)]
+
+
+def build_controllers(client: Client, factory: SharedInformerFactory, opts: ControllerOptions,
+                      selection: tuple[str, ...] | list[str] = ("*",)) -> list[Any]:
+    """The controllers ``selection`` turns on (all by default), sharing one informer factory."""
+    return [c for _d, built in build_selected(client, factory, opts, selection) for c in built]
 
 
 def node_agent(client: Client, factory: SharedInformerFactory, node_count: int, node_cpu: str = "4",

@@ -169,3 +169,20 @@ def kubectl(server, tmp_path_factory) -> Kubectl:
     if not os.path.exists(KUBECTL):
         pytest.fail("kubectl is required for these tests")
     return Kubectl(server.kubeconfig, tmp_path_factory.mktemp("kubectl-home"))
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """One whole cluster (`kubeplane up`: API server, scheduler, controllers and
+    three simulated nodes) shared by the workload tests; each test works in a
+    namespace of its own and leaves the nodes as it found them."""
+    srv = start_server(tmp_path_factory.mktemp("cluster"), command="up", extra=["--nodes", "3"])
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_kubectl(cluster, tmp_path_factory) -> Kubectl:
+    if not os.path.exists(KUBECTL):
+        pytest.fail("kubectl is required for these tests")
+    return Kubectl(cluster.kubeconfig, tmp_path_factory.mktemp("cluster-kubectl-home"))

@@ -148,6 +148,22 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     _r("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", False),
     _r("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims", True, subresources=("status",)),
     _r("resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates", True),
+    # -- job --
+
+    # -- cronjob --
+
+    # -- statefulset --
+
+    # -- daemonset --
+
+    # -- endpoints --
+
+    # -- hpa --
+
+    # -- maintenance --
+
+    # -- quota --
+
 )
 
 

@@ -362,6 +362,22 @@ def controller_roles() -> list[Obj]:
             EVENTS,
         ]),
         _role(c + "service-account-controller", [r("create", "", "serviceaccounts"), EVENTS]),
+        # -- job --
+
+        # -- cronjob --
+
+        # -- statefulset --
+
+        # -- daemonset --
+
+        # -- endpoints --
+
+        # -- hpa --
+
+        # -- maintenance --
+
+        # -- quota --
+
     ]
 
 

@@ -56,6 +56,22 @@ GROUP_PACKAGE = {
     "certificates.k8s.io": "certificates",
     "authentication.k8s.io": "authentication",
     "admissionregistration.k8s.io": "admissionregistration",
+    # -- job --
+
+    # -- cronjob --
+
+    # -- statefulset --
+
+    # -- daemonset --
+
+    # -- endpoints --
+
+    # -- hpa --
+
+    # -- maintenance --
+
+    # -- quota --
+
     # not in k8s.io/api: upstream names these after their Go package
     "apiextensions.k8s.io": "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions",
 }

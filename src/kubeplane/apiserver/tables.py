@@ -1104,6 +1104,22 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     ("rbac.authorization.k8s.io", "clusterroles"): _RBAC_ROLE,
     ("rbac.authorization.k8s.io", "rolebindings"): _ROLE_BINDING,
     ("rbac.authorization.k8s.io", "clusterrolebindings"): _CLUSTER_ROLE_BINDING,
+    # -- job --
+
+    # -- cronjob --
+
+    # -- statefulset --
+
+    # -- daemonset --
+
+    # -- endpoints --
+
+    # -- hpa --
+
+    # -- maintenance --
+
+    # -- quota --
+
 }
 
 

@@ -616,16 +616,26 @@ def default_chain(store: Store, authorizer: Any = None, *, service_accounts: boo
     from kubeplane.registry.webhooks import MutatingAdmissionWebhook, ValidatingAdmissionWebhook, WebhookSource
 
     plugins: list[AdmissionPlugin] = [NamespaceLifecycle(store)]
+    # -- quota: LimitRanger --
+
     if service_accounts:
         plugins.append(ServiceAccount(store))
+    # -- quota: Priority --
+
+    # -- maintenance: DefaultTolerationSeconds --
+
     plugins.append(DefaultStorageClass(store))
     plugins.append(CertificateSubjectRestriction())
+    # -- endpoints: DefaultIngressClass --
+
     hooks = WebhookSource(store)
     # the mutating webhooks run after every built-in mutating plugin
     plugins.append(MutatingAdmissionWebhook(hooks, store))
     # validating: the policies, then the webhooks (upstream's order)
     plugins.append(ValidatingAdmissionPolicyPlugin(store, authorizer=authorizer))
     plugins.append(ValidatingAdmissionWebhook(hooks, store))
+    # -- quota: ResourceQuota (last, as upstream) --
+
     chain = AdmissionChain(plugins)
     if authorizer is not None:
         chain.set_authorizer(authorizer)

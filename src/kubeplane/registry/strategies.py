@@ -902,6 +902,22 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("rbac.authorization.k8s.io", "clusterroles"): NoGenerationStrategy,
     ("rbac.authorization.k8s.io", "rolebindings"): RBACBindingStrategy,
     ("rbac.authorization.k8s.io", "clusterrolebindings"): RBACBindingStrategy,
+    # -- job --
+
+    # -- cronjob --
+
+    # -- statefulset --
+
+    # -- daemonset --
+
+    # -- endpoints --
+
+    # -- hpa --
+
+    # -- maintenance --
+
+    # -- quota --
+
 }
 
 

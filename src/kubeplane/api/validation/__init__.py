@@ -139,6 +139,22 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     "rolebindings.rbac.authorization.k8s.io": (name_is_path_segment, _validate_role_binding, _role_ref_immutable),
     "clusterrolebindings.rbac.authorization.k8s.io": (name_is_path_segment, _validate_cluster_role_binding,
                                                       _role_ref_immutable),
+    # -- job --
+
+    # -- cronjob --
+
+    # -- statefulset --
+
+    # -- daemonset --
+
+    # -- endpoints --
+
+    # -- hpa --
+
+    # -- maintenance --
+
+    # -- quota --
+
 }
 
 
