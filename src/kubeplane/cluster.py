@@ -27,13 +27,15 @@ SCHEDULER_USER = UserInfo(KUBE_SCHEDULER, groups=(AUTHENTICATED,))
 CONTROLLER_MANAGER_USER = UserInfo(KUBE_CONTROLLER_MANAGER, groups=(AUTHENTICATED,))
 
 
-def cluster_ca_options(data_dir: str) -> dict[str, str]:
-    """The cluster CA the API server keeps in ``<data_dir>/pki`` (``ca.crt``,
-    ``ca.key``) as :class:`ControllerOptions` fields, for those that exist."""
+def cluster_ca_options(data_dir: str, pki_dir: str | None = None) -> dict[str, str]:
+    """The cluster CA the API server keeps in ``<data_dir>/pki`` (or
+    ``pki_dir``: ``ca.crt``, ``ca.key``) as :class:`ControllerOptions`
+    fields, for those that exist."""
     import os
 
-    cert = os.path.join(data_dir, "pki", "ca.crt")
-    key = os.path.join(data_dir, "pki", "ca.key")
+    directory = pki_dir or os.path.join(data_dir, "pki")
+    cert = os.path.join(directory, "ca.crt")
+    key = os.path.join(directory, "ca.key")
     out: dict[str, str] = {}
     if os.path.isfile(cert):
         out["root_ca_file"] = cert
