@@ -357,3 +357,15 @@ def test_most_recent_schedule_time_counts_missed_runs() -> None:
     now = base + dt.timedelta(minutes=35)
     cj["status"] = {"lastScheduleTime": "2024-01-01T00:30:00Z"}
     assert next_schedule_delay(cj, now, sched) == pytest.approx((5 * 60 - 5) + 0.1)
+
+
+async def test_too_many_missed_start_times_warn_and_start_the_latest(env: Env) -> None:
+    _, created = await env.create(make_cj("stuck", "* * * * *"))
+    late = next_minute(created) + dt.timedelta(minutes=150, seconds=3)
+    await env.at(late, "stuck")
+    (ev,) = await eventually(lambda: env.events("TooManyMissedTimes"))
+    assert ev["type"] == "Warning"
+    assert ev["message"] == ("too many missed start times. Set or decrease .spec.startingDeadlineSeconds or check "
+                             "clock skew")
+    (job,) = await eventually(lambda: _count(env, 1))
+    assert job["metadata"]["name"] == f"stuck-{int(late.replace(second=0).timestamp()) // 60}"
