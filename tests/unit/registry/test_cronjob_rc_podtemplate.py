@@ -204,6 +204,17 @@ async def test_rc_validation(client: InProcessClient) -> None:
     assert got["spec"]["selector"] == {"app": "web", "tier": "fe"}
 
 
+async def test_rc_status_writes_are_checked(client: InProcessClient) -> None:
+    got = await client.create(RCS, rc(), NS)
+    got["status"] = {"replicas": 1, "readyReplicas": 2, "availableReplicas": 1}
+    with pytest.raises(StatusError) as err:
+        await client.update(RCS, got, subresource="status")
+    assert err.value.message == ('ReplicationController "web" is invalid: status.readyReplicas: Invalid value: 2: '
+                                 "cannot be greater than status.replicas")
+    got["status"] = {"replicas": 2, "readyReplicas": 2, "availableReplicas": 1, "fullyLabeledReplicas": 2}
+    assert (await client.update(RCS, got, subresource="status"))["status"]["readyReplicas"] == 2
+
+
 def test_rc_table() -> None:
     obj = {"metadata": {"name": "web", "namespace": NS, "creationTimestamp": "2026-11-29T11:58:00Z"},
            "spec": {"replicas": 3, "selector": {"tier": "fe", "app": "web"},

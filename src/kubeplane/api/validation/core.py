@@ -541,6 +541,7 @@ def _validate_replication_controller(obj: dict[str, Any]) -> list[Cause]:
         out.append(required("spec.replicas"))
     elif not _is_int(replicas) or replicas < 0:
         out.append(invalid_value("spec.replicas", replicas, "must be greater than or equal to 0"))
+    out += _validate_rc_status(_d(obj.get("status")))
     template = spec.get("template")
     if template is None:
         out.append(required("spec.template"))
@@ -555,6 +556,29 @@ def _validate_replication_controller(obj: dict[str, Any]) -> list[Cause]:
     if tspec.get("activeDeadlineSeconds") is not None:
         out.append(forbidden_field("spec.template.spec.activeDeadlineSeconds",
                                    "activeDeadlineSeconds in ReplicationController is not Supported"))
+    return out
+
+
+def _validate_rc_status(status: dict[str, Any]) -> list[Cause]:
+    """upstream's ValidateReplicationControllerStatus (what a status write may say)."""
+    out: list[Cause] = []
+    counts: dict[str, int] = {}
+    for key in ("replicas", "fullyLabeledReplicas", "readyReplicas", "availableReplicas", "observedGeneration"):
+        v = status.get(key)
+        if v is None:
+            counts[key] = 0
+        elif not _is_int(v) or v < 0:
+            out.append(invalid_value(f"status.{key}", v, "must be greater than or equal to 0"))
+        else:
+            counts[key] = v
+    if len(counts) < 5:
+        return out
+    for key in ("fullyLabeledReplicas", "readyReplicas", "availableReplicas"):
+        if counts[key] > counts["replicas"]:
+            out.append(invalid_value(f"status.{key}", counts[key], "cannot be greater than status.replicas"))
+    if counts["availableReplicas"] > counts["readyReplicas"]:
+        out.append(invalid_value("status.availableReplicas", counts["availableReplicas"],
+                                 "cannot be greater than readyReplicas"))
     return out
 
 
