@@ -369,3 +369,23 @@ async def test_too_many_missed_start_times_warn_and_start_the_latest(env: Env) -
                              "clock skew")
     (job,) = await eventually(lambda: _count(env, 1))
     assert job["metadata"]["name"] == f"stuck-{int(late.replace(second=0).timestamp()) // 60}"
+
+
+async def test_a_new_schedule_requeues_for_its_first_time(env: Env) -> None:
+    _, created = await env.create(make_cj("moved", "0 0 1 1 *"))
+    await env.settle()
+    delays: list[tuple[str, float]] = []
+    real_add_after = env.ctrl.cronjobs.add_after
+
+    def recording_add_after(key: str, delay: float) -> None:
+        delays.append((key, delay))
+        real_add_after(key, delay)
+
+    env.ctrl.cronjobs.add_after = recording_add_after  # type: ignore[method-assign]
+    env.clock.set(created)  # the first */30 time is strictly after this
+    await env.client.patch(CRONJOBS, "moved", {"spec": {"schedule": "*/30 * * * *"}}, NS)
+    first = created.replace(minute=0 if created.minute < 30 else 30, second=0, microsecond=0) \
+        + dt.timedelta(minutes=30)
+    want = (first - env.clock.now).total_seconds() + 0.1
+    got = await eventually(lambda: [d for k, d in delays if k == f"{NS}/moved"])
+    assert got[0] == pytest.approx(want, abs=1e-6)
