@@ -152,6 +152,18 @@ def _node_lifecycle(client: Client, factory: SharedInformerFactory, opts: Contro
     return [NodeLifecycleController(client, factory)]
 
 
+def _cronjobs(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.cronjob import CronJobController
+
+    return [CronJobController(client, factory)]
+
+
+def _replication_controllers(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.replication import ReplicationManager
+
+    return [ReplicationManager(client, factory)]
+
+
 #: every controller kubeplane ships, in start order: upstream's name, the
 #: short names upstream also accepts, the kube-system ServiceAccount it acts as
 CONTROLLERS: tuple[ControllerDef, ...] = (
@@ -174,6 +186,9 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
     # -- job --
 
     # -- cronjob --
+    ControllerDef("cronjob-controller", ("cronjob",), "cronjob-controller", _cronjobs),
+    ControllerDef("replicationcontroller-controller", ("replicationcontroller",), "replication-controller",
+                  _replication_controllers),
 
     # -- statefulset --
 

@@ -366,6 +366,21 @@ def controller_roles() -> list[Obj]:
         # -- job --
 
         # -- cronjob --
+        _role(c + "cronjob-controller", [
+            r("get,list,update,watch", "batch", "cronjobs"),
+            r("create,delete,get,list,patch,update,watch", "batch", "jobs"),
+            r("update", "batch", "cronjobs/status"),
+            r("update", "batch", "cronjobs/finalizers"),
+            r("delete,list,watch", "", "pods"),
+            EVENTS,
+        ]),
+        _role(c + "replication-controller", [
+            r("get,list,update,watch", "", "replicationcontrollers"),
+            r("update", "", "replicationcontrollers/status"),
+            r("update", "", "replicationcontrollers/finalizers"),
+            r("create,delete,list,patch,watch", "", "pods"),
+            EVENTS,
+        ]),
 
         # -- statefulset --
 

@@ -871,6 +871,9 @@ def _stamp_conditions(conds: list, old_conds: list[Obj]) -> None:
                  and o.get("status") == c.get("status") and o.get("lastTransitionTime")), now)
 
 
+# builds on the classes above; its classes are looked up when a strategy is made
+from kubeplane.registry import strategies_cronjob as _cronjob  # noqa: E402
+
 _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "namespaces"): NamespaceStrategy,
@@ -905,6 +908,9 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     # -- job --
 
     # -- cronjob --
+    ("batch", "cronjobs"): lambda res: _cronjob.CronJobStrategy(res),
+    ("", "replicationcontrollers"): lambda res: _cronjob.ReplicationControllerStrategy(res),
+    ("", "podtemplates"): lambda res: _cronjob.PodTemplateStrategy(res),
 
     # -- statefulset --
 
