@@ -25,7 +25,6 @@ class CountingStore(MemoryStore):
         return await super().list(*args, **kwargs)
 
 
-
 #: the namespace controller of the running test
 CONTROLLERS: list = []
 
