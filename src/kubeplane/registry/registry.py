@@ -594,8 +594,11 @@ class Registry(WatchMixin, SubresourcesMixin):
                 # No-op writes do not bump the revision (as upstream), unless the
                 # stored value is stale: rewriting it re-encrypts with the current key.
                 return current if res.custom is None else self._out(res, current)
+            # upstream's ShouldDeleteDuringUpdate: the last finalizer gone, and
+            # no grace period still running (a pod the kubelet has not stopped)
             finalizers_gone = bool(
                 (new.get("metadata") or {}).get("deletionTimestamp") and not new["metadata"].get("finalizers")
+                and not (current.get("metadata") or {}).get("deletionGracePeriodSeconds")
             ) and not (res.key == NAMESPACES.key and _spec_finalizers(new))
             if dry_run:
                 return new
