@@ -363,6 +363,7 @@ def controller_roles() -> list[Obj]:
         ]),
         _role(c + "service-account-controller", [r("create", "", "serviceaccounts"), EVENTS]),
         # -- job --
+        _role(c + "ttl-after-finished-controller", [r("delete,get,list,watch", "batch", "jobs"), EVENTS]),
 
         # -- cronjob --
 

@@ -400,30 +400,23 @@ class JobController(Controller):
         return uid_of(fresh) == uid_of(job) and not md_of(fresh).get("deletionTimestamp")
 
     async def _adopt(self, pod: Obj, job: Obj) -> Obj | None:
-        new = deep_copy(pod)
-        md = new["metadata"]
-        md["ownerReferences"] = [r for r in md.get("ownerReferences") or [] if r.get("uid") != uid_of(job)] + [
-            new_controller_ref(job, "batch/v1", "Job")]
-        if JOB_TRACKING_FINALIZER not in (md.get("finalizers") or []):
-            md["finalizers"] = list(md.get("finalizers") or []) + [JOB_TRACKING_FINALIZER]
+        """Upstream's adoption patch: the controller reference and the
+        tracking finalizer, guarded by the pod's UID."""
+        patch = {"metadata": {"ownerReferences": [new_controller_ref(job, "batch/v1", "Job")],
+                              "uid": uid_of(pod), "finalizers": [JOB_TRACKING_FINALIZER]}}
         try:
-            return await self.client.update(PODS, new)
+            return await self.client.patch(PODS, name_of(pod), patch, ns_of(pod), patch_type="strategic")
         except StatusError as err:
-            if err.code in (404, 409):
+            if err.code in (404, 409, 422):
                 return None
             raise
 
     async def _release(self, pod: Obj, uid: str) -> None:
-        new = deep_copy(pod)
-        refs = [r for r in md_of(new).get("ownerReferences") or [] if r.get("uid") != uid]
-        if refs:
-            new["metadata"]["ownerReferences"] = refs
-        else:
-            new["metadata"].pop("ownerReferences", None)
+        patch = {"metadata": {"ownerReferences": [{"$patch": "delete", "uid": uid}], "uid": uid_of(pod)}}
         try:
-            await self.client.update(PODS, new)
+            await self.client.patch(PODS, name_of(pod), patch, ns_of(pod), patch_type="strategic")
         except StatusError as err:
-            if err.code not in (404, 409):
+            if err.code not in (404, 409, 422):
                 raise
 
     # ----------------------------------------------------------------- sync

@@ -361,7 +361,11 @@ class NodeAgent(Controller):
 
     def _later(self, delay: float, coro) -> None:
         async def run() -> None:
-            await asyncio.sleep(delay)
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                coro.close()  # stopped before its time: never started
+                raise
             await coro
 
         task = asyncio.get_running_loop().create_task(run())
