@@ -182,6 +182,9 @@ class NodeAgent(Controller):
     ) -> None:
         super().__init__("kubelet", client, factory, workers=4)
         self.clock = clock
+        #: when this agent started each pod's containers (by pod key: uid, time): the
+        #: status keeps whole seconds only, exit-after is measured from the exact time
+        self._started: dict[str, tuple[str, _dt.datetime]] = {}
         self.names = list(names)
         self._index = {n: i for i, n in enumerate(self.names)}
         self.spec = spec or NodeSpec()
@@ -295,6 +298,7 @@ class NodeAgent(Controller):
     async def _sync_pod(self, key: str) -> None:
         pod = self._pods.indexer.get_by_key(key)
         if pod is None:
+            self._started.pop(key, None)
             return
         spec = pod.get("spec") or {}
         node = spec.get("nodeName")
@@ -352,8 +356,12 @@ class NodeAgent(Controller):
             else:
                 await self._restart_containers(pod, now)
             return
-        started = _container_started(status) or status.get("startTime")
-        elapsed = (now - parse_time(started)).total_seconds() if started else 0.0
+        exact = self._started.get(key)
+        if exact is not None and exact[0] == md.get("uid"):
+            elapsed = (now - exact[1]).total_seconds()
+        else:
+            started = _container_started(status) or status.get("startTime")
+            elapsed = (now - parse_time(started)).total_seconds() if started else 0.0
         if elapsed < seconds:
             self._later(seconds - elapsed, _enqueue_key(self._queue, key))
             return
@@ -375,7 +383,8 @@ class NodeAgent(Controller):
     async def _start_pod(self, pod: Obj, node: str) -> None:
         md = pod["metadata"]
         spec = pod.get("spec") or {}
-        now = format_time(self.clock())
+        started = self.clock()
+        now = format_time(started)
         host_ip = str(ipaddress.ip_address("10.0.0.0") + 1 + self._index[node])
         pod_ip = host_ip if spec.get("hostNetwork") else self._pod_ip(node)
 
@@ -406,6 +415,7 @@ class NodeAgent(Controller):
         }
         if inits:
             status["initContainerStatuses"] = inits
+        self._started[f"{md.get('namespace')}/{md['name']}"] = (md.get("uid", ""), started)
         try:
             await self.client.patch(PODS, md["name"], {"status": status}, md.get("namespace"),
                                     patch_type="strategic", subresource="status", field_manager="kubelet")
@@ -448,6 +458,8 @@ class NodeAgent(Controller):
     async def _restart_containers(self, pod: Obj, now: _dt.datetime) -> None:
         """Back-off over: the containers run again, one restart more."""
         stamp = format_time(now)
+        md = pod.get("metadata") or {}
+        self._started[f"{md.get('namespace')}/{md.get('name')}"] = (md.get("uid", ""), now)
         statuses = []
         for c in (pod.get("status") or {}).get("containerStatuses") or []:
             if "waiting" in (c.get("state") or {}):
@@ -458,6 +470,8 @@ class NodeAgent(Controller):
 
     async def _finish(self, pod: Obj, phase: str, statuses: list[Obj], stamp: str) -> None:
         """The pod ends in ``phase``: not ready any more, containers terminated."""
+        md = pod.get("metadata") or {}
+        self._started.pop(f"{md.get('namespace')}/{md.get('name')}", None)
         reason = "PodCompleted" if phase == "Succeeded" else "PodFailed"
         await self._patch_status(pod, {"phase": phase, "conditions": _readiness(False, reason, stamp),
                                        "containerStatuses": statuses})

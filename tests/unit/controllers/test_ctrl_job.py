@@ -540,3 +540,27 @@ async def _owned(env: Env, name: str, uid: str) -> dict | None:
     pod = await env.client.get(PODS, name, NS)
     refs = pod["metadata"].get("ownerReferences") or []
     return pod if any(r["uid"] == uid for r in refs) else None
+
+
+async def test_pod_that_stops_matching_is_released_and_replaced(env: Env) -> None:
+    job = await env.client.create(JOBS, make_job("rel"), NS)
+    uid = job["metadata"]["uid"]
+    pod = (await eventually(lambda: env.n_pods("rel", 1)))[0]
+    name = pod["metadata"]["name"]
+    await env.client.patch(PODS, name, {"metadata": {"labels": {"batch.kubernetes.io/controller-uid": "other"}}},
+                           NS)
+
+    async def released() -> dict | None:
+        p = await env.client.get(PODS, name, NS)
+        md = p["metadata"]
+        gone = not any(r["uid"] == uid for r in md.get("ownerReferences") or [])
+        return p if gone and JOB_TRACKING_FINALIZER not in (md.get("finalizers") or []) else None
+
+    await eventually(released)  # no owner, and the orphan's tracking finalizer removed
+
+    async def replaced() -> bool:
+        owned = [p for p in (await env.client.list(PODS, NS))["items"]
+                 if any(r["uid"] == uid for r in p["metadata"].get("ownerReferences") or [])]
+        return len(owned) == 1 and owned[0]["metadata"]["name"] != name
+
+    await eventually(replaced)
