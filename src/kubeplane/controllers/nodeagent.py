@@ -23,6 +23,7 @@ import asyncio
 import datetime as _dt
 import ipaddress
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -185,6 +186,7 @@ class NodeAgent(Controller):
         #: when this agent started each pod's containers (by pod key: uid, time): the
         #: status keeps whole seconds only, exit-after is measured from the exact time
         self._started: dict[str, tuple[str, _dt.datetime]] = {}
+        self._warned: set[tuple[str, str]] = set()
         self.names = list(names)
         self._index = {n: i for i, n in enumerate(self.names)}
         self.spec = spec or NodeSpec()
@@ -332,16 +334,20 @@ class NodeAgent(Controller):
         if exit_after is None:
             return
         try:
-            seconds = max(0.0, float(exit_after))
+            seconds = float(exit_after)
+            if not math.isfinite(seconds):
+                raise ValueError(exit_after)
+            seconds = max(0.0, seconds)
         except ValueError:
-            log.warning("pod %s/%s: %s %r is not a number of seconds", md.get("namespace"), md.get("name"),
-                        EXIT_AFTER_ANNOTATION, exit_after)
+            self._bad_annotation(pod, f"{EXIT_AFTER_ANNOTATION} {exit_after!r} is not a number of seconds: "
+                                      "the containers keep running")
             return
+        raw_code = annotations.get(EXIT_CODE_ANNOTATION, "0")
         try:
-            code = int(annotations.get(EXIT_CODE_ANNOTATION, "0"))
+            code = int(raw_code)
         except ValueError:
-            log.warning("pod %s/%s: %s %r is not an integer, using 1", md.get("namespace"), md.get("name"),
-                        EXIT_CODE_ANNOTATION, annotations.get(EXIT_CODE_ANNOTATION))
+            self._bad_annotation(pod, f"{EXIT_CODE_ANNOTATION} {raw_code!r} is not an integer: "
+                                      "the containers exit with 1")
             code = 1
         status = pod.get("status") or {}
         now = self.clock()
@@ -422,6 +428,16 @@ class NodeAgent(Controller):
         except StatusError as err:
             if err.code != 404:
                 raise
+
+    def _bad_annotation(self, pod: Obj, message: str) -> None:
+        """Tell the pod's owner once (a Warning event on the pod) that an annotation is unusable."""
+        md = pod.get("metadata") or {}
+        mark = (md.get("uid", ""), message)
+        if mark in self._warned:
+            return
+        self._warned.add(mark)
+        log.warning("pod %s/%s: %s", md.get("namespace"), md.get("name"), message)
+        self.recorder.event(pod, "Warning", "InvalidAnnotation", message)
 
     async def _exit_containers(self, pod: Obj, code: int, now: _dt.datetime) -> None:
         """The containers exit with ``code``; the restart policy decides

@@ -13,7 +13,7 @@ from kubeplane.client.inprocess import InProcessClient
 from kubeplane.controllers.nodeagent import NodeAgent, restart_backoff
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
-from helpers import eventually
+from helpers import eventually, settled
 
 PODS = resource("pods")
 NS = "default"
@@ -122,3 +122,29 @@ async def test_deleted_pod_reported_failed_before_it_goes(env) -> None:
     async def gone():
         return not [p for p in (await client.list(PODS, NS))["items"] if p["metadata"]["name"] == "victim"]
     await eventually(gone)
+
+
+async def test_unusable_annotations_are_reported_on_the_pod(env) -> None:
+    client, agent, clock = env
+    await _pod(client, "odd", "Never", "soon")
+    await _pod(client, "code", "Never", "0", "three")
+    await eventually(lambda: _phase(client, "odd", "Running"))
+    failed = await eventually(lambda: _phase(client, "code", "Failed"))
+    assert failed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 1
+    events = resource("events")
+
+    async def warned() -> list[str]:
+        return sorted(e["message"] for e in (await client.list(events, NS))["items"]
+                      if e["reason"] == "InvalidAnnotation")
+    msgs = await eventually(lambda: _two(warned()))
+    assert msgs == ["kubeplane.io/exit-after 'soon' is not a number of seconds: the containers keep running",
+                    "kubeplane.io/exit-code 'three' is not an integer: the containers exit with 1"]
+    clock.advance(3600)
+    agent.resync_pods()
+    await settled(agent, client, (agent._pods, PODS), namespace=NS, delayed=True)
+    assert (await client.get(PODS, "odd", NS))["status"]["phase"] == "Running"
+
+
+async def _two(coro):
+    msgs = await coro
+    return msgs if len(msgs) == 2 else None
