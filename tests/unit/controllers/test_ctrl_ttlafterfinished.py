@@ -99,3 +99,21 @@ async def test_fresh_read_decides(env) -> None:
     ctrl.resync()
     await settled(ctrl, client, (ctrl.job_informer, JOBS), namespace=NS, delayed=True)
     assert not await _gone(client, "late")
+
+
+def test_job_controllers_in_the_controller_table() -> None:
+    from kubeplane.apiserver.bootstrappolicy import controller_roles
+    from kubeplane.cluster import CONTROLLERS
+    from kubeplane.controllers.manager import select_controllers
+
+    defs = {d.name: d for d in CONTROLLERS}
+    assert (defs["job-controller"].aliases, defs["job-controller"].account) == (("job",), "job-controller")
+    ttl = defs["ttl-after-finished-controller"]
+    assert (ttl.aliases, ttl.account) == (("ttl-after-finished",), "ttl-after-finished-controller")
+    chosen = {d.name for d in select_controllers(CONTROLLERS, ["*", "-job", "-ttl-after-finished"])}
+    assert "job-controller" not in chosen and "ttl-after-finished-controller" not in chosen
+    assert "replicaset-controller" in chosen
+    roles = {r["metadata"]["name"]: r["rules"] for r in controller_roles()}
+    assert "system:controller:job-controller" in roles
+    assert {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["delete", "get", "list", "watch"]} in \
+        roles["system:controller:ttl-after-finished-controller"]
