@@ -860,10 +860,12 @@ class Registry(WatchMixin, SubresourcesMixin):
         adm_name = "" if collection else name
         attrs = Attributes(DELETE, res, adm_name, _admission_namespace(res, name, namespace), None, None,
                            dry_run=dry_run, options=options)
+        # upstream's DefaultGarbageCollectionPolicy: what a delete that names no policy does
+        policy = propagation_policy or self.strategy(res).default_gc_policy
         await self._turns.acquire(key)
         try:
             return await self._delete_locked(
-                res, key, name, grace_period_seconds, propagation_policy, preconditions, dry_run, attrs)
+                res, key, name, grace_period_seconds, policy, preconditions, dry_run, attrs)
         finally:
             self._turns.release(key)
 

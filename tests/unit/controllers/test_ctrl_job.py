@@ -564,3 +564,16 @@ async def test_pod_that_stops_matching_is_released_and_replaced(env: Env) -> Non
         return len(owned) == 1 and owned[0]["metadata"]["name"] != name
 
     await eventually(replaced)
+
+
+async def test_delete_without_a_policy_orphans_the_pods(env: Env) -> None:
+    """batch/v1's default garbage collection policy is Orphan (upstream keeps it for old clients)."""
+    await env.client.create(JOBS, make_job("old", parallelism=2, completions=2), NS)
+    pods = await eventually(lambda: env.n_pods("old", 2))
+    await env.client.delete(JOBS, "old", NS)
+    job = await env.job("old")
+    assert job["metadata"]["deletionTimestamp"] and job["metadata"]["finalizers"] == ["orphan"]
+    for p in pods:  # a Job being deleted lets go of its pods' tracking finalizers
+        await eventually(lambda p=p: _without_finalizer(env, p["metadata"]["name"]))
+    await env.client.delete(JOBS, "old", NS, propagation_policy="Background")
+    assert (await env.job("old"))["metadata"]["finalizers"] == ["orphan"]  # already terminating: unchanged
