@@ -164,6 +164,18 @@ def _replication_controllers(client: Client, factory: SharedInformerFactory, opt
     return [ReplicationManager(client, factory)]
 
 
+def _jobs(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.job import JobController
+
+    return [JobController(client, factory)]
+
+
+def _ttl_after_finished(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.ttlafterfinished import TTLAfterFinishedController
+
+    return [TTLAfterFinishedController(client, factory)]
+
+
 #: every controller kubeplane ships, in start order: upstream's name, the
 #: short names upstream also accepts, the kube-system ServiceAccount it acts as
 CONTROLLERS: tuple[ControllerDef, ...] = (
@@ -184,6 +196,9 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
                   _garbage_collector),
     ControllerDef("node-lifecycle-controller", ("nodelifecycle",), "node-controller", _node_lifecycle),
     # -- job --
+    ControllerDef("job-controller", ("job",), "job-controller", _jobs),
+    ControllerDef("ttl-after-finished-controller", ("ttl-after-finished",), "ttl-after-finished-controller",
+                  _ttl_after_finished),
 
     # -- cronjob --
     ControllerDef("cronjob-controller", ("cronjob",), "cronjob-controller", _cronjobs),

@@ -364,6 +364,7 @@ def controller_roles() -> list[Obj]:
         _role(c + "root-ca-cert-publisher", [r("create,update", "", "configmaps"), EVENTS]),
         _role(c + "service-account-controller", [r("create", "", "serviceaccounts"), EVENTS]),
         # -- job --
+        _role(c + "ttl-after-finished-controller", [r("delete,get,list,watch", "batch", "jobs"), EVENTS]),
 
         # -- cronjob --
         _role(c + "cronjob-controller", [

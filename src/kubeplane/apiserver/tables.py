@@ -679,6 +679,8 @@ def _job_row(job: Obj, now: _dt.datetime) -> list[Cell]:
         state = "Suspended"
     elif _condition_status(conds, "FailureTarget"):
         state = "FailureTarget"
+    elif _condition_status(conds, "SuccessCriteriaMet"):
+        state = "SuccessCriteriaMet"
     else:
         state = "Running"
     names, images = _containers_cells(_template_spec(job))

@@ -29,6 +29,9 @@ class Strategy:
 
     #: resources whose spec changes bump metadata.generation
     tracks_generation = True
+    #: the propagation of a delete that names none (upstream's
+    #: DefaultGarbageCollectionPolicy): None is Background
+    default_gc_policy: str | None = None
 
     def __init__(self, res: ResourceInfo) -> None:
         self.res = res
@@ -466,6 +469,9 @@ CONTROLLER_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 
 
 class JobStrategy(Strategy):
+    #: batch/v1 Jobs orphan their pods unless told otherwise (kept for old clients, as upstream)
+    default_gc_policy = "Orphan"
+
     def prepare_for_create(self, obj: Obj) -> None:
         super().prepare_for_create(obj)
         spec = obj.get("spec")

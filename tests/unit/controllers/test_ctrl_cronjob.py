@@ -314,7 +314,7 @@ async def test_missing_and_unexpected_jobs(env: Env) -> None:
     await env.at(m1 + dt.timedelta(seconds=1), "watch")
     (job,) = await eventually(lambda: _count(env, 1))
     # An active Job deleted behind the controller's back leaves the active list.
-    await env.client.delete(JOBS, job["metadata"]["name"], NS)
+    await env.client.delete(JOBS, job["metadata"]["name"], NS, propagation_policy="Background")
     (ev,) = await eventually(lambda: env.events("MissingJob"))
     assert ev["message"] == f"Active job went missing: {job['metadata']['name']}"
     assert "active" not in (await env.cj("watch"))["status"]

@@ -118,7 +118,7 @@ async def test_cronjob_job_template_checks(client: InProcessClient) -> None:
     tmpl["backoffLimit"] = -1
     text = await invalid(client, CRONJOBS, body)
     assert "spec.jobTemplate.spec.backoffLimit: Invalid value: -1: must be greater than or equal to 0" in text
-    assert ('spec.jobTemplate.spec.template.spec.restartPolicy: Unsupported value: "Always": supported values: '
+    assert ('spec.jobTemplate.spec.template.spec.restartPolicy: Required value: valid values: '
             '"OnFailure", "Never"') in text
     assert "spec.jobTemplate.spec.selector: Invalid value:" in text and "`selector` will be auto-generated" in text
     assert 'spec.jobTemplate.spec.manualSelector: Unsupported value: true: supported values: "nil", "false"' in text
