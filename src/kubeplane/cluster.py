@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,6 +175,9 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
     # -- cronjob --
 
     # -- statefulset --
+    ControllerDef("statefulset-controller", ("statefulset",), "statefulset-controller",
+                  lambda client, factory, opts: importlib.import_module(
+                      "kubeplane.controllers.statefulset").build(client, factory, opts)),
 
     # -- daemonset --
 
