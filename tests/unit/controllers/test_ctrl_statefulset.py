@@ -414,6 +414,38 @@ async def test_volume_claim_templates_and_retention_policy(env: Env) -> None:
         await gc.stop(timeout=1)
 
 
+async def test_when_deleted_delete_removes_claims_with_the_set(env: Env) -> None:
+    gc = GarbageCollector(env.client)
+    await gc.start(sync_timeout=2)
+    try:
+        claim = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                                                       "resources": {"requests": {"storage": "1Gi"}}}}
+        sts = await env.client.create(STS, make_sts(
+            replicas=2, podManagementPolicy="Parallel", volumeClaimTemplates=[claim],
+            persistentVolumeClaimRetentionPolicy={"whenDeleted": "Delete", "whenScaled": "Retain"}), NS)
+        pvcs = await eventually(lambda: _pvcs(env, 2))
+
+        async def owned_by_set() -> bool:
+            items = (await _pvcs(env, 2)).values()
+            return bool(items) and all([r["uid"] for r in c["metadata"].get("ownerReferences") or []]
+                                       == [sts["metadata"]["uid"]] for c in items)
+        await eventually(owned_by_set)
+        # Scaling down keeps the claim (whenScaled: Retain) ...
+        await env.client.patch(STS, "web", {"spec": {"replicas": 1}}, NS)
+        await eventually(lambda: _n(env, 1))
+        await env.settle()
+        assert sorted(await _pvcs(env, 2)) == sorted(pvcs)
+        # ... deleting the set deletes them all.
+        await env.client.delete(STS, "web", NS)
+        await eventually(lambda: _none_left(env))
+    finally:
+        await gc.stop(timeout=1)
+
+
+async def _none_left(env: Env) -> bool:
+    return not (await env.client.list(PVCS, NS))["items"] and not (await env.client.list(PODS, NS))["items"]
+
+
 async def _pvcs(env: Env, n: int) -> dict[str, dict]:
     items = {c["metadata"]["name"]: c for c in (await env.client.list(PVCS, NS))["items"]
              if not c["metadata"].get("deletionTimestamp")}
