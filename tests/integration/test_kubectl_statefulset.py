@@ -204,3 +204,37 @@ spec:
     bad = k("scale", "statefulset/manual", "--replicas=-1", "-n", NS, check=False)
     assert bad.rc != 0
     k("delete", "statefulset", "manual", "-n", NS, "--cascade=foreground", "--wait", "--timeout=60s", timeout=90)
+
+
+def test_bad_statefulsets_are_refused_with_upstreams_errors(k: Kubectl) -> None:
+    def manifest(**spec: str) -> str:
+        lines = "".join(f"  {key}: {value}\n" for key, value in spec.items())
+        return f"""
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: bad
+  namespace: {NS}
+spec:
+{lines}  selector:
+    matchLabels:
+      app: bad
+  template:
+    metadata:
+      labels:
+        app: bad
+    spec:
+      containers:
+      - name: c
+        image: busybox
+"""
+    res = k("apply", "-f", "-", stdin=manifest(replicas='"three"'), check=False)
+    assert res.rc != 0 and 'StatefulSet in version "v1" cannot be handled as a StatefulSet' in res.err, res.err
+    res = k("apply", "-f", "-", stdin=manifest(podManagementPolicy="Sometimes"), check=False)
+    assert res.rc != 0
+    assert ('The StatefulSet "bad" is invalid: spec.podManagementPolicy: Invalid value: "Sometimes": '
+            "must be 'OrderedReady' or 'Parallel'") in res.err, res.err
+    k("apply", "-f", "-", stdin=manifest(serviceName="bad"))
+    res = k("patch", "statefulset", "bad", "-n", NS, "-p", '{"spec":{"serviceName":"other"}}', check=False)
+    assert res.rc != 0 and "updates to statefulset spec for fields other than 'replicas'" in res.err, res.err
+    k("delete", "statefulset", "bad", "-n", NS)

@@ -156,7 +156,8 @@ def pod_name(sts: Obj, ordinal: int) -> str:
 
 
 def claim_templates(sts: Obj) -> list[Obj]:
-    return [c for c in _spec(sts).get("volumeClaimTemplates") or [] if isinstance(c, dict)]
+    claims = _spec(sts).get("volumeClaimTemplates")
+    return [c for c in claims if isinstance(c, dict)] if isinstance(claims, list) else []
 
 
 def claim_template_name(claim: Obj) -> str:

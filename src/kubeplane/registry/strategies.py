@@ -499,7 +499,8 @@ class StatefulSetStrategy(Strategy):
         if spec.get("revisionHistoryLimit") is None:
             spec["revisionHistoryLimit"] = 10
         _default_template(spec)
-        for claim in spec.get("volumeClaimTemplates") or []:
+        claims = spec.get("volumeClaimTemplates")
+        for claim in claims if isinstance(claims, list) else []:
             if not isinstance(claim, dict):
                 continue
             cspec = claim.get("spec")

@@ -10,6 +10,7 @@ from kubeplane.api.errors import Cause, forbidden_field, invalid_value, not_supp
 from kubeplane.api.selectors import label_selector_from_dict
 from kubeplane.api.validation.common import (
     _d,
+    _l,
     _immutable,
     _int_or_percent_is_zero,
     _is_int,
@@ -122,7 +123,7 @@ def _template_for_statefulset(spec: dict[str, Any]) -> dict[str, Any]:
     (replacing a template volume of the same name)."""
     template = _d(spec.get("template"))
     tspec = _d(template.get("spec"))
-    claims = [_d(c) for c in spec.get("volumeClaimTemplates") or [] if isinstance(c, dict)]
+    claims = [c for c in _l(spec.get("volumeClaimTemplates")) if isinstance(c, dict)]
     if not (tspec.get("hostname") or tspec.get("subdomain") or claims):
         return template
     tspec = dict(tspec)
@@ -131,7 +132,7 @@ def _template_for_statefulset(spec: dict[str, Any]) -> dict[str, Any]:
     if claims:
         names = [_d(c.get("metadata")).get("name", "") for c in claims]
         added = [{"name": n, "persistentVolumeClaim": {"claimName": n}} for n in dict.fromkeys(names)]
-        kept = [v for v in tspec.get("volumes") or [] if not (isinstance(v, dict) and v.get("name") in names)]
+        kept = [v for v in _l(tspec.get("volumes")) if not (isinstance(v, dict) and v.get("name") in names)]
         tspec["volumes"] = added + kept
     return {**template, "spec": tspec}
 
@@ -157,8 +158,9 @@ def _validate_statefulset_spec(spec: dict[str, Any], *, update: bool = False,
             out.append(invalid_value("spec.updateStrategy.rollingUpdate", ru,
                                      "only allowed for updateStrategy 'RollingUpdate'"))
     elif stype == "RollingUpdate":
-        if ru is not None:
-            ru = _d(ru)
+        if ru is not None and not isinstance(ru, dict):
+            out.append(invalid_value("spec.updateStrategy.rollingUpdate", ru, "must be an object"))
+        elif ru is not None:
             out += _nonnegative(ru, "partition", "spec.updateStrategy.rollingUpdate")
             mu = ru.get("maxUnavailable")
             if mu is not None:
@@ -177,13 +179,21 @@ def _validate_statefulset_spec(spec: dict[str, Any], *, update: bool = False,
                 out.append(not_supported(f"spec.persistentVolumeClaimRetentionPolicy.{key}", policy.get(key) or "",
                                          ("Retain", "Delete")))
     if not update:
-        for i, claim in enumerate(spec.get("volumeClaimTemplates") or []):
+        claims = spec.get("volumeClaimTemplates")
+        if claims is not None and not isinstance(claims, list):
+            out.append(invalid_value("spec.volumeClaimTemplates", claims, "must be a list"))
+        for i, claim in enumerate(_l(claims)):
             out += validate_pvc_spec(_d(_d(claim).get("spec")), f"spec.volumeClaimTemplates[{i}].spec")
     out += _nonnegative(spec, "replicas", "spec")
     out += _nonnegative(spec, "minReadySeconds", "spec")
+    rhl = spec.get("revisionHistoryLimit")
+    if rhl is not None and not _is_int(rhl):
+        out.append(invalid_value("spec.revisionHistoryLimit", rhl, "must be an integer"))
     ordinals = spec.get("ordinals")
-    if ordinals is not None:
-        start = _d(ordinals).get("start", 0)
+    if ordinals is not None and not isinstance(ordinals, dict):
+        out.append(invalid_value("spec.ordinals", ordinals, "must be an object"))
+    elif ordinals is not None:
+        start = ordinals.get("start", 0)
         if not _is_int(start) or start < 0:
             out.append(invalid_value("spec.ordinals.start", start, "must be greater than or equal to 0"))
     service = spec.get("serviceName")
