@@ -238,3 +238,93 @@ spec:
     res = k("patch", "statefulset", "bad", "-n", NS, "-p", '{"spec":{"serviceName":"other"}}', check=False)
     assert res.rc != 0 and "updates to statefulset spec for fields other than 'replicas'" in res.err, res.err
     k("delete", "statefulset", "bad", "-n", NS)
+
+
+def _nginx(image: str, *, pause: bool = False) -> str:
+    """The StatefulSet of upstream's test/cmd history tests (replicas 0, then a second container)."""
+    extra = """
+      - name: pause
+        image: registry.k8s.io/pause:2.0""" if pause else ""
+    return f"""
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: nginx
+  namespace: {NS}
+spec:
+  replicas: 0
+  serviceName: nginx
+  updateStrategy:
+    type: RollingUpdate
+  selector:
+    matchLabels:
+      app: nginx-statefulset
+  template:
+    metadata:
+      labels:
+        app: nginx-statefulset
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: nginx
+        image: {image}
+        ports:
+        - containerPort: 80
+          name: web{extra}
+"""
+
+
+def test_history_and_undo_as_upstreams_command_tests(k: Kubectl) -> None:
+    """What test/cmd/apps.sh run_statefulset_history_tests and run_stateful_set_tests check."""
+    def sts() -> dict:
+        return get(k, "statefulset", "nginx")
+
+    def containers() -> list[str]:
+        return [c["image"] for c in sts()["spec"]["template"]["spec"]["containers"]]
+
+    k("apply", "-f", "-", "--record", stdin=_nginx("registry.k8s.io/nginx-slim:0.7"))
+    eventually_sync(lambda: any("--record" in (r["metadata"].get("annotations") or {}).get(
+        "kubernetes.io/change-cause", "") for r in get(k, "controllerrevisions")["items"]), timeout=30)
+    eventually_sync(lambda: sts().get("status", {}).get("observedGeneration") == 1, timeout=30)
+    assert sts()["status"]["replicas"] == 0
+    out = k("rollout", "undo", "statefulset/nginx", "--to-revision=1", "-n", NS).out
+    assert "skipped rollback (current template already matches revision 1)" in out
+    k("apply", "-f", "-", "--record", stdin=_nginx("registry.k8s.io/nginx-slim:0.8", pause=True))
+    assert containers() == ["registry.k8s.io/nginx-slim:0.8", "registry.k8s.io/pause:2.0"]
+    eventually_sync(lambda: len(get(k, "controllerrevisions")["items"]) == 2, timeout=30)
+    out = k("rollout", "history", "statefulset/nginx", "-n", NS).out
+    assert "statefulset.apps/nginx" in out and "REVISION  CHANGE-CAUSE" in out
+    assert "1         kubectl apply" in out and "2         kubectl apply" in out
+    one = k("rollout", "history", "statefulset/nginx", "-n", NS, "--revision=1").out
+    assert "statefulset.apps/nginx with revision #1" in one and "Pod Template:" in one
+    assert "registry.k8s.io/nginx-slim:0.7" in one and "pause" not in one
+    two = k("rollout", "history", "statefulset/nginx", "-n", NS, "--revision=2").out
+    assert "registry.k8s.io/nginx-slim:0.8" in two and "registry.k8s.io/pause:2.0" in two
+    k("rollout", "undo", "statefulset/nginx", "-n", NS, "--dry-run=client")
+    k("rollout", "undo", "statefulset/nginx", "-n", NS, "--dry-run=server")
+    assert containers() == ["registry.k8s.io/nginx-slim:0.8", "registry.k8s.io/pause:2.0"]
+    k("rollout", "undo", "statefulset/nginx", "--to-revision=1", "-n", NS)
+    eventually_sync(lambda: containers() == ["registry.k8s.io/nginx-slim:0.7"], timeout=30)
+
+    def history() -> str:
+        return k("rollout", "history", "statefulset/nginx", "-n", NS).out
+    eventually_sync(lambda: "3         kubectl apply" in history(), timeout=30)
+    assert "2         kubectl apply" in history() and "1         kubectl apply" not in history()
+    res = k("rollout", "undo", "statefulset/nginx", "--to-revision=1000000", "-n", NS, check=False)
+    assert res.rc != 0 and "unable to find specified revision" in res.err
+    assert containers() == ["registry.k8s.io/nginx-slim:0.7"]
+
+    # run_stateful_set_tests: scale with a precondition, restart, delete.
+    generation = sts()["status"]["observedGeneration"]
+    k("scale", "--current-replicas=0", "--replicas=1", "statefulset", "nginx", "-n", NS)
+    eventually_sync(lambda: sts()["status"].get("observedGeneration") == generation + 1, timeout=30)
+    eventually_sync(lambda: sorted(pods_of(k, "app=nginx-statefulset")) == ["nginx-0"], timeout=60)
+    k("rollout", "restart", "statefulset", "nginx", "-n", NS)
+    eventually_sync(lambda: sts()["status"].get("observedGeneration") == generation + 2, timeout=30)
+    k("rollout", "status", "statefulset/nginx", "-n", NS, "--timeout=60s", timeout=90)
+    k("delete", "statefulset", "nginx", "-n", NS)
+    eventually_sync(lambda: not pods_of(k, "app=nginx-statefulset"), timeout=60)
+
+
+def pods_of(k: Kubectl, selector: str) -> list[str]:
+    return [p["metadata"]["name"] for p in get(k, "pods", "-l", selector)["items"]]

@@ -24,6 +24,7 @@ from kubeplane.controllers.statefulset import (
     claim_owner_up_to_date,
     new_revision,
     parent_and_ordinal,
+    typed_template,
     update_claim_owner_refs,
 )
 from kubeplane.registry.registry import Registry
@@ -151,8 +152,22 @@ def test_revision_round_trip() -> None:
     other = make_sts(image="nginx:2")
     other["metadata"].update(namespace=NS, uid="u1")
     restored = apply_revision(other, rev)
-    assert restored["spec"]["template"] == sts["spec"]["template"]
+    # The template as upstream's typed round trip writes it: defaults filled in,
+    # creationTimestamp null, resources {}; map keys sorted, as kubectl compares bytes.
+    assert restored["spec"]["template"] == typed_template(sts["spec"]["template"])
+    tmpl = restored["spec"]["template"]
+    assert tmpl["metadata"] == {"creationTimestamp": None, "labels": {"app": "web"}}
+    container = tmpl["spec"]["containers"][0]
+    assert container["image"] == "nginx:1" and container["resources"] == {}
+    assert list(container) == sorted(container)
     assert restored["spec"]["replicas"] == other["spec"]["replicas"]
+    assert list(rev["data"]["spec"]["template"]) == ["$patch", "metadata", "spec"]
+    # Equal templates, however written, make equal revisions.
+    written_differently = make_sts()
+    written_differently["metadata"].update(namespace=NS, uid="u1")
+    written_differently["spec"]["template"]["metadata"]["annotations"] = {}
+    written_differently["spec"]["template"]["spec"]["containers"][0]["env"] = []
+    assert new_revision(written_differently, 4, 0)["metadata"]["name"] == rev["metadata"]["name"]
 
 
 @pytest.mark.parametrize(("when_deleted", "when_scaled", "scaled_down", "owners"), [
