@@ -60,6 +60,7 @@ from kubeplane.controllers.history import (
     new_controller_revision,
     revision_number,
     sort_controller_revisions,
+    template_patch,
 )
 from kubeplane.controllers.replicaset import (
     CONTROLLER_UID_INDEX,
@@ -261,42 +262,9 @@ def partition_of(sts: Obj) -> int:
 # ------------------------------------------------------------ revisions
 
 
-def _sorted(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _sorted(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [_sorted(v) for v in value]
-    return value
-
-
-def typed_template(template: Any) -> Obj:
-    """A pod template as upstream's typed round trip writes it (what
-    ``getPatch`` in the controller and in ``kubectl rollout undo`` encode):
-    unset and empty omitempty fields gone, ``metadata.creationTimestamp: null``
-    and every container's ``resources: {}`` present, map keys sorted (Go
-    writes a decoded map so)."""
-    from kubeplane.controllers.deployment import normalized_template
-
-    out = normalized_template(template if isinstance(template, dict) else {})
-    md = out.get("metadata") if isinstance(out.get("metadata"), dict) else {}
-    md["creationTimestamp"] = None
-    out["metadata"] = md
-    spec = out.get("spec")
-    if isinstance(spec, dict):
-        for key in ("initContainers", "containers", "ephemeralContainers"):
-            for c in spec.get(key) or []:
-                if isinstance(c, dict) and not isinstance(c.get("resources"), dict):
-                    c["resources"] = {}
-    return _sorted(out)
-
-
 def revision_patch(sts: Obj) -> Obj:
-    """What a revision records (upstream ``getPatch``): the pod template, to be
-    applied with ``$patch: replace``, in the form and key order kubectl's
-    ``rollout undo`` compares byte for byte."""
-    template = typed_template(_spec(sts).get("template"))
-    template["$patch"] = "replace"
-    return {"spec": {"template": _sorted(template)}}
+    """What a revision records (upstream ``getPatch``)."""
+    return template_patch(_spec(sts).get("template"))
 
 
 def new_revision(sts: Obj, revision: int, collision_count: int | None) -> Obj:

@@ -14,7 +14,7 @@ from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.controllers.garbagecollector import GarbageCollector
-from kubeplane.controllers.history import CONTROLLER_REVISION_HASH_LABEL
+from kubeplane.controllers.history import CONTROLLER_REVISION_HASH_LABEL, typed_template
 from kubeplane.controllers.statefulset import (
     POD_INDEX_LABEL,
     POD_NAME_LABEL,
@@ -24,7 +24,6 @@ from kubeplane.controllers.statefulset import (
     claim_owner_up_to_date,
     new_revision,
     parent_and_ordinal,
-    typed_template,
     update_claim_owner_refs,
 )
 from kubeplane.registry.registry import Registry
