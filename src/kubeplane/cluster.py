@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -206,6 +207,9 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
                   _replication_controllers),
 
     # -- statefulset --
+    ControllerDef("statefulset-controller", ("statefulset",), "statefulset-controller",
+                  lambda client, factory, opts: importlib.import_module(
+                      "kubeplane.controllers.statefulset").build(client, factory, opts)),
 
     # -- daemonset --
 

@@ -157,6 +157,9 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     _r("", "v1", "PodTemplate", "podtemplates", True),
 
     # -- statefulset --
+    _r("apps", "v1", "ControllerRevision", "controllerrevisions", True),
+    _r("apps", "v1", "StatefulSet", "statefulsets", True, short_names=("sts",), categories=("all",),
+       subresources=("status", "scale")),
 
     # -- daemonset --
 

@@ -651,6 +651,64 @@ _REPLICASET = Printer(
 )
 
 
+def _controller_name(obj: Obj) -> str:
+    """``kind.group/name`` of the controlling owner (lower case, as upstream's
+    ``formatResourceName``), ``<none>`` without one."""
+    for ref in meta_of(obj).get("ownerReferences") or []:
+        if not isinstance(ref, dict) or not ref.get("controller"):
+            continue
+        api_version = str(ref.get("apiVersion") or "")
+        group = api_version.split("/", 1)[0] if "/" in api_version else ""
+        kind = str(ref.get("kind") or "")
+        name = str(ref.get("name") or "")
+        if not kind:
+            return name
+        return f"{(f'{kind}.{group}' if group else kind).lower()}/{name}"
+    return "<none>"
+
+
+def _controller_revision_row(cr: Obj, now: _dt.datetime) -> list[Cell]:
+    revision = cr.get("revision")
+    return [_name(cr), _controller_name(cr), revision if isinstance(revision, int) else 0, _age(cr, now)]
+
+
+def _statefulset_row(sts: Obj, now: _dt.datetime) -> list[Cell]:
+    spec = sts.get("spec") or {}
+    status = sts.get("status") or {}
+    desired = spec.get("replicas", 1)
+    names, images = _containers_cells(_template_spec(sts))
+    return [
+        _name(sts),
+        f"{int(status.get('readyReplicas') or 0)}/{int(desired if desired is not None else 1)}",
+        _age(sts, now),
+        names,
+        images,
+    ]
+
+
+_STATEFULSET = Printer(
+    (
+        _name_col(),
+        Column("Ready", description="Number of the pod with ready state"),
+        _age_col(),
+        Column("Containers", priority=1, description=_CONTAINERS_DOC),
+        Column("Images", priority=1, description=_IMAGES_DOC),
+    ),
+    _statefulset_row,
+)
+
+
+_CONTROLLER_REVISION = Printer(
+    (
+        _name_col(),
+        Column("Controller", description="Controller of the object"),
+        Column("Revision", description="Revision indicates the revision of the state represented by Data."),
+        _age_col(),
+    ),
+    _controller_revision_row,
+)
+
+
 def _job_row(job: Obj, now: _dt.datetime) -> list[Cell]:
     spec = job.get("spec") or {}
     status = job.get("status") or {}
@@ -1227,6 +1285,8 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     ("", "podtemplates"): _POD_TEMPLATE,
 
     # -- statefulset --
+    ("apps", "controllerrevisions"): _CONTROLLER_REVISION,
+    ("apps", "statefulsets"): _STATEFULSET,
 
     # -- daemonset --
 

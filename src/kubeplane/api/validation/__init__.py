@@ -37,7 +37,15 @@ from kubeplane.api.strings import (
 )
 from kubeplane.api.validation.admissionregistration import validate_webhook_configuration
 from kubeplane.api.validation.apiextensions import validate_crd, validate_crd_update
-from kubeplane.api.validation.apps import _selector_immutable, _validate_deployment, _validate_replicaset
+from kubeplane.api.validation.apps import (
+    _selector_immutable,
+    _validate_controller_revision,
+    _validate_controller_revision_update,
+    _validate_deployment,
+    _validate_replicaset,
+    _validate_statefulset,
+    _validate_statefulset_update,
+)
 from kubeplane.api.validation.batch import _validate_job, _validate_job_update, validate_cronjob
 from kubeplane.api.validation.certificates import csr_name, validate_csr_create, validate_csr_update
 from kubeplane.api.validation.common import _d
@@ -150,6 +158,8 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     "podtemplates": (name_is_dns_subdomain, _validate_pod_template_object, None),
 
     # -- statefulset --
+    "controllerrevisions.apps": (name_is_dns_subdomain, _validate_controller_revision, _validate_controller_revision_update),
+    "statefulsets.apps": (name_is_dns_subdomain, _validate_statefulset, _validate_statefulset_update),
 
     # -- daemonset --
 
