@@ -6,8 +6,14 @@ pod is annotated ``kubeplane.io/usage`` with e.g. ``cpu=250m,memory=64Mi``:
 then that is the pod's total, shared among its containers in proportion to
 what each requests (evenly when none requests the resource). Tests and demos
 change a pod's usage by annotating it; the node reports the change with its
-next Lease renewal, which comes early (after ``report_delay``) when usage
-changed.
+next Lease renewal, which comes early (once the node's pods have not changed
+for ``report_delay``) when what the node would report differs from what it
+last reported early.
+
+A sample stands for the ``window`` before its timestamp, so the first sample
+that shows a pod is taken more than a window after the pod started (the
+delay is longer than the window): the HPA controller, as upstream, does not
+trust a cpu sample of a new pod whose window began before the pod was ready.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import asyncio
 import datetime as _dt
 import logging
 import math
+import time
 from fractions import Fraction
 from typing import Any, Awaitable, Callable
 
@@ -127,7 +134,7 @@ class UsageReports:
     renewal when what it would report changed."""
 
     def __init__(self, pods_on: Callable[[str], list[Obj]], renew: Callable[[str], Awaitable[None]], *,
-                 window_seconds: float = 1.0, report_delay: float = 0.5,
+                 window_seconds: float = 1.0, report_delay: float = 1.25,
                  clock: Callable[[], _dt.datetime] | None = None) -> None:
         from kubeplane.api.meta import utcnow
 
@@ -138,27 +145,40 @@ class UsageReports:
         self.clock = clock or utcnow
         self._last: dict[str, tuple[dict[str, str], list[Obj]]] = {}
         self._dirty: set[str] = set()
+        self._touched_at: dict[str, float] = {}
         self._wake = asyncio.Event()
 
     def annotation(self, node: str) -> str:
-        """The report for ``node`` as of now (remembered as the one last sent)."""
+        """The report for ``node`` as of now."""
         content = node_content(self.pods_on(node))
-        self._last[node] = content
         return usage_report(self.clock(), self.window_seconds, content[0], content[1])
 
     def touched(self, node: str) -> None:
         """A pod on ``node`` changed: its usage may have."""
         self._dirty.add(node)
+        self._touched_at[node] = time.monotonic()
         self._wake.set()
 
     async def run(self) -> None:
         while True:
             await self._wake.wait()
-            await asyncio.sleep(self.report_delay)  # gather the burst of pod changes
             self._wake.clear()
-            dirty, self._dirty = self._dirty, set()
-            for node in sorted(dirty):
-                if node_content(self.pods_on(node)) != self._last.get(node):
+            while self._dirty:
+                # a node is reported once its pods have been quiet for report_delay
+                now = time.monotonic()
+                due = sorted(n for n in self._dirty if now - self._touched_at.get(n, 0.0) >= self.report_delay)
+                if not due:
+                    first = min(self._touched_at.get(n, 0.0) for n in self._dirty)
+                    await asyncio.sleep(max(first + self.report_delay - now, 0.01))
+                    continue
+                for node in due:
+                    self._dirty.discard(node)
+                    content = node_content(self.pods_on(node))
+                    # compared with what the last early report said (a heartbeat in
+                    # between may have sent the change, but inside its window)
+                    if content == self._last.get(node):
+                        continue
+                    self._last[node] = content
                     try:
                         await self.renew(node)
                     except Exception as err:  # noqa: BLE001 - the next heartbeat reports again

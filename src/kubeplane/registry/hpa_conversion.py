@@ -352,7 +352,7 @@ class V1View:
         if not isinstance(obj, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
         self.registry._check_type_meta(self.res, obj)
-        return to_v2(obj)
+        return copy.deepcopy(to_v2(obj))  # shares nothing with the caller's object
 
     async def get(self, name: str, namespace: str | None) -> Obj:
         return to_v1(await self.registry.get(self.v2, name, namespace))
