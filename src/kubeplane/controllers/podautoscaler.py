@@ -218,8 +218,7 @@ class HorizontalController(Controller):
         from kubeplane.client.discovery import served_resources
 
         catalogue = self._catalogue or served_resources(self.client) or CATALOGUE
-        found = [r for r in catalogue.resources if r.group == group and r.kind == kind]
-        return sorted(found, key=lambda r: "scale" not in r.subresources)
+        return [r for r in catalogue.resources if r.group == group and r.kind == kind]
 
     async def _update_status(self, hpa: Obj, original: Obj) -> None:
         if hpa.get("status") == original:
@@ -266,7 +265,10 @@ class HorizontalController(Controller):
         scale = None
         target = None
         first_err = ""
-        for i, res in enumerate(mappings):
+        scalable = [r for r in mappings if "scale" in r.subresources]
+        if not scalable:
+            first_err = "the server could not find the requested resource"
+        for i, res in enumerate(scalable):
             try:
                 scale = await self.client.get(res, ref.get("name", ""), namespace, subresource="scale")
                 target = res
@@ -437,7 +439,8 @@ class HorizontalController(Controller):
             return -1, "", [], str(err)
         spec_replicas = int((scale.get("spec") or {}).get("replicas") or 0)
         status_replicas = int((scale.get("status") or {}).get("replicas") or 0)
-        statuses: list[Obj] = [{} for _ in specs]
+        # as upstream, a metric that failed leaves an empty MetricStatus in its place
+        statuses: list[Obj] = [{"type": ""} for _ in specs]
         replicas = 0
         metric = ""
         invalid = 0
@@ -463,7 +466,7 @@ class HorizontalController(Controller):
             if first_condition is not None:
                 reason, message, status = first_condition
                 self._set_condition(hpa, "ScalingActive", status, reason, message)
-            return -1, "", [s for s in statuses], error
+            return -1, "", statuses, error
         self._set_condition(hpa, "ScalingActive", "True", "ValidMetricFound",
                             f"the HPA was able to successfully calculate a replica count from {metric}")
         return replicas, metric, statuses, error

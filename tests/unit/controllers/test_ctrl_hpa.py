@@ -264,6 +264,7 @@ async def test_without_metrics_scaling_is_inactive_with_upstreams_reason(env: En
         "the HPA was unable to compute the replica count: failed to get cpu utilization: unable to get metrics "
         "for resource cpu: no metrics returned from resource metrics API")
     assert condition(hpa, "AbleToScale")["reason"] == "SucceededGetScale"
+    assert hpa["status"]["currentMetrics"] == [{"type": ""}]  # as upstream writes a failed metric's status
     [computed] = await env.events("FailedComputeMetricsReplicas")
     assert computed["message"] == (
         "invalid metrics (1 invalid out of 1), first error is: failed to get cpu resource metric value: failed to "
@@ -284,6 +285,24 @@ async def test_missing_request_and_missing_target(env: Env) -> None:
     assert (able["status"], able["reason"]) == ("False", "FailedGetScale")
     assert able["message"] == ('the HPA controller was unable to get the target\'s current scale: '
                                'deployments.apps "web" not found')
+
+
+async def test_a_target_without_scale(env: Env) -> None:
+    # Jobs have no scale subresource
+    await env.client.create(HPA, {"metadata": {"name": "web"}, "spec": {
+        "scaleTargetRef": {"apiVersion": "batch/v1", "kind": "Job", "name": "web"}, "maxReplicas": 3}}, NS)
+    hpa = await env.sync()
+    assert condition(hpa, "AbleToScale")["message"] == (
+        "the HPA controller was unable to get the target's current scale: the server could not find the "
+        "requested resource")
+    await env.client.patch(HPA, "web", {"spec": {"scaleTargetRef": {"apiVersion": "example.com/v1",
+                                                                     "kind": "Widget"}}}, NS)
+    hpa = await env.sync()
+    assert condition(hpa, "AbleToScale")["message"] == (
+        'the HPA controller was unable to get the target\'s current scale: no matches for kind "Widget" in group '
+        '"example.com"')
+    [event, *_] = await env.events("FailedGetScale")
+    assert event["type"] == "Warning"
 
 
 async def _gone(env: Env) -> bool:
