@@ -6,6 +6,9 @@ labels, addresses, Ready condition, node info), renews its Lease in
 Running and Ready (pod IP, container statuses, conditions), finishes graceful
 deletion, and completes pods annotated ``kubeplane.io/exit-after`` (seconds)
 with phase Succeeded, so Jobs and ``kubectl wait`` behave as on a real cluster.
+Each Lease renewal carries the node's resource usage report (the model is in
+:mod:`kubeplane.controllers.nodeusage`, the API that serves it in
+:mod:`kubeplane.registry.metrics`).
 """
 
 from __future__ import annotations

@@ -130,6 +130,24 @@ async def test_v1_is_the_v2_object_converted(client: InProcessClient) -> None:
     assert err.value.code == 422 and "spec.maxReplicas: Required value" in err.value.message
 
 
+async def test_v1_watch_and_delete(client: InProcessClient) -> None:
+    await client.create(HPA, {"metadata": {"name": "w"}, "spec": {"scaleTargetRef": REF, "maxReplicas": 2}}, NS)
+    listed = await client.list(HPA_V1, NS)
+    stream = client.watch(HPA_V1, NS, resource_version=listed["metadata"]["resourceVersion"])
+    try:
+        await client.patch(HPA, "w", {"spec": {"maxReplicas": 3}}, NS)
+        event = await stream.__anext__()
+        assert event.type == "MODIFIED"
+        assert event.object["apiVersion"] == "autoscaling/v1" and event.object["spec"]["maxReplicas"] == 3
+        assert event.object["spec"]["targetCPUUtilizationPercentage"] == 80
+        deleted = await client.delete(HPA_V1, "w", NS)
+        assert deleted["kind"] == "Status" and deleted["status"] == "Success"
+        event = await stream.__anext__()
+        assert event.type == "DELETED" and event.object["apiVersion"] == "autoscaling/v1"
+    finally:
+        await stream.close()
+
+
 def test_conversion_round_trips_status() -> None:
     v2 = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "a"},
           "spec": {"scaleTargetRef": REF, "minReplicas": 2, "maxReplicas": 5,
