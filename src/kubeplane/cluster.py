@@ -177,6 +177,15 @@ def _ttl_after_finished(client: Client, factory: SharedInformerFactory, opts: Co
     return [TTLAfterFinishedController(client, factory)]
 
 
+def _horizontal_pod_autoscaler(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.podautoscaler import HorizontalController
+
+    return [HorizontalController(client, factory, sync_period=opts.hpa_sync_period, tolerance=opts.hpa_tolerance,
+                                 downscale_stabilization=opts.hpa_downscale_stabilization,
+                                 cpu_initialization_period=opts.hpa_cpu_initialization_period,
+                                 initial_readiness_delay=opts.hpa_initial_readiness_delay)]
+
+
 #: every controller kubeplane ships, in start order: upstream's name, the
 #: short names upstream also accepts, the kube-system ServiceAccount it acts as
 CONTROLLERS: tuple[ControllerDef, ...] = (
@@ -216,6 +225,8 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
     # -- endpoints --
 
     # -- hpa --
+    ControllerDef("horizontal-pod-autoscaler-controller", ("horizontalpodautoscaling",), "horizontal-pod-autoscaler",
+                  _horizontal_pod_autoscaler),
 
     # -- maintenance --
 

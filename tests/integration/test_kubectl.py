@@ -111,8 +111,12 @@ def test_version_and_api_resources(kubectl):
     out = kubectl("version").out
     assert "Server Version: v1.32" in out
     res = kubectl("api-resources").out
-    lines = {l.split()[0]: l for l in res.splitlines()[1:]}
+    lines: dict[str, str] = {}
+    for line in res.splitlines()[1:]:
+        # the first of a name: core/v1 pods and nodes come before metrics.k8s.io's
+        lines.setdefault(line.split()[0], line)
     assert "pods" in lines and "po" in lines["pods"].split()
+    assert "metrics.k8s.io/v1beta1" in [l.split()[1] for l in res.splitlines()[1:] if l.startswith("pods ")]
     assert "deployments" in lines and "apps/v1" in lines["deployments"]
     assert "resourceclaims" in lines and "resource.k8s.io/v1" in lines["resourceclaims"]
     assert "storageclasses" in lines and "sc" in lines["storageclasses"].split()

@@ -33,7 +33,8 @@ OUTPUT = Path(__file__).with_name("protobuf_schema.json")
 #: API packages of k8s.io/api and k8s.io/apimachinery whose messages are read
 API_PACKAGES = (
     "core/v1", "apps/v1", "batch/v1", "policy/v1", "storage/v1", "resource/v1", "coordination/v1",
-    "scheduling/v1", "rbac/v1", "networking/v1", "autoscaling/v1", "authentication/v1", "certificates/v1",
+    "scheduling/v1", "rbac/v1", "networking/v1", "autoscaling/v1", "autoscaling/v2", "authentication/v1",
+    "certificates/v1",
     "admissionregistration/v1",
     "authorization/v1",
 )

@@ -166,6 +166,14 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     # -- endpoints --
 
     # -- hpa --
+    # autoscaling/v2 (the storage version) and v1
+    _r("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True, short_names=("hpa",),
+       categories=("all",), subresources=("status",)),
+    _r("autoscaling", "v1", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True, short_names=("hpa",),
+       categories=("all",), subresources=("status",)),
+    # metrics.k8s.io/v1beta1: read-only, computed from the usage nodes report
+    _r("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", False, verbs=("get", "list")),
+    _r("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", True, verbs=("get", "list")),
 
     # -- maintenance --
 

@@ -402,6 +402,16 @@ def controller_roles() -> list[Obj]:
         # -- endpoints --
 
         # -- hpa --
+        _role(c + "horizontal-pod-autoscaler", [
+            r("get,list,watch", "autoscaling", "horizontalpodautoscalers"),
+            r("update", "autoscaling", "horizontalpodautoscalers/status"),
+            r("get,update", "*", "*/scale"),
+            r("list,watch", "", "pods"),
+            r("list,watch", "metrics.k8s.io", "pods"),
+            r("get,list,watch", "custom.metrics.k8s.io", "*"),
+            r("get,list,watch", "external.metrics.k8s.io", "*"),
+            EVENTS,
+        ]),
 
         # -- maintenance --
 

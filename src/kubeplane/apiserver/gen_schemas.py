@@ -67,6 +67,8 @@ GROUP_PACKAGE = {
     # -- endpoints --
 
     # -- hpa --
+    # no client models: hand-written (kubeplane.apiserver.schemas_metrics), named as metrics-server's
+    "metrics.k8s.io": "io.k8s.metrics.pkg.apis.metrics",
 
     # -- maintenance --
 
@@ -137,6 +139,9 @@ QUANTITY_FIELDS: dict[str, set[str]] = {
     "V1NodeAllocatableOverhead": {"per_container", "per_pod"},
     "V1NodeAllocatableMappedResources": {"quantity"},
     "V1NodeAllocatableOverheadResources": {"per_container", "per_pod"},
+    "V2MetricTarget": {"value", "average_value"},
+    "V2MetricValueStatus": {"value", "average_value"},
+    "V2HPAScalingRules": {"tolerance"},
 }
 
 # MicroTime fields (the client types them as datetime, like Time).
@@ -212,8 +217,18 @@ def short_name(cls_name: str) -> str:
     return _PREFIX.sub("", cls_name, count=1)
 
 
-def _class_for(group: str, kind: str) -> str:
-    return CLASS_OVERRIDES.get((group, kind), "V1" + kind)
+def _class_for(group: str, kind: str, version: str = "v1") -> str:
+    return CLASS_OVERRIDES.get((group, kind), "V" + version[1:] + kind)
+
+
+#: groups whose schemas are written by hand (the client has no models for them)
+HANDWRITTEN_GROUPS = frozenset({"metrics.k8s.io"})
+
+
+def _version_of(prefix: str) -> str:
+    """``V2`` -> ``v2``, ``AuthenticationV1`` -> ``v1``: the version a client class belongs to."""
+    m = re.search(r"V(\d+(?:alpha\d+|beta\d+)?)$", prefix)
+    return "v" + m.group(1) if m else "v1"
 
 
 def _doc(cls: type) -> str:
@@ -251,7 +266,7 @@ class Generator:
                 self.names[cls_name] = f"io.k8s.api.core.v1.{short_name(cls_name)}"
             else:
                 base = package if package.startswith("io.") else f"io.k8s.api.{package}"
-                self.names[cls_name] = f"{base}.v1.{short_name(cls_name)}"
+                self.names[cls_name] = f"{base}.{_version_of(prefix)}.{short_name(cls_name)}"
             cls = getattr(self.models, cls_name)
             for type_str in cls.openapi_types.values():
                 stack.extend((r, in_meta) for r in _model_refs(type_str) if r not in self.names)
@@ -262,18 +277,20 @@ class Generator:
     def collect(self) -> None:
         roots: list[tuple[str, str, str, str]] = []
         for r in RESOURCES:
-            roots.append((r.group, r.version, r.kind, _class_for(r.group, r.kind)))
+            if r.group in HANDWRITTEN_GROUPS:
+                continue
+            roots.append((r.group, r.version, r.kind, _class_for(r.group, r.kind, r.version)))
             if "list" in r.verbs:  # create-only kinds (reviews) have no list
-                roots.append((r.group, r.version, r.list_kind, _class_for(r.group, r.list_kind)))
+                roots.append((r.group, r.version, r.list_kind, _class_for(r.group, r.list_kind, r.version)))
         roots.extend(EXTRA_KINDS)
         # Core roots first so shared types land in core/v1.
         roots.sort(key=lambda t: t[0] != "")
         for group, version, kind, cls_name in roots:
             self._assign(cls_name, GROUP_PACKAGE[group])
             self._add_gvk(cls_name, group, version, kind)
-        for group in sorted({r.group for r in RESOURCES}):
+        for group, version in sorted({(r.group, r.version) for r in RESOURCES if r.group not in HANDWRITTEN_GROUPS}):
             if group:
-                self._add_gvk("V1DeleteOptions", group, "v1", "DeleteOptions")
+                self._add_gvk("V1DeleteOptions", group, version, "DeleteOptions")
 
     def _field(self, cls_name: str, attr: str, type_str: str, annotation: Any) -> dict[str, Any]:
         if attr in QUANTITY_FIELDS.get(cls_name, ()):
@@ -359,6 +376,9 @@ class Generator:
             self.schemas[schema_name] = schema
         for name, schema in SPECIAL_SCHEMAS.items():
             self.schemas[name] = schema
+        from kubeplane.apiserver.schemas_metrics import SCHEMAS as METRICS_SCHEMAS
+
+        self.schemas.update(METRICS_SCHEMAS)
 
     def output(self) -> dict[str, Any]:
         return {

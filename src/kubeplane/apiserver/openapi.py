@@ -391,7 +391,8 @@ def _resource_paths(r: ResourceInfo, names: tuple[str, str] | None = None) -> tu
     paths[coll] = coll_ops
 
     item_ops: dict[str, Any] = {"parameters": item_params}
-    item_ops.update(_write_ops(r, gvk, name, True, f"the specified {r.kind}"))
+    item_ops.update({method: op for method, op in _write_ops(r, gvk, name, True, f"the specified {r.kind}").items()
+                     if {"get": "get", "put": "update", "patch": "patch"}[method] in verbs})
     if "delete" in verbs:
         # A finished delete answers the deleted object only for pods (upstream's
         # ReturnDeletedObject, as the registry implements it), a Status for every other kind.

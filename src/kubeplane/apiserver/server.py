@@ -427,6 +427,13 @@ class APIHandler:
                 raise errors.route_not_found()
             if m != "POST":
                 raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        elif t.subresource is None and len(t.res.verbs) < 8:
+            # a kind that serves only some verbs (the read-only metrics) refuses the others
+            watching = m == "GET" and bool(t.watch_path or _bool_param(request.query, "watch"))
+            verb = "watch" if watching else {"POST": "create", "PUT": "update", "PATCH": "patch",
+                                              "DELETE": "delete" if t.name else "deletecollection"}.get(m)
+            if verb is not None and verb not in t.res.verbs:
+                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
         if t.name is None:
             if m == "GET":
                 if t.watch_path or _bool_param(request.query, "watch"):

@@ -1293,6 +1293,9 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     # -- endpoints --
 
     # -- hpa --
+    ("autoscaling", "horizontalpodautoscalers"): __import__("kubeplane.apiserver.tables_hpa", fromlist=["_"]).HPA,
+    ("metrics.k8s.io", "nodes"): __import__("kubeplane.apiserver.tables_hpa", fromlist=["_"]).METRICS,
+    ("metrics.k8s.io", "pods"): __import__("kubeplane.apiserver.tables_hpa", fromlist=["_"]).METRICS,
 
     # -- maintenance --
 

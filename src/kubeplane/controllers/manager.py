@@ -47,6 +47,12 @@ class ControllerOptions:
     #: and --cluster-signing-key-file); without them the signer does not run
     signing_cert_file: str | None = None
     signing_key_file: str | None = None
+    #: the HorizontalPodAutoscaler controller's --horizontal-pod-autoscaler-* flags (seconds; a fraction)
+    hpa_sync_period: float = 15.0
+    hpa_tolerance: float = 0.1
+    hpa_downscale_stabilization: float = 300.0
+    hpa_cpu_initialization_period: float = 300.0
+    hpa_initial_readiness_delay: float = 30.0
 
 
 Build = Callable[[Client, SharedInformerFactory, ControllerOptions], list[Any]]

@@ -15,6 +15,9 @@ kubelet: ``Never`` ends the pod (Succeeded for 0, Failed otherwise),
 restarts them (``restartCount`` and ``lastState`` move on). The agent reads
 time from its ``clock``; a timer only wakes the pod up to compare again, so a
 test moving the clock just resyncs (:meth:`NodeAgent.resync_pods`).
+Each Lease renewal carries the node's resource usage report (the model is in
+:mod:`kubeplane.controllers.nodeusage`, the API that serves it in
+:mod:`kubeplane.registry.metrics`).
 """
 
 from __future__ import annotations
@@ -199,6 +202,14 @@ class NodeAgent(Controller):
         self._ip_counter: dict[str, int] = {}
         self._timers: set[asyncio.Task] = set()
         self._heartbeat: asyncio.Task | None = None
+        # resource usage, reported with each Lease renewal (kubeplane.registry.metrics)
+        from kubeplane.controllers.nodeusage import UsageReports
+        from kubeplane.controllers.replicaset import add_indexers
+
+        add_indexers(self._pods, {"spec.nodeName": lambda p: [(p.get("spec") or {}).get("nodeName") or ""]})
+        self.usage = UsageReports(lambda node: self._pods.indexer.by_index("spec.nodeName", node),
+                                  self._report_usage)
+        self._usage_task: asyncio.Task | None = None
 
     def resync_pods(self) -> None:
         """Look at every pod of these nodes again (e.g. after the clock moved)."""
@@ -211,6 +222,7 @@ class NodeAgent(Controller):
         if node in self._index:
             md = pod.get("metadata") or {}
             self._queue.add(f"{md.get('namespace')}/{md.get('name')}")
+            self.usage.touched(node)
 
     async def register(self) -> None:
         """Create or refresh the Node objects."""
@@ -255,11 +267,13 @@ class NodeAgent(Controller):
         await self.register()
         await super().start(sync_timeout)
         self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeats())
+        self._usage_task = asyncio.get_running_loop().create_task(self.usage.run())
 
     async def stop(self, timeout: float = 5.0) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            await asyncio.gather(self._heartbeat, return_exceptions=True)
+        for task in (self._heartbeat, self._usage_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for t in list(self._timers):
             t.cancel()
         await asyncio.gather(*self._timers, return_exceptions=True)
@@ -275,16 +289,25 @@ class NodeAgent(Controller):
                     log.debug("lease renewal for %s failed: %s", name, err)
             await asyncio.sleep(self.heartbeat_interval)
 
+    async def _report_usage(self, name: str) -> None:
+        """An early Lease renewal: the usage of the node's pods changed."""
+        with acting_as(node_user(name)):
+            await self._renew_lease(name)
+
     async def _renew_lease(self, name: str) -> None:
+        from kubeplane.registry.metrics import USAGE_ANNOTATION
+
         now = _micro_time()
+        usage = {USAGE_ANNOTATION: self.usage.annotation(name)}
         try:
-            await self.client.patch(LEASES, name, {"spec": {"renewTime": now}}, "kube-node-lease")
+            await self.client.patch(LEASES, name, {"metadata": {"annotations": usage}, "spec": {"renewTime": now}},
+                                    "kube-node-lease")
         except StatusError as err:
             if err.code != 404:
                 raise
             await self.client.create(LEASES, {
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": name, "namespace": "kube-node-lease"},
+                "metadata": {"name": name, "namespace": "kube-node-lease", "annotations": usage},
                 "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now},
             }, "kube-node-lease")
 

@@ -26,6 +26,8 @@ from kubeplane.api.selectors import parse_field_selector, parse_label_selector
 from kubeplane.api.validation import validate_object
 from kubeplane.auth.authorizer import AlwaysAllow
 from kubeplane.registry import customresource as cr
+from kubeplane.registry import hpa_conversion
+from kubeplane.registry import metrics as metrics_api
 from kubeplane.registry import rbac as rbac_rules
 from kubeplane.registry.admission import (
     CREATE,
@@ -269,6 +271,10 @@ class Registry(WatchMixin, SubresourcesMixin):
             md.pop("namespace", None)
 
     async def get(self, res: ResourceInfo, name: str, namespace: str | None = None) -> Obj:
+        if res.group == metrics_api.GROUP:
+            return await metrics_api.ResourceMetrics(self, self.clock).get(res, name, namespace)
+        if hpa_conversion.is_v1(res):
+            return await hpa_conversion.V1View(self, res).get(name, namespace)
         kv = await self.store.get(self._key(res, name, namespace))
         if kv is None:
             raise errors.not_found(res.plural, name, res.group)
@@ -286,6 +292,14 @@ class Registry(WatchMixin, SubresourcesMixin):
         resource_version: str = "",
         resource_version_match: str = "",
     ) -> Obj:
+        if res.group == metrics_api.GROUP:
+            return await metrics_api.ResourceMetrics(self, self.clock).list(
+                res, namespace, label_selector=label_selector, field_selector=field_selector)
+        if hpa_conversion.is_v1(res):
+            return await hpa_conversion.V1View(self, res).list(
+                namespace, label_selector=label_selector, field_selector=field_selector, limit=limit,
+                continue_token=continue_token, resource_version=resource_version,
+                resource_version_match=resource_version_match)
         lsel = parse_label_selector(label_selector) if label_selector else None
         fsel = self._field_selector(res, field_selector) if field_selector else None
         prefix = res.storage_prefix(namespace if res.namespaced else None)
@@ -373,6 +387,10 @@ class Registry(WatchMixin, SubresourcesMixin):
         decoded request body): it is stored as it is modified, not copied."""
         if not isinstance(obj, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
+        if hpa_conversion.is_v1(res):
+            return await hpa_conversion.V1View(self, res).create(
+                obj, namespace, dry_run=dry_run, field_manager=field_manager, _track_fields=_track_fields,
+                _options=_options)
         if not owned:
             obj = deep_copy(obj)
         if res.custom is not None and _terminating(self.catalogue, res):
@@ -467,6 +485,10 @@ class Registry(WatchMixin, SubresourcesMixin):
         same result when an attempt is repeated)."""
         if not isinstance(obj, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
+        if hpa_conversion.is_v1(res):
+            return await hpa_conversion.V1View(self, res).update(
+                obj, name=name, namespace=namespace, subresource=subresource, dry_run=dry_run,
+                field_manager=field_manager)
         md_in = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         name = name or md_in.get("name")
         if not name:
@@ -727,6 +749,10 @@ class Registry(WatchMixin, SubresourcesMixin):
         stored (the API server drops unknown fields with it)."""
         from kubeplane.api import patch as patching
 
+        if hpa_conversion.is_v1(res):
+            return await hpa_conversion.V1View(self, res).patch(
+                name, patch, namespace, patch_type=patch_type, subresource=subresource, dry_run=dry_run,
+                field_manager=field_manager, force=force, prune=prune)
         key = self._key(res, name, namespace)
         if patch_type == "strategic" and res.custom is not None:
             raise errors.unsupported_media_type("application/strategic-merge-patch+json", [
@@ -853,6 +879,10 @@ class Registry(WatchMixin, SubresourcesMixin):
                 group=errors.META_GROUP)
         if grace_period_seconds is not None and grace_period_seconds < 0:
             grace_period_seconds = 0
+        if hpa_conversion.is_v1(res):
+            return await hpa_conversion.V1View(self, res).delete(
+                name, namespace, grace_period_seconds=grace_period_seconds, propagation_policy=propagation_policy,
+                preconditions=preconditions, dry_run=dry_run, collection=collection)
         key = self._key(res, name, namespace)
         options = operation_options(
             "DeleteOptions", dry_run=dry_run, gracePeriodSeconds=grace_period_seconds,

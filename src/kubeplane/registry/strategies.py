@@ -995,6 +995,8 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     # -- endpoints --
 
     # -- hpa --
+    ("autoscaling", "horizontalpodautoscalers"): lambda res: __import__(
+        "kubeplane.registry.strategies_hpa", fromlist=["_"]).HorizontalPodAutoscalerStrategy(res),
 
     # -- maintenance --
 

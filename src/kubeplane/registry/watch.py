@@ -74,6 +74,12 @@ class WatchMixin:
         self, res: ResourceInfo, namespace: str | None, opts: WatchOptions
     ) -> AsyncIterator[list[tuple[str, Obj]]]:
         """Like :meth:`watch`, but yields every event ready at once as a list."""
+        from kubeplane.registry import hpa_conversion
+
+        if hpa_conversion.is_v1(res):
+            async for converted in hpa_conversion.V1View(self, res).watch_batches(namespace, opts):
+                yield converted
+            return
         lsel = parse_label_selector(opts.label_selector) if opts.label_selector else None
         fsel = self._field_selector(res, opts.field_selector) if opts.field_selector else None
 

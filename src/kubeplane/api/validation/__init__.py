@@ -166,6 +166,8 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     # -- endpoints --
 
     # -- hpa --
+    "horizontalpodautoscalers.autoscaling": (
+        name_is_dns_subdomain, __import__("kubeplane.api.validation.autoscaling", fromlist=["_"]).validate_hpa, None),
 
     # -- maintenance --
 
