@@ -150,6 +150,12 @@ def _node_lifecycle(client: Client, factory: SharedInformerFactory, opts: Contro
     return [NodeLifecycleController(client, factory)]
 
 
+def _resource_quotas(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.resourcequota import ResourceQuotaController
+
+    return [ResourceQuotaController(client, factory)]
+
+
 #: every controller kubeplane ships, in start order: upstream's name, the
 #: short names upstream also accepts, the kube-system ServiceAccount it acts as
 CONTROLLERS: tuple[ControllerDef, ...] = (
@@ -184,6 +190,7 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
     # -- maintenance --
 
     # -- quota --
+    ControllerDef("resourcequota-controller", ("resourcequota",), "resourcequota-controller", _resource_quotas),
 
 )
 
