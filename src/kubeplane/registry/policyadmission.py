@@ -15,16 +15,20 @@ ResourceQuota, after upstream's ``plugin/pkg/admission/limitranger``,
   to the quota's ``status.used`` (compare-and-swap on its revision, retried)
   before the object is stored; the resource quota controller recounts it later.
 
-Each reads what it needs from storage on every request: the lists involved
-are a namespace's LimitRanges or ResourceQuotas and the cluster's
-PriorityClasses, short lists whose read costs microseconds.
+As upstream's plugins read informers' listers, these read a copy of the
+LimitRanges, PriorityClasses and ResourceQuotas kept by a watch of the store
+(:class:`StoreCache`); a write of one of them through the registry returns
+once the copy has it (:meth:`AdmissionPlugin.written`), so the next request
+sees it. ResourceQuota reads the quotas themselves from storage when it
+charges them (their ``status.used`` is the state it updates).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as _dt
-from typing import Any, Callable
+import logging
+from typing import Any, Callable, ClassVar
 
 from kubeplane.api import errors
 from kubeplane.api import quota as q
@@ -32,7 +36,9 @@ from kubeplane.api.meta import utcnow
 from kubeplane.api.quantity import format_quantity, parse_quantity_with_format
 from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.registry.admission import CREATE, DELETE, UPDATE, AdmissionPlugin, Attributes
-from kubeplane.storage.interface import RevisionConflictError, Store
+from kubeplane.storage.interface import CompactedError, RevisionConflictError, StorageError, Store
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
@@ -82,9 +88,137 @@ def _aggregate(messages: list[str]) -> str:
     return messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
 
 
-async def _list(store: Store, res: ResourceInfo, namespace: str | None = None) -> list[Obj]:
-    result = await store.list(res.storage_prefix(namespace))
-    return [kv.value for kv in result.items]
+class StoreCache:
+    """The objects of one resource, kept by a list and a watch of the store,
+    grouped by namespace (upstream's informer lister, for an admission plugin)."""
+
+    def __init__(self, store: Store, res: ResourceInfo) -> None:
+        self.store = store
+        self.res = res
+        self.prefix = res.storage_prefix()
+        #: namespace ("" when cluster-scoped) -> key -> object
+        self._objects: dict[str, dict[str, Obj]] = {}
+        self._revision = 0
+        self._synced = False
+        self._task: asyncio.Task | None = None
+        self._ready: asyncio.Event | None = None
+        self._advanced: asyncio.Condition | None = None
+        self._closed = False
+
+    def _namespace(self, key: str) -> str:
+        rest = key[len(self.prefix):]
+        return rest.split("/", 1)[0] if self.res.namespaced and "/" in rest else ""
+
+    async def _ensure(self) -> None:
+        if self._ready is None:
+            self._ready = asyncio.Event()
+            self._advanced = asyncio.Condition()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"{self.res.plural}-cache")
+        if not self._ready.is_set():
+            await self._ready.wait()
+
+    async def _list(self) -> int:
+        result = await self.store.list(self.prefix)
+        objects: dict[str, dict[str, Obj]] = {}
+        for kv in result.items:
+            objects.setdefault(self._namespace(kv.key), {})[kv.key] = kv.value
+        self._objects = objects
+        self._synced = True
+        return result.revision
+
+    async def _run(self) -> None:
+        assert self._ready is not None
+        backoff = 0.05
+        while not self._closed:
+            try:
+                rev = await self._list()
+                await self._advance(rev)
+                self._ready.set()
+                watch = self.store.watch(self.prefix, rev)
+                try:
+                    while True:
+                        batch = await watch.next_batch(None)
+                        if batch is None:
+                            return  # the store is closing
+                        for ev in batch:
+                            bucket = self._objects.setdefault(self._namespace(ev.key), {})
+                            if ev.type == "DELETED":
+                                bucket.pop(ev.key, None)
+                            else:
+                                bucket[ev.key] = ev.value
+                        if batch:
+                            await self._advance(batch[-1].revision)
+                        backoff = 0.05
+                finally:
+                    watch.close()
+            except asyncio.CancelledError:
+                raise
+            except (CompactedError, StorageError) as exc:
+                log.info("%s watch restarts: %s", self.res.plural, exc)
+            except Exception:  # noqa: BLE001 - keep serving the last copy; retry
+                log.exception("%s watch failed", self.res.plural)
+            self._ready.set()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    async def _advance(self, revision: int) -> None:
+        assert self._advanced is not None
+        async with self._advanced:
+            if revision > self._revision:
+                self._revision = revision
+            self._advanced.notify_all()
+
+    async def caught_up(self, revision: int, timeout: float = 2.0) -> bool:
+        """Wait until the copy reflects ``revision`` (bounded)."""
+        if self._synced and self._revision >= revision:
+            return True
+        await self._ensure()
+        assert self._advanced is not None
+        if self._synced and self._revision >= revision:
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._advanced:
+                    await self._advanced.wait_for(lambda: self._synced and self._revision >= revision)
+            return True
+        except TimeoutError:
+            log.warning("the %s copy did not reach revision %d in time", self.res.plural, revision)
+            return False
+
+    async def list(self, namespace: str | None = None) -> list[Obj]:
+        """The objects of ``namespace`` (all of a cluster-scoped resource), in key order."""
+        if not self._synced:
+            await self._ensure()
+        if not self._synced:
+            # the first list failed: read storage directly until the watch runs
+            result = await self.store.list(self.res.storage_prefix(namespace))
+            return [kv.value for kv in result.items]
+        bucket = self._objects.get(namespace or "") or {}
+        return [bucket[k] for k in sorted(bucket)]
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+
+class _CachingPlugin(AdmissionPlugin):
+    """A plugin reading one resource through a :class:`StoreCache`."""
+
+    cached: ClassVar[ResourceInfo]
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.cache = StoreCache(store, self.cached)
+
+    async def written(self, res: ResourceInfo, revision: int) -> None:
+        if res.key == self.cached.key:
+            await self.cache.caught_up(revision)
+
+    async def close(self) -> None:
+        await self.cache.close()
 
 
 # ------------------------------------------------------------------ LimitRanger
@@ -191,13 +325,12 @@ def _raw_from(rl: q.ResourceList) -> Obj:
     return {n: q.fmt(v) for n, v in rl.items()}
 
 
-class LimitRanger(AdmissionPlugin):
+class LimitRanger(_CachingPlugin):
     """Defaults and bounds from the namespace's LimitRanges."""
 
     name = "LimitRanger"
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    watched_groups = frozenset({""})
+    cached = LIMIT_RANGES
 
     def handles(self, operation: str, res: ResourceInfo) -> bool:
         if res.key == PODS_KEY:
@@ -214,7 +347,7 @@ class LimitRanger(AdmissionPlugin):
         if attrs.resource.key != PODS_KEY or not self._applies(attrs):
             return
         changed = False
-        for lr in await _list(self.store, LIMIT_RANGES, attrs.namespace):
+        for lr in await self.cache.list(attrs.namespace):
             changed = self._default_pod(attrs.obj, lr) or changed
         status = attrs.obj.get("status")
         if changed and isinstance(status, dict) and "qosClass" in status:
@@ -271,7 +404,7 @@ class LimitRanger(AdmissionPlugin):
     async def validate(self, attrs: Attributes) -> None:
         if not self._applies(attrs):
             return
-        for lr in await _list(self.store, LIMIT_RANGES, attrs.namespace):
+        for lr in await self.cache.list(attrs.namespace):
             found = (self._check_pod(attrs.obj, lr) if attrs.resource.key == PODS_KEY
                      else self._check_claim(attrs.obj, lr))
             if found:
@@ -324,13 +457,12 @@ class LimitRanger(AdmissionPlugin):
 # --------------------------------------------------------------------- Priority
 
 
-class Priority(AdmissionPlugin):
+class Priority(_CachingPlugin):
     """A pod's priority from its PriorityClass; one global default at most."""
 
     name = "Priority"
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    watched_groups = frozenset({"scheduling.k8s.io"})
+    cached = PRIORITY_CLASSES
 
     def handles(self, operation: str, res: ResourceInfo) -> bool:
         if res.key == PODS_KEY:
@@ -340,7 +472,7 @@ class Priority(AdmissionPlugin):
     async def _default_class(self) -> Obj | None:
         """The globalDefault class of the lowest value (when a race left several)."""
         best: Obj | None = None
-        for pc in await _list(self.store, PRIORITY_CLASSES):
+        for pc in await self.cache.list():
             if pc.get("globalDefault") is True:
                 if best is None or _int(pc.get("value")) < _int(best.get("value")):
                     best = pc
@@ -369,10 +501,10 @@ class Priority(AdmissionPlugin):
             else:
                 value, policy = 0, "PreemptLowerPriority"
         else:
-            kv = await self.store.get(PRIORITY_CLASSES.storage_key(str(name)))
-            if kv is None:
+            pc = next((c for c in await self.cache.list() if (c.get("metadata") or {}).get("name") == name), None)
+            if pc is None:
                 raise forbidden(attrs, f"no PriorityClass with name {name} was found")
-            value, policy = _int(kv.value.get("value")), kv.value.get("preemptionPolicy")
+            value, policy = _int(pc.get("value")), pc.get("preemptionPolicy")
         given = spec.get("priority")
         if given is not None and given != value:
             raise forbidden(attrs, f"the integer value of priority ({given}) must not be provided in pod spec; "
@@ -428,15 +560,17 @@ async def ensure_system_priority_classes(registry: Any) -> None:
 # ---------------------------------------------------------------- ResourceQuota
 
 
-class ResourceQuota(AdmissionPlugin):
+class ResourceQuota(_CachingPlugin):
     """Every charge within the namespace's quotas, recorded in their status."""
 
     name = "ResourceQuota"
+    watched_groups = frozenset({""})
+    cached = RESOURCE_QUOTAS
     #: how often a charge is tried again when a quota changed underneath it
     RETRIES = 3
 
     def __init__(self, store: Store, *, clock: Callable[[], _dt.datetime] = utcnow) -> None:
-        self.store = store
+        super().__init__(store)
         self.clock = clock
         # one evaluation at a time per namespace: the quotas' status is the shared state
         self._locks: dict[str, asyncio.Lock] = {}
@@ -452,6 +586,8 @@ class ResourceQuota(AdmissionPlugin):
         ev = q.evaluator_for(res.group, res.plural)
         if not ev.handles(attrs.operation, attrs.obj, attrs.old_obj, attrs.subresource):
             return
+        if not await self.cache.list(namespace):
+            return  # no quota here (the copy says so; charging reads storage itself)
         lock = self._locks.get(namespace)
         if lock is None:
             lock = self._locks[namespace] = asyncio.Lock()
