@@ -6,6 +6,7 @@ and bounds apply, priorities come from PriorityClasses."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -13,6 +14,7 @@ from conftest import Kubectl
 from helpers import eventually_sync
 
 NS = "quota-it"
+NS2 = "quota-it-priority"
 PC = "quota-it-high"
 
 
@@ -21,7 +23,8 @@ def used(kubectl: Kubectl, name: str) -> dict:
     return (json.loads(out).get("status") or {}).get("used") or {}
 
 
-def pod_yaml(name: str, cpu: str | None = None, memory: str | None = None, priority_class: str = "") -> str:
+def pod_yaml(name: str, cpu: str | None = None, memory: str | None = None, priority_class: str = "",
+             namespace: str = NS) -> str:
     res = ""
     if cpu or memory:
         req = "".join(f"\n          {k}: {v}" for k, v in (("cpu", cpu), ("memory", memory)) if v)
@@ -31,7 +34,7 @@ def pod_yaml(name: str, cpu: str | None = None, memory: str | None = None, prior
 kind: Pod
 metadata:
   name: {name}
-  namespace: {NS}
+  namespace: {namespace}
 spec:{pc}
   containers:
     - name: app
@@ -58,9 +61,10 @@ spec:
 @pytest.fixture(scope="module")
 def kubectl(cluster_kubectl: Kubectl):
     cluster_kubectl("create", "namespace", NS)
+    cluster_kubectl("create", "namespace", NS2)
     yield cluster_kubectl
     cluster_kubectl("delete", "priorityclass", PC, "--ignore-not-found", "--wait=false", check=False)
-    cluster_kubectl("delete", "namespace", NS, "--wait=false", check=False)
+    cluster_kubectl("delete", "namespace", NS, NS2, "--wait=false", check=False)
 
 
 def test_quota_counts_refuses_and_replenishes(kubectl: Kubectl) -> None:
@@ -108,15 +112,31 @@ def test_quota_counts_refuses_and_replenishes(kubectl: Kubectl) -> None:
     kubectl("create", "secret", "generic", "s1", "-n", NS)
     eventually_sync(lambda: used(kubectl, "compute").get("count/secrets") == "1", timeout=10, what="secret counted")
 
+    # a ReplicaSet whose second pod does not fit says so, with the generated pod name upstream reports
+    kubectl("create", "deployment", "fill", "--image=nginx:1", "--replicas=2", "-n", NS)
+
+    def failure() -> dict | None:
+        items = json.loads(kubectl("get", "rs", "-n", NS, "-l", "app=fill", "-o", "json").out)["items"]
+        conds = ((items[0].get("status") or {}).get("conditions") or []) if items else []
+        return next((c for c in conds if c["type"] == "ReplicaFailure"), None)
+
+    cond = eventually_sync(failure, timeout=30, what="ReplicaFailure")
+    assert cond["reason"] == "FailedCreate"
+    assert re.fullmatch(r'pods "fill-[a-z0-9]+-[a-z0-9]{5}" is forbidden: exceeded quota: compute, requested: '
+                        r"pods=1, used: pods=3, limited: pods=3", cond["message"]), cond["message"]
+    described = kubectl("describe", "limitrange", "defaults", "-n", NS).out.splitlines()
+    assert ["Container", "cpu", "-", "500m", "200m", "200m", "-"] in [line.split() for line in described]
+
 
 def test_priority_from_priority_classes(kubectl: Kubectl) -> None:
     classes = kubectl("get", "priorityclasses").out
     assert "system-cluster-critical" in classes and "system-node-critical" in classes
     kubectl("create", "priorityclass", PC, "--value=1000", "--description=quota test")
-    kubectl("apply", "-f", "-", stdin=pod_yaml("vip", cpu="100m", memory="64Mi", priority_class=PC))
-    vip = json.loads(kubectl("get", "pod", "vip", "-n", NS, "-o", "json").out)
+    kubectl("apply", "-f", "-", stdin=pod_yaml("vip", priority_class=PC, namespace=NS2))
+    vip = json.loads(kubectl("get", "pod", "vip", "-n", NS2, "-o", "json").out)
     assert (vip["spec"]["priority"], vip["spec"]["preemptionPolicy"]) == (1000, "PreemptLowerPriority")
-    res = kubectl("apply", "-f", "-", stdin=pod_yaml("ghost", priority_class="no-such-class"), check=False)
+    res = kubectl("apply", "-f", "-", stdin=pod_yaml("ghost", priority_class="no-such-class", namespace=NS2),
+                  check=False)
     assert 'pods "ghost" is forbidden: no PriorityClass with name no-such-class was found' in res.err, res.err
     res = kubectl("delete", "priorityclass", "system-node-critical", check=False)
     assert ('priorityclasses.scheduling.k8s.io "system-node-critical" is forbidden: this is a system priority '

@@ -69,14 +69,17 @@ QUOTA_IGNORED = frozenset({
 })
 
 
-def forbidden(attrs: Attributes, message: str) -> errors.StatusError:
-    """upstream's admission.NewForbidden: names the object (its generateName
-    when the name was generated) and the resource."""
+def forbidden(attrs: Attributes, message: str, *, validating: bool = False) -> errors.StatusError:
+    """upstream's admission.NewForbidden: names the object and the resource.
+    A name generated from ``generateName`` is known in the validating phase
+    only (upstream generates it between the two): the mutating phase names
+    the ``generateName``."""
     res = attrs.resource
     md = (attrs.obj or {}).get("metadata") or {} if isinstance(attrs.obj, dict) else {}
     name = attrs.name
     gen = md.get("generateName")
-    if isinstance(gen, str) and gen and name.startswith(gen[:58]) and len(name) == len(gen[:58]) + 5:
+    if (not validating and isinstance(gen, str) and gen and name.startswith(gen[:58])
+            and len(name) == len(gen[:58]) + 5):
         name = gen
     what = f'{res.qualified} "{name}"' if name else res.qualified
     return errors.StatusError(403, "Forbidden", f"{what} is forbidden: {message}", name=name,
@@ -408,7 +411,7 @@ class LimitRanger(_CachingPlugin):
             found = (self._check_pod(attrs.obj, lr) if attrs.resource.key == PODS_KEY
                      else self._check_claim(attrs.obj, lr))
             if found:
-                raise forbidden(attrs, _aggregate(found))
+                raise forbidden(attrs, _aggregate(found), validating=True)
 
     @staticmethod
     def _check_claim(pvc: Obj, limit_range: Obj) -> list[str]:
@@ -524,7 +527,7 @@ class Priority(_CachingPlugin):
         if attrs.operation == DELETE:
             # upstream's PriorityClass storage keeps the system classes
             if attrs.name in SYSTEM_PRIORITY_CLASS_NAMES:
-                raise forbidden(attrs, "this is a system priority class and cannot be deleted")
+                raise forbidden(attrs, "this is a system priority class and cannot be deleted", validating=True)
             return
         pc = attrs.obj if isinstance(attrs.obj, dict) else {}
         if pc.get("globalDefault") is not True:
@@ -535,7 +538,7 @@ class Priority(_CachingPlugin):
         current_name = (current.get("metadata") or {}).get("name", "")
         if attrs.operation == CREATE or current_name != attrs.name:
             raise forbidden(attrs, f"PriorityClass {current_name} is already marked as default. "
-                                   "Only one default can exist")
+                                   "Only one default can exist", validating=True)
 
 
 def _int(v: Any) -> int:
@@ -618,6 +621,10 @@ class ResourceQuota(_CachingPlugin):
         with the revision each was read at); raises the 403 when one would be exceeded."""
         obj = attrs.obj or {}
         now = self.clock()
+
+        def deny(message: str) -> errors.StatusError:
+            return forbidden(attrs, message, validating=True)
+
         interesting: list[tuple[int, Obj, q.ResourceList, q.ResourceList]] = []
         for rev, rq in quotas:
             status = rq.get("status") or {}
@@ -627,11 +634,11 @@ class ResourceQuota(_CachingPlugin):
             restricted = ev.matching_resources(hard)
             problem = ev.constraints(restricted, obj)
             if problem:
-                raise forbidden(attrs, f"failed quota: {rq['metadata']['name']}: {problem}")
+                raise deny(f"failed quota: {rq['metadata']['name']}: {problem}")
             used = q.parse_list(status.get("used"))
             missing = [n for n in restricted if n not in used]
             if missing:
-                raise forbidden(attrs, f"status unknown for quota: {rq['metadata']['name']}, resources: "
+                raise deny(f"status unknown for quota: {rq['metadata']['name']}, resources: "
                                        f"{','.join(sorted(restricted))}")
             interesting.append((rev, rq, hard, used))
         if not interesting:
@@ -639,12 +646,12 @@ class ResourceQuota(_CachingPlugin):
         usage = ev.usage(obj, now)
         negative = sorted(n for n, v in usage.items() if v[0] < 0)
         if negative:
-            raise forbidden(attrs, f"quota usage is negative for resource(s): {','.join(negative)}")
+            raise deny(f"quota usage is negative for resource(s): {','.join(negative)}")
         deltas = [usage] * len(interesting)
         if attrs.operation == UPDATE:
             old = attrs.old_obj
             if old is None:
-                raise forbidden(attrs, "unable to get previous usage since prior version of object was not found")
+                raise deny("unable to get previous usage since prior version of object was not found")
             if (old.get("metadata") or {}).get("resourceVersion"):
                 delta = q.subtract_non_negative(usage, ev.usage(old, now))
                 deltas = [delta if q.matches(ev, rq, old) else usage for _r, rq, _h, _u in interesting]
@@ -658,7 +665,7 @@ class ResourceQuota(_CachingPlugin):
             if attrs.subresource != "status":
                 allowed, exceeded = q.less_or_equal(q.mask(new_used, requested), hard)
                 if not allowed:
-                    raise forbidden(attrs, f"exceeded quota: {rq['metadata']['name']}, "
+                    raise deny(f"exceeded quota: {rq['metadata']['name']}, "
                                            f"requested: {q.pretty(q.mask(requested, exceeded))}, "
                                            f"used: {q.pretty(q.mask(used, exceeded))}, "
                                            f"limited: {q.pretty(q.mask(hard, exceeded))}")

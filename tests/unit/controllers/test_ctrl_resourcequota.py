@@ -4,6 +4,7 @@ with the ResourceQuota admission of the default chain charging requests in betwe
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
@@ -119,6 +120,12 @@ async def test_admission_charges_and_refuses_with_upstreams_message(env: Env) ->
         await env.client.create(PODS, pod("f", "100m", "64Mi"), NS)
     assert err.value.message == ('pods "f" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, '
                                  "limited: pods=2")
+    # refused in the validating phase: the generated name is known by then, as upstream reports it
+    gen = pod("", "100m", "64Mi")
+    gen["metadata"] = {"generateName": "gen-"}
+    with pytest.raises(StatusError) as err:
+        await env.client.create(PODS, gen, NS)
+    assert re.fullmatch(r'pods "gen-[a-z0-9]{5}" is forbidden: exceeded quota: q, .*', err.value.message)
 
 
 async def test_deleted_and_finished_pods_are_replenished(env: Env) -> None:

@@ -152,6 +152,11 @@ async def test_priority_from_the_class_or_the_default(reg: Registry) -> None:
         "low", 100, "Never")
     err = await refused(reg.create(PODS, pod("nope", priorityClassName="missing"), NS))
     assert (err.code, err.message) == (403, 'pods "nope" is forbidden: no PriorityClass with name missing was found')
+    # refused in the mutating phase, before upstream generates a name: the generateName is reported
+    gen = pod("", priorityClassName="missing")
+    gen["metadata"] = {"generateName": "gen-"}
+    err = await refused(reg.create(PODS, gen, NS))
+    assert err.message == 'pods "gen-" is forbidden: no PriorityClass with name missing was found'
     err = await refused(reg.create(PODS, pod("liar", priorityClassName="low", priority=5), NS))
     assert err.message == ('pods "liar" is forbidden: the integer value of priority (5) must not be provided in pod '
                            "spec; priority admission controller computed 100 from the given PriorityClass name")
