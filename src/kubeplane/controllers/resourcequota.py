@@ -11,8 +11,9 @@ A quota is synced when it is created or its spec changes, every
 ``--resource-quota-sync-period``, 5 minutes), and, as upstream's
 replenishment, when an object it counts is deleted or stops counting (a pod
 that finished): every quota of the namespace that limits a resource of that
-kind is queued. Object counts of other kinds (``count/deployments.apps``)
-are kept by an informer per kind, started when a quota first names it.
+kind is queued. Object counts of other kinds (``count/deployments.apps``,
+custom resources too) are kept by an informer per kind, started when a quota
+first names it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from typing import Any, Callable
 
 from kubeplane.api import quota as q
 from kubeplane.api.meta import utcnow
+from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import CATALOGUE, ResourceInfo, resource
+from kubeplane.client.discovery import ServedResources, served_resources
 from kubeplane.client.informer import SharedInformer, SharedInformerFactory, meta_namespace_key, unwrap_deleted
 from kubeplane.client.interface import Client, Obj
 from kubeplane.controllers.base import Controller, RetryLater
@@ -55,6 +58,8 @@ class ResourceQuotaController(Controller):
         super().__init__(name, client, factory, workers=workers)
         self.resync_period = resync_period
         self.clock = clock
+        #: what the server serves, custom resources included (for ``count/<plural>.<group>``)
+        self.served = served_resources(client) or CATALOGUE
         self.quotas = self.factory.informer_for(RESOURCE_QUOTAS)
         add_indexers(self.quotas, {NAMESPACE_INDEX: namespace_index})
         self.queue_ = self.add_queue("resourcequotas", self.sync)
@@ -113,11 +118,22 @@ class ResourceQuotaController(Controller):
 
     # ----------------------------------------------------------------- sync
 
-    def _kind_for(self, group: str, plural: str) -> ResourceInfo | None:
-        for r in CATALOGUE.resources:
+    def _lookup(self, group: str, plural: str) -> ResourceInfo | None:
+        for r in self.served.resources:
             if r.key == (group, plural) and r.namespaced and "list" in r.verbs and "watch" in r.verbs:
                 return r
         return None
+
+    async def _kind_for(self, group: str, plural: str) -> ResourceInfo | None:
+        """The served resource a quota counts (discovery read again when it names one not known yet)."""
+        r = self._lookup(group, plural)
+        if r is None and isinstance(self.served, ServedResources):
+            try:
+                await self.served.refresh()
+            except StatusError as err:
+                log.info("discovery failed: %s", err)
+            r = self._lookup(group, plural)
+        return r
 
     async def _objects(self, res: ResourceInfo, namespace: str) -> list[Obj] | None:
         inf = self._watch_kind(res)
@@ -144,7 +160,7 @@ class ResourceQuotaController(Controller):
             matched = ev.matching_resources(names)
             if not matched:
                 continue
-            res = self._kind_for(group, plural)
+            res = await self._kind_for(group, plural)
             if res is None:
                 continue  # nothing served of that name is counted
             objects = await self._objects(res, namespace)

@@ -255,3 +255,45 @@ async def test_status_write_reflects_spec_change_and_informer_settles(env: Env) 
     await settled(ctrl, env.client, (ctrl.quotas, QUOTAS), namespace=NS, delayed=True)
     # nothing changed: no new write
     assert (await env.client.get(QUOTAS, "q", NS))["metadata"]["resourceVersion"] == rq["metadata"]["resourceVersion"]
+
+
+async def test_custom_resources_are_counted() -> None:
+    from kubeplane.registry.crd import CRDController
+
+    store = MemoryStore(history=4000)
+    registry = Registry(store, CATALOGUE.copy())
+    await ensure_default_namespaces(registry)
+    crds = CRDController(registry)
+    await crds.start()
+    client = InProcessClient(registry)
+    ctrl = ResourceQuotaController(client, resync_period=0)
+    await ctrl.start(sync_timeout=1)
+    try:
+        await client.create(resource("customresourcedefinitions"), {
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": "widgets", "kind": "Widget"},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}})
+        widgets = await eventually(lambda: registry.catalogue.by_gvr("example.com", "v1", "widgets"))
+        await client.create(widgets, {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"}},
+                            NS)
+        await client.create(QUOTAS, quota("crs", {"count/widgets.example.com": "1"}), NS)
+        await eventually(lambda: _used_is(client, "crs", "count/widgets.example.com", "1"))
+        with pytest.raises(StatusError) as err:
+            await client.create(widgets, {"apiVersion": "example.com/v1", "kind": "Widget",
+                                          "metadata": {"name": "w2"}}, NS)
+        assert err.value.message == ('widgets.example.com "w2" is forbidden: exceeded quota: crs, requested: '
+                                     "count/widgets.example.com=1, used: count/widgets.example.com=1, "
+                                     "limited: count/widgets.example.com=1")
+    finally:
+        await ctrl.stop(timeout=1)
+        await crds.stop()
+        await client.close()
+        await registry.close()
+        await store.close()
+
+
+async def _used_is(client: InProcessClient, name: str, key: str, value: str) -> bool:
+    rq = await client.get(QUOTAS, name, NS)
+    return ((rq.get("status") or {}).get("used") or {}).get(key) == value
