@@ -97,10 +97,16 @@ class ResourceQuotaController(Controller):
         return inf
 
     def _object_updated(self, ev: q.Evaluator, old: Obj, new: Obj) -> None:
-        """Replenish when an update frees what the object used (a pod that finished)."""
-        if ev.plural == "pods" and not ev.group:
+        """Replenish when an update frees what the object used: a pod that
+        finished, a Service of another type (upstream's replenishment filters)."""
+        if ev.group:
+            return
+        if ev.plural == "pods":
             now = self.clock()
             if q.pod_counts(old, now) and not q.pod_counts(new, now):
+                self._replenish(ev, new)
+        elif ev.plural == "services":
+            if (old.get("spec") or {}).get("type") != (new.get("spec") or {}).get("type"):
                 self._replenish(ev, new)
 
     def _replenish(self, ev: q.Evaluator, obj: Any) -> None:

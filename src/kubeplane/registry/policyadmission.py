@@ -112,13 +112,11 @@ class StoreCache:
         rest = key[len(self.prefix):]
         return rest.split("/", 1)[0] if self.res.namespaced and "/" in rest else ""
 
-    async def _ensure(self) -> None:
+    def _start(self) -> None:
         if self._ready is None:
             self._ready = asyncio.Event()
             self._advanced = asyncio.Condition()
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"{self.res.plural}-cache")
-        if not self._ready.is_set():
-            await self._ready.wait()
 
     async def _list(self) -> int:
         result = await self.store.list(self.prefix)
@@ -175,10 +173,9 @@ class StoreCache:
         """Wait until the copy reflects ``revision`` (bounded)."""
         if self._synced and self._revision >= revision:
             return True
-        await self._ensure()
+        if self._ready is None:
+            return True  # not started: readers read storage itself
         assert self._advanced is not None
-        if self._synced and self._revision >= revision:
-            return True
         try:
             async with asyncio.timeout(timeout):
                 async with self._advanced:
@@ -191,9 +188,9 @@ class StoreCache:
     async def list(self, namespace: str | None = None) -> list[Obj]:
         """The objects of ``namespace`` (all of a cluster-scoped resource), in key order."""
         if not self._synced:
-            await self._ensure()
-        if not self._synced:
-            # the first list failed: read storage directly until the watch runs
+            # the copy is being made (or its list failed): read storage itself
+            # meanwhile, and do not wait for it (the request stays as quick)
+            self._start()
             result = await self.store.list(self.res.storage_prefix(namespace))
             return [kv.value for kv in result.items]
         bucket = self._objects.get(namespace or "") or {}

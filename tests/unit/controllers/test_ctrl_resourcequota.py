@@ -297,3 +297,20 @@ async def test_custom_resources_are_counted() -> None:
 async def _used_is(client: InProcessClient, name: str, key: str, value: str) -> bool:
     rq = await client.get(QUOTAS, name, NS)
     return ((rq.get("status") or {}).get("used") or {}).get(key) == value
+
+
+async def test_service_type_change_is_recounted(env: Env) -> None:
+    await env.client.create(QUOTAS, quota("svc", {"services.loadbalancers": "2", "services.nodeports": "4"}), NS)
+    await eventually(lambda: env.used("svc", **{"services.loadbalancers": "0"}))
+    await env.client.create(SERVICES, {"metadata": {"name": "lb"}, "spec": {
+        "type": "LoadBalancer", "ports": [{"port": 80}]}}, NS)
+    assert (await env.used("svc", **{"services.loadbalancers": "1", "services.nodeports": "1"})) is not None
+    lb = await env.client.get(SERVICES, "lb", NS)
+    lb["spec"]["type"] = "ClusterIP"
+    for key in ("nodePort",):
+        for port in lb["spec"]["ports"]:
+            port.pop(key, None)
+    lb["spec"].pop("allocateLoadBalancerNodePorts", None)
+    lb["spec"].pop("externalTrafficPolicy", None)
+    await env.client.update(SERVICES, lb)
+    await eventually(lambda: env.used("svc", **{"services.loadbalancers": "0", "services.nodeports": "0"}))
