@@ -75,10 +75,10 @@ class ResourceQuotaController(Controller):
         self.queue_.add(meta_namespace_key(rq))
 
     def _quota_updated(self, old: Obj, new: Obj) -> None:
-        # upstream queues a quota whose spec.hard differs from its status.hard
-        # (or whose usage is missing); status-only changes are this controller's own
-        status = new.get("status") or {}
-        if old.get("spec") != new.get("spec") or status.get("hard") != _hard(new) or "used" not in status:
+        # as upstream, only a change of spec.hard queues the quota: status
+        # changes are this controller's own (or the admission's charges), and
+        # anything else waits for the periodic resync
+        if not q.equal_values(q.parse_list(_hard(old)), q.parse_list(_hard(new))):
             self.queue_.add(meta_namespace_key(new))
 
     def _quota_deleted(self, rq: Obj) -> None:
@@ -183,11 +183,12 @@ class ResourceQuotaController(Controller):
         used = q.parse_list(status.get("used"))
         used.update(await self.usage(rq))
         used = q.mask(used, hard)
-        new_status = {"hard": q.to_raw(hard), "used": q.to_raw(used)}
+        # hard and used are left out when empty, as upstream serialises them
+        new_status = {k: v for k, v in (("hard", q.to_raw(hard)), ("used", q.to_raw(used))) if v}
         old_hard = q.parse_list(status.get("hard"))
         dirty = (not q.equal_values(hard, old_hard) or "hard" not in status or "used" not in status
                  or not q.equal_values(used, q.parse_list(status.get("used"))))
-        if dirty:
+        if dirty and new_status != status:
             obj = {**rq, "status": new_status}
             await self.client.update(RESOURCE_QUOTAS, obj, subresource="status")
         if self.resync_period > 0:

@@ -314,3 +314,15 @@ async def test_service_type_change_is_recounted(env: Env) -> None:
     lb["spec"].pop("externalTrafficPolicy", None)
     await env.client.update(SERVICES, lb)
     await eventually(lambda: env.used("svc", **{"services.loadbalancers": "0", "services.nodeports": "0"}))
+
+
+async def test_quota_without_limits_keeps_an_empty_status(env: Env) -> None:
+    # kubectl create quota NAME (no --hard): nothing to count, nothing written, no busy loop
+    created = await env.client.create(QUOTAS, quota("empty", {}), NS)
+    await env.client.create(QUOTAS, quota("one", {"pods": "1"}), NS)
+    await eventually(lambda: env.used("one", pods="0"))
+    ctrl = env.ctrl
+    await settled(ctrl, env.client, (ctrl.quotas, QUOTAS), namespace=NS)
+    empty = await env.client.get(QUOTAS, "empty", NS)
+    assert empty.get("status", {}) == {}
+    assert empty["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
