@@ -186,6 +186,12 @@ def _horizontal_pod_autoscaler(client: Client, factory: SharedInformerFactory, o
                                  initial_readiness_delay=opts.hpa_initial_readiness_delay)]
 
 
+def _resource_quotas(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.resourcequota import ResourceQuotaController
+
+    return [ResourceQuotaController(client, factory)]
+
+
 #: every controller kubeplane ships, in start order: upstream's name, the
 #: short names upstream also accepts, the kube-system ServiceAccount it acts as
 CONTROLLERS: tuple[ControllerDef, ...] = (
@@ -231,6 +237,7 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
     # -- maintenance --
 
     # -- quota --
+    ControllerDef("resourcequota-controller", ("resourcequota",), "resourcequota-controller", _resource_quotas),
 
 )
 

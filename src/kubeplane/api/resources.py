@@ -178,6 +178,8 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     # -- maintenance --
 
     # -- quota --
+    _r("", "v1", "ResourceQuota", "resourcequotas", True, short_names=("quota",), subresources=("status",)),
+    _r("", "v1", "LimitRange", "limitranges", True, short_names=("limits",)),
 
 )
 

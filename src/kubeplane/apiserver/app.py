@@ -198,6 +198,9 @@ class APIServer:
             self.store, self.authorizer, service_accounts=cfg.service_account_admission),
             authorizer=self.authorizer)
         await ensure_default_namespaces(self.registry)
+        from kubeplane.registry.policyadmission import ensure_system_priority_classes
+
+        await ensure_system_priority_classes(self.registry)
         await self._bootstrap_policy()
         # the type checking of ValidatingAdmissionPolicies runs in the API server, as upstream's
         policy_status = PolicyStatusController(self.registry)

@@ -416,6 +416,11 @@ def controller_roles() -> list[Obj]:
         # -- maintenance --
 
         # -- quota --
+        _role(c + "resourcequota-controller", [
+            r("list,watch", "*", "*"),
+            r("update", "", "resourcequotas/status"),
+            EVENTS,
+        ]),
 
     ]
 

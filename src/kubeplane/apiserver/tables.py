@@ -1238,6 +1238,49 @@ _CLUSTER_ROLE_BINDING = _binding_printer(
     "Authorizer must return an error. This field is immutable.")
 
 
+# --------------------------------------------------------------------------- core: quota
+
+
+def _quota_text(raw: Any) -> str:
+    from kubeplane.api.quantity import canonical_quantity
+
+    try:
+        return canonical_quantity(str(raw)) if not isinstance(raw, (int, float)) else str(raw)
+    except ValueError:
+        return str(raw)
+
+
+def _resource_quota_row(rq: Obj, now: _dt.datetime) -> list[Cell]:
+    """``name: used/hard`` per resource of status.hard, sorted; ``limits.*`` in LIMIT, the rest in REQUEST."""
+    hard = _get(rq, "status", "hard", default={}) or {}
+    used = _get(rq, "status", "used", default={}) or {}
+    request, limit = [], []
+    for name in sorted(hard):
+        cell = f"{name}: {_quota_text(used.get(name, '0'))}/{_quota_text(hard[name])}"
+        parts = name.split(".")
+        (limit if len(parts) > 1 and parts[0] == "limits" else request).append(cell)
+    return [_name(rq), ", ".join(request), ", ".join(limit), _age(rq, now)]
+
+
+_RESOURCE_QUOTA = Printer(
+    (
+        _name_col(),
+        Column("Request", description="Request represents a minimum amount of cpu/memory that a container may "
+                                      "consume."),
+        Column("Limit", description="Limits control the maximum amount of cpu/memory that a container may use "
+                                    "independent of contention on the node."),
+        _age_col(),
+    ),
+    _resource_quota_row,
+)
+
+# LimitRanges have no printer upstream: the generic NAME / CREATED AT table
+_LIMIT_RANGE = Printer(
+    (_name_col(), Column("Created At", type="date", description=_AGE_DOC)),
+    lambda o, now: [_name(o), _created_at(o)],
+)
+
+
 # --------------------------------------------------------------------------- registry
 
 _DEFAULT = Printer(
@@ -1300,6 +1343,8 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     # -- maintenance --
 
     # -- quota --
+    ("", "resourcequotas"): _RESOURCE_QUOTA,
+    ("", "limitranges"): _LIMIT_RANGE,
 
 }
 

@@ -637,6 +637,7 @@ async def run_workload(
     """
     from kubeplane.apiserver.app import ensure_default_namespaces
     from kubeplane.client.inprocess import InProcessClient
+    from kubeplane.registry.admission import default_chain
     from kubeplane.registry.registry import Registry
     from kubeplane.storage import open_store
 
@@ -653,7 +654,9 @@ async def run_workload(
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="kubeplane-bench-"))
         store = await open_store(storage, data_dir, history=history, watch_queue=history)
         stack.push_async_callback(store.close)
-        registry = Registry(store, CATALOGUE)
+        # pods name their priority outright, so Priority admission is off, as
+        # in upstream's scheduler_perf API server
+        registry = Registry(store, CATALOGUE, admission=default_chain(store, disabled=("Priority",)))
         stack.push_async_callback(registry.close)
         await ensure_default_namespaces(registry)
         client = InProcessClient(registry)

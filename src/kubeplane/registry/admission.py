@@ -604,23 +604,33 @@ class AdmissionChain:
 VALIDATING_POLICY_SLOT = "ValidatingAdmissionWebhook"
 
 
-def default_chain(store: Store, authorizer: Any = None, *, service_accounts: bool = False) -> AdmissionChain:
+def default_chain(store: Store, authorizer: Any = None, *, service_accounts: bool = False,
+                  disabled: Iterable[str] = ()) -> AdmissionChain:
     """kubeplane's default plugins, in the order of upstream's plugin list.
     ``service_accounts`` adds the ServiceAccount plugin, which needs the
     ServiceAccount controller running (the API server turns it on; a bare
-    registry, as unit tests build it, leaves it off). ``authorizer`` answers
+    registry, as unit tests build it, leaves it off). ``disabled`` names
+    plugins to leave out (upstream's ``--disable-admission-plugins``; those
+    that can be: LimitRanger, Priority, ResourceQuota). ``authorizer`` answers
     the CEL ``authorizer`` checks of the policies and the webhooks'
     matchConditions (AlwaysAllow when None; settable later with
     :meth:`AdmissionChain.set_authorizer`)."""
     from kubeplane.admission.policy import ValidatingAdmissionPolicyPlugin
     from kubeplane.registry.webhooks import MutatingAdmissionWebhook, ValidatingAdmissionWebhook, WebhookSource
 
+    disabled = frozenset(disabled)
     plugins: list[AdmissionPlugin] = [NamespaceLifecycle(store)]
     # -- quota: LimitRanger --
+    from kubeplane.registry import policyadmission
+
+    if "LimitRanger" not in disabled:
+        plugins.append(policyadmission.LimitRanger(store))
 
     if service_accounts:
         plugins.append(ServiceAccount(store))
     # -- quota: Priority --
+    if "Priority" not in disabled:
+        plugins.append(policyadmission.Priority(store))
 
     # -- maintenance: DefaultTolerationSeconds --
 
@@ -635,6 +645,8 @@ def default_chain(store: Store, authorizer: Any = None, *, service_accounts: boo
     plugins.append(ValidatingAdmissionPolicyPlugin(store, authorizer=authorizer))
     plugins.append(ValidatingAdmissionWebhook(hooks, store))
     # -- quota: ResourceQuota (last, as upstream) --
+    if "ResourceQuota" not in disabled:
+        plugins.append(policyadmission.ResourceQuota(store))
 
     chain = AdmissionChain(plugins)
     if authorizer is not None:

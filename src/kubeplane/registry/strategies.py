@@ -314,7 +314,8 @@ class PodStrategy(Strategy):
             return
         default_pod_spec(spec)
         _default_pod_only(spec)
-        spec.setdefault("priority", 0)
+        # spec.priority and spec.preemptionPolicy come from the Priority
+        # admission plugin (registry/policyadmission.py), as upstream's
         # DefaultTolerationSeconds admission: tolerate a not-ready or
         # unreachable node for five minutes before eviction.
         tols = spec.get("tolerations")
@@ -720,6 +721,37 @@ class PriorityClassStrategy(Strategy):
         obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
 
 
+class ResourceQuotaStrategy(Strategy):
+    """No generation; status (hard and used) belongs to the quota controller
+    and the ResourceQuota admission, through the status subresource."""
+
+    tracks_generation = False
+
+
+class LimitRangeStrategy(Strategy):
+    tracks_generation = False
+
+    def default(self, obj: Obj) -> None:
+        """upstream's SetDefaults_LimitRangeItem: a Container item's default
+        limit is its max, its default request the default limit, else the min."""
+        limits = (obj.get("spec") or {}).get("limits") if isinstance(obj.get("spec"), dict) else None
+        for item in limits if isinstance(limits, list) else []:
+            if not isinstance(item, dict) or item.get("type") != "Container":
+                continue
+            default = dict(item["default"]) if isinstance(item.get("default"), dict) else {}
+            request = dict(item["defaultRequest"]) if isinstance(item.get("defaultRequest"), dict) else {}
+            for k, v in (item.get("max") or {}).items() if isinstance(item.get("max"), dict) else ():
+                default.setdefault(k, v)
+            for k, v in default.items():
+                request.setdefault(k, v)
+            for k, v in (item.get("min") or {}).items() if isinstance(item.get("min"), dict) else ():
+                request.setdefault(k, v)
+            if default:
+                item["default"] = default
+            if request:
+                item["defaultRequest"] = request
+
+
 class ResourceClaimStrategy(Strategy):
     def default(self, obj: Obj) -> None:
         spec = obj.get("spec")
@@ -1001,6 +1033,8 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     # -- maintenance --
 
     # -- quota --
+    ("", "resourcequotas"): ResourceQuotaStrategy,
+    ("", "limitranges"): LimitRangeStrategy,
 
 }
 

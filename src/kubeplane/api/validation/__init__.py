@@ -81,6 +81,11 @@ from kubeplane.api.validation.meta import (
     validate_object_meta_update,
 )
 from kubeplane.api.validation.policy import _validate_pdb
+from kubeplane.api.validation.quota import (
+    _validate_limit_range,
+    _validate_resource_quota,
+    _validate_resource_quota_update,
+)
 from kubeplane.api.validation.rbac import (
     _role_ref_immutable,
     _validate_cluster_role,
@@ -172,6 +177,8 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     # -- maintenance --
 
     # -- quota --
+    "resourcequotas": (name_is_dns_subdomain, _validate_resource_quota, _validate_resource_quota_update),
+    "limitranges": (name_is_dns_subdomain, _validate_limit_range, None),
 
 }
 
