@@ -623,6 +623,9 @@ def default_chain(store: Store, authorizer: Any = None, *, service_accounts: boo
     # -- quota: Priority --
 
     # -- maintenance: DefaultTolerationSeconds --
+    from kubeplane.admission.defaulttolerationseconds import DefaultTolerationSeconds
+
+    plugins.append(DefaultTolerationSeconds())
 
     plugins.append(DefaultStorageClass(store))
     plugins.append(CertificateSubjectRestriction())

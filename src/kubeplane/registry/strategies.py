@@ -312,17 +312,8 @@ class PodStrategy(Strategy):
         default_pod_spec(spec)
         _default_pod_only(spec)
         spec.setdefault("priority", 0)
-        # DefaultTolerationSeconds admission: tolerate a not-ready or
-        # unreachable node for five minutes before eviction.
-        tols = spec.get("tolerations")
-        if tols is None or isinstance(tols, list):
-            tols = list(tols or [])
-            present = {t.get("key") for t in tols if isinstance(t, dict) and t.get("effect") in ("NoExecute", None, "")}
-            for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
-                if key not in present:
-                    tols.append({"key": key, "operator": "Exists", "effect": "NoExecute",
-                                 "tolerationSeconds": 300})
-            spec["tolerations"] = tols
+        # The default not-ready/unreachable tolerations are the
+        # DefaultTolerationSeconds admission plugin's.
 
     def initial_status(self, obj: Obj) -> Obj:
         spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
@@ -871,6 +862,14 @@ def _stamp_conditions(conds: list, old_conds: list[Obj]) -> None:
                  and o.get("status") == c.get("status") and o.get("lastTransitionTime")), now)
 
 
+class PodDisruptionBudgetStrategy(Strategy):
+    """upstream's PDB strategy: a new budget starts with the zero status (the
+    four counts are always serialised), which the disruption controller fills."""
+
+    def initial_status(self, obj: Obj) -> Obj:
+        return {"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0}
+
+
 _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "namespaces"): NamespaceStrategy,
@@ -915,6 +914,7 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     # -- hpa --
 
     # -- maintenance --
+    ("policy", "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
 
     # -- quota --
 
