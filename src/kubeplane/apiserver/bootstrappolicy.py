@@ -375,6 +375,11 @@ def controller_roles() -> list[Obj]:
         # -- hpa --
 
         # -- maintenance --
+        _role(c + "pod-garbage-collector", [
+            r("delete,list,watch", "", "pods"),
+            r(READ, "", "nodes"),
+            r("patch", "", "pods/status"),
+        ]),
 
         # -- quota --
 

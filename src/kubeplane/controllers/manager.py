@@ -33,6 +33,13 @@ class ControllerOptions:
     #: and --cluster-signing-key-file); without them the signer does not run
     signing_cert_file: str | None = None
     signing_key_file: str | None = None
+    #: the node lifecycle controller's --node-monitor-grace-period,
+    #: --node-startup-grace-period and --node-monitor-period (seconds)
+    node_monitor_grace_period: float = 50.0
+    node_startup_grace_period: float = 60.0
+    node_monitor_period: float = 5.0
+    #: the pod garbage collector's --terminated-pod-gc-threshold (0: off)
+    terminated_pod_gc_threshold: int = 12500
 
 
 Build = Callable[[Client, SharedInformerFactory, ControllerOptions], list[Any]]
