@@ -258,7 +258,7 @@ async def _pdbs_for(registry: "Registry", pod: Obj) -> list[Obj]:
             selector = label_selector_from_dict(sel if isinstance(sel, dict) else None)
         except (ValueError, errors.StatusError):
             continue  # an invalid selector matches no pod
-        if sel is None or selector.matches_nothing():
+        if sel is None or selector.matches_nothing:
             continue
         if selector.matches(labels):
             out.append(pdb)
