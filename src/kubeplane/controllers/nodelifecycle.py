@@ -40,6 +40,7 @@ Time is read from ``clock`` (injectable): tests move it instead of waiting.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import logging
 from dataclasses import dataclass
@@ -374,7 +375,9 @@ class NodeLifecycleController(Controller):
             self._node_event(node, "Normal", "RemovingNode", f"Removing Node {name} from Controller")
 
         zone_conditions: dict[str, list[Obj | None]] = {}
-        for node in nodes:
+        for i, node in enumerate(nodes):
+            if i and i % 500 == 0:
+                await asyncio.sleep(0)  # a pass over thousands of nodes lets the rest of the process run
             name = node["metadata"]["name"]
             try:
                 observed, current, node = await self._update_health_with_retries(node)
