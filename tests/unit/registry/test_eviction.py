@@ -9,6 +9,7 @@ from kubeplane.api.meta import now_text
 from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.inprocess import InProcessClient
+from kubeplane.registry.eviction import _check_and_decrement
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
 
@@ -153,11 +154,19 @@ async def test_two_budgets_answer_500(client):
                                  "subresource does not support.")
 
 
-async def test_negative_budget_is_forbidden(client):
+async def test_negative_counts_are_invalid_and_a_negative_budget_forbids(client):
     await pod(client, "a")
-    await pdb(client, "web", allowed=-1)
     with pytest.raises(StatusError) as err:
-        await evict(client, "a")
+        await pdb(client, "web", allowed=-1)
+    assert (err.value.code, err.value.message) == (
+        422, 'PodDisruptionBudget.policy "web" is invalid: status.disruptionsAllowed: Invalid value: -1: '
+             "must be greater than or equal to 0")
+    # a budget read as negative (written by an older server) is refused with upstream's 403
+    registry = client.registry
+    budget = await client.get(PDBS, "web", NS)
+    budget["status"].update(disruptionsAllowed=-1, observedGeneration=budget["metadata"]["generation"])
+    with pytest.raises(StatusError) as err:
+        await _check_and_decrement(registry, NS, "a", budget, False)
     assert (err.value.code, err.value.message) == (
         403, 'poddisruptionbudget.policy "web" is forbidden: pdb disruptions allowed is negative')
 
