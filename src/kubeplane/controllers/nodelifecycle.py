@@ -20,11 +20,11 @@ What follows from a node's conditions:
   ``pid-pressure``, ``network-unavailable``), and ``spec.unschedulable``
   (``kubectl cordon``) gives ``node.kubernetes.io/unschedulable``;
 - a node that is not Ready gets the NoExecute ``not-ready`` or ``unreachable``
-  taint (never both), through a rate-limited queue per zone
-  (``--node-eviction-rate``, 0.1 nodes per second; in a zone where at least
-  ``--unhealthy-zone-threshold`` of more than two nodes are unhealthy,
-  ``--secondary-node-eviction-rate`` for clusters above
-  ``--large-cluster-size-threshold`` nodes and none for smaller ones); when
+  taint (never both), through a rate-limited queue per zone (upstream's
+  defaults, as constructor arguments: ``eviction_qps`` 0.1 nodes per second;
+  in a zone where at least ``unhealthy_zone_threshold`` (55%) of more than
+  two nodes are unhealthy, ``secondary_eviction_qps`` (0.01) above
+  ``large_cluster_threshold`` (50) nodes and none in smaller zones); when
   every zone is fully disrupted the controller assumes its own network is at
   fault, removes the NoExecute taints and stops tainting, as upstream;
 - its pods' Ready condition becomes False (with a ``NodeNotReady`` event), and
