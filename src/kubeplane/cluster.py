@@ -150,7 +150,27 @@ def _garbage_collector(client: Client, factory: SharedInformerFactory, opts: Con
 def _node_lifecycle(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
     from kubeplane.controllers.nodelifecycle import NodeLifecycleController
 
-    return [NodeLifecycleController(client, factory)]
+    return [NodeLifecycleController(client, factory, startup_grace=opts.node_startup_grace_period,
+                                    monitor_grace=opts.node_monitor_grace_period,
+                                    monitor_period=opts.node_monitor_period)]
+
+
+def _taint_eviction(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.tainteviction import TaintEvictionController
+
+    return [TaintEvictionController(client, factory)]
+
+
+def _disruption(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.disruption import DisruptionController
+
+    return [DisruptionController(client, factory)]
+
+
+def _pod_gc(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.podgc import PodGCController
+
+    return [PodGCController(client, factory, terminated_pod_threshold=opts.terminated_pod_gc_threshold)]
 
 
 def _cronjobs(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
@@ -235,6 +255,10 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
                   _horizontal_pod_autoscaler),
 
     # -- maintenance --
+    # upstream's taint-eviction controller acts with the node controller's role
+    ControllerDef("taint-eviction-controller", (), "node-controller", _taint_eviction),
+    ControllerDef("disruption-controller", ("disruption",), "disruption-controller", _disruption),
+    ControllerDef("pod-garbage-collector-controller", ("podgc",), "pod-garbage-collector", _pod_gc),
 
     # -- quota --
     ControllerDef("resourcequota-controller", ("resourcequota",), "resourcequota-controller", _resource_quotas),

@@ -4,6 +4,7 @@ unknown fields and node output, end to end against a server subprocess."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -156,6 +157,14 @@ def test_describe_node_that_never_reported(kubectl, server):
     from kubeplane.controllers.nodelifecycle import NodeLifecycleController
 
     name = "ghost-" + uuid.uuid4().hex[:6]
+    # a node that reports, so that the cluster is not wholly down (the node
+    # lifecycle controller taints nothing NoExecute then, as upstream)
+    live = "live-" + uuid.uuid4().hex[:6]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    kubectl("create", "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": live},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                   "lastHeartbeatTime": now, "lastTransitionTime": now}]}}))
     kubectl("create", "-f", "-", stdin=f"apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\n")
     node = json.loads(kubectl("get", "node", name, "-o", "json").out)
     assert node["spec"] == {} and node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 0}}
@@ -190,4 +199,4 @@ def test_describe_node_that_never_reported(kubectl, server):
     assert "Taints:             node.kubernetes.io/unreachable:NoExecute" in out
     assert "node.kubernetes.io/unreachable:NoSchedule" in out
     assert kubectl("get", "node", name).out.splitlines()[1].split()[1] == "NotReady"
-    kubectl("delete", "node", name)
+    kubectl("delete", "node", name, live)

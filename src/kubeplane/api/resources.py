@@ -22,7 +22,7 @@ class ResourceInfo:
     namespaced: bool
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-    subresources: tuple[str, ...] = ()  # "status", "scale", "binding", "log", "finalize", "token"
+    subresources: tuple[str, ...] = ()  # "status", "scale", "binding", "eviction", "log", "finalize", "token"
     verbs: tuple[str, ...] = (
         "create", "delete", "deletecollection", "get", "list", "patch", "update", "watch",
     )
@@ -85,7 +85,7 @@ RESOURCES: tuple[ResourceInfo, ...] = (
        verbs=("create", "delete", "get", "list", "patch", "update", "watch")),
     _r("", "v1", "Node", "nodes", False, short_names=("no",), subresources=("status",)),
     _r("", "v1", "Pod", "pods", True, short_names=("po",), categories=("all",),
-       subresources=("status", "binding", "log")),
+       subresources=("status", "binding", "eviction", "log")),
     _r("", "v1", "PersistentVolume", "persistentvolumes", False, short_names=("pv",),
        subresources=("status",)),
     _r("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True, short_names=("pvc",),

@@ -414,6 +414,11 @@ def controller_roles() -> list[Obj]:
         ]),
 
         # -- maintenance --
+        _role(c + "pod-garbage-collector", [
+            r("delete,list,watch", "", "pods"),
+            r(READ, "", "nodes"),
+            r("patch", "", "pods/status"),
+        ]),
 
         # -- quota --
         _role(c + "resourcequota-controller", [

@@ -26,6 +26,7 @@ _SUB_VERBS = {
     "finalize": ["update"],
     "approval": ["get", "patch", "update"],
     "token": ["create"],
+    "eviction": ["create"],
 }
 
 
@@ -36,6 +37,8 @@ def _sub_kind(res: ResourceInfo, sub: str) -> Obj:
         return {"group": "", "version": "v1", "kind": "Binding"}
     if sub == "token":
         return {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}
+    if sub == "eviction":
+        return {"group": "policy", "version": "v1", "kind": "Eviction"}
     return {"group": res.group, "version": res.version, "kind": res.kind}
 
 

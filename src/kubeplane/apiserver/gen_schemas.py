@@ -113,6 +113,8 @@ EXTRA_KINDS = (
     ("", "v1", "WatchEvent", "V1WatchEvent"),
     # the body of serviceaccounts/<name>/token
     ("authentication.k8s.io", "v1", "TokenRequest", "AuthenticationV1TokenRequest"),
+    # the body of pods/<name>/eviction
+    ("policy", "v1", "Eviction", "V1Eviction"),
 )
 
 # Fields whose upstream type is resource.Quantity; the client types them as str.

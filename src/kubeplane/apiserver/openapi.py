@@ -63,6 +63,7 @@ WATCH_EVENT = f"{META}.WatchEvent"
 SCALE = "io.k8s.api.autoscaling.v1.Scale"
 BINDING = "io.k8s.api.core.v1.Binding"
 TOKEN_REQUEST = "io.k8s.api.authentication.v1.TokenRequest"
+EVICTION = "io.k8s.api.policy.v1.Eviction"
 
 KUBERNETES_VERSION = "v1.32.0"
 FIELD_VALIDATION_MODES = ("Ignore", "Strict", "Warn")
@@ -425,6 +426,12 @@ def _resource_paths(r: ResourceInfo, names: tuple[str, str] | None = None) -> tu
                                       gvk=_gvk("", "v1", "Binding"), namespaced=True,
                                       response=BINDING, body=BINDING,
                                       codes=("200", "201", "202"), params=_WRITE, suffix="Binding")}
+        elif sub == "eviction":
+            used.add(EVICTION)
+            ops = {"post": _operation(r, "post", "create", f"create eviction of a {r.kind}",
+                                      gvk=_gvk("policy", "v1", "Eviction"), namespaced=True,
+                                      response=EVICTION, body=EVICTION,
+                                      codes=("200", "201", "202"), params=_WRITE, suffix="Eviction")}
         elif sub == "token":
             used.add(TOKEN_REQUEST)
             ops = {"post": _operation(r, "post", "create", f"create token of a {r.kind}",

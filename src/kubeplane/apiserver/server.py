@@ -451,6 +451,10 @@ class APIHandler:
             if m != "POST":
                 raise errors.method_not_allowed("the server does not allow this method on the requested resource")
             return await self.bind(request, t)
+        if sub == "eviction" and t.res.key == ("", "pods"):
+            if m != "POST":
+                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+            return await self.evict(request, t)
         if sub == "log":
             if m != "GET":
                 raise errors.method_not_allowed("the server does not allow this method on the requested resource")
@@ -737,6 +741,14 @@ class APIHandler:
         binding = codec.decode_body(body, request.headers.get("Content-Type"))
         status = await self.registry.bind(t.name, t.namespace, binding, dry_run=_dry_run(request.query))
         return json_response(status, 201)
+
+    async def evict(self, request: web.Request, t: Target) -> web.Response:
+        from kubeplane.registry.eviction import evict
+
+        body = await self.read_body(request)
+        eviction = codec.decode_body(body, request.headers.get("Content-Type"))
+        status, code = await evict(self.registry, t.name, t.namespace, eviction, dry_run=_dry_run(request.query))
+        return json_response(status, code)
 
     async def pod_log(self, request: web.Request, t: Target) -> web.Response:
         pod = await self.registry.get(t.res, t.name, t.namespace)

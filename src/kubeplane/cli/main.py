@@ -449,6 +449,57 @@ def _node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, z
     return node_agent(client, factory, node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus)
 
 
+#: kube-controller-manager's node lifecycle and pod GC flags: (flag, ControllerOptions field, type, default, help)
+_CONTROLLER_FLAGS = (
+    ("--node-monitor-grace-period", "node_monitor_grace_period", "duration", "50s",
+     "How long a node may go unheard from (no Lease renewal, no status) before it is marked Unknown."),
+    ("--node-startup-grace-period", "node_startup_grace_period", "duration", "1m",
+     "How long a new node may go without posting status before it is marked Unknown."),
+    ("--node-monitor-period", "node_monitor_period", "duration", "5s",
+     "How often the node lifecycle controller checks the nodes' health."),
+    ("--terminated-pod-gc-threshold", "terminated_pod_gc_threshold", "int", 12500,
+     "Terminated pods kept before the pod garbage collector deletes the oldest (0: no limit)."),
+)
+
+
+def _controller_flag_options(fn):
+    """The flags of :data:`_CONTROLLER_FLAGS`, kept in the context (see :func:`_controller_flag_values`)."""
+
+    def store(field: str):
+        def callback(ctx: click.Context, param: click.Parameter, value):
+            if field == "node_monitor_period" and not value > 0:
+                raise click.BadParameter("must be greater than 0")
+            ctx.meta.setdefault("controller_flags", {})[field] = value
+            return value
+        return callback
+
+    for flag, field, kind, default, text in reversed(_CONTROLLER_FLAGS):
+        if kind == "duration":
+            fn = click.option(flag, type=_Duration(), default=default, show_default=True, callback=store(field),
+                              expose_value=False, help=text)(fn)
+        else:
+            fn = click.option(flag, type=click.IntRange(min=0), default=default, show_default=True,
+                              callback=store(field), expose_value=False, help=text)(fn)
+    return fn
+
+
+def _controller_flag_values() -> dict:
+    """The ControllerOptions fields the command's controller flags set."""
+    ctx = click.get_current_context(silent=True)
+    return dict(ctx.meta.get("controller_flags", {})) if ctx is not None else {}
+
+
+def _controller_flag_argv() -> list[str]:
+    """The same flags for a child process (``up --split``)."""
+    values = _controller_flag_values()
+    out: list[str] = []
+    for flag, field, kind, _default, _text in _CONTROLLER_FLAGS:
+        if field in values:
+            v = values[field]
+            out += [flag, f"{v}s" if kind == "duration" else str(v)]
+    return out
+
+
 _COMPONENTS_METRICS_HELP = ("HOST:PORT where the scheduler's and controllers' /metrics, /healthz and the "
                             "scheduler's /configz are served (as kube-scheduler's secure port); empty to disable.")
 
@@ -528,6 +579,7 @@ def _hpa_argv(options: dict) -> list[str]:
               help=_COMPONENTS_METRICS_HELP + " With --split the second process serves them.")
 @_controllers_option
 @_hpa_options
+@_controller_flag_options
 def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
        history_bytes: int, event_ttl: float, verbosity: int, verbose: bool, node_count: int, node_cpu: str,
        node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int,
@@ -599,7 +651,7 @@ async def _start_components(comps, client, node_args: tuple, sched_kwargs: dict,
 
     await start_components(comps, client, node_args, sched_kwargs, metrics_listen=metrics_listen,
                            scheduler_config=sched_cfg, namespace_controller=namespace_controller,
-                           controller_options=ControllerOptions(**(ca_files or {})),
+                           controller_options=ControllerOptions(**(ca_files or {}), **_controller_flag_values()),
                            controller_selection=controller_selection)
 
 
@@ -638,7 +690,7 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
     argv = [sys.executable, "-m", "kubeplane.cli.main", "components", "--api-socket", wire.path,
             "--nodes", str(count), "--node-cpu", cpu, "--node-memory", memory, "--node-pods", str(pods),
             "--zones", str(zones), "--node-prefix", prefix, "--gpus-per-node", str(gpus),
-            "--metrics-listen", metrics_listen, f"--v={verbosity}",
+            "--metrics-listen", metrics_listen, f"--v={verbosity}", *_controller_flag_argv(),
             "--controllers", ",".join(controller_selection)]
     for field, flag in _CA_FLAGS:
         if (ca_files or {}).get(field):
@@ -686,6 +738,7 @@ def _ca_files(root_ca_file: str | None, cert_file: str | None, key_file: str | N
 @_ca_options
 @_controllers_option
 @_hpa_options
+@_controller_flag_options
 @_verbosity_options[0]
 @_verbosity_options[1]
 def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
@@ -947,6 +1000,7 @@ def scheduler(kubeconfig: str | None, context: str | None, verbosity: int, verbo
 @_ca_options
 @_controllers_option
 @_hpa_options
+@_controller_flag_options
 @click.option("--use-service-account-credentials", is_flag=True,
               help="Each controller acts as its own ServiceAccount in kube-system (a token of it from the "
                    "TokenRequest API, renewed as it ages), authorized by the bootstrap policy's "
@@ -962,6 +1016,7 @@ def controllers(kubeconfig: str | None, context: str | None, verbosity: int, ver
 
     _setup_logging(verbosity, verbose)
     client = _http_client(kubeconfig, context)
+    flags = _controller_flag_values()
 
     async def go(stop: asyncio.Event) -> None:
         from kubeplane.cluster import components_metrics_server
@@ -981,7 +1036,7 @@ def controllers(kubeconfig: str | None, context: str | None, verbosity: int, ver
                 comps.items.append(clients)  # closed after the controllers stop
             try:
                 opts = ControllerOptions(provisioner_name=provisioner_name, **_ca_files(
-                    root_ca_file, cluster_signing_cert_file, cluster_signing_key_file), **hpa_options)
+                    root_ca_file, cluster_signing_cert_file, cluster_signing_key_file), **hpa_options, **flags)
                 await start_controllers(comps, client, factory, opts, controller_selection, clients=clients)
             except BaseException:
                 await comps.stop()

@@ -127,6 +127,15 @@ class InProcessClient:
             if not name:
                 raise errors.bad_request("binding requires the pod name")
             return await self.registry.bind(name, namespace or "", self._copy(obj), dry_run=dry_run)
+        if subresource == "eviction" and res.key == ("", "pods"):
+            from kubeplane.registry.eviction import evict
+
+            if not name:
+                raise errors.bad_request("eviction requires the pod name")
+            status, code = await evict(self.registry, name, namespace or "", self._copy(obj), dry_run=dry_run)
+            if code >= 400:
+                raise errors.StatusError.from_status(status, code)
+            return status
         if subresource is not None:
             raise errors.method_not_allowed(f"cannot create subresource {subresource!r}")
         if namespace is None and res.namespaced:

@@ -53,6 +53,13 @@ class ControllerOptions:
     hpa_downscale_stabilization: float = 300.0
     hpa_cpu_initialization_period: float = 300.0
     hpa_initial_readiness_delay: float = 30.0
+    #: the node lifecycle controller's --node-monitor-grace-period,
+    #: --node-startup-grace-period and --node-monitor-period (seconds)
+    node_monitor_grace_period: float = 50.0
+    node_startup_grace_period: float = 60.0
+    node_monitor_period: float = 5.0
+    #: the pod garbage collector's --terminated-pod-gc-threshold (0: off)
+    terminated_pod_gc_threshold: int = 12500
 
 
 Build = Callable[[Client, SharedInformerFactory, ControllerOptions], list[Any]]

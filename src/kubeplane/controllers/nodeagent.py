@@ -197,6 +197,8 @@ class NodeAgent(Controller):
         self.start_delay = start_delay
         self.termination_delay = termination_delay
         self._pods = self.factory.informer_for(PODS)
+        #: to notice the node lifecycle controller marking a node Unknown while it runs
+        self._nodes = self.factory.informer_for(NODES)
         self._pods.add_event_handler(self._enqueue, lambda old, new: self._enqueue(new), self._enqueue)
         self._queue = self.add_queue("pods", self._sync_pod)
         self._ip_counter: dict[str, int] = {}
@@ -285,6 +287,7 @@ class NodeAgent(Controller):
                 try:
                     with acting_as(node_user(name)):
                         await self._renew_lease(name)
+                        await self._repost_status_if_stale(name)
                 except StatusError as err:
                     log.debug("lease renewal for %s failed: %s", name, err)
             await asyncio.sleep(self.heartbeat_interval)
@@ -293,6 +296,18 @@ class NodeAgent(Controller):
         """An early Lease renewal: the usage of the node's pods changed."""
         with acting_as(node_user(name)):
             await self._renew_lease(name)
+
+    async def _repost_status_if_stale(self, name: str) -> None:
+        """A kubelet posts its status again when the node's differs from what it
+        would report: here, when the node lifecycle controller (or anyone) set
+        Ready to anything but True while this node runs."""
+        node = self._nodes.indexer.get_by_key(name)
+        if node is None:
+            return
+        ready = next((c for c in (node.get("status") or {}).get("conditions") or []
+                      if isinstance(c, dict) and c.get("type") == "Ready"), None)
+        if ready is None or ready.get("status") != "True":
+            await self._refresh_status(name, node_object(name, self._index[name], self.spec))
 
     async def _renew_lease(self, name: str) -> None:
         from kubeplane.registry.metrics import USAGE_ANNOTATION

@@ -633,6 +633,9 @@ def default_chain(store: Store, authorizer: Any = None, *, service_accounts: boo
         plugins.append(policyadmission.Priority(store))
 
     # -- maintenance: DefaultTolerationSeconds --
+    from kubeplane.admission.defaulttolerationseconds import DefaultTolerationSeconds
+
+    plugins.append(DefaultTolerationSeconds())
 
     plugins.append(DefaultStorageClass(store))
     plugins.append(CertificateSubjectRestriction())

@@ -315,18 +315,8 @@ class PodStrategy(Strategy):
         default_pod_spec(spec)
         _default_pod_only(spec)
         # spec.priority and spec.preemptionPolicy come from the Priority
-        # admission plugin (registry/policyadmission.py), as upstream's
-        # DefaultTolerationSeconds admission: tolerate a not-ready or
-        # unreachable node for five minutes before eviction.
-        tols = spec.get("tolerations")
-        if tols is None or isinstance(tols, list):
-            tols = list(tols or [])
-            present = {t.get("key") for t in tols if isinstance(t, dict) and t.get("effect") in ("NoExecute", None, "")}
-            for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
-                if key not in present:
-                    tols.append({"key": key, "operator": "Exists", "effect": "NoExecute",
-                                 "tolerationSeconds": 300})
-            spec["tolerations"] = tols
+        # admission plugin (registry/policyadmission.py), the default
+        # not-ready/unreachable tolerations from DefaultTolerationSeconds.
 
     def initial_status(self, obj: Obj) -> Obj:
         spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
@@ -980,6 +970,15 @@ def _stamp_conditions(conds: list, old_conds: list[Obj]) -> None:
 # builds on the classes above; its classes are looked up when a strategy is made
 from kubeplane.registry import strategies_cronjob as _cronjob  # noqa: E402
 
+
+class PodDisruptionBudgetStrategy(Strategy):
+    """upstream's PDB strategy: a new budget starts with the zero status (the
+    four counts are always serialised), which the disruption controller fills."""
+
+    def initial_status(self, obj: Obj) -> Obj:
+        return {"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0}
+
+
 _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "namespaces"): NamespaceStrategy,
@@ -1031,6 +1030,7 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
         "kubeplane.registry.strategies_hpa", fromlist=["_"]).HorizontalPodAutoscalerStrategy(res),
 
     # -- maintenance --
+    ("policy", "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
 
     # -- quota --
     ("", "resourcequotas"): ResourceQuotaStrategy,

@@ -80,7 +80,7 @@ from kubeplane.api.validation.meta import (
     validate_object_meta,
     validate_object_meta_update,
 )
-from kubeplane.api.validation.policy import _validate_pdb
+from kubeplane.api.validation.policy import _validate_pdb, _validate_pdb_update
 from kubeplane.api.validation.quota import (
     _validate_limit_range,
     _validate_resource_quota,
@@ -142,7 +142,7 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     "replicasets.apps": (name_is_dns_subdomain, _validate_replicaset, _selector_immutable),
     "jobs.batch": (name_is_dns_subdomain, _validate_job, _validate_job_update),
     "customresourcedefinitions.apiextensions.k8s.io": (name_is_dns_subdomain, validate_crd, validate_crd_update),
-    "poddisruptionbudgets.policy": (name_is_dns_subdomain, _validate_pdb, None),
+    "poddisruptionbudgets.policy": (name_is_dns_subdomain, _validate_pdb, _validate_pdb_update),
     "certificatesigningrequests.certificates.k8s.io": (csr_name, validate_csr_create, validate_csr_update),
     "priorityclasses.scheduling.k8s.io": (name_is_dns_subdomain, _validate_priority_class, _validate_priority_class_update),
     "deviceclasses.resource.k8s.io": (name_is_dns_subdomain, _validate_device_class, None),

@@ -22,3 +22,15 @@ def _validate_pdb(obj: dict[str, Any]) -> list[Cause]:
     if uhp is not None and uhp not in ("AlwaysAllow", "IfHealthyBudget"):
         out.append(not_supported("spec.unhealthyPodEvictionPolicy", uhp, ("AlwaysAllow", "IfHealthyBudget")))
     return out
+
+
+def _validate_pdb_update(new: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
+    """upstream's ValidatePodDisruptionBudgetStatusUpdate (policy/v1): the
+    counts of the status are never negative."""
+    status = _d(new.get("status"))
+    out: list[Cause] = []
+    for name in ("disruptionsAllowed", "currentHealthy", "desiredHealthy", "expectedPods"):
+        value = status.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            out.append(invalid_value(f"status.{name}", value, "must be greater than or equal to 0"))
+    return out
