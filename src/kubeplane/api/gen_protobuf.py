@@ -36,6 +36,7 @@ API_PACKAGES = (
     "scheduling/v1", "rbac/v1", "networking/v1", "autoscaling/v1", "authentication/v1", "certificates/v1",
     "admissionregistration/v1",
     "authorization/v1",
+    "discovery/v1",
 )
 MACHINERY_PACKAGES = ("pkg/apis/meta/v1", "pkg/runtime", "pkg/api/resource", "pkg/util/intstr")
 
@@ -48,6 +49,7 @@ GROUPS = {
     "certificates": "certificates.k8s.io",
     "admissionregistration": "admissionregistration.k8s.io",
     "authorization": "authorization.k8s.io",
+    "discovery": "discovery.k8s.io",
 }
 
 META = "k8s.io.apimachinery.pkg.apis.meta.v1"

@@ -47,14 +47,14 @@ class Labeller(AdmissionPlugin):
 def test_default_chain_has_upstreams_plugins_in_order():
     chain = default_chain(MemoryStore())
     assert [p.name for p in chain.plugins] == [
-        "NamespaceLifecycle", "DefaultStorageClass", "CertificateSubjectRestriction", "MutatingAdmissionWebhook",
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook"]
+        "NamespaceLifecycle", "DefaultStorageClass", "CertificateSubjectRestriction", "DefaultIngressClass",
+        "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook"]
     assert isinstance(chain.plugins[0], NamespaceLifecycle) and isinstance(chain.plugins[1], DefaultStorageClass)
     # the API server's chain: ServiceAccount between them, as in upstream's list
     with_sa = default_chain(MemoryStore(), service_accounts=True)
     assert [p.name for p in with_sa.plugins] == [
         "NamespaceLifecycle", "ServiceAccount", "DefaultStorageClass", "CertificateSubjectRestriction",
-        "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook"]
+        "DefaultIngressClass", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook"]
 
 
 @pytest.fixture
