@@ -50,20 +50,27 @@ def advertise_address(configured: str | None, listen_host: str) -> str | None:
     if ip is not None and not ip.is_loopback and not ip.is_unspecified:
         return str(ip)
     family = socket.AF_INET6 if ip is not None and ip.version == 6 else socket.AF_INET
-    probe = "2001:db8::1" if family == socket.AF_INET6 else "192.0.2.255"
+    # documentation addresses (TEST-NET-2, 2001:db8::/32): only the route is looked up
+    probe = "2001:db8::1" if family == socket.AF_INET6 else "198.51.100.1"
+    candidates: list[str] = []
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as s:
-            s.connect((probe, 9))  # no packet is sent: this only picks the route's source address
-            host = s.getsockname()[0]
+            s.connect((probe, 9))  # a UDP connect sends nothing: it picks the route's source address
+            candidates.append(s.getsockname()[0])
     except OSError:
-        return None
+        pass
     try:
-        found = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    if found.is_loopback or found.is_unspecified or found.is_link_local:
-        return None
-    return str(found)
+        candidates += [info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, family)]
+    except OSError:
+        pass
+    for host in candidates:
+        try:
+            found = ipaddress.ip_address(host)
+        except ValueError:
+            continue
+        if not (found.is_loopback or found.is_unspecified or found.is_link_local):
+            return str(found)
+    return None
 
 
 class KubernetesService:

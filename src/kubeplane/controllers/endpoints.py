@@ -245,7 +245,7 @@ class EndpointsController(Controller):
         if spec.get("type") == "ExternalName" or spec.get("selector") is None:
             return  # no endpoints from this controller: those are written by whoever owns the Service
         selector = spec["selector"]
-        pods = [p for p in self.pod_informer.by_index(NAMESPACE_INDEX, namespace)
+        pods = [p for p in self.pod_informer.indexer.by_index(NAMESPACE_INDEX, namespace)
                 if selector_matches(selector, md(p).get("labels"))]
         trigger = self.triggers.compute(svc, pods)
         subsets = self._subsets(svc, pods)

@@ -217,14 +217,14 @@ class EndpointSliceController(Controller):
         spec = spec_of(svc)
         if spec.get("type") == "ExternalName" or spec.get("selector") is None:
             return
-        cached = {md(es).get("name", ""): es for es in self.slice_informer.by_index(SERVICE_INDEX, key)}
+        cached = {md(es).get("name", ""): es for es in self.slice_informer.indexer.by_index(SERVICE_INDEX, key)}
         if self.tracker.stale(key, cached):
             raise RetryLater(f"the EndpointSlice cache of Service {key} is behind this controller's writes")
         existing = [es for es in cached.values()
                     if (md(es).get("labels") or {}).get(MANAGED_BY_LABEL) == CONTROLLER_NAME
                     and not md(es).get("deletionTimestamp")]
         selector = spec["selector"]
-        pods = [p for p in self.pod_informer.by_index(NAMESPACE_INDEX, namespace)
+        pods = [p for p in self.pod_informer.indexer.by_index(NAMESPACE_INDEX, namespace)
                 if selector_matches(selector, md(p).get("labels"))]
         trigger = self.triggers.compute(svc, pods)
         desired, missing_nodes = self._desired(svc, pods)

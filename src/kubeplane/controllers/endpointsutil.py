@@ -156,7 +156,7 @@ def services_for_pod(service_informer: SharedInformer, pod: Obj, old: Obj | None
     if old is not None and md(old).get("labels") != md(pod).get("labels"):
         label_sets.append(md(old).get("labels"))
     out: set[str] = set()
-    for svc in service_informer.by_index(NAMESPACE_INDEX, ns):
+    for svc in service_informer.indexer.by_index(NAMESPACE_INDEX, ns):
         selector = spec_of(svc).get("selector")
         if selector is None:
             continue
