@@ -318,12 +318,12 @@ class EndpointSliceController(Controller):
                 to_delete.append(es)  # the Service changed family
                 continue
             by_ports.setdefault(_ports_key(es.get("ports")), []).append(es)
-        for pkey in set(by_ports) | set(desired):
-            slices = by_ports.get(pkey, [])
-            ports, wanted = desired.get(pkey, ([], []))
-            if not ports and slices:
-                ports = list(slices[0].get("ports") or [])
-            self._by_port_mapping(svc, slices, ports, wanted, to_create, to_update, to_delete, unchanged)
+        for pkey, slices in by_ports.items():
+            if pkey not in desired:
+                to_delete.extend(slices)  # no endpoint has these ports any more
+        for pkey, (ports, wanted) in desired.items():
+            self._by_port_mapping(svc, by_ports.get(pkey, []), ports, wanted, to_create, to_update, to_delete,
+                                  unchanged)
         if len(existing) == len(to_delete) and not to_create:
             placeholder = self._slice_body(svc, [], [], None)
             placeholder["addressType"] = family
