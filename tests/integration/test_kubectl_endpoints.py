@@ -113,7 +113,9 @@ def test_endpoints_follow_a_deployment(cluster_kubectl, ns) -> None:
                           timeout=30, interval=0.2, what="two endpoints")
     pods = json.loads(k("get", "pods", "-n", NS, "-l", "app=web", "-o", "json").out)["items"]
     assert sorted(p["status"]["podIP"] for p in pods) == ips
-    rows = _rows(k("get", "endpoints", "web", "-n", NS).out)
+    res = k("get", "endpoints", "web", "-n", NS)
+    assert "Warning: v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice" in res.err
+    rows = _rows(res.out)
     assert rows[0] == ["NAME", "ENDPOINTS", "AGE"]
     assert rows[1][1] == ",".join(f"{ip}:8080" for ip in ips)
     rows = _rows(k("get", "endpointslices", "-n", NS, "-l", "kubernetes.io/service-name=web").out)
