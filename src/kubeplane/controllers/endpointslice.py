@@ -122,7 +122,7 @@ class SliceTracker:
         for name, gen in list(expected.items()):
             have = cached.get(name)
             if gen == 0:
-                caught_up = have is None
+                caught_up = have is None or bool(md(have).get("deletionTimestamp"))
             else:
                 caught_up = have is not None and int(md(have).get("generation") or 1) >= gen
             if caught_up:

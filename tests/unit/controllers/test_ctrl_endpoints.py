@@ -370,3 +370,19 @@ def test_truncate_keeps_1000_ready_first() -> None:
     assert len(subsets[0]["addresses"]) == 900 and len(subsets[0]["notReadyAddresses"]) == 100
     small = [{"addresses": [{"ip": "10.0.0.1"}]}]
     assert not truncate(small)
+
+
+def test_slice_tracker_holds_syncs_until_the_cache_has_our_writes() -> None:
+    from kubeplane.controllers.endpointslice import SliceTracker
+
+    t = SliceTracker()
+    t.wrote("ns/web", {"metadata": {"name": "web-a", "generation": 1}})
+    assert t.stale("ns/web", {})  # the create is not in the cache yet
+    cached = {"web-a": {"metadata": {"name": "web-a", "generation": 1}}}
+    assert not t.stale("ns/web", cached)
+    t.wrote("ns/web", {"metadata": {"name": "web-a", "generation": 2}})
+    assert t.stale("ns/web", cached)  # an older generation
+    t.deleted("ns/web", "web-a")
+    assert t.stale("ns/web", cached)
+    assert not t.stale("ns/web", {"web-a": {"metadata": {"name": "web-a", "deletionTimestamp": "x"}}})
+    assert not t.stale("ns/web", {})
