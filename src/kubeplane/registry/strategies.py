@@ -895,13 +895,9 @@ def _stamp_conditions(conds: list, old_conds: list[Obj]) -> None:
                  and o.get("status") == c.get("status") and o.get("lastTransitionTime")), now)
 
 
-from kubeplane.registry.strategies_endpoints import (  # noqa: E402 - they subclass the strategies above
-    EndpointSliceStrategy,
-    EndpointsStrategy,
-    IngressClassStrategy,
-    IngressStrategy,
-    NetworkPolicyStrategy,
-)
+# builds on the classes above; its classes are looked up when a strategy is made
+from kubeplane.registry import strategies_cronjob as _cronjob  # noqa: E402
+from kubeplane.registry import strategies_endpoints as _endpoints  # noqa: E402
 
 _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("", "pods"): PodStrategy,
@@ -937,17 +933,20 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     # -- job --
 
     # -- cronjob --
+    ("batch", "cronjobs"): lambda res: _cronjob.CronJobStrategy(res),
+    ("", "replicationcontrollers"): lambda res: _cronjob.ReplicationControllerStrategy(res),
+    ("", "podtemplates"): lambda res: _cronjob.PodTemplateStrategy(res),
 
     # -- statefulset --
 
     # -- daemonset --
 
     # -- endpoints --
-    ("", "endpoints"): EndpointsStrategy,
-    ("discovery.k8s.io", "endpointslices"): EndpointSliceStrategy,
-    ("networking.k8s.io", "ingresses"): IngressStrategy,
-    ("networking.k8s.io", "ingressclasses"): IngressClassStrategy,
-    ("networking.k8s.io", "networkpolicies"): NetworkPolicyStrategy,
+    ("", "endpoints"): lambda res: _endpoints.EndpointsStrategy(res),
+    ("discovery.k8s.io", "endpointslices"): lambda res: _endpoints.EndpointSliceStrategy(res),
+    ("networking.k8s.io", "ingresses"): lambda res: _endpoints.IngressStrategy(res),
+    ("networking.k8s.io", "ingressclasses"): lambda res: _endpoints.IngressClassStrategy(res),
+    ("networking.k8s.io", "networkpolicies"): lambda res: _endpoints.NetworkPolicyStrategy(res),
 
     # -- hpa --
 

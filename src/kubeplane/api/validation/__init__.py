@@ -38,7 +38,7 @@ from kubeplane.api.strings import (
 from kubeplane.api.validation.admissionregistration import validate_webhook_configuration
 from kubeplane.api.validation.apiextensions import validate_crd, validate_crd_update
 from kubeplane.api.validation.apps import _selector_immutable, _validate_deployment, _validate_replicaset
-from kubeplane.api.validation.batch import _validate_job, _validate_job_update
+from kubeplane.api.validation.batch import _validate_job, _validate_job_update, validate_cronjob
 from kubeplane.api.validation.certificates import csr_name, validate_csr_create, validate_csr_update
 from kubeplane.api.validation.common import _d
 from kubeplane.api.validation.coordination import _validate_lease
@@ -50,11 +50,13 @@ from kubeplane.api.validation.core import (
     _validate_namespace,
     _validate_node,
     _validate_pod,
+    _validate_pod_template_object,
     _validate_pod_update,
     _validate_pv,
     _validate_pv_update,
     _validate_pvc,
     _validate_pvc_update,
+    _validate_replication_controller,
     _validate_secret,
     _validate_secret_update,
     _validate_service,
@@ -150,6 +152,10 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     # -- job --
 
     # -- cronjob --
+    # (CronJob checks differ between create and update: see extra_validators)
+    "cronjobs.batch": (name_is_dns_subdomain, None, None),
+    "replicationcontrollers": (name_is_dns_subdomain, _validate_replication_controller, None),
+    "podtemplates": (name_is_dns_subdomain, _validate_pod_template_object, None),
 
     # -- statefulset --
 
@@ -187,6 +193,7 @@ extra_validators: dict[str, list[ExtraValidator]] = {
     # webhook configurations: an update relaxes rules the stored object broke
     "mutatingwebhookconfigurations.admissionregistration.k8s.io": [validate_webhook_configuration],
     "validatingwebhookconfigurations.admissionregistration.k8s.io": [validate_webhook_configuration],
+    "cronjobs.batch": [validate_cronjob],
 }
 
 
