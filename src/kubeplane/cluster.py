@@ -212,6 +212,18 @@ def _resource_quotas(client: Client, factory: SharedInformerFactory, opts: Contr
     return [ResourceQuotaController(client, factory)]
 
 
+def _endpoints(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.endpoints import EndpointsController
+
+    return [EndpointsController(client, factory)]
+
+
+def _endpoint_slices(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.endpointslice import EndpointSliceController
+
+    return [EndpointSliceController(client, factory)]
+
+
 #: every controller kubeplane ships, in start order: upstream's name, the
 #: short names upstream also accepts, the kube-system ServiceAccount it acts as
 CONTROLLERS: tuple[ControllerDef, ...] = (
@@ -249,6 +261,8 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
     # -- daemonset --
 
     # -- endpoints --
+    ControllerDef("endpoints-controller", ("endpoint",), "endpoint-controller", _endpoints),
+    ControllerDef("endpointslice-controller", ("endpointslice",), "endpointslice-controller", _endpoint_slices),
 
     # -- hpa --
     ControllerDef("horizontal-pod-autoscaler-controller", ("horizontalpodautoscaling",), "horizontal-pod-autoscaler",

@@ -37,6 +37,7 @@ API_PACKAGES = (
     "certificates/v1",
     "admissionregistration/v1",
     "authorization/v1",
+    "discovery/v1",
 )
 MACHINERY_PACKAGES = ("pkg/apis/meta/v1", "pkg/runtime", "pkg/api/resource", "pkg/util/intstr")
 
@@ -49,6 +50,7 @@ GROUPS = {
     "certificates": "certificates.k8s.io",
     "admissionregistration": "admissionregistration.k8s.io",
     "authorization": "authorization.k8s.io",
+    "discovery": "discovery.k8s.io",
 }
 
 META = "k8s.io.apimachinery.pkg.apis.meta.v1"

@@ -164,6 +164,13 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     # -- daemonset --
 
     # -- endpoints --
+    # core/v1 Endpoints (the endpoints controller's), discovery.k8s.io/v1 EndpointSlice
+    _r("", "v1", "Endpoints", "endpoints", True, short_names=("ep",)),
+    _r("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True),
+    # networking.k8s.io/v1
+    _r("networking.k8s.io", "v1", "Ingress", "ingresses", True, short_names=("ing",), subresources=("status",)),
+    _r("networking.k8s.io", "v1", "IngressClass", "ingressclasses", False),
+    _r("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True, short_names=("netpol",)),
 
     # -- hpa --
     # autoscaling/v2 (the storage version) and v1

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any, Callable
 from aiohttp import web
 
 from kubeplane.admission.typecheck import PolicyStatusController
-from kubeplane.api.resources import CATALOGUE, Catalogue
+from kubeplane.api.resources import CATALOGUE, Catalogue, resource
 from kubeplane.apiserver.metrics import APIServerMetrics, instrument_store
 from kubeplane.apiserver.eventttl import DEFAULT_EVENT_TTL, EventExpiry
 from kubeplane.apiserver.server import MAX_BODY_BYTES, build_app
 from kubeplane.apiserver.serving import BoundedAppRunner, BoundedSockSite, ServingLimits
 from kubeplane.registry.admission import default_chain
 from kubeplane.registry.registry import Registry
+from kubeplane.registry.servicealloc import DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR, ServiceAllocators
 from kubeplane.storage import open_store
 from kubeplane.startup import DataDirLock, KubeconfigFile, StartupError, bind_socket, format_address
 from kubeplane.apiserver.encryptionconfig import NO_ENCRYPTION, EncryptionConfig, EncryptionConfigError
@@ -107,7 +108,16 @@ class APIServerConfig:
     #: upstream's --authorization-mode: "RBAC" (with nodes authorized as
     #: upstream's Node authorizer does, "Node,RBAC" says the same) or "AlwaysAllow"
     authorization_mode: str = "RBAC"
-
+    #: ``--service-cluster-ip-range``: the CIDR Service ClusterIPs come from
+    #: (its first address is the ``kubernetes`` Service's)
+    service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR
+    #: ``--service-node-port-range``: the ports NodePort Services get
+    service_node_port_range: str = DEFAULT_NODE_PORT_RANGE
+    #: ``--advertise-address``: the address the ``kubernetes`` endpoints list
+    #: (default: the listen address, or the host's when that is loopback)
+    advertise_address: str | None = None
+    #: seconds between two repairs of the ``kubernetes`` Service and its endpoints
+    kubernetes_service_interval: float = 10.0
 
 
 AUTHORIZATION_MODES = ("RBAC", "Node,RBAC", "AlwaysAllow")
@@ -194,9 +204,14 @@ class APIServer:
         self.authorizer = await self._start_policy(cfg.authorization_mode)
         # a catalogue of this server's own: the custom resources it serves
         self.catalogue = CATALOGUE.copy()
+        try:
+            allocators = ServiceAllocators(self.store, cfg.service_cluster_ip_range, cfg.service_node_port_range,
+                                           prefix=resource("services").storage_prefix())
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
         self.registry = Registry(self.store, self.catalogue, admission=default_chain(
             self.store, self.authorizer, service_accounts=cfg.service_account_admission),
-            authorizer=self.authorizer)
+            authorizer=self.authorizer, service_allocators=allocators)
         await ensure_default_namespaces(self.registry)
         from kubeplane.registry.policyadmission import ensure_system_priority_classes
 
@@ -239,12 +254,23 @@ class APIServer:
                                handshake_timeout=cfg.limits.header_timeout)
         await site.start()
         self.url = f"{'https' if ssl_context is not None else 'http'}://{address}"
+        await self._start_kubernetes_service(host, bound_port)
         if self.security is not None and cfg.component_kubeconfigs:
             self.security.write_component_kubeconfigs(self.url)
         if cfg.kubeconfig:
             self._kubeconfig = KubeconfigFile(cfg.kubeconfig)
             self._kubeconfig.publish(self.url, **self.admin_credentials())
         log.info("API server listening on %s (storage %s)", self.url, cfg.storage)
+
+    async def _start_kubernetes_service(self, host: str, port: int) -> None:
+        from kubeplane.apiserver.kubernetesservice import KubernetesService, advertise_address
+
+        cfg = self.config
+        public_ip = advertise_address(cfg.advertise_address, host)
+        keeper = KubernetesService(self.registry, service_ip=self.registry.service_allocators.kubernetes_service_ip,
+                                   port=port, public_ip=public_ip, interval=cfg.kubernetes_service_interval)
+        await keeper.start()
+        self._started.append(keeper)
 
     def admin_credentials(self) -> dict[str, Any]:
         """What a kubeconfig for the cluster's admin carries (keyword

@@ -400,6 +400,19 @@ def controller_roles() -> list[Obj]:
         # -- daemonset --
 
         # -- endpoints --
+        _role(c + "endpoint-controller", [
+            r(READ, "", "services,pods"),
+            r("create,delete,get,list,update,watch", "", "endpoints"),
+            r("create", "", "endpoints/restricted"),
+            EVENTS,
+        ]),
+        _role(c + "endpointslice-controller", [
+            r(READ, "", "services,pods,nodes"),
+            r("update", "", "services/finalizers"),
+            r("create,delete,get,list,update,watch", "discovery.k8s.io", "endpointslices"),
+            r("create", "discovery.k8s.io", "endpointslices/restricted"),
+            EVENTS,
+        ]),
 
         # -- hpa --
         _role(c + "horizontal-pod-autoscaler", [

@@ -65,6 +65,8 @@ GROUP_PACKAGE = {
     # -- daemonset --
 
     # -- endpoints --
+    "discovery.k8s.io": "discovery",
+    "networking.k8s.io": "networking",
 
     # -- hpa --
     # no client models: hand-written (kubeplane.apiserver.schemas_metrics), named as metrics-server's

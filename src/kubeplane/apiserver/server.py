@@ -103,6 +103,12 @@ def status_response(err: StatusError) -> web.Response:
                         headers={**(headers or {}), "Content-Type": "application/json"})
 
 
+#: built-in kinds upstream warns about on every request
+BUILTIN_DEPRECATIONS: dict[tuple[str, str], str] = {
+    ("", "endpoints"): "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice",
+}
+
+
 def _warning_header(text: str) -> str:
     from kubeplane.apiserver.openapi import warning_header
 
@@ -407,15 +413,17 @@ class APIHandler:
         if t is None:
             raise errors.route_not_found()
         m = request.method
+        text = BUILTIN_DEPRECATIONS.get(t.res.key) if t.res.custom is None else None
         if t.res.custom is not None:
             _check_custom_media_types(request, m)
             if t.res.custom.deprecated:
-                resp = await self._route(request, t, m)
-                if not resp.prepared:
-                    text = t.res.custom.deprecation_warning or f"{t.res.api_version} {t.res.kind} is deprecated"
-                    prior = resp.headers.get("Warning")
-                    resp.headers["Warning"] = ", ".join(x for x in (_warning_header(text), prior) if x)
-                return resp
+                text = t.res.custom.deprecation_warning or f"{t.res.api_version} {t.res.kind} is deprecated"
+        if text is not None:
+            resp = await self._route(request, t, m)
+            if not resp.prepared:
+                prior = resp.headers.get("Warning")
+                resp.headers["Warning"] = ", ".join(x for x in (_warning_header(text), prior) if x)
+            return resp
         return await self._route(request, t, m)
 
     async def _route(self, request: web.Request, t: Target, m: str) -> web.StreamResponse:

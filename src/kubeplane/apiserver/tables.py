@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import importlib
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -1334,6 +1335,8 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     # -- daemonset --
 
     # -- endpoints --
+    # (tables_networking.py builds them from this module's helpers, defined above)
+    **importlib.import_module("kubeplane.apiserver.tables_networking").PRINTERS,
 
     # -- hpa --
     ("autoscaling", "horizontalpodautoscalers"): __import__("kubeplane.apiserver.tables_hpa", fromlist=["_"]).HPA,

@@ -297,6 +297,55 @@ _server_options += [
 ]
 
 
+def _check_service_range(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from kubeplane.registry.servicealloc import parse_port_range, parse_service_cidr
+
+    try:
+        if param.name == "service_node_port_range":
+            parse_port_range(value)
+        else:
+            parse_service_cidr(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    ctx.meta.setdefault("services", {})[param.name] = value
+    return value
+
+
+def _check_advertise_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    import ipaddress
+
+    if value is not None:
+        try:
+            ip = ipaddress.ip_address(value)
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is not an IP address") from None
+        if ip.is_loopback or ip.is_unspecified or ip.is_link_local:
+            raise click.BadParameter(f"{value} cannot be advertised: it is a loopback, unspecified or link-local "
+                                     "address")
+    ctx.meta.setdefault("services", {})["advertise_address"] = value
+    return value
+
+
+_server_options += [
+    click.option("--service-cluster-ip-range", default="10.96.0.0/12", show_default=True, expose_value=False,
+                 callback=_check_service_range,
+                 help="CIDR Service ClusterIPs are allocated from (at most 20 host bits); its first address is "
+                      "the kubernetes Service's."),
+    click.option("--service-node-port-range", default="30000-32767", show_default=True, expose_value=False,
+                 callback=_check_service_range,
+                 help="Port range (inclusive) NodePort and LoadBalancer Services get node ports from."),
+    click.option("--advertise-address", default=None, expose_value=False, callback=_check_advertise_address,
+                 help="The IP the kubernetes Service's endpoints list (default: the --listen address, or the "
+                      "host's when that is loopback)."),
+]
+
+
+def _services_config() -> dict:
+    """APIServerConfig keyword arguments of the Service range options."""
+    opts = click.get_current_context().meta.get("services", {})
+    return {k: v for k, v in opts.items() if v is not None}
+
+
 def _security_config() -> dict:
     """APIServerConfig keyword arguments of the TLS and authentication options."""
     from kubeplane.apiserver.app import AuthenticationConfig
@@ -405,7 +454,8 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
                                          history_revisions=history_revisions, history_bytes=history_bytes,
                                          event_ttl=event_ttl, limits=_serving_limits(),
                                          encryption_provider_config=_encryption_provider_config(),
-                                         authorization_mode=_authorization_mode(), **_security_config()),
+                                         authorization_mode=_authorization_mode(), **_security_config(),
+                                         **_services_config()),
                        # with the API server alone, pods still get their ServiceAccount
                        in_process=[namespace_controller, service_account_controller])
 
@@ -604,7 +654,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                                        history_revisions=history_revisions, history_bytes=history_bytes,
                                        event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True,
                                        encryption_provider_config=_encryption_provider_config(),
-                                       authorization_mode=_authorization_mode(), **_security_config()),
+                                       authorization_mode=_authorization_mode(), **_security_config(),
+                                       **_services_config()),
                        # With --split the namespace controller stays in this process (the
                        # deletes it makes are served here anyway, and it keeps working while
                        # the second process restarts); otherwise it is one of the controllers.

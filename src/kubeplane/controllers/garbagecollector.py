@@ -38,6 +38,7 @@ ORPHAN = "orphan"
 DEFAULT_RESOURCES: tuple[str, ...] = (
     "pods", "replicasets", "deployments", "jobs", "resourceclaims", "configmaps", "secrets", "services",
     "persistentvolumeclaims", "cronjobs", "replicationcontrollers", "statefulsets", "controllerrevisions",
+    "endpointslices",
 )
 
 

@@ -481,6 +481,51 @@ class DefaultStorageClass(AdmissionPlugin):
         return best[1] if best else None
 
 
+INGRESS_CLASSES = resource("ingressclasses")
+INGRESS_CLASS_DEFAULT_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
+INGRESS_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
+
+
+class DefaultIngressClass(AdmissionPlugin):
+    """An Ingress created without ``spec.ingressClassName`` (and without the
+    deprecated class annotation) gets the default IngressClass: the newest
+    one annotated ``ingressclass.kubernetes.io/is-default-class: "true"``."""
+
+    name = "DefaultIngressClass"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def handles(self, operation: str, res: ResourceInfo) -> bool:
+        return operation == CREATE and res.key == ("networking.k8s.io", "ingresses")
+
+    async def admit(self, attrs: Attributes) -> None:
+        if attrs.subresource:
+            return
+        obj = attrs.obj or {}
+        spec = obj.get("spec")
+        if not isinstance(spec, dict) or spec.get("ingressClassName") is not None:
+            return
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if isinstance(annotations, dict) and INGRESS_CLASS_ANNOTATION in annotations:
+            return
+        default = await self.default_class()
+        if default:
+            spec["ingressClassName"] = default
+
+    async def default_class(self) -> str | None:
+        result = await self.store.list(INGRESS_CLASSES.storage_prefix())
+        best: tuple[str, str] | None = None
+        for kv in result.items:
+            md = kv.value.get("metadata") or {}
+            if (md.get("annotations") or {}).get(INGRESS_CLASS_DEFAULT_ANNOTATION) == "true":
+                # newest first; on equal creation times the name that sorts first
+                cand = (md.get("creationTimestamp", ""), md.get("name", ""))
+                if best is None or cand[0] > best[0] or (cand[0] == best[0] and cand[1] < best[1]):
+                    best = cand
+        return best[1] if best else None
+
+
 class CertificateSubjectRestriction(AdmissionPlugin):
     """No CertificateSigningRequest for the kube-apiserver-client signer may
     ask for the ``system:masters`` group: a certificate with it would bypass
@@ -640,6 +685,7 @@ def default_chain(store: Store, authorizer: Any = None, *, service_accounts: boo
     plugins.append(DefaultStorageClass(store))
     plugins.append(CertificateSubjectRestriction())
     # -- endpoints: DefaultIngressClass --
+    plugins.append(DefaultIngressClass(store))
 
     hooks = WebhookSource(store)
     # the mutating webhooks run after every built-in mutating plugin
@@ -666,6 +712,7 @@ __all__ = [
     "CertificateSubjectRestriction",
     "DELETE",
     "UPDATE",
+    "DefaultIngressClass",
     "DefaultStorageClass",
     "IMMORTAL_NAMESPACES",
     "NamespaceLifecycle",

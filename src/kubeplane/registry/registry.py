@@ -40,6 +40,7 @@ from kubeplane.registry.admission import (
     operation_options,
 )
 from kubeplane.registry.retries import RETRY_SECONDS, Retries
+from kubeplane.registry.servicealloc import ServiceAllocators
 from kubeplane.registry.strategies import Strategy, strategy_for
 from kubeplane.registry.subresources import SubresourcesMixin
 from kubeplane.registry.watch import WatchMixin, WatchOptions, parse_resource_version  # noqa: F401 - WatchOptions: callers import it here
@@ -147,8 +148,11 @@ class Registry(WatchMixin, SubresourcesMixin):
         retry_seconds: float = RETRY_SECONDS,
         admission: AdmissionChain | None = None,
         authorizer: Any = None,
+        service_allocators: ServiceAllocators | None = None,
     ) -> None:
         self.store = store
+        #: the ClusterIP and node port ranges Services are given addresses from
+        self.service_allocators = service_allocators if service_allocators is not None else ServiceAllocators(store)
         #: asked by the authorization reviews and the RBAC escalation checks
         #: (kubeplane.auth.authorizer.Authorizer; AlwaysAllow by default)
         self.authorizer = authorizer if authorizer is not None else AlwaysAllow()
@@ -441,18 +445,29 @@ class Registry(WatchMixin, SubresourcesMixin):
             md.pop("generation", None)
         self._validate(res, obj, None)
         attrs.name = md.get("name") or ""
-        await self.admission.validate(attrs)
-        if _track_fields and field_manager is not None:
-            self._track_managed_fields(res, None, obj, field_manager)
-        key = res.storage_key(md["name"], md.get("namespace"))
-        if dry_run:
-            if await self.store.get(key) is not None:
-                raise errors.already_exists(res.plural, md["name"], res.group)
-            return obj
+        txn = await strategy.begin_create(self, obj)
         try:
-            kv = await self.store.create(key, obj if res.custom is None else cr.to_storage(res, obj))
-        except KeyExistsError:
-            raise errors.already_exists(res.plural, md["name"], res.group) from None
+            await self.admission.validate(attrs)
+            if _track_fields and field_manager is not None:
+                self._track_managed_fields(res, None, obj, field_manager)
+            key = res.storage_key(md["name"], md.get("namespace"))
+            if dry_run:
+                if await self.store.get(key) is not None:
+                    raise errors.already_exists(res.plural, md["name"], res.group)
+                return obj
+            try:
+                kv = await self.store.create(key, obj if res.custom is None else cr.to_storage(res, obj))
+            except KeyExistsError:
+                raise errors.already_exists(res.plural, md["name"], res.group) from None
+        except BaseException:
+            if txn is not None:
+                txn.revert()
+            raise
+        finally:
+            if txn is not None and dry_run:
+                txn.revert()
+        if txn is not None:
+            txn.commit()
         await self.admission.written(res, kv.mod_revision)
         return kv.value if res.custom is None else self._out(res, kv.value)
 
@@ -624,6 +639,7 @@ class Registry(WatchMixin, SubresourcesMixin):
             ) and not (res.key == NAMESPACES.key and _spec_finalizers(new))
             if dry_run:
                 return new
+            txn = None if finalizers_gone or subresource else await self.strategy(res).begin_update(self, new, current)
             try:
                 if finalizers_gone:
                     kv2 = await self.store.delete(key, expected_revision=kv.mod_revision)
@@ -635,17 +651,23 @@ class Registry(WatchMixin, SubresourcesMixin):
                     await self.admission.written(res, kv2.mod_revision)
                     return self._out(res, kv2.value)
                 kv2 = await self.store.update(key, new, expected_revision=kv.mod_revision)
+                if txn is not None:
+                    txn.commit()
                 await self.admission.written(res, kv2.mod_revision)
                 return kv2.value
-            except RevisionConflictError as exc:
+            except BaseException as exc:
+                if txn is not None:
+                    txn.revert()
+                if not isinstance(exc, RevisionConflictError):
+                    if isinstance(exc, KeyNotFoundError):
+                        raise errors.not_found(res.plural, name, res.group) from None
+                    raise
                 if rv:
                     raise errors.conflict(res.plural, name, res.group) from None
                 # The state the write lost to, as upstream retries against the
                 # object its failed transaction returned (a read may still show
                 # the previous committed state while that write commits).
                 kv = exc.current
-            except KeyNotFoundError:
-                raise errors.not_found(res.plural, name, res.group) from None
             await retries.again()
 
     @staticmethod
@@ -1019,6 +1041,8 @@ class Registry(WatchMixin, SubresourcesMixin):
 
     def _after_delete(self, res: ResourceInfo, obj: Obj) -> None:
         """Hook for cascading effects of a delete."""
+        if res.custom is None:
+            self.strategy(res).after_delete(self, obj)
 
     async def close(self) -> None:
         """Stops what admission runs in the background (the webhook

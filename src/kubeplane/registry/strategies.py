@@ -9,8 +9,6 @@ owned by the ``status`` subresource when the resource has one, and
 
 from __future__ import annotations
 
-import ipaddress
-import itertools
 from fractions import Fraction
 from typing import Any, Callable
 
@@ -82,6 +80,19 @@ class Strategy:
     def subresource_causes(self, new: Obj, old: Obj, subresource: str | None) -> list:
         """Validation errors that depend on the endpoint an update came through."""
         return []
+
+    # Writes that reserve something outside the object (a Service's ClusterIP
+    # and node ports): called once the object is valid, they return a
+    # transaction (``commit()``, ``revert()``) or None.
+
+    async def begin_create(self, registry: Any, obj: Obj) -> Any:
+        return None
+
+    async def begin_update(self, registry: Any, new: Obj, old: Obj) -> Any:
+        return None
+
+    def after_delete(self, registry: Any, obj: Obj) -> None:
+        """The object is gone from storage."""
 
     def spec_changed(self, new: Obj, old: Obj) -> bool:
         for k in set(new) | set(old):
@@ -602,9 +613,10 @@ class JobStrategy(Strategy):
 
 
 class ServiceStrategy(Strategy):
+    """Defaults; the ClusterIP and node ports come from the registry's
+    allocators (registry/servicealloc.py) once the Service is valid."""
+
     tracks_generation = False
-    _counter = itertools.count(1)
-    _network = ipaddress.ip_network("10.96.0.0/12")
 
     def default(self, obj: Obj) -> None:
         spec = obj.get("spec")
@@ -643,13 +655,25 @@ class ServiceStrategy(Strategy):
 
     def prepare_for_create(self, obj: Obj) -> None:
         super().prepare_for_create(obj)
-        spec = obj.get("spec")
-        if isinstance(spec, dict) and spec.get("type") != "ExternalName" and not spec.get("clusterIP"):
-            # A simple allocator: sequential addresses in the service CIDR.
-            ip = str(self._network.network_address + 10 + next(self._counter))
-            spec["clusterIP"] = ip
-            spec["clusterIPs"] = [ip]
+        from kubeplane.registry.servicealloc import normalize_cluster_ips
+
+        normalize_cluster_ips(obj, None)
         obj["status"] = {"loadBalancer": {}}
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        super().prepare_for_update(new, old)
+        from kubeplane.registry.servicealloc import prepare_service_update
+
+        prepare_service_update(new, old)
+
+    async def begin_create(self, registry: Any, obj: Obj) -> Any:
+        return await registry.service_allocators.allocate_create(obj)
+
+    async def begin_update(self, registry: Any, new: Obj, old: Obj) -> Any:
+        return await registry.service_allocators.allocate_update(new, old)
+
+    def after_delete(self, registry: Any, obj: Obj) -> None:
+        registry.service_allocators.release(obj)
 
 
 class PVCStrategy(Strategy):
@@ -969,6 +993,7 @@ def _stamp_conditions(conds: list, old_conds: list[Obj]) -> None:
 
 # builds on the classes above; its classes are looked up when a strategy is made
 from kubeplane.registry import strategies_cronjob as _cronjob  # noqa: E402
+from kubeplane.registry import strategies_endpoints as _endpoints  # noqa: E402
 
 
 class PodDisruptionBudgetStrategy(Strategy):
@@ -1024,6 +1049,11 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     # -- daemonset --
 
     # -- endpoints --
+    ("", "endpoints"): lambda res: _endpoints.EndpointsStrategy(res),
+    ("discovery.k8s.io", "endpointslices"): lambda res: _endpoints.EndpointSliceStrategy(res),
+    ("networking.k8s.io", "ingresses"): lambda res: _endpoints.IngressStrategy(res),
+    ("networking.k8s.io", "ingressclasses"): lambda res: _endpoints.IngressClassStrategy(res),
+    ("networking.k8s.io", "networkpolicies"): lambda res: _endpoints.NetworkPolicyStrategy(res),
 
     # -- hpa --
     ("autoscaling", "horizontalpodautoscalers"): lambda res: __import__(

@@ -48,14 +48,14 @@ def test_default_chain_has_upstreams_plugins_in_order():
     chain = default_chain(MemoryStore())
     assert [p.name for p in chain.plugins] == [
         "NamespaceLifecycle", "LimitRanger", "Priority", "DefaultTolerationSeconds", "DefaultStorageClass",
-        "CertificateSubjectRestriction", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy",
+        "CertificateSubjectRestriction", "DefaultIngressClass", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionWebhook", "ResourceQuota"]
     assert isinstance(chain.plugins[0], NamespaceLifecycle) and isinstance(chain.plugins[4], DefaultStorageClass)
     # the API server's chain: ServiceAccount between them, as in upstream's list
     with_sa = default_chain(MemoryStore(), service_accounts=True)
     assert [p.name for p in with_sa.plugins] == [
         "NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority", "DefaultTolerationSeconds",
-        "DefaultStorageClass", "CertificateSubjectRestriction", "MutatingAdmissionWebhook",
+        "DefaultStorageClass", "CertificateSubjectRestriction", "DefaultIngressClass", "MutatingAdmissionWebhook",
         "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"]
     # upstream's --disable-admission-plugins
     assert [p.name for p in default_chain(MemoryStore(), disabled=("Priority", "ResourceQuota")).plugins][:3] == [

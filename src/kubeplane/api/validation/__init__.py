@@ -53,6 +53,7 @@ from kubeplane.api.validation.coordination import _validate_lease
 from kubeplane.api.validation.core import (
     _validate_config_map,
     _validate_config_map_update,
+    _validate_endpoints,
     _validate_event,
     _validate_namespace,
     _validate_node,
@@ -72,6 +73,13 @@ from kubeplane.api.validation.core import (
     validate_pod_spec,
     validate_pod_template,
     validate_pvc_spec,
+)
+from kubeplane.api.validation.discovery import _validate_endpoint_slice, _validate_endpoint_slice_update
+from kubeplane.api.validation.networking import (
+    _validate_ingress,
+    _validate_ingress_class,
+    _validate_ingress_class_update,
+    _validate_network_policy,
 )
 from kubeplane.api.validation.meta import (
     validate_annotations,
@@ -169,6 +177,13 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     # -- daemonset --
 
     # -- endpoints --
+    "endpoints": (name_is_dns_subdomain, _validate_endpoints, None),
+    "endpointslices.discovery.k8s.io": (name_is_dns_subdomain, _validate_endpoint_slice,
+                                        _validate_endpoint_slice_update),
+    "ingresses.networking.k8s.io": (name_is_dns_subdomain, _validate_ingress, None),
+    "ingressclasses.networking.k8s.io": (name_is_dns_subdomain, _validate_ingress_class,
+                                         _validate_ingress_class_update),
+    "networkpolicies.networking.k8s.io": (name_is_dns_subdomain, _validate_network_policy, None),
 
     # -- hpa --
     "horizontalpodautoscalers.autoscaling": (

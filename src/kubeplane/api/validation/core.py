@@ -707,6 +707,40 @@ def _validate_service(obj: dict[str, Any]) -> list[Cause]:
     sa = spec.get("sessionAffinity")
     if sa and sa not in ("ClientIP", "None"):
         out.append(not_supported("spec.sessionAffinity", sa, ("ClientIP", "None")))
+    out += _validate_service_ips_and_node_ports(spec, ports)
+    return out
+
+
+def _validate_service_ips_and_node_ports(spec: dict[str, Any], ports: list[Any]) -> list[Cause]:
+    """ClusterIPs are addresses (or "None" first); node ports are port
+    numbers, one per protocol (upstream's ValidateService)."""
+    from kubeplane.api.validation.ip import validate_ip
+
+    out: list[Cause] = []
+    ips = spec.get("clusterIPs")
+    for i, ip in enumerate(_l(ips)):
+        if ip == "None" and i == 0:
+            continue
+        out += validate_ip(ip, f"spec.clusterIPs[{i}]")
+    ip = spec.get("clusterIP")
+    if ip not in (None, "", "None") and not _l(ips):
+        out += validate_ip(ip, "spec.clusterIPs[0]")
+    if _l(ips) and ip not in (None, "") and ip != _l(ips)[0]:
+        out.append(invalid_value("spec.clusterIPs", ips, "first value must match `clusterIP`"))
+    seen: set[tuple[Any, Any]] = set()
+    for i, port in enumerate(ports):
+        port = _d(port)
+        np = port.get("nodePort")
+        if np in (None, 0):
+            continue
+        out += [invalid_value(f"spec.ports[{i}].nodePort", np, m) for m in is_valid_port_num(np)]
+        key = (port.get("protocol", "TCP"), np)
+        if key in seen:
+            out.append(duplicate(f"spec.ports[{i}].nodePort", np))
+        seen.add(key)
+    hc = spec.get("healthCheckNodePort")
+    if hc not in (None, 0):
+        out += [invalid_value("spec.healthCheckNodePort", hc, m) for m in is_valid_port_num(hc)]
     return out
 
 
@@ -716,6 +750,54 @@ def _validate_service_update(new: dict[str, Any], old: dict[str, Any]) -> list[C
     if oip and nip and nip != oip and (ns.get("type") or "ClusterIP") != "ExternalName":
         return [invalid_value("spec.clusterIPs[0]", nip, "may not change once set")]
     return []
+
+
+# ---------------------------------------------------------------- Endpoints
+
+
+def _validate_endpoints(obj: dict[str, Any]) -> list[Cause]:
+    """Upstream's ValidateEndpoints: every subset has an address, addresses
+    are routable IPs, ports are named when there are several."""
+    from kubeplane.api.validation.ip import validate_endpoint_ip, validate_ip
+
+    out: list[Cause] = []
+    for i, subset in enumerate(_l(obj.get("subsets"))):
+        subset = _d(subset)
+        p = f"subsets[{i}]"
+        ready, not_ready = _l(subset.get("addresses")), _l(subset.get("notReadyAddresses"))
+        if not ready and not not_ready:
+            out.append(required(p, "must specify `addresses` or `notReadyAddresses`"))
+        for key, addrs in (("addresses", ready), ("notReadyAddresses", not_ready)):
+            for j, addr in enumerate(addrs):
+                addr = _d(addr)
+                ap = f"{p}.{key}[{j}]"
+                out += validate_ip(addr.get("ip"), f"{ap}.ip")
+                hostname = _s(addr.get("hostname"))
+                if hostname:
+                    out += [invalid_value(f"{ap}.hostname", hostname, m) for m in is_dns1123_label(hostname)]
+                node = addr.get("nodeName")
+                if node is not None:
+                    out += [invalid_value(f"{ap}.nodeName", node, m) for m in is_dns1123_subdomain(_s(node))]
+                out += validate_endpoint_ip(addr.get("ip"), f"{ap}.ip")
+        ports = _l(subset.get("ports"))
+        for j, port in enumerate(ports):
+            port = _d(port)
+            pp = f"{p}.ports[{j}]"
+            name = _s(port.get("name"))
+            if len(ports) > 1 and not name:
+                out.append(required(f"{pp}.name"))
+            elif name:
+                out += [invalid_value(f"{pp}.name", name, m) for m in is_dns1123_label(name)]
+            out += [invalid_value(f"{pp}.port", port.get("port"), m) for m in is_valid_port_num(port.get("port"))]
+            proto = port.get("protocol")
+            if not proto:
+                out.append(required(f"{pp}.protocol"))
+            elif proto not in PROTOCOLS:
+                out.append(not_supported(f"{pp}.protocol", proto, PROTOCOLS))
+            app = port.get("appProtocol")
+            if app is not None:
+                out += [invalid_value(f"{pp}.appProtocol", app, m) for m in is_qualified_name(_s(app))]
+    return out
 
 
 def _validate_namespace(obj: dict[str, Any]) -> list[Cause]:
