@@ -150,6 +150,12 @@ def _node_lifecycle(client: Client, factory: SharedInformerFactory, opts: Contro
     return [NodeLifecycleController(client, factory)]
 
 
+def _daemonsets(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.daemonset import DaemonSetsController
+
+    return [DaemonSetsController(client, factory)]
+
+
 #: every controller kubeplane ships, in start order: upstream's name, the
 #: short names upstream also accepts, the kube-system ServiceAccount it acts as
 CONTROLLERS: tuple[ControllerDef, ...] = (
@@ -176,6 +182,7 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
     # -- statefulset --
 
     # -- daemonset --
+    ControllerDef("daemonset-controller", ("daemonset",), "daemon-set-controller", _daemonsets),
 
     # -- endpoints --
 

@@ -155,6 +155,8 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     # -- statefulset --
 
     # -- daemonset --
+    _r("apps", "v1", "DaemonSet", "daemonsets", True, short_names=("ds",), categories=("all",),
+       subresources=("status",)),
 
     # -- endpoints --
 

@@ -909,6 +909,8 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     # -- statefulset --
 
     # -- daemonset --
+    ("apps", "daemonsets"): lambda res: __import__(
+        "kubeplane.registry.strategies_daemonset", fromlist=["DaemonSetStrategy"]).DaemonSetStrategy(res),
 
     # -- endpoints --
 
