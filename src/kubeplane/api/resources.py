@@ -153,6 +153,7 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     # -- cronjob --
 
     # -- statefulset --
+    _r("apps", "v1", "ControllerRevision", "controllerrevisions", True),
 
     # -- daemonset --
     _r("apps", "v1", "DaemonSet", "daemonsets", True, short_names=("ds",), categories=("all",),

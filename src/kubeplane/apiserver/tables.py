@@ -687,6 +687,38 @@ _DAEMONSET = Printer(
 )
 
 
+def _controller_name(obj: Obj) -> str:
+    """``kind.group/name`` of the controlling owner (lower case, as upstream's
+    ``formatResourceName``), ``<none>`` without one."""
+    for ref in meta_of(obj).get("ownerReferences") or []:
+        if not isinstance(ref, dict) or not ref.get("controller"):
+            continue
+        api_version = str(ref.get("apiVersion") or "")
+        group = api_version.split("/", 1)[0] if "/" in api_version else ""
+        kind = str(ref.get("kind") or "")
+        name = str(ref.get("name") or "")
+        if not kind:
+            return name
+        return f"{(f'{kind}.{group}' if group else kind).lower()}/{name}"
+    return "<none>"
+
+
+def _controller_revision_row(cr: Obj, now: _dt.datetime) -> list[Cell]:
+    revision = cr.get("revision")
+    return [_name(cr), _controller_name(cr), revision if isinstance(revision, int) else 0, _age(cr, now)]
+
+
+_CONTROLLER_REVISION = Printer(
+    (
+        _name_col(),
+        Column("Controller", description="Controller of the object"),
+        Column("Revision", description="Revision indicates the revision of the state represented by Data."),
+        _age_col(),
+    ),
+    _controller_revision_row,
+)
+
+
 def _job_row(job: Obj, now: _dt.datetime) -> list[Cell]:
     spec = job.get("spec") or {}
     status = job.get("status") or {}
@@ -1145,6 +1177,7 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     # -- cronjob --
 
     # -- statefulset --
+    ("apps", "controllerrevisions"): _CONTROLLER_REVISION,
 
     # -- daemonset --
     ("apps", "daemonsets"): _DAEMONSET,

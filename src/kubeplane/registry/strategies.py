@@ -907,6 +907,7 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     # -- cronjob --
 
     # -- statefulset --
+    ("apps", "controllerrevisions"): NoGenerationStrategy,
 
     # -- daemonset --
     ("apps", "daemonsets"): lambda res: __import__(

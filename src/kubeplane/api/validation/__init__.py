@@ -37,8 +37,15 @@ from kubeplane.api.strings import (
 )
 from kubeplane.api.validation.admissionregistration import validate_webhook_configuration
 from kubeplane.api.validation.apiextensions import validate_crd, validate_crd_update
-from kubeplane.api.validation.apps import _selector_immutable, _validate_deployment, _validate_replicaset
-from kubeplane.api.validation.apps import _validate_daemonset, _validate_daemonset_update
+from kubeplane.api.validation.apps import (
+    _selector_immutable,
+    _validate_controller_revision,
+    _validate_controller_revision_update,
+    _validate_daemonset,
+    _validate_daemonset_update,
+    _validate_deployment,
+    _validate_replicaset,
+)
 from kubeplane.api.validation.batch import _validate_job, _validate_job_update
 from kubeplane.api.validation.certificates import csr_name, validate_csr_create, validate_csr_update
 from kubeplane.api.validation.common import _d
@@ -145,6 +152,7 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     # -- cronjob --
 
     # -- statefulset --
+    "controllerrevisions.apps": (name_is_dns_subdomain, _validate_controller_revision, _validate_controller_revision_update),
 
     # -- daemonset --
     "daemonsets.apps": (name_is_dns_subdomain, _validate_daemonset, _validate_daemonset_update),

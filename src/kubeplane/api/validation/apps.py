@@ -1,4 +1,4 @@
-"""Validation of apps/v1: Deployments, ReplicaSets, DaemonSets (and the workload helpers they share).
+"""Validation of apps/v1: Deployments, ReplicaSets, StatefulSets, ControllerRevisions, DaemonSets (and the workload helpers they share).
 """
 
 from __future__ import annotations
@@ -203,3 +203,19 @@ def _collision_count_not_decremented(new: dict[str, Any], old: dict[str, Any]) -
     if _is_int(old_cc) and (new_cc is None or (_is_int(new_cc) and new_cc < old_cc)):
         out.append(invalid_value("status.collisionCount", new_cc if new_cc is not None else 0, "cannot be decremented"))
     return out
+def _validate_controller_revision(obj: dict[str, Any]) -> list[Cause]:
+    """``revision`` not negative, ``data`` a JSON object."""
+    out: list[Cause] = []
+    revision = obj.get("revision")
+    if revision is not None and (not _is_int(revision) or revision < 0):
+        out.append(invalid_value("revision", revision, "must be greater than or equal to 0"))
+    data = obj.get("data")
+    if data is None:
+        out.append(required("data", "data is mandatory"))
+    elif not isinstance(data, dict):
+        out.append(required("data", "data must be a valid JSON object"))
+    return out
+
+
+def _validate_controller_revision_update(new: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
+    return _immutable(new.get("data"), old.get("data"), "data")
