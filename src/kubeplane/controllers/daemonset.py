@@ -49,6 +49,7 @@ from kubeplane.client.informer import SharedInformerFactory, unwrap_deleted
 from kubeplane.client.interface import Client, Obj
 from kubeplane.controllers.base import Controller
 from kubeplane.controllers.deployment import compute_hash, scaled_value
+from kubeplane.controllers.history import History, raw_data, revision_number, sort_controller_revisions
 from kubeplane.controllers.replicaset import (
     CONTROLLER_UID_INDEX,
     NAMESPACE_INDEX,
@@ -310,14 +311,8 @@ def revision_patch(ds: Obj) -> Obj:
 
 
 def revision_matches(ds: Obj, revision: Obj) -> bool:
-    return revision.get("data") == revision_patch(ds)
-
-
-def _revision_number(revision: Obj) -> int:
-    try:
-        return int(revision.get("revision") or 0)
-    except (TypeError, ValueError):
-        return 0
+    """Upstream ``Match``: the revision's data is the DaemonSet's template patch, byte for byte."""
+    return raw_data(revision.get("data")) == raw_data(revision_patch(ds))
 
 
 class _Backoff:
@@ -395,7 +390,7 @@ class DaemonSetsController(Controller):
         add_indexers(self.ds_informer, {NAMESPACE_INDEX: namespace_index})
         add_indexers(self.pod_informer, {NAMESPACE_INDEX: namespace_index, CONTROLLER_UID_INDEX: controller_uid_index,
                                          NODE_NAME_INDEX: node_name_index})
-        add_indexers(self.history_informer, {NAMESPACE_INDEX: namespace_index})
+        self.history = History(client, self.history_informer)
         self.daemonsets = self.add_queue("daemonsets", self.sync)
         self.node_updates = self.add_queue("nodes", self.sync_node_update)
         self.ds_informer.add_event_handler(self._ds_added, self._ds_updated, self._ds_deleted)
@@ -915,32 +910,38 @@ class DaemonSetsController(Controller):
     # ------------------------------------------------------------- history
 
     async def controlled_histories(self, ds: Obj) -> list[Obj]:
-        """The ControllerRevisions this DaemonSet controls, after adopting and releasing."""
+        """The ControllerRevisions this DaemonSet controls, after adopting matching
+        orphans and releasing owned ones the selector no longer matches."""
         selector = selector_of(ds)
         uid = uid_of(ds)
         deleting = bool(md_of(ds).get("deletionTimestamp"))
         owned: list[Obj] = []
         can_adopt: bool | None = None
-        for rev in self.history_informer.indexer.by_index(NAMESPACE_INDEX, ns_of(ds)):
+        # the owned ones the selector matches and the matching orphans (the index) ...
+        candidates = self.history.list_controller_revisions(ds, "apps/v1", "DaemonSet", selector)
+        # ... and the owned ones it no longer matches, to release
+        candidates += [r for r in self.history_informer.indexer.list()
+                       if ns_of(r) == ns_of(ds) and (controller_ref(r) or {}).get("uid") == uid
+                       and not selector.matches(md_of(r).get("labels") or {})]
+        for rev in candidates:
             ref = controller_ref(rev)
-            matches = selector.matches(md_of(rev).get("labels") or {})
             if ref is not None:
-                if ref.get("uid") != uid:
-                    continue
-                if matches:
+                if selector.matches(md_of(rev).get("labels") or {}):
                     owned.append(rev)
                 elif not deleting:
-                    await self._release(CONTROLLER_REVISIONS, rev, uid)
+                    await self.history.release_controller_revision(ds, rev)
                 continue
-            if not matches or deleting or md_of(rev).get("deletionTimestamp"):
+            if deleting or md_of(rev).get("deletionTimestamp"):
                 continue
             if can_adopt is None:
                 can_adopt = await self._recheck(ds)
             if not can_adopt:
                 continue
-            adopted = await self._adopt(CONTROLLER_REVISIONS, rev, ds)
-            if adopted is not None:
-                owned.append(adopted)
+            try:
+                owned.append(await self.history.adopt_controller_revision(ds, "apps/v1", "DaemonSet", rev))
+            except StatusError as err:
+                if err.code not in (404, 409, 422):
+                    raise
         return owned
 
     async def construct_history(self, ds: Obj) -> tuple[Obj, list[Obj]]:
@@ -955,15 +956,13 @@ class DaemonSetsController(Controller):
                 new["metadata"].setdefault("labels", {})[REVISION_HASH_LABEL] = name_of(rev)
                 rev = await self.client.update(CONTROLLER_REVISIONS, new)
             (current if revision_matches(ds, rev) else old).append(rev)
-        next_revision = max((_revision_number(r) for r in old), default=0) + 1
+        next_revision = max((revision_number(r) for r in old), default=0) + 1
         if not current:
             cur = await self.snapshot(ds, next_revision)
         else:
             cur = await self.dedup_current_histories(ds, current)
-            if _revision_number(cur) < next_revision:
-                new = deep_copy(cur)
-                new["revision"] = next_revision
-                cur = await self.client.update(CONTROLLER_REVISIONS, new)
+            if revision_number(cur) < next_revision:
+                cur = await self.history.update_controller_revision(cur, next_revision)
         return cur, old
 
     async def dedup_current_histories(self, ds: Obj, current: list[Obj]) -> Obj:
@@ -972,7 +971,7 @@ class DaemonSetsController(Controller):
             return current[0]
         keep = current[0]
         for rev in current:
-            if _revision_number(rev) >= _revision_number(keep):
+            if revision_number(rev) >= revision_number(keep):
                 keep = rev
         keep_hash = (md_of(keep).get("labels") or {}).get(REVISION_HASH_LABEL)
         for pod in await self.daemon_pods(ds):
@@ -1036,13 +1035,13 @@ class DaemonSetsController(Controller):
                 h = (md_of(pod).get("labels") or {}).get(REVISION_HASH_LABEL)
                 if h:
                     live.add(h)
-        for rev in sorted(old, key=_revision_number):
+        for rev in sort_controller_revisions(old):
             if to_kill <= 0:
                 break
             if (md_of(rev).get("labels") or {}).get(REVISION_HASH_LABEL) in live:
                 continue
             try:
-                await self.client.delete(CONTROLLER_REVISIONS, name_of(rev), ns_of(rev))
+                await self.history.delete_controller_revision(rev)
             except StatusError as err:
                 if err.code != 404:
                     raise
