@@ -167,7 +167,10 @@ def _validate_daemonset_spec(obj: dict[str, Any]) -> list[Cause]:
     if selector is None and sel is None or selector is not None and not selector.matches(labels):
         out.append(invalid_value("spec.template.metadata.labels", labels, "`selector` does not match template `labels`"))
     if isinstance(sel, dict) and not sel.get("matchLabels") and not sel.get("matchExpressions"):
-        out.append(invalid_value("spec.selector", sel, "empty selector is invalid for daemonset"))
+        # the bad value as metav1.LabelSelector's String() prints an empty one
+        out.append(Cause("FieldValueInvalid", "Invalid value: &LabelSelector{MatchLabels:map[string]string{},"
+                         "MatchExpressions:[]LabelSelectorRequirement{},}: empty selector is invalid for daemonset",
+                         "spec.selector"))
     out += validate_pod_template(template, "spec.template")
     tspec = _d(template.get("spec"))
     restart = tspec.get("restartPolicy", "Always")
