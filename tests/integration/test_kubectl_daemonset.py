@@ -1,0 +1,116 @@
+"""DaemonSets with the real kubectl against the shared `kubeplane up` cluster
+(three simulated nodes): one pod per node, upstream's columns and describe
+output, `kubectl rollout status/history/undo/restart`, cascading deletion."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import Kubectl
+from helpers import eventually_sync
+
+NS = "ds-e2e"
+
+MANIFEST = f"""
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: agent
+  namespace: {NS}
+spec:
+  selector:
+    matchLabels: {{app: agent}}
+  template:
+    metadata:
+      labels: {{app: agent}}
+    spec:
+      containers:
+      - name: agent
+        image: agent:1
+"""
+
+
+@pytest.fixture(scope="module")
+def kubectl(cluster_kubectl: Kubectl):
+    cluster_kubectl("create", "namespace", NS)
+    yield cluster_kubectl
+    cluster_kubectl("delete", "namespace", NS, "--wait=false", check=False)
+
+
+def _json(kubectl: Kubectl, *args: str) -> dict:
+    return json.loads(kubectl(*args, "-n", NS, "-o", "json").out)
+
+
+def _revisions(kubectl: Kubectl) -> list[int]:
+    items = _json(kubectl, "get", "controllerrevisions")["items"]
+    return sorted(r["revision"] for r in items)
+
+
+def test_daemonset_lifecycle_with_kubectl(kubectl: Kubectl) -> None:
+    kubectl("apply", "-f", "-", stdin=MANIFEST)
+    out = kubectl("rollout", "status", "daemonset/agent", "-n", NS, "--timeout=60s").out
+    assert out.strip().endswith('daemon set "agent" successfully rolled out')
+
+    table = kubectl("get", "ds", "-n", NS).out.splitlines()
+    assert table[0].split() == ["NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "NODE",
+                                "SELECTOR", "AGE"]
+    assert table[1].split()[:7] == ["agent", "3", "3", "3", "3", "3", "<none>"]
+    wide = kubectl("get", "ds", "-n", NS, "-o", "wide").out.splitlines()
+    assert wide[0].split()[-3:] == ["CONTAINERS", "IMAGES", "SELECTOR"]
+    assert wide[1].split()[-3:] == ["agent", "agent:1", "app=agent"]
+
+    # one pod on every node, placed by the scheduler through the node affinity term
+    pods = _json(kubectl, "get", "pods", "-l", "app=agent")["items"]
+    nodes = [n["metadata"]["name"] for n in json.loads(kubectl("get", "nodes", "-o", "json").out)["items"]]
+    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(nodes)
+    for p in pods:
+        term = p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"]
+        assert term == [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                          "values": [p["spec"]["nodeName"]]}]}]
+        assert {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"} in \
+            p["spec"]["tolerations"]
+
+    described = kubectl("describe", "ds", "agent", "-n", NS).out
+    for line in ("Desired Number of Nodes Scheduled: 3", "Current Number of Nodes Scheduled: 3",
+                 "Number of Nodes Scheduled with Up-to-date Pods: 3",
+                 "Number of Nodes Scheduled with Available Pods: 3", "Number of Nodes Misscheduled: 0",
+                 "Pods Status:  3 Running / 0 Waiting / 0 Succeeded / 0 Failed"):
+        assert line in described
+    assert "SuccessfulCreate" in described and "Created pod: agent-" in described
+
+    # a rolling update, its history, an undo that reuses revision 1's template
+    kubectl("set", "image", "daemonset/agent", "agent=agent:2", "-n", NS)
+    kubectl("rollout", "status", "daemonset/agent", "-n", NS, "--timeout=60s")
+    history = kubectl("rollout", "history", "daemonset/agent", "-n", NS).out.split()
+    assert history[history.index("CHANGE-CAUSE") + 1:] == ["1", "<none>", "2", "<none>"]
+    shown = kubectl("rollout", "history", "daemonset/agent", "-n", NS, "--revision=1").out
+    assert "daemonset.apps/agent with revision #1" in shown
+    assert "agent:1" in shown and "agent:2" not in shown
+    kubectl("rollout", "undo", "daemonset/agent", "-n", NS)
+    kubectl("rollout", "status", "daemonset/agent", "-n", NS, "--timeout=60s")
+    ds = _json(kubectl, "get", "ds", "agent")
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == "agent:1"
+    assert _revisions(kubectl) == [2, 3]  # revision 1 became revision 3
+    images = {p["spec"]["containers"][0]["image"] for p in _json(kubectl, "get", "pods", "-l", "app=agent")["items"]
+              if not p["metadata"].get("deletionTimestamp")}
+    assert images == {"agent:1"}
+
+    # rollout restart: a new template, so a new revision rolled to every node
+    kubectl("rollout", "restart", "daemonset/agent", "-n", NS)
+    kubectl("rollout", "status", "daemonset/agent", "-n", NS, "--timeout=60s")
+    assert _revisions(kubectl) == [2, 3, 4]
+    ds = _json(kubectl, "get", "ds", "agent")
+    assert ds["status"]["updatedNumberScheduled"] == 3 and ds["status"]["numberAvailable"] == 3
+    assert ds["status"]["observedGeneration"] == ds["metadata"]["generation"]
+
+    # cascading deletion: pods and revisions go with the DaemonSet
+    kubectl("delete", "daemonset", "agent", "-n", NS)
+
+    def gone() -> bool:
+        pods = _json(kubectl, "get", "pods", "-l", "app=agent")["items"]
+        return not pods and not _json(kubectl, "get", "controllerrevisions")["items"]
+
+    eventually_sync(gone, timeout=60, what="the DaemonSet's pods and revisions deleted")
