@@ -84,6 +84,8 @@ REVISION_HASH_LABEL = "controller-revision-hash"
 TEMPLATE_GENERATION_LABEL = "pod-template-generation"
 
 BURST_REPLICAS = 250
+#: how often the failed-pod backoff forgets entries that are long idle (upstream BackoffGCInterval)
+BACKOFF_GC_INTERVAL = 60.0
 NODE_NAME_INDEX = "spec.nodeName"
 
 # Event reasons (upstream's daemon controller and pod control).
@@ -383,6 +385,7 @@ class DaemonSetsController(Controller):
         self.burst_replicas = burst_replicas
         self.expectations = DaemonSetExpectations()
         self.failed_pods_backoff = _Backoff(clock)
+        self._backoff_gc_at = clock()
         self.ds_informer = self.factory.informer_for(DAEMONSETS)
         self.pod_informer = self.factory.informer_for(PODS)
         self.node_informer = self.factory.informer_for(NODES)
@@ -552,6 +555,10 @@ class DaemonSetsController(Controller):
     # ----------------------------------------------------------------- sync
 
     async def sync(self, key: str) -> None:
+        now = self.clock()
+        if (now - self._backoff_gc_at).total_seconds() >= BACKOFF_GC_INTERVAL:
+            self.failed_pods_backoff.gc(now)
+            self._backoff_gc_at = now
         ds = self.ds_informer.indexer.get_by_key(key)
         if ds is None:
             self.expectations.delete(key)
