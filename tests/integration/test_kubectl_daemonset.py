@@ -81,6 +81,12 @@ def test_daemonset_lifecycle_with_kubectl(kubectl: Kubectl) -> None:
         assert line in described
     assert "SuccessfulCreate" in described and "Created pod: agent-" in described
 
+    # kubectl compares the revision with the DaemonSet byte for byte, as upstream writes it
+    out = kubectl("rollout", "undo", "daemonset/agent", "--to-revision=1", "-n", NS).out
+    assert out.strip() == "daemonset.apps/agent skipped rollback (current template already matches revision 1)"
+    res = kubectl("rollout", "undo", "daemonset/agent", "--to-revision=1000000", "-n", NS, check=False)
+    assert res.rc != 0 and "unable to find specified revision 1000000 in history" in res.err
+
     # a rolling update, its history, an undo that reuses revision 1's template
     kubectl("set", "image", "daemonset/agent", "agent=agent:2", "-n", NS)
     kubectl("rollout", "status", "daemonset/agent", "-n", NS, "--timeout=60s")
@@ -89,7 +95,8 @@ def test_daemonset_lifecycle_with_kubectl(kubectl: Kubectl) -> None:
     shown = kubectl("rollout", "history", "daemonset/agent", "-n", NS, "--revision=1").out
     assert "daemonset.apps/agent with revision #1" in shown
     assert "agent:1" in shown and "agent:2" not in shown
-    kubectl("rollout", "undo", "daemonset/agent", "-n", NS)
+    out = kubectl("rollout", "undo", "daemonset/agent", "-n", NS).out
+    assert out.strip() == "daemonset.apps/agent rolled back"
     kubectl("rollout", "status", "daemonset/agent", "-n", NS, "--timeout=60s")
     ds = _json(kubectl, "get", "ds", "agent")
     assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == "agent:1"

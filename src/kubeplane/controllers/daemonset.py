@@ -305,11 +305,26 @@ def _is_terminal(pod: Obj) -> bool:
 # --------------------------------------------------------------- history
 
 
+def _sorted_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
+    return value
+
+
 def revision_patch(ds: Obj) -> Obj:
-    """What a ControllerRevision of the DaemonSet holds: its template, to replace on undo."""
+    """What a ControllerRevision of the DaemonSet holds: its template, to replace
+    on undo, as upstream writes it (the typed template through a map: keys
+    sorted, the template's ``creationTimestamp: null``), so that ``kubectl
+    rollout undo`` finds the revision that matches the DaemonSet byte for byte."""
     template = deep_copy((ds.get("spec") or {}).get("template") or {})
+    md = template.get("metadata")
+    if not isinstance(md, dict):
+        md = template["metadata"] = {}
+    md.setdefault("creationTimestamp", None)
     template["$patch"] = "replace"
-    return {"spec": {"template": template}}
+    return _sorted_keys({"spec": {"template": template}})
 
 
 def revision_matches(ds: Obj, revision: Obj) -> bool:

@@ -57,6 +57,11 @@ class DaemonSetStrategy(Strategy):
                     ru.setdefault("maxUnavailable", 1)
                     ru.setdefault("maxSurge", 0)
         spec.setdefault("revisionHistoryLimit", 10)
+        template = spec.get("template")
+        if isinstance(template, dict) and isinstance(template.get("metadata"), dict) \
+                and "creationTimestamp" in template["metadata"] and template["metadata"]["creationTimestamp"] is None:
+            # what the typed template drops: kubectl rollout undo's patch carries it
+            del template["metadata"]["creationTimestamp"]
         _default_template(spec)
 
     def initial_status(self, obj: Obj) -> Obj:

@@ -492,3 +492,17 @@ def test_failed_pod_backoff_doubles_and_is_forgotten() -> None:
     clock.advance(1801)
     b.gc(clock())
     assert b.get("k") == 0.0
+
+
+def test_revision_data_is_written_as_upstream() -> None:
+    from kubeplane.controllers.daemonset import revision_patch
+    from kubeplane.controllers.history import raw_data
+
+    ds = make_ds()
+    data = revision_patch(ds)
+    # the typed template through a map: keys sorted, creationTimestamp null, the replace directive
+    assert raw_data(data) == (
+        b'{"spec":{"template":{"$patch":"replace","metadata":{"creationTimestamp":null,"labels":{"app":"agent"}},'
+        b'"spec":{"containers":[{"image":"agent:1","name":"c"}]}}}}')
+    assert list(data["spec"]["template"]) == ["$patch", "metadata", "spec"]
+    assert "$patch" not in ds["spec"]["template"]  # the DaemonSet is not touched
