@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import Kubectl
+from conftest import Kubectl, start_server
 from helpers import eventually_sync
 
 NS = "ds-e2e"
@@ -121,3 +121,93 @@ def test_daemonset_lifecycle_with_kubectl(kubectl: Kubectl) -> None:
         return not pods and not _json(kubectl, "get", "controllerrevisions")["items"]
 
     eventually_sync(gone, timeout=60, what="the DaemonSet's pods and revisions deleted")
+
+
+EDGE = """
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: edge
+spec:
+  selector:
+    matchLabels: {app: edge}
+  template:
+    metadata:
+      labels: {app: edge}
+    spec:
+      nodeSelector: {role: edge}
+      containers:
+      - name: agent
+        image: agent:1
+"""
+
+NEW_NODE = """
+apiVersion: v1
+kind: Node
+metadata:
+  name: edge-9
+  labels: {role: edge, kubernetes.io/hostname: edge-9}
+status:
+  capacity: {cpu: "1", memory: 1Gi, pods: "10"}
+  allocatable: {cpu: "1", memory: 1Gi, pods: "10"}
+  conditions:
+  - {type: Ready, status: "True", reason: KubeletReady, message: ready}
+"""
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory):
+    """A cluster of its own: this test adds, relabels and taints nodes."""
+    tmp = tmp_path_factory.mktemp("ds-nodes")
+    srv = start_server(tmp, command="up", extra=["--nodes", "1"])
+    yield Kubectl(srv.kubeconfig, tmp / "home")
+    srv.stop()
+
+
+def _edge_pods(kubectl: Kubectl) -> list[dict]:
+    items = json.loads(kubectl("get", "pods", "-l", "app=edge", "-o", "json").out)["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def _target(pod: dict) -> str:
+    return pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+
+
+def _desired(kubectl: Kubectl, n: int) -> dict | None:
+    ds = json.loads(kubectl("get", "ds", "edge", "-o", "json").out)
+    return ds if ds["status"]["desiredNumberScheduled"] == n else None
+
+
+def test_node_selector_new_nodes_and_taints(own_cluster: Kubectl) -> None:
+    kubectl = own_cluster
+    node = json.loads(kubectl("get", "nodes", "-o", "json").out)["items"][0]["metadata"]["name"]
+    kubectl("apply", "-f", "-", stdin=EDGE)
+    eventually_sync(lambda: _desired(kubectl, 0) is not None, timeout=30, what="no node selected")
+    assert not _edge_pods(kubectl)
+
+    kubectl("label", "node", node, "role=edge")
+    kubectl("rollout", "status", "daemonset/edge", "--timeout=60s")
+    assert [p["spec"]["nodeName"] for p in _edge_pods(kubectl)] == [node]
+
+    # a new node that matches gets its pod, bound there by the scheduler (no agent runs it)
+    kubectl("create", "-f", "-", stdin=NEW_NODE)
+    eventually_sync(lambda: sorted(p["spec"].get("nodeName", "") for p in _edge_pods(kubectl))
+                    == sorted([node, "edge-9"]), timeout=30, what="a pod bound to the new node")
+    assert sorted(_target(p) for p in _edge_pods(kubectl)) == sorted([node, "edge-9"])
+    row = eventually_sync(lambda: _desired(kubectl, 2), timeout=30, what="two nodes desired")
+    assert row["status"]["currentNumberScheduled"] == 2
+
+    # a node that stops matching loses its pod
+    kubectl("label", "node", "edge-9", "role-")
+    eventually_sync(lambda: [_target(p) for p in _edge_pods(kubectl)] == [node], timeout=30,
+                    what="the pod of the relabelled node deleted")
+    eventually_sync(lambda: _desired(kubectl, 1), timeout=30, what="one node desired")
+
+    # a NoExecute taint the pod does not tolerate evicts it; the daemon tolerations keep it
+    kubectl("taint", "node", node, "node.kubernetes.io/unschedulable:NoSchedule")
+    kubectl("rollout", "status", "daemonset/edge", "--timeout=60s")
+    assert [p["spec"]["nodeName"] for p in _edge_pods(kubectl)] == [node]
+    kubectl("taint", "node", node, "dedicated=db:NoExecute")
+    eventually_sync(lambda: not _edge_pods(kubectl), timeout=30, what="the pod evicted by the NoExecute taint")
+    eventually_sync(lambda: _desired(kubectl, 0), timeout=30, what="no node desired")
