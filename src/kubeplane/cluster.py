@@ -168,7 +168,7 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
     ControllerDef("persistentvolume-binder-controller", ("persistentvolume-binder",), "persistent-volume-binder",
                   _pv_binder),
     # kubeplane's own: the provisioner of its local volumes
-    ControllerDef("local-volume-provisioner", (), "persistent-volume-binder", _local_provisioner),
+    ControllerDef("local-volume-provisioner", (), "kubeplane-local-provisioner", _local_provisioner),
     ControllerDef("resourceclaim-controller", ("resourceclaim",), "resource-claim-controller", _resource_claims),
     ControllerDef("replicaset-controller", ("replicaset",), "replicaset-controller", _replicasets),
     ControllerDef("deployment-controller", ("deployment",), "deployment-controller", _deployments),
@@ -208,6 +208,42 @@ def build_controllers(client: Client, factory: SharedInformerFactory, opts: Cont
     return [c for _d, built in build_selected(client, factory, opts, selection) for c in built]
 
 
+async def start_controllers(comps: "Components", client: Client, factory: SharedInformerFactory,
+                            opts: ControllerOptions, selection: tuple[str, ...] | list[str] = ("*",), *,
+                            clients: Any = None) -> None:
+    """Build and start the controllers ``selection`` turns on, added to
+    ``comps``. The shared informers read as kube-controller-manager; each
+    controller writes as its own kube-system ServiceAccount (upstream's
+    ``--use-service-account-credentials``): through ``clients``
+    (:class:`~kubeplane.controllers.manager.ServiceAccountClients`, a client
+    with the account's token each) when given, otherwise through ``client``
+    acting as that account (the in-process client and the local wire carry
+    the identity of the task that makes a request)."""
+    from kubeplane.auth.user import acting_as
+    from kubeplane.controllers.manager import controller_user
+
+    built = []
+    for d in select_controllers(CONTROLLERS, selection):
+        own = await clients.client_for(d.account) if clients is not None else client
+        built.append((d, d.build(own, factory, opts)))
+    with acting_as(CONTROLLER_MANAGER_USER):
+        factory.start()
+    # stopped after every component that reads from it
+    comps.items.append(_StopFactory(factory))
+    for d, ctrls in built:
+        with acting_as(controller_user(d.account)):
+            for ctrl in ctrls:
+                await comps.start(ctrl)
+
+
+@dataclass
+class _StopFactory:
+    factory: SharedInformerFactory
+
+    async def stop(self) -> None:
+        await self.factory.stop()
+
+
 def node_agent(client: Client, factory: SharedInformerFactory, node_count: int, node_cpu: str = "4",
                node_memory: str = "32Gi", node_pods: int = 110, zones: int = 0, node_prefix: str = "node",
                gpus: int = 0) -> Any:
@@ -222,7 +258,8 @@ def node_agent(client: Client, factory: SharedInformerFactory, node_count: int, 
 async def start_components(comps: "Components", client: Client, node_args: tuple | None, sched_kwargs: dict,
                            *, controllers: bool = True, scheduler: bool = True, metrics_listen: str = "",
                            scheduler_config: Any = None, namespace_controller: bool = True,
-                           controller_options: ControllerOptions | None = None) -> None:
+                           controller_options: ControllerOptions | None = None,
+                           controller_selection: tuple[str, ...] | list[str] = ("*",)) -> None:
     """Controllers, simulated nodes (``node_args`` as :func:`node_agent` takes
     them after the factory; None for none) and the scheduler on ``client``,
     sharing one informer factory, added to ``comps`` in start order
@@ -245,9 +282,7 @@ async def start_components(comps: "Components", client: Client, node_args: tuple
     if controllers:
         opts = controller_options if controller_options is not None else ControllerOptions()
         opts = dataclasses.replace(opts, namespace=opts.namespace and namespace_controller)
-        with acting_as(CONTROLLER_MANAGER_USER):
-            for ctrl in build_controllers(client, factory, opts):
-                await comps.start(ctrl)
+        await start_controllers(comps, client, factory, opts, controller_selection)
     if agent is not None:
         await comps.start(agent)  # each node acts as system:node:<name> (NodeAgent)
     if scheduler:

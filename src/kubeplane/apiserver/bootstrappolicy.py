@@ -361,6 +361,7 @@ def controller_roles() -> list[Obj]:
             r("patch,update", "", "pods/status"),
             EVENTS,
         ]),
+        _role(c + "root-ca-cert-publisher", [r("create,update", "", "configmaps"), EVENTS]),
         _role(c + "service-account-controller", [r("create", "", "serviceaccounts"), EVENTS]),
         # -- job --
 
@@ -409,10 +410,16 @@ def kubeplane_roles() -> list[Obj]:
     ])]
 
 
+#: the kube-system ServiceAccount the local volume provisioner acts as
+KUBEPLANE_PROVISIONER_ACCOUNT = "kubeplane-local-provisioner"
+
+
 def _controller_manager_bindings() -> list[Obj]:
     roles = [role["metadata"]["name"] for role in controller_roles()] + [KUBEPLANE_PROVISIONER_ROLE]
     subject = [user("system:kube-controller-manager")]
-    return [_binding(f"kubeplane:controller-manager:{name.rsplit(':', 1)[-1]}", name, subject) for name in roles]
+    return [_binding(f"kubeplane:controller-manager:{name.rsplit(':', 1)[-1]}", name, subject) for name in roles] + [
+        _binding(KUBEPLANE_PROVISIONER_ROLE, KUBEPLANE_PROVISIONER_ROLE,
+                 [service_account("kube-system", KUBEPLANE_PROVISIONER_ACCOUNT)])]
 
 
 def cluster_role_bindings() -> list[Obj]:

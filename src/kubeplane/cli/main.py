@@ -352,6 +352,27 @@ def main() -> None:
     configure_gc()
 
 
+def _check_controllers(ctx, param, value: str) -> tuple[str, ...]:
+    from kubeplane.cluster import CONTROLLERS
+    from kubeplane.controllers.manager import select_controllers
+
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    try:
+        select_controllers(CONTROLLERS, items)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return items
+
+
+def _controllers_option(fn):
+    """kube-controller-manager's --controllers."""
+    return click.option(
+        "--controllers", "controller_selection", default="*", show_default=True, callback=_check_controllers,
+        help="A list of controllers to enable. '*' enables all on-by-default controllers, 'foo' enables the "
+             "controller named 'foo', '-foo' disables the controller named 'foo'. Names as "
+             "kube-controller-manager's (e.g. job-controller, or its alias job).")(fn)
+
+
 @main.command()
 @click.option("-o", "--output", type=click.Choice(["json", "yaml"]), default=None,
               help="Print the version information as JSON or YAML (the API server's /version).")
@@ -442,10 +463,12 @@ _COMPONENTS_METRICS_HELP = ("HOST:PORT where the scheduler's and controllers' /m
                    "API server by a Unix socket, so that two cores do the work.")
 @click.option("--metrics-listen", default="127.0.0.1:10259", show_default=True, callback=_check_listen,
               help=_COMPONENTS_METRICS_HELP + " With --split the second process serves them.")
+@_controllers_option
 def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
        history_bytes: int, event_ttl: float, verbosity: int, verbose: bool, node_count: int, node_cpu: str,
        node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int,
-       scheduler_config: str | None, split: bool, metrics_listen: str) -> None:
+       scheduler_config: str | None, split: bool, metrics_listen: str,
+       controller_selection: tuple[str, ...]) -> None:
     """Run a whole cluster: API server, scheduler, controllers, simulated nodes (one process,
     or two with --split)."""
     import os
@@ -482,11 +505,11 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
             ca_files = cluster_ca_options(data_dir)
             if split:
                 await _start_split(comps, server.registry, data_dir, node_args, scheduler_config, verbosity,
-                                   metrics_listen, ca_files)
+                                   metrics_listen, ca_files, controller_selection)
             else:
                 client = InProcessClient(server.registry, field_manager="kubeplane")
                 await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg,
-                                        ca_files=ca_files)
+                                        ca_files=ca_files, controller_selection=controller_selection)
             # Written last and atomically: the kubeconfig appearing means the cluster is usable.
             published.publish(server.url, **server.admin_credentials())
             log.info("kubeplane is up: API server at %s, %d simulated node(s); try: kubectl --kubeconfig %s get nodes",
@@ -501,7 +524,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
 
 
 async def _start_components(comps, client, node_args: tuple, sched_kwargs: dict, metrics_listen: str = "",
-                            sched_cfg=None, namespace_controller: bool = True, ca_files: dict | None = None) -> None:
+                            sched_cfg=None, namespace_controller: bool = True, ca_files: dict | None = None,
+                            controller_selection: tuple[str, ...] = ("*",)) -> None:
     """Controllers, simulated nodes and the scheduler on ``client``, sharing one informer factory;
     with ``metrics_listen``, their metrics server (scheduler metrics, work queues, /configz);
     ``ca_files``: the CA files of the root CA publisher and the CSR signer
@@ -510,11 +534,13 @@ async def _start_components(comps, client, node_args: tuple, sched_kwargs: dict,
 
     await start_components(comps, client, node_args, sched_kwargs, metrics_listen=metrics_listen,
                            scheduler_config=sched_cfg, namespace_controller=namespace_controller,
-                           controller_options=ControllerOptions(**(ca_files or {})))
+                           controller_options=ControllerOptions(**(ca_files or {})),
+                           controller_selection=controller_selection)
 
 
 async def _start_split(comps, registry, data_dir: str, node_args: tuple, scheduler_config: str | None,
-                       verbosity: int, metrics_listen: str = "", ca_files: dict | None = None) -> None:
+                       verbosity: int, metrics_listen: str = "", ca_files: dict | None = None,
+                       controller_selection: tuple[str, ...] = ("*",)) -> None:
     """``up --split``: serve the registry on a private Unix socket and run
     :func:`components` in a child process, restarted if it dies."""
     import os
@@ -547,7 +573,8 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
     argv = [sys.executable, "-m", "kubeplane.cli.main", "components", "--api-socket", wire.path,
             "--nodes", str(count), "--node-cpu", cpu, "--node-memory", memory, "--node-pods", str(pods),
             "--zones", str(zones), "--node-prefix", prefix, "--gpus-per-node", str(gpus),
-            "--metrics-listen", metrics_listen, f"--v={verbosity}"]
+            "--metrics-listen", metrics_listen, f"--v={verbosity}",
+            "--controllers", ",".join(controller_selection)]
     for field, flag in _CA_FLAGS:
         if (ca_files or {}).get(field):
             argv += [flag, ca_files[field]]
@@ -591,12 +618,14 @@ def _ca_files(root_ca_file: str | None, cert_file: str | None, key_file: str | N
 @click.option("--scheduler-config", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--metrics-listen", default="", callback=_check_listen, help=_COMPONENTS_METRICS_HELP)
 @_ca_options
+@_controllers_option
 @_verbosity_options[0]
 @_verbosity_options[1]
 def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str, node_pods: int, zones: int,
                node_prefix: str, gpus_per_node: int, scheduler_config: str | None, metrics_listen: str,
                root_ca_file: str | None, cluster_signing_cert_file: str | None,
-               cluster_signing_key_file: str | None, verbosity: int, verbose: bool) -> None:
+               cluster_signing_key_file: str | None, controller_selection: tuple[str, ...], verbosity: int,
+               verbose: bool) -> None:
     """The second process of ``up --split``: scheduler, controllers and simulated
     nodes over the local wire. Stops at ``stop`` or when its input ends."""
     import os
@@ -620,7 +649,8 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
             await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg,
                                     namespace_controller=False,  # the API server's process runs it
                                     ca_files=_ca_files(root_ca_file, cluster_signing_cert_file,
-                                                       cluster_signing_key_file))
+                                                       cluster_signing_key_file),
+                                    controller_selection=controller_selection)
             say("ready")
             commands = asyncio.ensure_future(read_commands(command))
             stopped = asyncio.ensure_future(stop.wait())
@@ -848,12 +878,19 @@ def scheduler(kubeconfig: str | None, context: str | None, verbosity: int, verbo
               help="HOST:PORT for the controllers' /metrics (work queues) and /healthz, as "
                    "kube-controller-manager's secure port; empty to disable.")
 @_ca_options
+@_controllers_option
+@click.option("--use-service-account-credentials", is_flag=True,
+              help="Each controller acts as its own ServiceAccount in kube-system (a token of it from the "
+                   "TokenRequest API, renewed as it ages), authorized by the bootstrap policy's "
+                   "system:controller:* roles, as kube-controller-manager's flag of that name.")
 def controllers(kubeconfig: str | None, context: str | None, verbosity: int, verbose: bool, provisioner_name: str,
                 metrics_listen: str, root_ca_file: str | None, cluster_signing_cert_file: str | None,
-                cluster_signing_key_file: str | None) -> None:
+                cluster_signing_key_file: str | None, controller_selection: tuple[str, ...],
+                use_service_account_credentials: bool) -> None:
     """Run the controllers against any Kubernetes API server."""
     from kubeplane.client.informer import SharedInformerFactory
-    from kubeplane.cluster import Components, ControllerOptions, build_controllers
+    from kubeplane.cluster import Components, ControllerOptions, start_controllers
+    from kubeplane.controllers.manager import ServiceAccountClients
 
     _setup_logging(verbosity, verbose)
     client = _http_client(kubeconfig, context)
@@ -871,11 +908,13 @@ def controllers(kubeconfig: str | None, context: str | None, verbosity: int, ver
             nonlocal comps
             comps = Components()
             factory = SharedInformerFactory(client)
+            clients = ServiceAccountClients(client) if use_service_account_credentials else None
+            if clients is not None:
+                comps.items.append(clients)  # closed after the controllers stop
             try:
                 opts = ControllerOptions(provisioner_name=provisioner_name, **_ca_files(
                     root_ca_file, cluster_signing_cert_file, cluster_signing_key_file))
-                for ctrl in build_controllers(client, factory, opts):
-                    await comps.start(ctrl)
+                await start_controllers(comps, client, factory, opts, controller_selection, clients=clients)
             except BaseException:
                 await comps.stop()
                 raise
@@ -885,7 +924,7 @@ def controllers(kubeconfig: str | None, context: str | None, verbosity: int, ver
                 return
             if not await _start_retrying("controllers", start, stop):
                 return
-            log.info("kubeplane controllers running (%d)", len(comps.items))
+            log.info("kubeplane controllers running (%d)", sum(hasattr(c, "queue") for c in comps.items))
             await stop.wait()
         finally:
             await comps.stop()

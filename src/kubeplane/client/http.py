@@ -141,6 +141,7 @@ class HttpClient:
         #: tokenFile: read again at most once a minute, as client-go's cached file token source
         self._token_file_read = time.monotonic() if config.token_file else 0.0
         self._token = config.token
+        self._token_set = False
         self._session: aiohttp.ClientSession | None = None
         self._watches: set[HttpWatchStream] = set()
         self._cert_contexts: dict[tuple[bytes, bytes], Any] = {}
@@ -165,10 +166,21 @@ class HttpClient:
             )
         return self._session
 
+    def set_token(self, token: str) -> None:
+        """Use bearer ``token`` from the next request on (a token renewed by
+        its owner, as a ServiceAccount's from the TokenRequest API)."""
+        self._token = token
+        self._token_set = True
+
     def _file_token(self, headers: dict[str, str]) -> None:
-        """The tokenFile's current token on the request (when it is the credential)."""
+        """The tokenFile's current token (or one given to :meth:`set_token`)
+        on the request (when it is the credential)."""
+        if self._exec is not None:
+            return
         path = self.config.token_file
-        if path is None or self._exec is not None:
+        if path is None:
+            if self._token_set and self._token:
+                headers["Authorization"] = f"Bearer {self._token}"
             return
         now = time.monotonic()
         if now - self._token_file_read >= TOKEN_FILE_PERIOD:

@@ -659,9 +659,11 @@ class DeploymentController(Controller):
     async def _set_deployment_revision(self, d: Obj, revision: str) -> None:
         if not revision or _ann(d).get(REVISION) == revision:
             return
-        patched = await self.client.patch(DEPLOYMENTS, name_of(d), {"metadata": {"annotations": {REVISION: revision}}},
-                                          ns_of(d))
-        d["metadata"] = patched["metadata"]
+        # an update, as upstream's controller (its role may update deployments, not patch them)
+        md = dict(d.get("metadata") or {})
+        md["annotations"] = {**(md.get("annotations") or {}), REVISION: revision}
+        updated = await self.client.update(DEPLOYMENTS, {**d, "metadata": md})
+        d["metadata"] = updated["metadata"]
 
     # -------------------------------------------------------------- scaling
 

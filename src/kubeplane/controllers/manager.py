@@ -12,11 +12,25 @@ by default, ``name`` turns one on, ``-name`` turns one off.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
+from kubeplane.api.errors import StatusError
+from kubeplane.api.resources import resource
+from kubeplane.auth.user import AUTHENTICATED, SERVICE_ACCOUNT_PREFIX, SERVICE_ACCOUNTS_GROUP, UserInfo
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.interface import Client
+
+log = logging.getLogger(__name__)
+
+#: where the controllers' ServiceAccounts live, as upstream's
+CONTROLLER_NAMESPACE = "kube-system"
+SERVICE_ACCOUNTS = resource("serviceaccounts")
+#: the lifetime asked for the controllers' tokens, renewed at 80 % of it
+TOKEN_EXPIRATION_SECONDS = 3600
 
 
 @dataclass
@@ -80,8 +94,92 @@ def select_controllers(defs: Iterable[ControllerDef], selection: Sequence[str] =
             if d.name not in off and (d.name in on or (star and d.enabled_by_default))]
 
 
+def controller_user(account: str) -> UserInfo:
+    """The identity of the controller acting as ServiceAccount ``account``
+    of kube-system, as a token of that account authenticates."""
+    return UserInfo(f"{SERVICE_ACCOUNT_PREFIX}{CONTROLLER_NAMESPACE}:{account}",
+                    groups=(SERVICE_ACCOUNTS_GROUP, f"{SERVICE_ACCOUNTS_GROUP}:{CONTROLLER_NAMESPACE}", AUTHENTICATED))
+
+
+class ServiceAccountClients:
+    """One HTTP client per controller ServiceAccount, authenticated by a token
+    of that account (upstream's ``--use-service-account-credentials``): the
+    account is created in kube-system if missing, its token asked of the
+    TokenRequest API with the root client's credentials and asked again when
+    80 % of its lifetime has passed."""
+
+    def __init__(self, root: Any, *, expiration_seconds: int = TOKEN_EXPIRATION_SECONDS) -> None:
+        self.root = root
+        self.expiration_seconds = expiration_seconds
+        self._clients: dict[str, Any] = {}
+        self._renewals: list[asyncio.Task] = []
+
+    async def client_for(self, account: str) -> Any:
+        if account in self._clients:
+            return self._clients[account]
+        from kubeplane.client.http import HttpClient
+
+        await self._ensure_account(account)
+        token, lifetime = await self._token(account)
+        config = dataclasses.replace(self.root.config, token=token, token_file=None, exec_config=None,
+                                     client_cert_file=None, client_key_file=None, client_cert_data=None,
+                                     client_key_data=None, username=None, password=None)
+        client = HttpClient(config)
+        client.set_token(token)
+        self._clients[account] = client
+        self._renewals.append(asyncio.get_running_loop().create_task(
+            self._renew(account, client, lifetime), name=f"token-{account}"))
+        return client
+
+    async def _ensure_account(self, account: str) -> None:
+        try:
+            await self.root.create(SERVICE_ACCOUNTS, {
+                "apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": account, "namespace": CONTROLLER_NAMESPACE}}, CONTROLLER_NAMESPACE)
+        except StatusError as err:
+            if err.code != 409:
+                raise
+
+    async def _token(self, account: str) -> tuple[str, float]:
+        review = await self.root.create(SERVICE_ACCOUNTS, {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": self.expiration_seconds}},
+            CONTROLLER_NAMESPACE, subresource="token", name=account)
+        status = review.get("status") or {}
+        token = status.get("token")
+        if not token:
+            raise RuntimeError(f"the TokenRequest for {CONTROLLER_NAMESPACE}/{account} returned no token")
+        return token, float(self.expiration_seconds)
+
+    async def _renew(self, account: str, client: Any, lifetime: float) -> None:
+        delay = lifetime * 0.8
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                token, lifetime = await self._token(account)
+            except (StatusError, OSError, RuntimeError, asyncio.TimeoutError) as err:
+                log.warning("renewing the token of %s/%s failed (retrying in 10s): %s",
+                            CONTROLLER_NAMESPACE, account, err)
+                delay = 10.0
+                continue
+            client.set_token(token)
+            delay = lifetime * 0.8
+
+    async def close(self) -> None:
+        for task in self._renewals:
+            task.cancel()
+        await asyncio.gather(*self._renewals, return_exceptions=True)
+        self._renewals.clear()
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+    stop = close
+
+
 def known_controller_names(defs: Iterable[ControllerDef]) -> list[str]:
     return sorted(d.name for d in defs)
 
 
-__all__ = ["Build", "ControllerDef", "ControllerOptions", "known_controller_names", "select_controllers"]
+__all__ = ["Build", "CONTROLLER_NAMESPACE", "ControllerDef", "ControllerOptions", "ServiceAccountClients",
+           "controller_user", "known_controller_names", "select_controllers"]

@@ -42,3 +42,27 @@ async def test_nodes_and_controllers_write_as_themselves():
                      ("system:node:node-1", ("system:nodes", "system:authenticated"))]
     listers = {name for plural, name, _ in writers if plural.startswith("list ")}
     assert "system:kube-controller-manager" in listers
+    # each controller writes as its own kube-system ServiceAccount: the
+    # ServiceAccount controller makes the namespaces' default accounts
+    sa_writers = {(name, groups) for plural, name, groups in writers if plural == "serviceaccounts"}
+    assert sa_writers == {("system:serviceaccount:kube-system:service-account-controller",
+                           ("system:serviceaccounts", "system:serviceaccounts:kube-system",
+                            "system:authenticated"))}
+
+
+def test_controller_selection_as_kube_controller_manager_reads_it():
+    from kubeplane.cluster import CONTROLLERS
+    from kubeplane.controllers.manager import select_controllers
+
+    every = [d.name for d in CONTROLLERS if d.enabled_by_default]
+    assert [d.name for d in select_controllers(CONTROLLERS, ["*"])] == every
+    # an alias or the full name turns one off; the order stays the table's
+    without = [d.name for d in select_controllers(CONTROLLERS, ["*", "-deployment", "-replicaset-controller"])]
+    assert without == [n for n in every if n not in ("deployment-controller", "replicaset-controller")]
+    assert [d.name for d in select_controllers(CONTROLLERS, ["garbagecollector", "namespace"])] == [
+        "namespace-controller", "garbage-collector-controller"]
+    assert select_controllers(CONTROLLERS, []) == []
+    import pytest
+
+    with pytest.raises(ValueError, match='"nope" is not in the list of known controllers'):
+        select_controllers(CONTROLLERS, ["*", "-nope"])
