@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,6 +181,9 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
     # -- cronjob --
 
     # -- statefulset --
+    ControllerDef("statefulset-controller", ("statefulset",), "statefulset-controller",
+                  lambda client, factory, opts: importlib.import_module(
+                      "kubeplane.controllers.statefulset").build(client, factory, opts)),
 
     # -- daemonset --
     ControllerDef("daemonset-controller", ("daemonset",), "daemon-set-controller", _daemonsets),

@@ -177,6 +177,7 @@ LIST_STRATEGIES: dict[tuple[str, str], dict[Path, ListStrategy]] = {
     ("", "Event"): {},
     ("apps", "Deployment"): {**_pod_template(("spec", "template")), **_conditions("status")},
     ("apps", "ReplicaSet"): {**_pod_template(("spec", "template")), **_conditions("status")},
+    ("apps", "StatefulSet"): {**_pod_template(("spec", "template")), **_conditions("status")},
     ("apps", "DaemonSet"): {**_pod_template(("spec", "template")), **_conditions("status")},
     ("batch", "Job"): {
         **_pod_template(("spec", "template")),
@@ -207,12 +208,14 @@ RETAIN_KEYS_MAPS: dict[tuple[str, str], frozenset[Path]] = {
 ATOMIC_MAPS: dict[tuple[str, str], frozenset[Path]] = {
     ("apps", "Deployment"): frozenset({("spec", "selector")}),
     ("apps", "ReplicaSet"): frozenset({("spec", "selector")}),
+    ("apps", "StatefulSet"): frozenset({("spec", "selector")}),
     ("apps", "DaemonSet"): frozenset({("spec", "selector")}),
     ("batch", "Job"): frozenset({("spec", "selector")}),
     ("policy", "PodDisruptionBudget"): frozenset({("spec", "selector")}),
 }
 for _gk, _prefix in ((("", "Pod"), ("spec",)), (("apps", "Deployment"), ("spec", "template", "spec")),
                      (("apps", "ReplicaSet"), ("spec", "template", "spec")),
+                     (("apps", "StatefulSet"), ("spec", "template", "spec")),
                      (("apps", "DaemonSet"), ("spec", "template", "spec")),
                      (("batch", "Job"), ("spec", "template", "spec"))):
     ATOMIC_MAPS[_gk] = ATOMIC_MAPS.get(_gk, frozenset()) | {

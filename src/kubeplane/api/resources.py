@@ -154,6 +154,8 @@ RESOURCES: tuple[ResourceInfo, ...] = (
 
     # -- statefulset --
     _r("apps", "v1", "ControllerRevision", "controllerrevisions", True),
+    _r("apps", "v1", "StatefulSet", "statefulsets", True, short_names=("sts",), categories=("all",),
+       subresources=("status", "scale")),
 
     # -- daemonset --
     _r("apps", "v1", "DaemonSet", "daemonsets", True, short_names=("ds",), categories=("all",),

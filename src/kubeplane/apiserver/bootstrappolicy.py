@@ -368,6 +368,18 @@ def controller_roles() -> list[Obj]:
         # -- cronjob --
 
         # -- statefulset --
+        _role(c + "statefulset-controller", [
+            r("list,watch", "", "pods"),
+            r("get,list,watch", "apps", "statefulsets"),
+            r("update", "apps", "statefulsets/status"),
+            r("update", "apps", "statefulsets/finalizers"),
+            r("get,create,delete,update,patch", "", "pods"),
+            r("get,create,delete,update,patch,list,watch", "apps", "controllerrevisions"),
+            r("get,create,list,watch", "", "persistentvolumeclaims"),
+            r("update,delete", "", "persistentvolumeclaims"),
+            r("update", "", "pods/finalizers"),
+            EVENTS,
+        ]),
 
         # -- daemonset --
         _role(c + "daemon-set-controller", [

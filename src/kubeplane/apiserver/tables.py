@@ -708,6 +708,32 @@ def _controller_revision_row(cr: Obj, now: _dt.datetime) -> list[Cell]:
     return [_name(cr), _controller_name(cr), revision if isinstance(revision, int) else 0, _age(cr, now)]
 
 
+def _statefulset_row(sts: Obj, now: _dt.datetime) -> list[Cell]:
+    spec = sts.get("spec") or {}
+    status = sts.get("status") or {}
+    desired = spec.get("replicas", 1)
+    names, images = _containers_cells(_template_spec(sts))
+    return [
+        _name(sts),
+        f"{int(status.get('readyReplicas') or 0)}/{int(desired if desired is not None else 1)}",
+        _age(sts, now),
+        names,
+        images,
+    ]
+
+
+_STATEFULSET = Printer(
+    (
+        _name_col(),
+        Column("Ready", description="Number of the pod with ready state"),
+        _age_col(),
+        Column("Containers", priority=1, description=_CONTAINERS_DOC),
+        Column("Images", priority=1, description=_IMAGES_DOC),
+    ),
+    _statefulset_row,
+)
+
+
 _CONTROLLER_REVISION = Printer(
     (
         _name_col(),
@@ -1178,6 +1204,7 @@ PRINTERS: dict[tuple[str, str], Printer] = {
 
     # -- statefulset --
     ("apps", "controllerrevisions"): _CONTROLLER_REVISION,
+    ("apps", "statefulsets"): _STATEFULSET,
 
     # -- daemonset --
     ("apps", "daemonsets"): _DAEMONSET,

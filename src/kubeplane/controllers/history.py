@@ -166,6 +166,50 @@ def new_controller_revision(parent: Obj, api_version: str, kind: str, template_l
     return cr
 
 
+# ------------------------------------------------------------ what a revision holds
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def typed_template(template: Any) -> Obj:
+    """A pod template as upstream's typed round trip writes it (what ``getPatch``
+    encodes, in the StatefulSet and DaemonSet controllers and in kubectl's
+    ``rollout undo``): unset and empty omitempty fields gone, the API server's
+    defaults filled in, ``metadata.creationTimestamp: null`` and every
+    container's ``resources: {}`` present, map keys sorted (Go writes a
+    decoded map so)."""
+    from kubeplane.controllers.deployment import normalized_template
+
+    out = normalized_template(template if isinstance(template, dict) else {})
+    md = out.get("metadata") if isinstance(out.get("metadata"), dict) else {}
+    md["creationTimestamp"] = None
+    out["metadata"] = md
+    spec = out.get("spec")
+    if isinstance(spec, dict):
+        for key in ("initContainers", "containers", "ephemeralContainers"):
+            for c in spec.get(key) or []:
+                if isinstance(c, dict) and not isinstance(c.get("resources"), dict):
+                    c["resources"] = {}
+    return _sorted(out)
+
+
+def template_patch(template: Any) -> Obj:
+    """The data of a StatefulSet's or DaemonSet's revision (upstream ``getPatch``):
+    ``{"spec": {"template": <template>, "$patch": "replace"}}`` with the template
+    in :func:`typed_template` form, so that the bytes the API server serves are
+    the ones kubectl's ``rollout undo`` computes from the current object (it
+    compares them to skip a rollback to the current template)."""
+    template_ = typed_template(template)
+    template_["$patch"] = "replace"
+    return {"spec": {"template": _sorted(template_)}}
+
+
 # ------------------------------------------------------------ order and equality
 
 
@@ -315,5 +359,5 @@ __all__ = [
     "add_controller_revision_controller_indexer", "controller_ref_for", "controller_revision_controller_index",
     "controller_revision_controller_index_key", "controller_revision_name", "equal_revision",
     "find_equal_revisions", "fnv32", "hash_controller_revision", "new_controller_revision", "raw_data",
-    "revision_number", "sort_controller_revisions",
+    "revision_number", "sort_controller_revisions", "template_patch", "typed_template",
 ]

@@ -461,6 +461,74 @@ class ReplicaSetStrategy(Strategy):
         return {"replicas": 0}
 
 
+class StatefulSetStrategy(Strategy):
+    """Upstream's ``SetDefaults_StatefulSet`` (with MaxUnavailableStatefulSet on:
+    the issue asks for ``maxUnavailable``, so it is kept and defaulted to 1),
+    the volumeClaimTemplates defaulted as PersistentVolumeClaims are, status
+    validated on the status endpoint."""
+
+    def default(self, obj: Obj) -> None:
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            return
+        if not spec.get("podManagementPolicy"):
+            spec["podManagementPolicy"] = "OrderedReady"
+        strategy = spec.get("updateStrategy")
+        if strategy is None:
+            strategy = spec["updateStrategy"] = {}
+        if isinstance(strategy, dict):
+            if not strategy.get("type"):
+                strategy["type"] = "RollingUpdate"
+                if strategy.get("rollingUpdate") is None:
+                    strategy["rollingUpdate"] = {}
+            ru = strategy.get("rollingUpdate")
+            if strategy["type"] == "RollingUpdate" and isinstance(ru, dict):
+                if ru.get("partition") is None:
+                    ru["partition"] = 0
+                if ru.get("maxUnavailable") is None:
+                    ru["maxUnavailable"] = 1
+        policy = spec.get("persistentVolumeClaimRetentionPolicy")
+        if policy is None:
+            policy = spec["persistentVolumeClaimRetentionPolicy"] = {}
+        if isinstance(policy, dict):
+            for key in ("whenDeleted", "whenScaled"):
+                if not policy.get(key):
+                    policy[key] = "Retain"
+        if spec.get("replicas") is None:
+            spec["replicas"] = 1
+        if spec.get("revisionHistoryLimit") is None:
+            spec["revisionHistoryLimit"] = 10
+        _default_template(spec)
+        claims = spec.get("volumeClaimTemplates")
+        for claim in claims if isinstance(claims, list) else []:
+            if not isinstance(claim, dict):
+                continue
+            cspec = claim.get("spec")
+            if isinstance(cspec, dict) and cspec.get("volumeMode") is None:
+                cspec["volumeMode"] = "Filesystem"
+            status = claim.get("status")
+            if status is None:
+                claim["status"] = {"phase": "Pending"}
+            elif isinstance(status, dict) and not status.get("phase"):
+                status["phase"] = "Pending"
+
+    def initial_status(self, obj: Obj) -> Obj:
+        return {"replicas": 0, "availableReplicas": 0}
+
+    def subresource_causes(self, new: Obj, old: Obj, subresource: str | None) -> list:
+        if subresource != "status":
+            return []
+        from kubeplane.api.validation.apps import _validate_statefulset_status
+        from kubeplane.api.errors import invalid_value
+
+        out = _validate_statefulset_status(new)
+        new_cc = (new.get("status") or {}).get("collisionCount")
+        old_cc = (old.get("status") or {}).get("collisionCount")
+        if isinstance(old_cc, int) and (new_cc is None or (isinstance(new_cc, int) and new_cc < old_cc)):
+            out.append(invalid_value("status.collisionCount", new_cc or 0, "cannot be decremented"))
+        return out
+
+
 JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
 CONTROLLER_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 
@@ -908,6 +976,7 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
 
     # -- statefulset --
     ("apps", "controllerrevisions"): NoGenerationStrategy,
+    ("apps", "statefulsets"): StatefulSetStrategy,
 
     # -- daemonset --
     ("apps", "daemonsets"): lambda res: __import__(

@@ -33,3 +33,14 @@ def test_controller_revision_columns() -> None:
     not_controller = {"metadata": meta("y", ownerReferences=[
         {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]), "data": {}}
     assert cells("controllerrevisions", not_controller)[1:3] == ["<none>", 0]
+
+
+def test_statefulset_columns() -> None:
+    cols = column_definitions(resource("statefulsets"))
+    assert [(c["name"], c["priority"]) for c in cols] == [
+        ("Name", 0), ("Ready", 0), ("Age", 0), ("Containers", 1), ("Images", 1)]
+    sts = {"metadata": meta("web"), "spec": {"replicas": 3, "template": {"spec": {"containers": [
+        {"name": "nginx", "image": "nginx:1"}, {"name": "side", "image": "busybox"}]}}},
+        "status": {"replicas": 3, "readyReplicas": 2}}
+    assert cells("statefulsets", sts) == ["web", "2/3", "5m", "nginx,side", "nginx:1,busybox"]
+    assert cells("statefulsets", {"metadata": meta("empty"), "spec": {}})[1] == "0/1"

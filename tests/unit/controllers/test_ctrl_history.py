@@ -24,6 +24,7 @@ from kubeplane.controllers.history import (
     new_controller_revision,
     raw_data,
     sort_controller_revisions,
+    template_patch,
 )
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
@@ -105,6 +106,24 @@ def test_sort_and_equality() -> None:
     assert equal_revision(x, y) and not equal_revision(x, other)
     assert equal_revision(None, None) and not equal_revision(x, None)
     assert find_equal_revisions([x, other, y], x) == [x, y]
+
+
+def test_template_patch_is_go_typed_and_sorted() -> None:
+    template = {"metadata": {"labels": {"b": "1", "a": "2"}, "annotations": {}},
+                "spec": {"containers": [{"name": "c", "image": "i:1", "env": []}]}}
+    patch = template_patch(template)
+    tmpl = patch["spec"]["template"]
+    assert list(tmpl) == ["$patch", "metadata", "spec"] and tmpl["$patch"] == "replace"
+    assert tmpl["metadata"] == {"creationTimestamp": None, "labels": {"a": "2", "b": "1"}}
+    assert list(tmpl["metadata"]["labels"]) == ["a", "b"]
+    c = tmpl["spec"]["containers"][0]
+    # the API server's defaults, no empty env, resources {} as Go writes the struct
+    assert c["resources"] == {} and "env" not in c and c["imagePullPolicy"] == "IfNotPresent"
+    assert c["terminationMessagePath"] == "/dev/termination-log"
+    assert tmpl["spec"]["restartPolicy"] == "Always" and tmpl["spec"]["dnsPolicy"] == "ClusterFirst"
+    assert raw_data(patch).startswith(b'{"spec":{"template":{"$patch":"replace","metadata":{"creationTimestamp":null')
+    # writing the stored (defaulted) template back gives the same bytes
+    assert raw_data(template_patch({k: v for k, v in tmpl.items() if k != "$patch"})) == raw_data(patch)
 
 
 def test_index_key() -> None:

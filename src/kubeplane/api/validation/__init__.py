@@ -45,6 +45,8 @@ from kubeplane.api.validation.apps import (
     _validate_daemonset_update,
     _validate_deployment,
     _validate_replicaset,
+    _validate_statefulset,
+    _validate_statefulset_update,
 )
 from kubeplane.api.validation.batch import _validate_job, _validate_job_update
 from kubeplane.api.validation.certificates import csr_name, validate_csr_create, validate_csr_update
@@ -153,6 +155,7 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
 
     # -- statefulset --
     "controllerrevisions.apps": (name_is_dns_subdomain, _validate_controller_revision, _validate_controller_revision_update),
+    "statefulsets.apps": (name_is_dns_subdomain, _validate_statefulset, _validate_statefulset_update),
 
     # -- daemonset --
     "daemonsets.apps": (name_is_dns_subdomain, _validate_daemonset, _validate_daemonset_update),
