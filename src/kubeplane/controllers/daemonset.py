@@ -49,7 +49,13 @@ from kubeplane.client.informer import SharedInformerFactory, unwrap_deleted
 from kubeplane.client.interface import Client, Obj
 from kubeplane.controllers.base import Controller
 from kubeplane.controllers.deployment import compute_hash, scaled_value
-from kubeplane.controllers.history import History, raw_data, revision_number, sort_controller_revisions
+from kubeplane.controllers.history import (
+    History,
+    raw_data,
+    revision_number,
+    sort_controller_revisions,
+    template_patch,
+)
 from kubeplane.controllers.replicaset import (
     CONTROLLER_UID_INDEX,
     NAMESPACE_INDEX,
@@ -305,26 +311,12 @@ def _is_terminal(pod: Obj) -> bool:
 # --------------------------------------------------------------- history
 
 
-def _sorted_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _sorted_keys(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [_sorted_keys(v) for v in value]
-    return value
-
-
 def revision_patch(ds: Obj) -> Obj:
-    """What a ControllerRevision of the DaemonSet holds: its template, to replace
-    on undo, as upstream writes it (the typed template through a map: keys
-    sorted, the template's ``creationTimestamp: null``), so that ``kubectl
-    rollout undo`` finds the revision that matches the DaemonSet byte for byte."""
-    template = deep_copy((ds.get("spec") or {}).get("template") or {})
-    md = template.get("metadata")
-    if not isinstance(md, dict):
-        md = template["metadata"] = {}
-    md.setdefault("creationTimestamp", None)
-    template["$patch"] = "replace"
-    return _sorted_keys({"spec": {"template": template}})
+    """What a ControllerRevision of the DaemonSet holds (upstream ``getPatch``):
+    its template to replace on undo, in the form upstream's typed round trip
+    writes it, so that ``kubectl rollout undo`` finds the revision that matches
+    the DaemonSet byte for byte."""
+    return template_patch((ds.get("spec") or {}).get("template") or {})
 
 
 def revision_matches(ds: Obj, revision: Obj) -> bool:

@@ -500,9 +500,13 @@ def test_revision_data_is_written_as_upstream() -> None:
 
     ds = make_ds()
     data = revision_patch(ds)
-    # the typed template through a map: keys sorted, creationTimestamp null, the replace directive
+    # the typed template through a map: defaults in, keys sorted, creationTimestamp null,
+    # resources {}, the replace directive
     assert raw_data(data) == (
         b'{"spec":{"template":{"$patch":"replace","metadata":{"creationTimestamp":null,"labels":{"app":"agent"}},'
-        b'"spec":{"containers":[{"image":"agent:1","name":"c"}]}}}}')
+        b'"spec":{"containers":[{"image":"agent:1","imagePullPolicy":"IfNotPresent","name":"c","resources":{},'
+        b'"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File"}],'
+        b'"dnsPolicy":"ClusterFirst","restartPolicy":"Always","schedulerName":"default-scheduler",'
+        b'"securityContext":{},"terminationGracePeriodSeconds":30}}}}')
     assert list(data["spec"]["template"]) == ["$patch", "metadata", "spec"]
     assert "$patch" not in ds["spec"]["template"]  # the DaemonSet is not touched
