@@ -93,6 +93,10 @@ def test_pause_resume_restart_undo_and_scale(kubectl: Kubectl) -> None:
     assert {rs["metadata"]["name"] for rs in after.values()} == names
     assert after["4"]["metadata"]["name"] == rss["2"]["metadata"]["name"]
     assert after["4"]["spec"]["replicas"] == 3
+    out = kubectl("rollout", "undo", "deployment/web", "--to-revision=4", "-n", NS).out
+    assert out.strip() == "deployment.apps/web skipped rollback (current template already matches revision 4)"
+    res = kubectl("rollout", "undo", "deployment/web", "--to-revision=99", "-n", NS, check=False)
+    assert res.rc != 0 and "unable to find specified revision 99 in history" in res.err
 
     kubectl("scale", "deployment/web", "--replicas=5", "-n", NS)
     kubectl("rollout", "status", "deployment/web", "-n", NS, "--timeout=60s")
