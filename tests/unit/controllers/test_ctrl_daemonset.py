@@ -510,3 +510,36 @@ def test_revision_data_is_written_as_upstream() -> None:
         b'"securityContext":{},"terminationGracePeriodSeconds":30}}}}')
     assert list(data["spec"]["template"]) == ["$patch", "metadata", "spec"]
     assert "$patch" not in ds["spec"]["template"]  # the DaemonSet is not touched
+
+
+async def test_template_node_name_and_no_history(env: Env) -> None:
+    await env.client.create(NODES, make_node("n1"), None)
+    await env.client.create(NODES, make_node("n2"), None)
+    ds = make_ds(revisionHistoryLimit=0)
+    ds["spec"]["template"]["spec"]["nodeName"] = "n2"
+    await env.client.create(DS, ds, NS)
+    pods = await eventually(lambda: _n_pods(env, 1))
+    assert pods[0]["spec"]["nodeName"] == "n2" and target_node_name(pods[0]) == "n2"
+    await eventually(lambda: _status(env, desiredNumberScheduled=1, currentNumberScheduled=1))
+    await env.run_all()
+    await env.client.patch(DS, "agent", {"spec": {"template": {"spec": {"containers": [
+        {"name": "c", "image": "agent:2"}]}}}}, NS)
+
+    async def rolled() -> bool:
+        await env.finish_terminating()
+        return await _image_counts(env) == {"agent:2": 1}
+    await eventually(rolled)
+    await env.settle()
+    # revisionHistoryLimit 0: only the current revision is kept
+    assert [r["revision"] for r in await env.revisions()] == [2]
+
+
+async def test_surge_percent_rounds_up(env: Env) -> None:
+    await _three_running(env, strategy={"type": "RollingUpdate",
+                                        "rollingUpdate": {"maxSurge": "10%", "maxUnavailable": 0}})
+    await env.client.patch(DS, "agent", {"spec": {"template": {"spec": {"containers": [
+        {"name": "c", "image": "agent:2"}]}}}}, NS)
+    # 10% of 3 nodes rounds up to one surge pod at a time
+    await eventually(lambda: _n_pods(env, 4))
+    await env.settle()
+    assert await _image_counts(env) == {"agent:1": 3, "agent:2": 1}
