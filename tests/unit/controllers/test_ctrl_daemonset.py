@@ -415,6 +415,9 @@ async def test_failed_pod_is_replaced_with_backoff(env: Env) -> None:
     await env.client.create(DS, make_ds(), NS)
     pod = (await eventually(lambda: _n_pods(env, 1)))[0]
     await env.run(pod)
+    # the backoff is per (DaemonSet, observed generation, node): let the generation be observed first
+    await eventually(lambda: _status(env, observedGeneration=1, numberReady=1))
+    await env.settle()
 
     async def fail(p: dict) -> None:
         await env.client.patch(PODS, p["metadata"]["name"], {"status": {"phase": "Failed"}}, NS,
