@@ -15,6 +15,10 @@ disturbed than wall time on a busy machine). Python's bytecode cache is used
 as an installed package has it: one discarded run first writes it (even
 where PYTHONDONTWRITEBYTECODE is set).
 
+Throw-away clusters share a PKI (kubeplane.testing.testing_pki_dir), made by
+the first start of all: ``memory_new_pki`` gives every run a new directory,
+so that each makes its certificates, as a user's very first start does.
+
     python benchmarks/testing_startup.py --runs 11
     python benchmarks/testing_startup.py --runs 5 --json
 """
@@ -32,7 +36,11 @@ CONFIGS = {
     "apiserver_memory": {},
     "apiserver_sqlite": {"storage": "sqlite"},
     "full_3_nodes": {"scheduler": True, "controllers": True, "nodes": 3},
+    # every run in a PKI directory of its own: the certificates are made at start
+    "memory_new_pki": {},
 }
+#: configurations whose every run makes its PKI (a first start for its user)
+NEW_PKI = {"memory_new_pki"}
 
 CHILD = r"""
 import json, sys, time
@@ -53,7 +61,13 @@ print(json.dumps({"import_s": t1 - t0, "start_s": t2 - t1, "total_s": t2 - t0, "
 """
 
 
-def one_run(opts: dict, env: dict) -> dict:
+def one_run(opts: dict, env: dict, new_pki: bool = False) -> dict:
+    if new_pki:
+        import tempfile
+
+        from kubeplane.testing._cluster import PKI_DIR_ENV
+
+        env = {**env, PKI_DIR_ENV: tempfile.mkdtemp(prefix="kubeplane-bench-pki-")}
     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(opts)], env=env, capture_output=True,
                          text=True, timeout=120)
     if out.returncode != 0:
@@ -72,8 +86,8 @@ def main() -> None:
     results: dict[str, dict] = {}
     for name in args.config or list(CONFIGS):
         opts = CONFIGS[name]
-        one_run(opts, env)  # writes the bytecode cache; not counted
-        runs = [one_run(opts, env) for _ in range(args.runs)]
+        one_run(opts, env)  # writes the bytecode cache (and the shared testing PKI); not counted
+        runs = [one_run(opts, env, name in NEW_PKI) for _ in range(args.runs)]
         starts = [r["start_s"] for r in runs]
         results[name] = {
             "options": opts,

@@ -28,13 +28,15 @@ SCHEDULER_USER = UserInfo(KUBE_SCHEDULER, groups=(AUTHENTICATED,))
 CONTROLLER_MANAGER_USER = UserInfo(KUBE_CONTROLLER_MANAGER, groups=(AUTHENTICATED,))
 
 
-def cluster_ca_options(data_dir: str) -> dict[str, str]:
-    """The cluster CA the API server keeps in ``<data_dir>/pki`` (``ca.crt``,
-    ``ca.key``) as :class:`ControllerOptions` fields, for those that exist."""
+def cluster_ca_options(data_dir: str, pki_dir: str | None = None) -> dict[str, str]:
+    """The cluster CA the API server keeps in ``<data_dir>/pki`` (or
+    ``pki_dir``: ``ca.crt``, ``ca.key``) as :class:`ControllerOptions`
+    fields, for those that exist."""
     import os
 
-    cert = os.path.join(data_dir, "pki", "ca.crt")
-    key = os.path.join(data_dir, "pki", "ca.key")
+    directory = pki_dir or os.path.join(data_dir, "pki")
+    cert = os.path.join(directory, "ca.crt")
+    key = os.path.join(directory, "ca.key")
     out: dict[str, str] = {}
     if os.path.isfile(cert):
         out["root_ca_file"] = cert
@@ -151,6 +153,30 @@ def _node_lifecycle(client: Client, factory: SharedInformerFactory, opts: Contro
     return [NodeLifecycleController(client, factory)]
 
 
+def _cronjobs(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.cronjob import CronJobController
+
+    return [CronJobController(client, factory)]
+
+
+def _replication_controllers(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.replication import ReplicationManager
+
+    return [ReplicationManager(client, factory)]
+
+
+def _jobs(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.job import JobController
+
+    return [JobController(client, factory)]
+
+
+def _ttl_after_finished(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.ttlafterfinished import TTLAfterFinishedController
+
+    return [TTLAfterFinishedController(client, factory)]
+
+
 def _daemonsets(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
     from kubeplane.controllers.daemonset import DaemonSetsController
 
@@ -177,8 +203,14 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
                   _garbage_collector),
     ControllerDef("node-lifecycle-controller", ("nodelifecycle",), "node-controller", _node_lifecycle),
     # -- job --
+    ControllerDef("job-controller", ("job",), "job-controller", _jobs),
+    ControllerDef("ttl-after-finished-controller", ("ttl-after-finished",), "ttl-after-finished-controller",
+                  _ttl_after_finished),
 
     # -- cronjob --
+    ControllerDef("cronjob-controller", ("cronjob",), "cronjob-controller", _cronjobs),
+    ControllerDef("replicationcontroller-controller", ("replicationcontroller",), "replication-controller",
+                  _replication_controllers),
 
     # -- statefulset --
     ControllerDef("statefulset-controller", ("statefulset",), "statefulset-controller",

@@ -151,6 +151,10 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     # -- job --
 
     # -- cronjob --
+    _r("batch", "v1", "CronJob", "cronjobs", True, short_names=("cj",), categories=("all",), subresources=("status",)),
+    _r("", "v1", "ReplicationController", "replicationcontrollers", True, short_names=("rc",), categories=("all",),
+       subresources=("status", "scale")),
+    _r("", "v1", "PodTemplate", "podtemplates", True),
 
     # -- statefulset --
     _r("apps", "v1", "ControllerRevision", "controllerrevisions", True),

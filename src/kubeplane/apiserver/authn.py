@@ -41,17 +41,20 @@ def _status(err: errors.StatusError) -> web.Response:
                         headers={"Content-Type": "application/json"})
 
 
-def peer_certificate(request: web.BaseRequest) -> bytes | None:
+def peer_certificate(request: web.BaseRequest) -> tuple[bytes | None, Any]:
+    """The client certificate (DER) and, when the handshake verified it, its
+    subject as :meth:`ssl.SSLSocket.getpeercert` gives it."""
     transport = request.transport
     if transport is None:
-        return None
+        return None, None
     ssl_object = transport.get_extra_info("ssl_object")
     if ssl_object is None:
-        return None
+        return None, None
     try:
-        return ssl_object.getpeercert(binary_form=True)
+        der = ssl_object.getpeercert(binary_form=True)
+        return der, (ssl_object.getpeercert() or {}).get("subject") if der is not None else None
     except ValueError:  # handshake not done
-        return None
+        return None, None
 
 
 def authentication_middleware(authenticator: RequestAuthenticator, authorizer: Authorizer | None = None) -> Any:
@@ -61,7 +64,8 @@ def authentication_middleware(authenticator: RequestAuthenticator, authorizer: A
     @web.middleware
     async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
         try:
-            user = await authenticator.authenticate(peer_certificate(request), request.headers.get("Authorization"))
+            der, subject = peer_certificate(request)
+            user = await authenticator.authenticate(der, request.headers.get("Authorization"), subject)
         except AuthenticationError as exc:
             log.debug("unable to authenticate the request to %s: %s", request.path, exc)
             return _status(errors.unauthorized())

@@ -364,8 +364,24 @@ def controller_roles() -> list[Obj]:
         _role(c + "root-ca-cert-publisher", [r("create,update", "", "configmaps"), EVENTS]),
         _role(c + "service-account-controller", [r("create", "", "serviceaccounts"), EVENTS]),
         # -- job --
+        _role(c + "ttl-after-finished-controller", [r("delete,get,list,watch", "batch", "jobs"), EVENTS]),
 
         # -- cronjob --
+        _role(c + "cronjob-controller", [
+            r("get,list,update,watch", "batch", "cronjobs"),
+            r("create,delete,get,list,patch,update,watch", "batch", "jobs"),
+            r("update", "batch", "cronjobs/status"),
+            r("update", "batch", "cronjobs/finalizers"),
+            r("delete,list,watch", "", "pods"),
+            EVENTS,
+        ]),
+        _role(c + "replication-controller", [
+            r("get,list,update,watch", "", "replicationcontrollers"),
+            r("update", "", "replicationcontrollers/status"),
+            r("update", "", "replicationcontrollers/finalizers"),
+            r("create,delete,list,patch,watch", "", "pods"),
+            EVENTS,
+        ]),
 
         # -- statefulset --
         _role(c + "statefulset-controller", [

@@ -37,6 +37,10 @@ COMPONENTS = (
 )
 
 
+#: the admin's client certificate: file stem, user, groups
+ADMIN_CLIENT = ("admin", pki.ADMIN_USER, (SYSTEM_MASTERS,))
+
+
 def object_getter(registry: "Registry"):
     from kubeplane.api.errors import StatusError
     from kubeplane.api.resources import resource
@@ -80,7 +84,9 @@ class Security:
                 raise ValueError("--tls-cert-file and --tls-private-key-file go together")
             crt, key = cfg.tls_cert_file, cfg.tls_private_key_file
             with open(crt, "rb") as f:
-                chain = pki.x509.load_pem_x509_certificates(f.read())
+                from cryptography import x509
+
+                chain = x509.load_pem_x509_certificates(f.read())
             # What the kubeconfig's certificate-authority-data can be: the CA of
             # the data directory if it signed the given certificate, the
             # certificate itself if self-signed, the top of a given chain;
@@ -108,17 +114,20 @@ class Security:
         a = cfg.authentication
         issuers = tuple(a.service_account_issuers) or (DEFAULT_ISSUER,)
         audiences = tuple(a.api_audiences) or (issuers[0],)
+        from kubeplane.auth import jwt
+
+        signing_key: Any
         if a.service_account_signing_key_file:
             signing_key = pki.load_key(a.service_account_signing_key_file)
         else:
-            _, signing_key = own.service_account_signing_key()
-        from kubeplane.auth import jwt
-
-        verify_keys: list[Any] = []
+            # the PKI's own key, read when the first token is signed or checked
+            signing_key = _loaded_once(own.service_account_signing_key_file())
+        verify_keys: Any = []
         for path in a.service_account_key_files:
             verify_keys.extend(jwt.load_public_keys(path))
         if not a.service_account_key_files:
-            verify_keys.append(signing_key.public_key())
+            verify_keys = ([signing_key.public_key()] if not callable(signing_key)
+                           else lambda: [signing_key().public_key()])
         tokens: list[Any] = []
         if a.token_auth_file:
             tokens.append(TokenFileAuthenticator.from_file(a.token_auth_file))
@@ -131,7 +140,7 @@ class Security:
 
     def admin_credentials(self) -> dict[str, Any]:
         assert self.pki is not None
-        cert, key = self.pki.client_pair("admin", pki.ADMIN_USER, (SYSTEM_MASTERS,))
+        cert, key = self.pki.client_pair(*ADMIN_CLIENT)
         return {"ca_data": self.server_ca_pem or None, "client_cert_data": cert, "client_key_data": key}
 
     def component_credentials(self, stem: str, user: str, groups: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -150,6 +159,19 @@ class Security:
         for stem, user, groups in COMPONENTS:
             write_kubeconfig(os.path.join(base, f"{stem}.kubeconfig"), url,
                              **self.component_credentials(stem, user, groups))
+
+
+def _loaded_once(path: str):
+    """A function that reads the private key at ``path`` on its first call
+    and returns that key from then on."""
+    key: list[Any] = []
+
+    def load() -> Any:
+        if not key:
+            key.append(pki.load_key(path))
+        return key[0]
+
+    return load
 
 
 def _issued_by(cert, issuer) -> bool:

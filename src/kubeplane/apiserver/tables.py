@@ -773,6 +773,8 @@ def _job_row(job: Obj, now: _dt.datetime) -> list[Cell]:
         state = "Suspended"
     elif _condition_status(conds, "FailureTarget"):
         state = "FailureTarget"
+    elif _condition_status(conds, "SuccessCriteriaMet"):
+        state = "SuccessCriteriaMet"
     else:
         state = "Running"
     names, images = _containers_cells(_template_spec(job))
@@ -825,6 +827,119 @@ _PRIORITY_CLASS = Printer(
         _name(o), int(o.get("value") or 0), bool(o.get("globalDefault") or False), _age(o, now),
         o.get("preemptionPolicy") or "",
     ],
+)
+
+
+def _cronjob_row(cj: Obj, now: _dt.datetime) -> list[Cell]:
+    spec = cj.get("spec") or {}
+    status = cj.get("status") or {}
+    suspend = spec.get("suspend")
+    last = status.get("lastScheduleTime")
+    job_spec = _get(spec, "jobTemplate", "spec", default={})
+    names, images = _containers_cells(_get(job_spec, "template", "spec", default={}))
+    return [
+        _name(cj),
+        spec.get("schedule") or "",
+        spec.get("timeZone") if spec.get("timeZone") is not None else "<none>",
+        "<unset>" if suspend is None else ("True" if suspend else "False"),
+        len(status.get("active") or []),
+        since(last, now) if last else "<none>",
+        _age(cj, now),
+        names,
+        images,
+        format_label_selector(job_spec.get("selector") if isinstance(job_spec, dict) else None),
+    ]
+
+
+_CRONJOB = Printer(
+    (
+        _name_col(),
+        Column("Schedule", description="The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron."),
+        Column("Timezone", description=(
+            "The time zone name for the given schedule, see "
+            "https://en.wikipedia.org/wiki/List_of_tz_database_time_zones. If not specified, this will default to "
+            "the time zone of the kube-controller-manager process. The set of valid time zone names and the time "
+            "zone offset is loaded from the system-wide time zone database by the API server during CronJob "
+            "validation and the controller manager during execution. If no system-wide time zone database can be "
+            "found a bundled version of the database is used instead. If the time zone name becomes invalid "
+            "during the lifetime of a CronJob or due to a change in host configuration, the controller will stop "
+            "creating new new Jobs and will create a system event with the reason UnknownTimeZone. More "
+            "information can be found in "
+            "https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/#time-zones")),
+        Column("Suspend", type="boolean", description=(
+            "This flag tells the controller to suspend subsequent executions, it does not apply to already started "
+            "executions.  Defaults to false.")),
+        Column("Active", type="integer", description="A list of pointers to currently running jobs."),
+        Column("Last Schedule", description="Information when was the last time the job was successfully scheduled."),
+        _age_col(),
+        Column("Containers", priority=1, description=_CONTAINERS_DOC),
+        Column("Images", priority=1, description=_IMAGES_DOC),
+        Column("Selector", priority=1, description=(
+            "A label query over pods that should match the pod count. Normally, the system sets this field for "
+            "you. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/"
+            "#label-selectors")),
+    ),
+    _cronjob_row,
+)
+
+
+def _replication_controller_row(rc: Obj, now: _dt.datetime) -> list[Cell]:
+    spec = rc.get("spec") or {}
+    status = rc.get("status") or {}
+    names, images = _containers_cells(_template_spec(rc))
+    selector = spec.get("selector")
+    return [
+        _name(rc),
+        int(spec.get("replicas") or 0),
+        int(status.get("replicas") or 0),
+        int(status.get("readyReplicas") or 0),
+        _age(rc, now),
+        names,
+        images,
+        format_labels(selector if isinstance(selector, dict) else None),
+    ]
+
+
+_REPLICATION_CONTROLLER = Printer(
+    (
+        _name_col(),
+        Column("Desired", type="integer", description=(
+            "Replicas is the number of desired replicas. This is a pointer to distinguish between explicit zero "
+            "and unspecified. Defaults to 1. More info: "
+            "https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller"
+            "#what-is-a-replicationcontroller")),
+        Column("Current", type="integer", description=(
+            "Replicas is the most recently observed number of replicas. More info: "
+            "https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller"
+            "#what-is-a-replicationcontroller")),
+        Column("Ready", type="integer", description="The number of ready replicas for this replication controller."),
+        _age_col(),
+        Column("Containers", priority=1, description=_CONTAINERS_DOC),
+        Column("Images", priority=1, description=_IMAGES_DOC),
+        Column("Selector", priority=1, description=(
+            "Selector is a label query over pods that should match the Replicas count. If Selector is empty, it "
+            "is defaulted to the labels present on the Pod template. Label keys and values that must match in "
+            "order to be controlled by this replication controller, if empty defaulted to labels on Pod template. "
+            "More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors")),
+    ),
+    _replication_controller_row,
+)
+
+
+def _pod_template_row(pt: Obj, now: _dt.datetime) -> list[Cell]:
+    names, images = _containers_cells(_get(pt, "template", "spec", default={}))
+    labels = _get(pt, "template", "metadata", "labels")
+    return [_name(pt), names, images, format_labels(labels if isinstance(labels, dict) else None)]
+
+
+_POD_TEMPLATE = Printer(
+    (
+        _name_col(),
+        Column("Containers", description=_CONTAINERS_DOC),
+        Column("Images", description=_IMAGES_DOC),
+        Column("Pod Labels", description="The labels for the pod template."),
+    ),
+    _pod_template_row,
 )
 
 
@@ -1201,6 +1316,9 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     # -- job --
 
     # -- cronjob --
+    ("batch", "cronjobs"): _CRONJOB,
+    ("", "replicationcontrollers"): _REPLICATION_CONTROLLER,
+    ("", "podtemplates"): _POD_TEMPLATE,
 
     # -- statefulset --
     ("apps", "controllerrevisions"): _CONTROLLER_REVISION,

@@ -27,9 +27,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
-from cryptography import x509
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
 from kubeplane.auth import jwt
 from kubeplane.auth.user import (ANONYMOUS, AUTHENTICATED, SERVICE_ACCOUNT_PREFIX, SERVICE_ACCOUNTS_GROUP,
                                  UNAUTHENTICATED, UserInfo)
@@ -75,10 +72,14 @@ class X509Authenticator:
         self._cache: OrderedDict[bytes, UserInfo | AuthenticationError] = OrderedDict()
         self._cache_size = cache_size
 
-    def authenticate_cert(self, der: bytes) -> UserInfo:
+    def authenticate_cert(self, der: bytes, subject: Any = None) -> UserInfo:
+        """The user of the client certificate ``der``. ``subject``: the
+        certificate's subject as :meth:`ssl.SSLSocket.getpeercert` gives it
+        for a certificate the handshake verified (which also held it to the
+        clientAuth usage), read instead of parsing the certificate."""
         hit = self._cache.get(der)
         if hit is None:
-            hit = self._convert(der)
+            hit = self._from_subject(der, subject) if subject else self._convert(der)
             self._cache[der] = hit
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
@@ -89,7 +90,29 @@ class X509Authenticator:
         return hit
 
     @staticmethod
+    def _from_subject(der: bytes, subject: Any) -> UserInfo | AuthenticationError:
+        cns: list[str] = []
+        orgs: list[str] = []
+        try:
+            for rdn in subject:
+                for key, value in rdn:
+                    if key == "commonName":
+                        cns.append(str(value))
+                    elif key == "organizationName":
+                        orgs.append(str(value))
+        except (TypeError, ValueError):
+            return X509Authenticator._convert(der)
+        name = cns[0] if cns else ""
+        if not name:
+            return AuthenticationError("x509: certificate has no common name")
+        cid = "X509SHA256=" + hashlib.sha256(der).hexdigest()
+        return UserInfo(name, groups=tuple(orgs), extra={CREDENTIAL_ID: (cid,)})
+
+    @staticmethod
     def _convert(der: bytes) -> UserInfo | AuthenticationError:
+        from cryptography import x509
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
         try:
             cert = x509.load_der_x509_certificate(der)
         except ValueError:
@@ -156,7 +179,8 @@ class ServiceAccountTokenAuthenticator:
     audience, expiry, and that the ServiceAccount (and the Pod, Secret or Node
     a bound token names) still exists with the same uid."""
 
-    keys: list[Any]
+    #: the verifying keys, or a function that loads them (called once, on first use)
+    keys: list[Any] | Callable[[], list[Any]]
     get: ObjectGetter
     issuers: tuple[str, ...] = (DEFAULT_ISSUER,)
     #: the API server's audiences, for tokens presented to it
@@ -164,6 +188,11 @@ class ServiceAccountTokenAuthenticator:
     #: accept legacy (Secret-based) tokens
     legacy: bool = True
     clock: Callable[[], float] = field(default=time.time)
+
+    def _keys(self) -> list[Any]:
+        if callable(self.keys):
+            self.keys = list(self.keys())
+        return self.keys
 
     async def authenticate_token(self, token: str, audiences: tuple[str, ...]) -> Response | None:
         if not jwt.looks_like_jwt(token):
@@ -178,7 +207,7 @@ class ServiceAccountTokenAuthenticator:
         if iss not in self.issuers:
             return None  # someone else's token
         try:
-            claims = jwt.verify(token, self.keys)
+            claims = jwt.verify(token, self._keys())
         except jwt.JWTError as exc:
             raise AuthenticationError(f"square/go-jose: error in cryptographic primitive: {exc}") from None
         now = self.clock()
@@ -242,7 +271,7 @@ class ServiceAccountTokenAuthenticator:
         import base64
 
         try:
-            claims = jwt.verify(token, self.keys)
+            claims = jwt.verify(token, self._keys())
         except jwt.JWTError as exc:
             raise AuthenticationError(f"square/go-jose: error in cryptographic primitive: {exc}") from None
         ns = claims.get("kubernetes.io/serviceaccount/namespace")
@@ -300,12 +329,15 @@ class RequestAuthenticator:
     anonymous: bool = True
     api_audiences: tuple[str, ...] = (DEFAULT_ISSUER,)
 
-    async def authenticate(self, peer_cert: bytes | None, authorization: str | None) -> UserInfo:
-        """The request's user; raises :class:`AuthenticationError` (401)."""
+    async def authenticate(self, peer_cert: bytes | None, authorization: str | None,
+                           peer_subject: Any = None) -> UserInfo:
+        """The request's user; raises :class:`AuthenticationError` (401).
+        ``peer_subject``: the verified client certificate's subject, as
+        :meth:`ssl.SSLSocket.getpeercert` gives it."""
         errors: list[str] = []
         if peer_cert is not None and self.x509 is not None:
             try:
-                return with_authenticated_group(self.x509.authenticate_cert(peer_cert))
+                return with_authenticated_group(self.x509.authenticate_cert(peer_cert, peer_subject))
             except AuthenticationError as exc:
                 errors.append(str(exc))
         token = bearer_token(authorization)

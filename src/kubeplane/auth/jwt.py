@@ -12,13 +12,8 @@ import hashlib
 from typing import Any
 
 import orjson
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
-# not the ``serialization`` package, which imports the SSH format and every
-# cipher; it is imported where a key file is read
-from cryptography.hazmat.primitives._serialization import Encoding, PublicFormat
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
+
+# cryptography is imported when a token is signed or verified, not with this module.
 
 #: a token longer than this is not looked at (upstream's tokens are a few KiB)
 MAX_TOKEN_BYTES = 64 * 1024
@@ -40,11 +35,15 @@ def unb64url(text: str) -> bytes:
 
 
 def key_id(public_key: Any) -> str:
+    from cryptography.hazmat.primitives._serialization import Encoding, PublicFormat
+
     der = public_key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
     return b64url(hashlib.sha256(der).digest())
 
 
 def algorithm(key: Any) -> str:
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     if isinstance(key, (rsa.RSAPrivateKey, rsa.RSAPublicKey)):
         return "RS256"
     if isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)):
@@ -58,18 +57,29 @@ def algorithm(key: Any) -> str:
     raise JWTError(f"unsupported signing key type {type(key).__name__}")
 
 
-_HASH = {"RS256": hashes.SHA256, "ES256": hashes.SHA256, "ES384": hashes.SHA384, "ES512": hashes.SHA512}
+#: the hash of each algorithm (cryptography.hazmat.primitives.hashes' class names)
+_HASH = {"RS256": "SHA256", "ES256": "SHA256", "ES384": "SHA384", "ES512": "SHA512"}
 _EC_SIZE = {"ES256": 32, "ES384": 48, "ES512": 66}
 
 
+def _hash(alg: str) -> Any:
+    from cryptography.hazmat.primitives import hashes
+
+    return getattr(hashes, _HASH[alg])()
+
+
 def sign(claims: dict[str, Any], key: Any) -> str:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, padding
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
     alg = algorithm(key)
     header = {"alg": alg, "kid": key_id(key.public_key())}
     signing_input = f"{b64url(orjson.dumps(header))}.{b64url(orjson.dumps(claims))}".encode()
     if alg == "RS256":
         sig = key.sign(signing_input, padding.PKCS1v15(), hashes.SHA256())
     else:
-        r, s = decode_dss_signature(key.sign(signing_input, ec.ECDSA(_HASH[alg]())))
+        r, s = decode_dss_signature(key.sign(signing_input, ec.ECDSA(_hash(alg))))
         n = _EC_SIZE[alg]
         sig = r.to_bytes(n, "big") + s.to_bytes(n, "big")
     return f"{signing_input.decode()}.{b64url(sig)}"
@@ -96,6 +106,11 @@ def unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def verify(token: str, public_keys: list[Any]) -> dict[str, Any]:
     """The claims of ``token`` if one of ``public_keys`` signed it."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, padding
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
     header, claims = unverified(token)
     alg = header.get("alg")
     if alg not in _HASH:
@@ -117,7 +132,7 @@ def verify(token: str, public_keys: list[Any]) -> dict[str, Any]:
                 if len(sig) != 2 * n:
                     continue
                 der = encode_dss_signature(int.from_bytes(sig[:n], "big"), int.from_bytes(sig[n:], "big"))
-                key.verify(der, signing_input, ec.ECDSA(_HASH[alg]()))
+                key.verify(der, signing_input, ec.ECDSA(_hash(alg)))
             return claims
         except InvalidSignature:
             continue

@@ -16,16 +16,18 @@ import datetime as _dt
 import ipaddress
 import os
 import tempfile
-from dataclasses import dataclass
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-# The encoding enums where cryptography defines them: its ``serialization``
-# package also imports the SSH key format and, through it, every cipher,
-# which making and writing this PKI never needs (loading a key imports it).
-from cryptography.hazmat.primitives._serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+# cryptography is imported where a certificate or key is made or read, not
+# with this module: a PKI made before is used from its files alone (the API
+# server's TLS context reads them itself), which keeps a start that makes
+# nothing free of the import.
+
 
 #: the names every serving certificate covers, besides the listen address
 DEFAULT_SERVING_NAMES = ("localhost", "127.0.0.1", "::1", "kubernetes", "kubernetes.default",
@@ -38,7 +40,9 @@ RENEW_BEFORE = _dt.timedelta(days=30)
 ADMIN_USER = "kubeplane-admin"
 
 
-def new_key() -> ec.EllipticCurvePrivateKey:
+def new_key() -> "ec.EllipticCurvePrivateKey":
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     return ec.generate_private_key(ec.SECP256R1())
 
 
@@ -54,6 +58,9 @@ def key_pem(key) -> bytes:
     cryptography's ``private_bytes`` imports its whole ``serialization``
     package (SSH keys, every cipher) on first use, a tenth of a throw-away
     cluster's start-up."""
+    from cryptography.hazmat.primitives._serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     if isinstance(key, ec.EllipticCurvePrivateKey) and isinstance(key.curve, ec.SECP256R1):
         point = key.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
         der = _P256_PKCS8_HEAD + key.private_numbers().private_value.to_bytes(32, "big") + _P256_PKCS8_MID + point
@@ -63,7 +70,11 @@ def key_pem(key) -> bytes:
     return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
 
 
-def cert_pem(cert: x509.Certificate) -> bytes:
+def cert_pem(cert: "x509.Certificate") -> bytes:
+    # the enums where cryptography defines them: its ``serialization``
+    # package also imports the SSH key format and, through it, every cipher
+    from cryptography.hazmat.primitives._serialization import Encoding
+
     return cert.public_bytes(Encoding.PEM)
 
 
@@ -71,13 +82,19 @@ def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
 
 
-def _name(cn: str, orgs: tuple[str, ...] = ()) -> x509.Name:
+def _name(cn: str, orgs: tuple[str, ...] = ()) -> "x509.Name":
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
     attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
     return x509.Name(attrs)
 
 
-def make_ca(cn: str = "kubeplane-ca", days: int = CA_DAYS) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def make_ca(cn: str = "kubeplane-ca", days: int = CA_DAYS) -> tuple["x509.Certificate", "ec.EllipticCurvePrivateKey"]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
     key = new_key()
     now = _now()
     name = _name(cn)
@@ -94,11 +111,15 @@ def make_ca(cn: str = "kubeplane-ca", days: int = CA_DAYS) -> tuple[x509.Certifi
     return cert, key
 
 
-def issue(ca_cert: x509.Certificate, ca_key, cn: str, *, orgs: tuple[str, ...] = (), server_names: tuple[str, ...] = (),
-          client: bool = True, days: int = CERT_DAYS, key=None) -> tuple[x509.Certificate, object]:
+def issue(ca_cert: "x509.Certificate", ca_key, cn: str, *, orgs: tuple[str, ...] = (), server_names: tuple[str, ...] = (),
+          client: bool = True, days: int = CERT_DAYS, key=None) -> tuple["x509.Certificate", object]:
     """A leaf certificate signed by the CA: for a client (``cn`` the user name,
     ``orgs`` its groups, as upstream's x509 authenticator reads them) or, with
     ``server_names`` (DNS names and IP addresses), for serving."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
     key = key or new_key()
     now = _now()
     usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server_names else []
@@ -124,7 +145,9 @@ def issue(ca_cert: x509.Certificate, ca_key, cn: str, *, orgs: tuple[str, ...] =
     return b.sign(ca_key, hashes.SHA256()), key
 
 
-def _general_names(names: tuple[str, ...]) -> list[x509.GeneralName]:
+def _general_names(names: tuple[str, ...]) -> list["x509.GeneralName"]:
+    from cryptography import x509
+
     out: list[x509.GeneralName] = []
     seen = set()
     for n in names:
@@ -150,8 +173,10 @@ def serving_names(host: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def covers(cert: x509.Certificate, names: tuple[str, ...]) -> bool:
+def covers(cert: "x509.Certificate", names: tuple[str, ...]) -> bool:
     """Whether ``cert``'s SANs include every one of ``names``."""
+    from cryptography import x509
+
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
@@ -168,12 +193,16 @@ def covers(cert: x509.Certificate, names: tuple[str, ...]) -> bool:
     return True
 
 
-def load_cert(path: str) -> x509.Certificate:
+def load_cert(path: str) -> "x509.Certificate":
+    from cryptography import x509
+
     with open(path, "rb") as f:
         return x509.load_pem_x509_certificate(f.read())
 
 
-def load_certs(path: str) -> list[x509.Certificate]:
+def load_certs(path: str) -> list["x509.Certificate"]:
+    from cryptography import x509
+
     with open(path, "rb") as f:
         return x509.load_pem_x509_certificates(f.read())
 
@@ -208,27 +237,70 @@ def write_private(path: str, data: bytes, durable: bool = True, *, dir_mode: int
         raise
 
 
-def _fresh(cert: x509.Certificate) -> bool:
+def _fresh(cert: "x509.Certificate") -> bool:
     return cert.not_valid_after_utc - _now() > RENEW_BEFORE
 
 
-@dataclass
-class PKI:
-    """The files of one cluster's PKI (paths) with the CA loaded."""
+#: the leaf files' record of what they hold (``<stem>.meta``, JSON, written
+#: with them): who they name, for which CA, until when. A start finds in it
+#: whether the leaf still fits without parsing the certificate.
+_META = ".meta"
 
-    directory: str
-    ca_cert: x509.Certificate
-    ca_key: object
-    #: files made are synced to disk (not for a throw-away directory)
-    durable: bool = True
+
+def _digest(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _canonical(names: tuple[str, ...]) -> list[str]:
+    out = []
+    for n in names:
+        try:
+            n = str(ipaddress.ip_address(n))
+        except ValueError:
+            pass
+        out.append(n)
+    return out
+
+
+class PKI:
+    """The files of one cluster's PKI (paths); the CA's certificate and key
+    are read when a certificate has to be made or checked."""
+
+    def __init__(self, directory: str, ca_cert: Any = None, ca_key: Any = None, durable: bool = True) -> None:
+        self.directory = directory
+        self._ca_cert = ca_cert
+        self._ca_key = ca_key
+        #: files made are synced to disk (not for a throw-away directory)
+        self.durable = durable
+        self._ca_pem: bytes | None = None
 
     @property
     def ca_file(self) -> str:
         return os.path.join(self.directory, "ca.crt")
 
     @property
+    def ca_cert(self) -> "x509.Certificate":
+        if self._ca_cert is None:
+            self._ca_cert = load_cert(self.ca_file)
+        return self._ca_cert
+
+    @property
+    def ca_key(self) -> Any:
+        if self._ca_key is None:
+            self._ca_key = load_key(self.path("ca.key"))
+        return self._ca_key
+
+    @property
     def ca_pem(self) -> bytes:
-        return cert_pem(self.ca_cert)
+        if self._ca_pem is None:
+            if self._ca_cert is not None:
+                self._ca_pem = cert_pem(self._ca_cert)
+            else:
+                with open(self.ca_file, "rb") as f:
+                    self._ca_pem = f.read()
+        return self._ca_pem
 
     def path(self, name: str) -> str:
         return os.path.join(self.directory, name)
@@ -237,27 +309,84 @@ class PKI:
         """``apiserver.crt``/``apiserver.key``, issued again when they do not
         cover ``names``, are about to expire or are not the CA's."""
         crt, key = self.path("apiserver.crt"), self.path("apiserver.key")
+        if self._recorded("apiserver", names=names):
+            return crt, key
         if not self._valid(crt, key, names):
             cert, k = issue(self.ca_cert, self.ca_key, "kube-apiserver", server_names=names, client=False)
             write_private(key, key_pem(k), self.durable)
             write_private(crt, cert_pem(cert), self.durable)
+        self._record("apiserver", names=names)
         return crt, key
 
     def client_pair(self, stem: str, cn: str, orgs: tuple[str, ...] = ()) -> tuple[bytes, bytes]:
         """``<stem>.crt``/``<stem>.key``, a client certificate for ``cn`` in
         ``orgs``: made once, reused while valid. Returns the PEM data."""
         crt, key = self.path(stem + ".crt"), self.path(stem + ".key")
-        if self._valid(crt, key, None, cn, orgs):
-            with open(crt, "rb") as f1, open(key, "rb") as f2:
-                return f1.read(), f2.read()
+        recorded = self._recorded(stem, cn=cn, orgs=orgs)
+        if recorded or self._valid(crt, key, None, cn, orgs):
+            try:
+                with open(crt, "rb") as f1, open(key, "rb") as f2:
+                    cp, kp = f1.read(), f2.read()
+            except OSError:
+                pass
+            else:
+                if not recorded:
+                    self._record(stem, cn=cn, orgs=orgs)
+                return cp, kp
         cert, k = issue(self.ca_cert, self.ca_key, cn, orgs=orgs)
         cp, kp = cert_pem(cert), key_pem(k)
         write_private(key, kp, self.durable)
         write_private(crt, cp, self.durable)
+        self._record(stem, cn=cn, orgs=orgs)
         return cp, kp
+
+    def _recorded(self, stem: str, *, names: tuple[str, ...] | None = None, cn: str | None = None,
+                  orgs: tuple[str, ...] = ()) -> bool:
+        """Whether ``<stem>.meta`` says the leaf is the CA's, fresh and for
+        these names (or this user), its files present."""
+        import orjson
+
+        try:
+            with open(self.path(stem + _META), "rb") as f:
+                meta = orjson.loads(f.read())
+            os.stat(self.path(stem + ".key"))
+            with open(self.path(stem + ".crt"), "rb") as f:
+                leaf = f.read()
+            not_after = _dt.datetime.fromisoformat(meta["notAfter"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if not isinstance(meta, dict) or meta.get("ca") != _digest(self.ca_pem) or meta.get("crt") != _digest(leaf):
+            return False
+        if not_after - _now() <= RENEW_BEFORE:
+            return False
+        if names is not None and not set(_canonical(names)) <= set(meta.get("names") or ()):
+            return False
+        if cn is not None and (meta.get("cn") != cn or meta.get("orgs") != list(orgs)):
+            return False
+        return True
+
+    def _record(self, stem: str, *, names: tuple[str, ...] | None = None, cn: str | None = None,
+                orgs: tuple[str, ...] = ()) -> None:
+        import orjson
+
+        try:
+            with open(self.path(stem + ".crt"), "rb") as f:
+                leaf = f.read()
+            cert = load_cert(self.path(stem + ".crt"))
+        except (OSError, ValueError):
+            return
+        meta: dict[str, Any] = {"ca": _digest(self.ca_pem), "crt": _digest(leaf),
+                                "notAfter": cert.not_valid_after_utc.isoformat()}
+        if names is not None:
+            meta["names"] = _canonical(names)
+        if cn is not None:
+            meta["cn"], meta["orgs"] = cn, list(orgs)
+        write_private(self.path(stem + _META), orjson.dumps(meta), self.durable)
 
     def _valid(self, crt: str, key: str, names: tuple[str, ...] | None, cn: str | None = None,
                orgs: tuple[str, ...] = ()) -> bool:
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         try:
             cert = load_cert(crt)
             os.stat(key)
@@ -276,26 +405,28 @@ class PKI:
             return False
         return True
 
-    def service_account_signing_key(self) -> tuple[str, object]:
-        """``sa.key``, the ServiceAccount token signing key (ES256), made
-        once, and the key itself: the one just made when there was none, else
-        the file's."""
+    def service_account_signing_key_file(self) -> str:
+        """``sa.key``, the ServiceAccount token signing key (ES256), made once."""
         path = self.path("sa.key")
-        if os.path.exists(path):
-            return path, load_key(path)
-        key = new_key()
-        write_private(path, key_pem(key), self.durable)
-        return path, key
+        if not os.path.exists(path):
+            write_private(path, key_pem(new_key()), self.durable)
+        return path
+
+    def service_account_signing_key(self) -> tuple[str, object]:
+        """``sa.key`` (made once) and the key itself."""
+        path = self.service_account_signing_key_file()
+        return path, load_key(path)
 
 
 def ensure_pki(directory: str, durable: bool = True) -> PKI:
-    """Load the CA in ``directory`` or make one there. ``durable=False``
-    skips syncing the files made to disk: for a directory thrown away with
-    the process (a test's cluster), where a lost write costs nothing."""
+    """The CA in ``directory``, made there when there is none (its files
+    are read when needed). ``durable=False`` skips syncing the files made
+    to disk: for a directory thrown away with the process (a test's
+    cluster), where a lost write costs nothing."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
     crt, key = os.path.join(directory, "ca.crt"), os.path.join(directory, "ca.key")
     if os.path.exists(crt) and os.path.exists(key):
-        return PKI(directory, load_cert(crt), load_key(key), durable)
+        return PKI(directory, durable=durable)
     cert, k = make_ca()
     write_private(key, key_pem(k), durable)
     write_private(crt, cert_pem(cert), durable)

@@ -15,9 +15,15 @@ from kubeplane.auth.user import SERVICE_ACCOUNT_PREFIX
 
 @dataclass
 class TokenIssuer:
+    #: the signing key, or a function that loads it (called once, on first use)
     key: Any
     issuer: str = DEFAULT_ISSUER
     clock: Callable[[], float] = field(default=time.time)
+
+    def signing_key(self) -> Any:
+        if callable(self.key):
+            self.key = self.key()
+        return self.key
 
     def issue(self, namespace: str, sa_name: str, sa_uid: str, audiences: list[str], expiration_seconds: int,
               *, pod: tuple[str, str] | None = None, secret: tuple[str, str] | None = None,
@@ -36,7 +42,7 @@ class TokenIssuer:
             "aud": list(audiences), "exp": exp, "iat": now, "iss": self.issuer, "jti": str(uuid.uuid4()),
             "kubernetes.io": k8s, "nbf": now, "sub": f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{sa_name}",
         }
-        return jwt.sign(claims, self.key), exp
+        return jwt.sign(claims, self.signing_key()), exp
 
     def legacy(self, namespace: str, sa_name: str, sa_uid: str, secret_name: str) -> str:
         """A legacy (Secret-based, non-expiring) token, as the old token controller made them."""
@@ -48,4 +54,4 @@ class TokenIssuer:
             "kubernetes.io/serviceaccount/service-account.uid": sa_uid,
             "sub": f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{sa_name}",
         }
-        return jwt.sign(claims, self.key)
+        return jwt.sign(claims, self.signing_key())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -84,7 +85,10 @@ async def _serve(data_dir: str, mode: str, url_file: str) -> None:
                                    "subjects": [{"kind": "User", "name": BENCH_USER,
                                                  "apiGroup": "rbac.authorization.k8s.io"}]})
     await cache.wait_for_revision(store.revision)
-    Path(url_file).write_text(f"http://127.0.0.1:{port}")
+    # written whole, then moved into place: the parent waits for the file to exist
+    tmp = Path(url_file + ".tmp")
+    tmp.write_text(f"http://127.0.0.1:{port}")
+    os.replace(tmp, url_file)
     await asyncio.Event().wait()
 
 

@@ -997,14 +997,36 @@ def nodes(kubeconfig: str | None, context: str | None, verbosity: int, verbose: 
 @click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
               help="Scheduler workloads: cProfile each process over the measured phase, write the "
                    "profiles to this directory and report where the time went (slows the run).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="JobChurn: Jobs to complete (default 200).")
+@click.option("--in-flight", type=click.IntRange(min=1), default=None,
+              help="JobChurn: Jobs running at a time (default 20).")
 def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, storage: str, runs: int | None,
-          split: bool, pv_interval_ms: float | None, profile_dir: str | None) -> None:
+          split: bool, pv_interval_ms: float | None, profile_dir: str | None, jobs: int | None,
+          in_flight: int | None) -> None:
     """Benchmarks, run on demand. WORKLOAD is `api` (API machinery) or a scheduler_perf
     workload: SchedulingBasic, SchedulingPodAntiAffinity, SchedulingPodAffinity,
     SchedulingNodeAffinity, TopologySpreading, PreemptionBasic, PreemptionAsync, Unschedulable,
     SchedulingInTreePVs, SchedulingCSIPVs, SchedulingPVsChurn,
-    SchedulingWithResourceClaimTemplate, SteadyStateClusterResourceClaimTemplate[/half|/full]."""
+    SchedulingWithResourceClaimTemplate, SteadyStateClusterResourceClaimTemplate[/half|/full];
+    or JobChurn (Jobs of 10 pods on simulated nodes: completion throughput and latency)."""
     import json as _json
+
+    if workload == "JobChurn":
+        for given, hint in ((pods, "--pods"), (runs, "--runs"), (pv_interval_ms, "--pv-interval-ms"),
+                            (profile_dir, "--profile")):
+            if given is not None:
+                raise click.BadParameter("does not apply to JobChurn", param_hint=hint)
+        if split:
+            raise click.BadParameter("does not apply to JobChurn", param_hint="--split")
+        from kubeplane.bench.jobs import run_cli as run_jobs
+
+        out = runtime.run(run_jobs(jobs=jobs, in_flight=in_flight, nodes=nodes, storage=storage, as_json=as_json))
+        if out.get("timed_out"):
+            sys.exit(1)
+        return
+    if jobs is not None or in_flight is not None:
+        raise click.BadParameter("applies to JobChurn only", param_hint="--jobs" if jobs is not None else "--in-flight")
 
     if workload == "api":
         from kubeplane.bench.api import run

@@ -37,7 +37,8 @@ ORPHAN = "orphan"
 #: Resources watched by default: what can own or be owned in the catalogue.
 DEFAULT_RESOURCES: tuple[str, ...] = (
     "pods", "replicasets", "deployments", "jobs", "resourceclaims", "configmaps", "secrets", "services",
-    "persistentvolumeclaims", "statefulsets", "daemonsets", "controllerrevisions",
+    "persistentvolumeclaims", "cronjobs", "replicationcontrollers", "statefulsets", "daemonsets",
+    "controllerrevisions",
 )
 
 

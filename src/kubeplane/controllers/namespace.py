@@ -203,14 +203,16 @@ class NamespaceController(Controller):
         if "deletecollection" in res.verbs and collection is not None:
             # At once, as kubeplane's API server has always emptied
             # namespaces (with the API server alone no node ends pods).
-            await collection(res, namespace, grace_period_seconds=0)
+            # background propagation, as upstream's deleter (a Job's own default would orphan)
+            await collection(res, namespace, grace_period_seconds=0, propagation_policy="Background")
             return list((await self.client.list(res, namespace)).get("items") or ())
         listed = await self.client.list(res, namespace)
         lingering = False
         for obj in listed.get("items") or ():
             md = obj.get("metadata") or {}
             try:
-                out = await self.client.delete(res, md.get("name", ""), namespace, grace_period_seconds=0)
+                out = await self.client.delete(res, md.get("name", ""), namespace, grace_period_seconds=0,
+                                               propagation_policy="Background")
             except StatusError as err:
                 if err.code == 404:
                     continue

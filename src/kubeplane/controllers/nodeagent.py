@@ -3,18 +3,29 @@
 For each simulated node the agent registers a Node (capacity, allocatable,
 labels, addresses, Ready condition, node info), renews its Lease in
 ``kube-node-lease``, and for pods bound to it plays the kubelet: reports them
-Running and Ready (pod IP, container statuses, conditions), finishes graceful
-deletion, and completes pods annotated ``kubeplane.io/exit-after`` (seconds)
-with phase Succeeded, so Jobs and ``kubectl wait`` behave as on a real cluster.
+Running and Ready (pod IP, container statuses, conditions) and finishes
+graceful deletion (the containers are stopped and a pod not yet terminal is
+reported Failed first, as a kubelet does).
+
+A pod annotated ``kubeplane.io/exit-after`` (seconds) has its containers exit
+that long after they started, with the exit code ``kubeplane.io/exit-code``
+(0 by default). The pod's ``restartPolicy`` decides what follows, as in the
+kubelet: ``Never`` ends the pod (Succeeded for 0, Failed otherwise),
+``OnFailure`` ends it on 0 and restarts the containers otherwise, ``Always``
+restarts them (``restartCount`` and ``lastState`` move on). The agent reads
+time from its ``clock``; a timer only wakes the pod up to compare again, so a
+test moving the clock just resyncs (:meth:`NodeAgent.resync_pods`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 import ipaddress
 import logging
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import format_time, parse_time, utcnow
@@ -35,6 +46,9 @@ RESOURCE_SLICES = resource("resourceslices")
 GPU_DRIVER = "gpu.kubeplane.io"
 
 EXIT_AFTER_ANNOTATION = "kubeplane.io/exit-after"
+EXIT_CODE_ANNOTATION = "kubeplane.io/exit-code"
+#: the exit code of a container stopped by SIGTERM when its pod is deleted
+TERMINATED_EXIT_CODE = 143
 KUBELET_VERSION = "v1.32.0-kubeplane"
 
 
@@ -165,8 +179,14 @@ class NodeAgent(Controller):
         heartbeat_interval: float = 10.0,
         start_delay: float = 0.0,
         termination_delay: float = 0.05,
+        clock: Callable[[], _dt.datetime] = utcnow,
     ) -> None:
         super().__init__("kubelet", client, factory, workers=4)
+        self.clock = clock
+        #: when this agent started each pod's containers (by pod key: uid, time): the
+        #: status keeps whole seconds only, exit-after is measured from the exact time
+        self._started: dict[str, tuple[str, _dt.datetime]] = {}
+        self._warned: set[tuple[str, str]] = set()
         self.names = list(names)
         self._index = {n: i for i, n in enumerate(self.names)}
         self.spec = spec or NodeSpec()
@@ -179,6 +199,11 @@ class NodeAgent(Controller):
         self._ip_counter: dict[str, int] = {}
         self._timers: set[asyncio.Task] = set()
         self._heartbeat: asyncio.Task | None = None
+
+    def resync_pods(self) -> None:
+        """Look at every pod of these nodes again (e.g. after the clock moved)."""
+        for pod in self._pods.indexer.list():
+            self._enqueue(pod)
 
     def _enqueue(self, pod: Any) -> None:
         pod = getattr(pod, "obj", pod)
@@ -275,6 +300,7 @@ class NodeAgent(Controller):
     async def _sync_pod(self, key: str) -> None:
         pod = self._pods.indexer.get_by_key(key)
         if pod is None:
+            self._started.pop(key, None)
             return
         spec = pod.get("spec") or {}
         node = spec.get("nodeName")
@@ -296,19 +322,64 @@ class NodeAgent(Controller):
             else:
                 await self._start_pod(pod, node)
             return
-        exit_after = (md.get("annotations") or {}).get(EXIT_AFTER_ANNOTATION)
-        if phase == "Running" and exit_after is not None:
-            try:
-                seconds = max(0.0, float(exit_after))
-            except ValueError:
-                return
-            started = status.get("startTime")
-            elapsed = (utcnow() - parse_time(started)).total_seconds() if started else 0.0
-            self._later(max(0.0, seconds - elapsed), self._complete_pod(pod))
+        if phase == "Running":
+            await self._maybe_exit(pod)
+
+    async def _maybe_exit(self, pod: Obj) -> None:
+        """Containers of a pod with ``exit-after`` exit once that long has
+        passed since they started; until then a timer looks again."""
+        md = pod.get("metadata") or {}
+        annotations = md.get("annotations") or {}
+        exit_after = annotations.get(EXIT_AFTER_ANNOTATION)
+        if exit_after is None:
+            return
+        try:
+            seconds = float(exit_after)
+            if not math.isfinite(seconds):
+                raise ValueError(exit_after)
+            seconds = max(0.0, seconds)
+        except ValueError:
+            self._bad_annotation(pod, f"{EXIT_AFTER_ANNOTATION} {exit_after!r} is not a number of seconds: "
+                                      "the containers keep running")
+            return
+        raw_code = annotations.get(EXIT_CODE_ANNOTATION, "0")
+        try:
+            code = int(raw_code)
+        except ValueError:
+            self._bad_annotation(pod, f"{EXIT_CODE_ANNOTATION} {raw_code!r} is not an integer: "
+                                      "the containers exit with 1")
+            code = 1
+        status = pod.get("status") or {}
+        now = self.clock()
+        key = f"{md.get('namespace')}/{md.get('name')}"
+        waiting = _backing_off(status)
+        if waiting is not None:
+            wait = restart_backoff(int(waiting.get("restartCount") or 0))
+            finished = ((waiting.get("lastState") or {}).get("terminated") or {}).get("finishedAt")
+            left = wait - ((now - parse_time(finished)).total_seconds() if finished else wait)
+            if left > 0:
+                self._later(left, _enqueue_key(self._queue, key))
+            else:
+                await self._restart_containers(pod, now)
+            return
+        exact = self._started.get(key)
+        if exact is not None and exact[0] == md.get("uid"):
+            elapsed = (now - exact[1]).total_seconds()
+        else:
+            started = _container_started(status) or status.get("startTime")
+            elapsed = (now - parse_time(started)).total_seconds() if started else 0.0
+        if elapsed < seconds:
+            self._later(seconds - elapsed, _enqueue_key(self._queue, key))
+            return
+        await self._exit_containers(pod, code, now)
 
     def _later(self, delay: float, coro) -> None:
         async def run() -> None:
-            await asyncio.sleep(delay)
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                coro.close()  # stopped before its time: never started
+                raise
             await coro
 
         task = asyncio.get_running_loop().create_task(run())
@@ -318,7 +389,8 @@ class NodeAgent(Controller):
     async def _start_pod(self, pod: Obj, node: str) -> None:
         md = pod["metadata"]
         spec = pod.get("spec") or {}
-        now = format_time(utcnow())
+        started = self.clock()
+        now = format_time(started)
         host_ip = str(ipaddress.ip_address("10.0.0.0") + 1 + self._index[node])
         pod_ip = host_ip if spec.get("hostNetwork") else self._pod_ip(node)
 
@@ -349,6 +421,7 @@ class NodeAgent(Controller):
         }
         if inits:
             status["initContainerStatuses"] = inits
+        self._started[f"{md.get('namespace')}/{md['name']}"] = (md.get("uid", ""), started)
         try:
             await self.client.patch(PODS, md["name"], {"status": status}, md.get("namespace"),
                                     patch_type="strategic", subresource="status", field_manager="kubelet")
@@ -356,34 +429,151 @@ class NodeAgent(Controller):
             if err.code != 404:
                 raise
 
-    async def _complete_pod(self, pod: Obj) -> None:
-        md = pod["metadata"]
-        now = format_time(utcnow())
+    def _bad_annotation(self, pod: Obj, message: str) -> None:
+        """Tell the pod's owner once (a Warning event on the pod) that an annotation is unusable."""
+        md = pod.get("metadata") or {}
+        mark = (md.get("uid", ""), message)
+        if mark in self._warned:
+            return
+        self._warned.add(mark)
+        log.warning("pod %s/%s: %s", md.get("namespace"), md.get("name"), message)
+        self.recorder.event(pod, "Warning", "InvalidAnnotation", message)
+
+    async def _exit_containers(self, pod: Obj, code: int, now: _dt.datetime) -> None:
+        """The containers exit with ``code``; the restart policy decides
+        whether they run again or the pod ends (Succeeded or Failed)."""
+        spec = pod.get("spec") or {}
+        policy = spec.get("restartPolicy") or "Always"
+        restart = policy == "Always" or (policy == "OnFailure" and code != 0)
+        stamp = format_time(now)
+        previous = {c.get("name"): c for c in (pod.get("status") or {}).get("containerStatuses") or []}
         statuses = []
-        for c in (pod.get("spec") or {}).get("containers") or []:
-            statuses.append({"name": c.get("name"), "image": c.get("image"), "imageID": f"sim://{c.get('image')}",
-                             "ready": False, "started": False, "restartCount": 0,
-                             "state": {"terminated": {"exitCode": 0, "reason": "Completed",
-                                                      "startedAt": (pod.get("status") or {}).get("startTime", now),
-                                                      "finishedAt": now}}})
-        cond = [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastProbeTime": None,
-                 "lastTransitionTime": now},
-                {"type": "ContainersReady", "status": "False", "reason": "PodCompleted", "lastProbeTime": None,
-                 "lastTransitionTime": now}]
+        for c in spec.get("containers") or []:
+            prev = previous.get(c.get("name")) or {}
+            terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                          "startedAt": ((prev.get("state") or {}).get("running") or {}).get("startedAt", stamp),
+                          "finishedAt": stamp}
+            status = {"name": c.get("name"), "image": c.get("image"), "imageID": f"sim://{c.get('image')}",
+                      "containerID": prev.get("containerID", ""), "restartCount": int(prev.get("restartCount") or 0)}
+            status.update(ready=False, started=False)
+            if restart:
+                wait = restart_backoff(status["restartCount"])
+                status.update(lastState={"terminated": terminated}, state={"waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {wait}s restarting failed container={c.get('name')} "
+                               f"pod={md_name(pod)}_{md_namespace(pod)}({md_uid(pod)})"}})
+            else:
+                status["state"] = {"terminated": terminated}
+            statuses.append(status)
+        if not restart:
+            await self._finish(pod, "Succeeded" if code == 0 else "Failed", statuses, stamp)
+            return
+        await self._patch_status(pod, {"conditions": _readiness(False, "ContainersNotReady", stamp),
+                                       "containerStatuses": statuses})
+
+    async def _restart_containers(self, pod: Obj, now: _dt.datetime) -> None:
+        """Back-off over: the containers run again, one restart more."""
+        stamp = format_time(now)
+        md = pod.get("metadata") or {}
+        self._started[f"{md.get('namespace')}/{md.get('name')}"] = (md.get("uid", ""), now)
+        statuses = []
+        for c in (pod.get("status") or {}).get("containerStatuses") or []:
+            if "waiting" in (c.get("state") or {}):
+                c = {**c, "ready": True, "started": True, "restartCount": int(c.get("restartCount") or 0) + 1,
+                     "state": {"running": {"startedAt": stamp}}}
+            statuses.append(c)
+        await self._patch_status(pod, {"conditions": _readiness(True, None, stamp), "containerStatuses": statuses})
+
+    async def _finish(self, pod: Obj, phase: str, statuses: list[Obj], stamp: str) -> None:
+        """The pod ends in ``phase``: not ready any more, containers terminated."""
+        md = pod.get("metadata") or {}
+        self._started.pop(f"{md.get('namespace')}/{md.get('name')}", None)
+        reason = "PodCompleted" if phase == "Succeeded" else "PodFailed"
+        await self._patch_status(pod, {"phase": phase, "conditions": _readiness(False, reason, stamp),
+                                       "containerStatuses": statuses})
+
+    async def _patch_status(self, pod: Obj, status: Obj) -> None:
+        md = pod["metadata"]
         try:
-            await self.client.patch(PODS, md["name"], {"status": {"phase": "Succeeded", "conditions": cond,
-                                                                  "containerStatuses": statuses}},
-                                    md.get("namespace"), patch_type="strategic", subresource="status",
-                                    field_manager="kubelet")
+            await self.client.patch(PODS, md["name"], {"status": status}, md.get("namespace"),
+                                    patch_type="strategic", subresource="status", field_manager="kubelet")
         except StatusError as err:
             if err.code != 404:
                 raise
 
+    async def _stop_containers(self, pod: Obj) -> None:
+        """A deleted pod's running containers are stopped (SIGTERM): the pod
+        is reported Failed unless it had already ended."""
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        stamp = format_time(self.clock())
+        statuses = []
+        for c in (pod.get("status") or {}).get("containerStatuses") or []:
+            state = c.get("state") or {}
+            if "terminated" in state:
+                statuses.append(c)
+                continue
+            started = (state.get("running") or {}).get("startedAt", stamp)
+            statuses.append({**c, "ready": False, "started": False, "state": {"terminated": {
+                "exitCode": TERMINATED_EXIT_CODE, "reason": "Error", "startedAt": started, "finishedAt": stamp}}})
+        await self._finish(pod, "Failed", statuses, stamp)
+
     async def _finish_deletion(self, pod: Obj) -> None:
         md = pod["metadata"]
+        if (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("startTime"):
+            await self._stop_containers(pod)
         try:
             await self.client.delete(PODS, md["name"], md.get("namespace"), grace_period_seconds=0,
                                      preconditions={"uid": md.get("uid", "")})
         except StatusError as err:
             if err.code not in (404, 409):
                 raise
+
+
+def _container_started(status: Obj) -> str | None:
+    """When the (latest) containers started: the newest ``running.startedAt``."""
+    times = [((c.get("state") or {}).get("running") or {}).get("startedAt")
+             for c in status.get("containerStatuses") or []]
+    times = [t for t in times if t]
+    return max(times) if times else None
+
+
+async def _enqueue_key(queue: Any, key: str) -> None:
+    queue.add(key)
+
+
+def _backing_off(status: Obj) -> Obj | None:
+    """A container status waiting in CrashLoopBackOff, if any."""
+    for c in status.get("containerStatuses") or []:
+        if ((c.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+            return c
+    return None
+
+
+def restart_backoff(restarts: int) -> int:
+    """The kubelet's crash-loop back-off: 10 s, doubling per restart, at most 5 minutes."""
+    return min(10 * 2 ** min(restarts, 5), 300)
+
+
+def _readiness(ready: bool, reason: str | None, stamp: str) -> list[Obj]:
+    """The pod's Ready and ContainersReady conditions."""
+    out = []
+    for t in ("Ready", "ContainersReady"):
+        cond: Obj = {"type": t, "status": "True" if ready else "False", "lastProbeTime": None,
+                     "lastTransitionTime": stamp}
+        if reason:
+            cond["reason"] = reason
+        out.append(cond)
+    return out
+
+
+def md_name(pod: Obj) -> str:
+    return (pod.get("metadata") or {}).get("name", "")
+
+
+def md_namespace(pod: Obj) -> str:
+    return (pod.get("metadata") or {}).get("namespace", "")
+
+
+def md_uid(pod: Obj) -> str:
+    return (pod.get("metadata") or {}).get("uid", "")

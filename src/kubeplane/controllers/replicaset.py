@@ -288,7 +288,21 @@ def pods_to_delete(pods: list[Obj], related: list[Obj], count: int, now: _dt.dat
 
 
 class ReplicaSetController(Controller):
-    """Keeps ``spec.replicas`` pods running for every ReplicaSet."""
+    """Keeps ``spec.replicas`` pods running for every ReplicaSet.
+
+    The same loop serves ReplicationControllers (upstream runs its
+    ReplicaSet controller for them too): a subclass names the owner kind
+    in the class attributes below and says how its selector reads."""
+
+    #: the kind this controller manages
+    owner_resource = REPLICASETS
+    owner_api_version = "apps/v1"
+    owner_kind = "ReplicaSet"
+    queue_name = "replicasets"
+
+    def selector_of(self, owner: Obj) -> LabelSelector:
+        """The owner's compiled pod selector."""
+        return selector_of(owner)
 
     def __init__(
         self,
@@ -302,11 +316,11 @@ class ReplicaSetController(Controller):
         super().__init__(name, client, factory, workers=workers)
         self.burst_replicas = burst_replicas
         self.expectations = Expectations()
-        self.rs_informer = self.factory.informer_for(REPLICASETS)
+        self.rs_informer = self.factory.informer_for(self.owner_resource)
         self.pod_informer = self.factory.informer_for(PODS)
         add_indexers(self.rs_informer, {NAMESPACE_INDEX: namespace_index, CONTROLLER_UID_INDEX: controller_uid_index})
         add_indexers(self.pod_informer, {NAMESPACE_INDEX: namespace_index, CONTROLLER_UID_INDEX: controller_uid_index})
-        self.replicasets = self.add_queue("replicasets", self.sync)
+        self.replicasets = self.add_queue(self.queue_name, self.sync)
         self.rs_informer.add_event_handler(self._rs_added, self._rs_updated, self._rs_deleted)
         self.pod_informer.add_event_handler(self._pod_added, self._pod_updated, self._pod_deleted)
 
@@ -327,7 +341,9 @@ class ReplicaSetController(Controller):
 
     def _resolve(self, namespace: str, ref: Obj | None) -> Obj | None:
         """The ReplicaSet a controller ref points at, if it is one of ours."""
-        if not ref or ref.get("kind") != "ReplicaSet" or not str(ref.get("apiVersion", "")).startswith("apps/"):
+        group = self.owner_resource.group
+        if not ref or ref.get("kind") != self.owner_kind or (
+                group and not str(ref.get("apiVersion", "")).startswith(group + "/")):
             return None
         rs = self.rs_informer.indexer.get_by_key(f"{namespace}/{ref.get('name', '')}")
         if rs is None or uid_of(rs) != ref.get("uid"):
@@ -339,7 +355,7 @@ class ReplicaSetController(Controller):
         if not labels:
             return []
         return [rs for rs in self.rs_informer.indexer.by_index(NAMESPACE_INDEX, ns_of(pod))
-                if selector_of(rs).matches(labels)]
+                if self.selector_of(rs).matches(labels)]
 
     def _pod_added(self, pod: Obj) -> None:
         if md_of(pod).get("deletionTimestamp"):
@@ -393,7 +409,7 @@ class ReplicaSetController(Controller):
             self.expectations.delete(key)
             return
         need_sync = self.expectations.satisfied(key)
-        selector = selector_of(rs)
+        selector = self.selector_of(rs)
         namespace = ns_of(rs)
         active = [p for p in self.pod_informer.indexer.by_index(NAMESPACE_INDEX, namespace) if is_pod_active(p)]
         pods = await self.claim_pods(rs, selector, active)
@@ -447,7 +463,7 @@ class ReplicaSetController(Controller):
     async def _recheck_owner(self, rs: Obj) -> bool:
         """Adoption needs a live ReplicaSet that is not being deleted."""
         try:
-            fresh = await self.client.get(REPLICASETS, name_of(rs), ns_of(rs))
+            fresh = await self.client.get(self.owner_resource, name_of(rs), ns_of(rs))
         except StatusError as err:
             if err.code == 404:
                 return False
@@ -457,7 +473,7 @@ class ReplicaSetController(Controller):
     async def _adopt(self, pod: Obj, rs: Obj) -> Obj | None:
         new = deep_copy(pod)
         refs = [r for r in md_of(new).get("ownerReferences") or [] if r.get("uid") != uid_of(rs)]
-        refs.append(new_controller_ref(rs, "apps/v1", "ReplicaSet"))
+        refs.append(new_controller_ref(rs, self.owner_api_version, self.owner_kind))
         new["metadata"]["ownerReferences"] = refs
         try:
             return await self.client.update(PODS, new)
@@ -485,7 +501,7 @@ class ReplicaSetController(Controller):
         tmpl = deep_copy((rs.get("spec") or {}).get("template") or {})
         tmd = tmpl.get("metadata") or {}
         md: Obj = {"generateName": f"{name_of(rs)}-", "namespace": ns_of(rs),
-                   "ownerReferences": [new_controller_ref(rs, "apps/v1", "ReplicaSet")]}
+                   "ownerReferences": [new_controller_ref(rs, self.owner_api_version, self.owner_kind)]}
         for k in ("labels", "annotations", "finalizers"):
             if tmd.get(k):
                 md[k] = tmd[k]
@@ -592,7 +608,7 @@ class ReplicaSetController(Controller):
         new = dict(rs)
         new["status"] = status
         try:
-            await self.client.update(REPLICASETS, new, subresource="status")
+            await self.client.update(self.owner_resource, new, subresource="status")
         except StatusError as err:
             if err.code == 404:
                 return status

@@ -594,8 +594,11 @@ class Registry(WatchMixin, SubresourcesMixin):
                 # No-op writes do not bump the revision (as upstream), unless the
                 # stored value is stale: rewriting it re-encrypts with the current key.
                 return current if res.custom is None else self._out(res, current)
+            # upstream's ShouldDeleteDuringUpdate: the last finalizer gone, and
+            # no grace period still running (a pod the kubelet has not stopped)
             finalizers_gone = bool(
                 (new.get("metadata") or {}).get("deletionTimestamp") and not new["metadata"].get("finalizers")
+                and not (current.get("metadata") or {}).get("deletionGracePeriodSeconds")
             ) and not (res.key == NAMESPACES.key and _spec_finalizers(new))
             if dry_run:
                 return new
@@ -857,10 +860,12 @@ class Registry(WatchMixin, SubresourcesMixin):
         adm_name = "" if collection else name
         attrs = Attributes(DELETE, res, adm_name, _admission_namespace(res, name, namespace), None, None,
                            dry_run=dry_run, options=options)
+        # upstream's DefaultGarbageCollectionPolicy: what a delete that names no policy does
+        policy = propagation_policy or self.strategy(res).default_gc_policy
         await self._turns.acquire(key)
         try:
             return await self._delete_locked(
-                res, key, name, grace_period_seconds, propagation_policy, preconditions, dry_run, attrs)
+                res, key, name, grace_period_seconds, policy, preconditions, dry_run, attrs)
         finally:
             self._turns.release(key)
 

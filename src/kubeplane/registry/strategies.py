@@ -29,6 +29,9 @@ class Strategy:
 
     #: resources whose spec changes bump metadata.generation
     tracks_generation = True
+    #: the propagation of a delete that names none (upstream's
+    #: DefaultGarbageCollectionPolicy): None is Background
+    default_gc_policy: str | None = None
 
     def __init__(self, res: ResourceInfo) -> None:
         self.res = res
@@ -534,6 +537,9 @@ CONTROLLER_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 
 
 class JobStrategy(Strategy):
+    #: batch/v1 Jobs orphan their pods unless told otherwise (kept for old clients, as upstream)
+    default_gc_policy = "Orphan"
+
     def prepare_for_create(self, obj: Obj) -> None:
         super().prepare_for_create(obj)
         spec = obj.get("spec")
@@ -939,6 +945,9 @@ def _stamp_conditions(conds: list, old_conds: list[Obj]) -> None:
                  and o.get("status") == c.get("status") and o.get("lastTransitionTime")), now)
 
 
+# builds on the classes above; its classes are looked up when a strategy is made
+from kubeplane.registry import strategies_cronjob as _cronjob  # noqa: E402
+
 _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "namespaces"): NamespaceStrategy,
@@ -973,6 +982,9 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     # -- job --
 
     # -- cronjob --
+    ("batch", "cronjobs"): lambda res: _cronjob.CronJobStrategy(res),
+    ("", "replicationcontrollers"): lambda res: _cronjob.ReplicationControllerStrategy(res),
+    ("", "podtemplates"): lambda res: _cronjob.PodTemplateStrategy(res),
 
     # -- statefulset --
     ("apps", "controllerrevisions"): NoGenerationStrategy,

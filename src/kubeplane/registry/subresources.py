@@ -133,7 +133,11 @@ class SubresourcesMixin:
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
         sel = spec.get("selector")
-        selector = str(label_selector_from_dict(sel)) if isinstance(sel, dict) else ""
+        if res.key == ("", "replicationcontrollers"):
+            # a ReplicationController's selector is a plain label set
+            selector = ",".join(f"{k}={sel[k]}" for k in sorted(sel)) if isinstance(sel, dict) else ""
+        else:
+            selector = str(label_selector_from_dict(sel)) if isinstance(sel, dict) else ""
         return {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",

@@ -24,7 +24,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kubeplane.testing._cluster import Cluster, resolve_resource
+    from kubeplane.testing._cluster import Cluster, resolve_resource, testing_pki_dir
     from kubeplane.testing._manifests import ManifestError, load_documents
     from kubeplane.testing._wait import JsonPath, WaitTimeout
     from kubeplane.testing._webhooks import WebhookInstallOptions, generate_certificates
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Cluster": "kubeplane.testing._cluster",
     "resolve_resource": "kubeplane.testing._cluster",
+    "testing_pki_dir": "kubeplane.testing._cluster",
     "ManifestError": "kubeplane.testing._manifests",
     "load_documents": "kubeplane.testing._manifests",
     "JsonPath": "kubeplane.testing._wait",

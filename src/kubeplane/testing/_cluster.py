@@ -29,6 +29,76 @@ FIELD_MANAGER = "kubeplane-testing"
 _VALIDATE_MODES = ("Strict", "Warn", "Ignore")
 
 
+
+#: where throw-away clusters keep the PKI they share (see :func:`testing_pki_dir`)
+PKI_DIR_ENV = "KUBEPLANE_TESTING_PKI_DIR"
+
+
+def testing_pki_dir() -> str:
+    """The PKI the clusters of this user share when their data is thrown
+    away with them: ``$KUBEPLANE_TESTING_PKI_DIR``, else
+    ``$XDG_CACHE_HOME/kubeplane/testing-pki`` (``~/.cache/...``). A CA,
+    the API server's certificate for 127.0.0.1 and the admin's, made on
+    the first start, renewed as they near their end: a cluster that makes
+    no certificate starts without importing the cryptography library."""
+    explicit = os.environ.get(PKI_DIR_ENV)
+    if explicit:
+        return explicit
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "kubeplane", "testing-pki")
+
+
+def _prepare_pki(directory: str, *, durable: bool, shared: bool) -> bool:
+    """Make (or check) the cluster's CA, serving and admin certificates
+    and ServiceAccount key in ``directory`` while another thread imports
+    the HTTP server: a first start in a process is mostly imports, and much
+    of aiohttp's is reading the system's CA bundle for its client's default
+    TLS contexts, which OpenSSL does without holding the GIL. A ``shared``
+    directory is worked on under a file lock (clusters of other processes
+    use it too). False when the directory cannot be used."""
+    import sys
+
+    importer = None
+    if "aiohttp.web" not in sys.modules:
+        def load() -> None:
+            try:
+                import aiohttp.web  # noqa: F401
+            except BaseException:  # noqa: BLE001 - the server's own import reports it
+                pass
+
+        importer = threading.Thread(target=load, name="kubeplane-testing-import", daemon=True)
+        importer.start()
+    try:
+        from kubeplane.apiserver.security import ADMIN_CLIENT
+        from kubeplane.auth import pki
+
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            lock = open(os.path.join(directory, ".lock"), "a") if shared else None
+        except OSError:
+            return False
+        try:
+            if lock is not None:
+                import fcntl
+
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            own = pki.ensure_pki(directory, durable=durable)
+            own.serving_pair(pki.serving_names("127.0.0.1"))
+            own.client_pair(*ADMIN_CLIENT)
+            own.service_account_signing_key_file()
+        except (OSError, ValueError):
+            if not shared:
+                raise
+            return False
+        finally:
+            if lock is not None:
+                lock.close()
+        return True
+    finally:
+        if importer is not None:
+            importer.join()
+
+
 class Cluster:
     """A kubeplane API server on ``127.0.0.1`` (a free port, HTTPS: a CA,
     serving and admin certificates made in a temporary directory, which the
@@ -111,6 +181,7 @@ class Cluster:
         self._start_error: BaseException | None = None
         self._stop_error: BaseException | None = None
         self._tmpdir: str | None = None
+        self._pki_dir: str | None = None
         self._server: Any = None
         self._comps: Any = None
         self._client: Any = None
@@ -234,21 +305,29 @@ class Cluster:
         self._mode = mode
 
     async def _astart(self) -> None:
-        from kubeplane.apiserver.app import APIServer, APIServerConfig
-        from kubeplane.client.inprocess import InProcessClient
-        from kubeplane.cluster import namespace_controller, service_account_controller
-
         self._tmpdir = tempfile.mkdtemp(prefix="kubeplane-testing-")
         if self.storage == "sqlite":
             self.data_dir = self._data_dir_opt or os.path.join(self._tmpdir, "data")
         kubeconfig = os.path.join(self._tmpdir, "kubeconfig")
         scratch = os.path.join(self._tmpdir, "data")
         data_dir = self.data_dir or scratch
+        # a cluster whose data goes with it uses the PKI the user's throw-away
+        # clusters share; one that keeps its data, its own (in the data directory)
+        pki_dir = testing_pki_dir() if data_dir == scratch else os.path.join(data_dir, "pki")
+        if not _prepare_pki(pki_dir, durable=True, shared=data_dir == scratch):
+            pki_dir = os.path.join(scratch, "pki")
+            _prepare_pki(pki_dir, durable=False, shared=False)
+        self._pki_dir = pki_dir
+
+        from kubeplane.apiserver.app import APIServer, APIServerConfig
+        from kubeplane.client.inprocess import InProcessClient
+        from kubeplane.cluster import namespace_controller, service_account_controller
+
         self._server = APIServer(APIServerConfig(
             data_dir=data_dir, listen="127.0.0.1:0",
-            storage=self.storage, kubeconfig=kubeconfig, component_kubeconfigs=False,
+            storage=self.storage, kubeconfig=kubeconfig, component_kubeconfigs=False, pki_dir=pki_dir,
             # the PKI of a directory removed with the cluster is not synced to disk
-            durable_pki=data_dir != scratch),
+            durable_pki=pki_dir != os.path.join(scratch, "pki")),
             # namespaces finish deleting and pods get their ServiceAccount without the
             # controllers too; with them these are two of them
             in_process=[] if self.controllers else [namespace_controller, service_account_controller])
@@ -277,7 +356,7 @@ class Cluster:
         node_args = ((self.nodes, self.node_cpu, self.node_memory, self.node_pods, 0, "node", 0)
                      if self.nodes else None)
         # the cluster CA the API server keeps in its data directory, if it made one
-        ca = cluster_ca_options(self._server.config.data_dir)
+        ca = cluster_ca_options(self._server.config.data_dir, pki_dir=self._pki_dir)
         await start_components(self._comps, client, node_args, {}, controllers=self.controllers,
                                scheduler=self.scheduler, controller_options=ControllerOptions(**ca))
 

@@ -394,6 +394,15 @@ def test_job_states():
     job["spec"]["parallelism"] = 3
     job["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
     assert cells("jobs", job)[1:4] == ["Failed", "0/1 of 3", ""]
+    # the interim conditions, before the final one, as upstream's printer orders them
+    for conds, state in (([{"type": "SuccessCriteriaMet", "status": "True"}], "SuccessCriteriaMet"),
+                         ([{"type": "SuccessCriteriaMet", "status": "True"},
+                           {"type": "FailureTarget", "status": "True"}], "FailureTarget"),
+                         ([{"type": "Suspended", "status": "True"},
+                           {"type": "FailureTarget", "status": "True"}], "Suspended"),
+                         ([{"type": "Suspended", "status": "False"}], "Running")):
+        job["status"] = {"conditions": conds}
+        assert cells("jobs", job)[1] == state
 
 
 def test_pdb_and_priorityclass():

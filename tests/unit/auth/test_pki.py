@@ -116,9 +116,57 @@ def test_a_throw_away_pki_is_not_synced_to_disk(tmp_path, monkeypatch) -> None:
     assert synced == []
     kept = pki.ensure_pki(str(tmp_path / "kept"))
     kept.serving_pair(("localhost",))
-    assert len(synced) == 4  # ca.key, ca.crt, apiserver.key, apiserver.crt
+    assert len(synced) == 5  # ca.key, ca.crt, apiserver.key, apiserver.crt, apiserver.meta
     # what was written unsynced reads back all the same
     again = pki.ensure_pki(str(tmp_path / "scratch"))
     assert again.ca_cert == p.ca_cert
     path, key = again.service_account_signing_key()
     assert key.private_numbers() == p.service_account_signing_key()[1].private_numbers()
+
+
+def test_a_recorded_leaf_is_reused_and_one_near_its_end_or_changed_is_checked_again(tmp_path) -> None:
+    import datetime as dt
+
+    import orjson
+
+    p = pki.ensure_pki(str(tmp_path / "p"))
+    crt, _ = p.serving_pair(("127.0.0.1", "localhost"))
+    made = open(crt, "rb").read()
+    meta_path = tmp_path / "p" / "apiserver.meta"
+    meta = orjson.loads(meta_path.read_bytes())
+    assert meta["names"] == ["127.0.0.1", "localhost"] and meta["ca"] and meta["crt"]
+    # the record answers: same certificate, also for a subset of its names
+    again = pki.ensure_pki(str(tmp_path / "p"))
+    assert again._ca_cert is None  # nothing read but files' bytes
+    again.serving_pair(("localhost",))
+    assert open(crt, "rb").read() == made and again._ca_cert is None
+    # a name the certificate lacks: a new one
+    again.serving_pair(("127.0.0.1", "localhost", "kubernetes"))
+    renamed = open(crt, "rb").read()
+    assert renamed != made and "kubernetes" in orjson.loads(meta_path.read_bytes())["names"]
+    # a record that says the end is near: the certificate itself is checked
+    # (still a year to go here: kept, and the record says so again)
+    meta = orjson.loads(meta_path.read_bytes())
+    true_end = meta["notAfter"]
+    meta["notAfter"] = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=2)).isoformat()
+    meta_path.write_bytes(orjson.dumps(meta))
+    checked = pki.ensure_pki(str(tmp_path / "p"))
+    checked.serving_pair(("localhost",))
+    assert open(crt, "rb").read() == renamed and checked._ca_cert is not None
+    assert orjson.loads(meta_path.read_bytes())["notAfter"] == true_end
+    # a certificate that is not the one recorded is checked the slow way and recorded anew
+    p.client_pair("admin", pki.ADMIN_USER, ("system:masters",))
+    other, _ = pki.issue(p.ca_cert, p.ca_key, pki.ADMIN_USER, orgs=("system:masters",))
+    (tmp_path / "p" / "admin.crt").write_bytes(pki.cert_pem(other))
+    cp, _ = pki.ensure_pki(str(tmp_path / "p")).client_pair("admin", pki.ADMIN_USER, ("system:masters",))
+    assert cp == pki.cert_pem(other)
+    import hashlib
+
+    assert orjson.loads((tmp_path / "p" / "admin.meta").read_bytes())["crt"] == hashlib.sha256(cp).hexdigest()
+    # another user for the same file: issued for that user
+    cp2, _ = pki.ensure_pki(str(tmp_path / "p")).client_pair("admin", "someone-else")
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    cn = x509.load_pem_x509_certificate(cp2).subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+    assert cn == "someone-else"

@@ -11,6 +11,7 @@ from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.cluster import namespace_controller
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
+from helpers import caught_up
 
 NS = resource("namespaces")
 CMS = resource("configmaps")
@@ -24,6 +25,10 @@ class CountingStore(MemoryStore):
         return await super().list(*args, **kwargs)
 
 
+#: the namespace controller of the running test
+CONTROLLERS: list = []
+
+
 @pytest.fixture
 async def env():
     store = CountingStore()
@@ -31,6 +36,7 @@ async def env():
     await ensure_default_namespaces(registry)
     ns_controller = namespace_controller(registry)
     await ns_controller.start()
+    CONTROLLERS[:] = [ns_controller]
     yield store, registry
     await ns_controller.stop()
     await registry.close()
@@ -55,10 +61,26 @@ async def test_lingering_content_is_awaited_by_watch_then_the_namespace_goes(env
         return bool((await registry.get(CMS, "held", "gone"))["metadata"].get("deletionTimestamp"))
 
     await _until(held_terminating)
-    # The finalizer is now waiting: it must not list the namespace's content in a loop.
+
+    async def waiting():
+        ns = await registry.get(NS, "gone")
+        remaining = any(c.get("type") == "NamespaceContentRemaining" and c.get("status") == "True"
+                        for c in (ns.get("status") or {}).get("conditions") or [])
+        ctrl = CONTROLLERS[0]
+        work = ctrl.work
+        # the controller's informer has seen the namespace as it is now (its
+        # own last write included), and the controller is between syncs
+        return (remaining and caught_up(ctrl, ctrl.namespaces, ns["metadata"]["resourceVersion"], delayed=True)
+                and "gone" in work._timers and "gone" not in work._processing and "gone" not in work._dirty)
+    # The controller found the content held: it waits for the retry (a
+    # second or more away, backing off) instead of listing it in a loop, and
+    # lists nothing meanwhile.
+    await _until(waiting)
+    when, _ = CONTROLLERS[0].work._timers["gone"]
+    assert when - asyncio.get_running_loop().time() > 0.5
     before = store.lists
-    await asyncio.sleep(0.5)
-    assert store.lists - before <= len([r for r in CATALOGUE.resources if r.namespaced])
+    await asyncio.sleep(0.2)
+    assert store.lists == before
     assert (await registry.get(NS, "gone"))["status"]["phase"] == "Terminating"
 
     await registry.patch(CMS, "held", {"metadata": {"finalizers": None}}, "gone")

@@ -68,10 +68,63 @@ def test_a_written_key_reads_back_as_the_key() -> None:
         assert back.private_numbers() == key.private_numbers()
 
 
-def test_only_a_given_data_directory_gets_a_durable_pki(tmp_path) -> None:
-    import kubeplane.testing
+def test_throw_away_clusters_share_one_pki_and_a_kept_data_directory_has_its_own(tmp_path, monkeypatch) -> None:
+    import os
 
+    import kubeplane.testing
+    from kubeplane.testing._cluster import PKI_DIR_ENV
+
+    shared = tmp_path / "shared"
+    monkeypatch.setenv(PKI_DIR_ENV, str(shared))
     with kubeplane.testing.Cluster() as c:
-        assert c._server.config.durable_pki is False
+        assert c._server.config.pki_dir == str(shared)
+        first = (shared / "ca.crt").read_bytes()
+    with kubeplane.testing.Cluster(storage="sqlite") as c:
+        assert c._server.config.pki_dir == str(shared)
+    assert (shared / "ca.crt").read_bytes() == first
+    assert oct(os.stat(shared).st_mode & 0o777) == "0o700"
     with kubeplane.testing.Cluster(storage="sqlite", data_dir=tmp_path / "d") as c:
+        assert c._server.config.pki_dir == str(tmp_path / "d" / "pki")
         assert c._server.config.durable_pki is True
+    assert (tmp_path / "d" / "pki" / "ca.crt").read_bytes() != first
+
+
+def test_an_unusable_shared_pki_directory_falls_back_to_the_clusters_own(tmp_path, monkeypatch) -> None:
+    import kubeplane.testing
+    from kubeplane.testing._cluster import PKI_DIR_ENV
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv(PKI_DIR_ENV, str(blocker / "pki"))
+    with kubeplane.testing.Cluster() as c:
+        assert c._server.config.pki_dir.endswith("/data/pki")
+        assert c._server.config.durable_pki is False
+        from kubernetes import client
+
+        assert client.VersionApi(c.api_client()).get_code().git_version
+
+
+CHILD_CACHED = r"""
+import sys
+import kubeplane.testing
+with kubeplane.testing.Cluster() as c:
+    from kubernetes import client
+    names = [n.metadata.name for n in client.CoreV1Api(c.api_client()).list_namespace().items]
+    print("cryptography:" + str(any(m.split(".")[0] == "cryptography" for m in sys.modules)) + " " + ",".join(names))
+"""
+
+
+def test_a_cluster_on_a_made_pki_starts_and_serves_without_the_cryptography_library(tmp_path) -> None:
+    import os
+
+    from kubeplane.testing._cluster import PKI_DIR_ENV
+
+    env = {**os.environ, PKI_DIR_ENV: str(tmp_path / "shared")}
+    runs = [subprocess.run([sys.executable, "-c", CHILD_CACHED], capture_output=True, text=True, timeout=60,
+                           env=env) for _ in range(2)]
+    for out in runs:
+        assert out.returncode == 0, out.stderr
+    # the first makes the certificates; the second authenticates the admin by
+    # its client certificate and lists the namespaces without the library
+    assert runs[0].stdout.split()[-2:] == ["cryptography:True", "default,kube-node-lease,kube-public,kube-system"]
+    assert runs[1].stdout.split()[-2:] == ["cryptography:False", "default,kube-node-lease,kube-public,kube-system"]

@@ -48,7 +48,7 @@ from kubeplane.api.validation.apps import (
     _validate_statefulset,
     _validate_statefulset_update,
 )
-from kubeplane.api.validation.batch import _validate_job, _validate_job_update
+from kubeplane.api.validation.batch import _validate_job, _validate_job_update, validate_cronjob
 from kubeplane.api.validation.certificates import csr_name, validate_csr_create, validate_csr_update
 from kubeplane.api.validation.common import _d
 from kubeplane.api.validation.coordination import _validate_lease
@@ -59,11 +59,13 @@ from kubeplane.api.validation.core import (
     _validate_namespace,
     _validate_node,
     _validate_pod,
+    _validate_pod_template_object,
     _validate_pod_update,
     _validate_pv,
     _validate_pv_update,
     _validate_pvc,
     _validate_pvc_update,
+    _validate_replication_controller,
     _validate_secret,
     _validate_secret_update,
     _validate_service,
@@ -152,6 +154,10 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     # -- job --
 
     # -- cronjob --
+    # (CronJob checks differ between create and update: see extra_validators)
+    "cronjobs.batch": (name_is_dns_subdomain, None, None),
+    "replicationcontrollers": (name_is_dns_subdomain, _validate_replication_controller, None),
+    "podtemplates": (name_is_dns_subdomain, _validate_pod_template_object, None),
 
     # -- statefulset --
     "controllerrevisions.apps": (name_is_dns_subdomain, _validate_controller_revision, _validate_controller_revision_update),
@@ -185,6 +191,7 @@ extra_validators: dict[str, list[ExtraValidator]] = {
     # webhook configurations: an update relaxes rules the stored object broke
     "mutatingwebhookconfigurations.admissionregistration.k8s.io": [validate_webhook_configuration],
     "validatingwebhookconfigurations.admissionregistration.k8s.io": [validate_webhook_configuration],
+    "cronjobs.batch": [validate_cronjob],
 }
 
 

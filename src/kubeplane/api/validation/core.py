@@ -517,6 +517,83 @@ def validate_pod_template(template: Any, path: str) -> list[Cause]:
     return out
 
 
+def _rc_selector_empty(selector: Any) -> bool:
+    """upstream's ``labels.Set(selector).AsSelector().Empty()``: a map that
+    is not a valid label set gives the empty selector too."""
+    if not isinstance(selector, dict) or not selector:
+        return True
+    return bool(validate_labels(selector, "selector"))
+
+
+def _validate_replication_controller(obj: dict[str, Any]) -> list[Cause]:
+    """core/v1 ReplicationController (upstream's ValidateReplicationControllerSpec)."""
+    spec = _d(obj.get("spec"))
+    out: list[Cause] = []
+    mrs = spec.get("minReadySeconds")
+    if mrs is not None and (not _is_int(mrs) or mrs < 0):
+        out.append(invalid_value("spec.minReadySeconds", mrs, "must be greater than or equal to 0"))
+    selector = spec.get("selector")
+    empty = _rc_selector_empty(selector)
+    if empty:
+        out.append(required("spec.selector"))
+    replicas = spec.get("replicas")
+    if replicas is None:
+        out.append(required("spec.replicas"))
+    elif not _is_int(replicas) or replicas < 0:
+        out.append(invalid_value("spec.replicas", replicas, "must be greater than or equal to 0"))
+    out += _validate_rc_status(_d(obj.get("status")))
+    template = spec.get("template")
+    if template is None:
+        out.append(required("spec.template"))
+        return out
+    labels = _d(_d(_d(template).get("metadata")).get("labels"))
+    if not empty and any(labels.get(k) != v for k, v in selector.items()):
+        out.append(invalid_value("spec.template.metadata.labels", labels, "`selector` does not match template `labels`"))
+    out += validate_pod_template(template, "spec.template")
+    tspec = _d(_d(template).get("spec"))
+    if "restartPolicy" in tspec and tspec["restartPolicy"] != "Always":
+        out.append(not_supported("spec.template.spec.restartPolicy", tspec["restartPolicy"], ("Always",)))
+    if tspec.get("activeDeadlineSeconds") is not None:
+        out.append(forbidden_field("spec.template.spec.activeDeadlineSeconds",
+                                   "activeDeadlineSeconds in ReplicationController is not Supported"))
+    return out
+
+
+def _validate_rc_status(status: dict[str, Any]) -> list[Cause]:
+    """upstream's ValidateReplicationControllerStatus (what a status write may say)."""
+    out: list[Cause] = []
+    counts: dict[str, int] = {}
+    for key in ("replicas", "fullyLabeledReplicas", "readyReplicas", "availableReplicas", "observedGeneration"):
+        v = status.get(key)
+        if v is None:
+            counts[key] = 0
+        elif not _is_int(v) or v < 0:
+            out.append(invalid_value(f"status.{key}", v, "must be greater than or equal to 0"))
+        else:
+            counts[key] = v
+    if len(counts) < 5:
+        return out
+    for key in ("fullyLabeledReplicas", "readyReplicas", "availableReplicas"):
+        if counts[key] > counts["replicas"]:
+            out.append(invalid_value(f"status.{key}", counts[key], "cannot be greater than status.replicas"))
+    if counts["availableReplicas"] > counts["readyReplicas"]:
+        out.append(invalid_value("status.availableReplicas", counts["availableReplicas"],
+                                 "cannot be greater than readyReplicas"))
+    return out
+
+
+def _validate_pod_template_object(obj: dict[str, Any]) -> list[Cause]:
+    """core/v1 PodTemplate: its ``template`` (on create and on every update)."""
+    template = obj.get("template")
+    if template is None:
+        template = {}
+    out = validate_pod_template(template, "template")
+    if _d(_d(template).get("spec")).get("ephemeralContainers"):
+        out.append(forbidden_field("template.spec.ephemeralContainers",
+                                   "ephemeral containers not allowed in pod template"))
+    return out
+
+
 def _validate_pod(obj: dict[str, Any]) -> list[Cause]:
     return validate_pod_spec(obj.get("spec"), "spec")
 
