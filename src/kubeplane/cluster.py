@@ -224,6 +224,12 @@ def _endpoint_slices(client: Client, factory: SharedInformerFactory, opts: Contr
     return [EndpointSliceController(client, factory)]
 
 
+def _daemonsets(client: Client, factory: SharedInformerFactory, opts: ControllerOptions) -> list[Any]:
+    from kubeplane.controllers.daemonset import DaemonSetsController
+
+    return [DaemonSetsController(client, factory)]
+
+
 #: every controller kubeplane ships, in start order: upstream's name, the
 #: short names upstream also accepts, the kube-system ServiceAccount it acts as
 CONTROLLERS: tuple[ControllerDef, ...] = (
@@ -259,6 +265,7 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
                       "kubeplane.controllers.statefulset").build(client, factory, opts)),
 
     # -- daemonset --
+    ControllerDef("daemonset-controller", ("daemonset",), "daemon-set-controller", _daemonsets),
 
     # -- endpoints --
     ControllerDef("endpoints-controller", ("endpoint",), "endpoint-controller", _endpoints),

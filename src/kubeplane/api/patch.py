@@ -178,6 +178,7 @@ LIST_STRATEGIES: dict[tuple[str, str], dict[Path, ListStrategy]] = {
     ("apps", "Deployment"): {**_pod_template(("spec", "template")), **_conditions("status")},
     ("apps", "ReplicaSet"): {**_pod_template(("spec", "template")), **_conditions("status")},
     ("apps", "StatefulSet"): {**_pod_template(("spec", "template")), **_conditions("status")},
+    ("apps", "DaemonSet"): {**_pod_template(("spec", "template")), **_conditions("status")},
     ("batch", "Job"): {
         **_pod_template(("spec", "template")),
         # Job conditions merge by type in SMP but are listType=atomic for apply.
@@ -208,12 +209,14 @@ ATOMIC_MAPS: dict[tuple[str, str], frozenset[Path]] = {
     ("apps", "Deployment"): frozenset({("spec", "selector")}),
     ("apps", "ReplicaSet"): frozenset({("spec", "selector")}),
     ("apps", "StatefulSet"): frozenset({("spec", "selector")}),
+    ("apps", "DaemonSet"): frozenset({("spec", "selector")}),
     ("batch", "Job"): frozenset({("spec", "selector")}),
     ("policy", "PodDisruptionBudget"): frozenset({("spec", "selector")}),
 }
 for _gk, _prefix in ((("", "Pod"), ("spec",)), (("apps", "Deployment"), ("spec", "template", "spec")),
                      (("apps", "ReplicaSet"), ("spec", "template", "spec")),
                      (("apps", "StatefulSet"), ("spec", "template", "spec")),
+                     (("apps", "DaemonSet"), ("spec", "template", "spec")),
                      (("batch", "Job"), ("spec", "template", "spec"))):
     ATOMIC_MAPS[_gk] = ATOMIC_MAPS.get(_gk, frozenset()) | {
         _prefix + ("topologySpreadConstraints", "*", "labelSelector"),

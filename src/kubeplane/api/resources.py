@@ -162,6 +162,8 @@ RESOURCES: tuple[ResourceInfo, ...] = (
        subresources=("status", "scale")),
 
     # -- daemonset --
+    _r("apps", "v1", "DaemonSet", "daemonsets", True, short_names=("ds",), categories=("all",),
+       subresources=("status",)),
 
     # -- endpoints --
     # core/v1 Endpoints (the endpoints controller's), discovery.k8s.io/v1 EndpointSlice

@@ -398,6 +398,16 @@ def controller_roles() -> list[Obj]:
         ]),
 
         # -- daemonset --
+        _role(c + "daemon-set-controller", [
+            r("get,list,watch", "apps,extensions", "daemonsets"),
+            r("update", "apps,extensions", "daemonsets/status"),
+            r("update", "apps,extensions", "daemonsets/finalizers"),
+            r("list,watch", "", "nodes"),
+            r("create,delete,list,patch,watch", "", "pods"),
+            r("create", "", "pods/binding"),
+            r("create,delete,get,list,patch,update,watch", "apps", "controllerrevisions"),
+            EVENTS,
+        ]),
 
         # -- endpoints --
         _role(c + "endpoint-controller", [

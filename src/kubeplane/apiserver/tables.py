@@ -652,6 +652,42 @@ _REPLICASET = Printer(
 )
 
 
+def _daemonset_row(ds: Obj, now: _dt.datetime) -> list[Cell]:
+    status = ds.get("status") or {}
+    names, images = _containers_cells(_template_spec(ds))
+    return [
+        _name(ds),
+        int(status.get("desiredNumberScheduled") or 0),
+        int(status.get("currentNumberScheduled") or 0),
+        int(status.get("numberReady") or 0),
+        int(status.get("updatedNumberScheduled") or 0),
+        int(status.get("numberAvailable") or 0),
+        format_labels(_template_spec(ds).get("nodeSelector")),
+        _age(ds, now),
+        names,
+        images,
+        format_label_selector(_get(ds, "spec", "selector")),
+    ]
+
+
+_DAEMONSET = Printer(
+    (
+        _name_col(),
+        Column("Desired", type="integer", description="The total number of nodes that should be running the daemon pod (including nodes correctly running the daemon pod). More info: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/"),
+        Column("Current", type="integer", description="The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod. More info: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/"),
+        Column("Ready", type="integer", description="numberReady is the number of nodes that should be running the daemon pod and have one or more of the daemon pod running with a Ready Condition."),
+        Column("Up-to-date", type="integer", description="The total number of nodes that are running updated daemon pod"),
+        Column("Available", type="integer", description="The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and available (ready for at least spec.minReadySeconds)"),
+        Column("Node Selector", description="NodeSelector is a selector which must be true for the pod to fit on a node. Selector which must match a node's labels for the pod to be scheduled on that node. More info: https://kubernetes.io/docs/concepts/configuration/assign-pod-node/"),
+        _age_col(),
+        Column("Containers", priority=1, description=_CONTAINERS_DOC),
+        Column("Images", priority=1, description=_IMAGES_DOC),
+        Column("Selector", priority=1, description="A label query over pods that are managed by the daemon set. Must match in order to be controlled. It must match the pod template's labels. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"),
+    ),
+    _daemonset_row,
+)
+
+
 def _controller_name(obj: Obj) -> str:
     """``kind.group/name`` of the controlling owner (lower case, as upstream's
     ``formatResourceName``), ``<none>`` without one."""
@@ -1333,6 +1369,7 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     ("apps", "statefulsets"): _STATEFULSET,
 
     # -- daemonset --
+    ("apps", "daemonsets"): _DAEMONSET,
 
     # -- endpoints --
     # (tables_networking.py builds them from this module's helpers, defined above)

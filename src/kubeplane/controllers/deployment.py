@@ -28,7 +28,7 @@ import datetime as _dt
 import logging
 import math
 import struct
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -331,8 +331,8 @@ def deployment_timed_out(d: Obj, status: Obj, now: _dt.datetime) -> bool:
     return since + _dt.timedelta(seconds=deadline) < now
 
 
-def new_condition(type_: str, status: str, reason: str, message: str) -> Obj:
-    now = format_time(utcnow())
+def new_condition(type_: str, status: str, reason: str, message: str, now: _dt.datetime | None = None) -> Obj:
+    now = format_time(now or utcnow())
     return {"type": type_, "status": status, "lastUpdateTime": now, "lastTransitionTime": now,
             "reason": reason, "message": message}
 
@@ -368,8 +368,11 @@ class DeploymentController(Controller):
         *,
         workers: int = 1,
         name: str = "deployment-controller",
+        clock: Callable[[], _dt.datetime] = utcnow,
     ) -> None:
         super().__init__(name, client, factory, workers=workers)
+        #: the time progress deadlines and condition timestamps are read from
+        self.clock = clock
         self.d_informer = self.factory.informer_for(DEPLOYMENTS)
         self.rs_informer = self.factory.informer_for(REPLICASETS)
         self.pod_informer = self.factory.informer_for(PODS)
@@ -382,6 +385,9 @@ class DeploymentController(Controller):
             self._enqueue, lambda old, new: self._enqueue(new), lambda d: self._enqueue(unwrap_deleted(d)))
         self.rs_informer.add_event_handler(self._rs_added, self._rs_updated, self._rs_deleted)
         self.pod_informer.add_event_handler(None, None, self._pod_deleted)
+
+    def _new_condition(self, type_: str, status: str, reason: str, message: str) -> Obj:
+        return new_condition(type_, status, reason, message, self.clock())
 
     # ------------------------------------------------------------- handlers
 
@@ -554,7 +560,7 @@ class DeploymentController(Controller):
             await self._set_deployment_revision(d, _ann(rs).get(REVISION, ""))
             status = d.setdefault("status", {})
             if progress_deadline(d) is not None and find_condition(status, "Progressing") is None:
-                set_condition(status, new_condition("Progressing", "True", FOUND_NEW_RS_REASON,
+                set_condition(status, self._new_condition("Progressing", "True", FOUND_NEW_RS_REASON,
                                                     f'Found new replica set "{name_of(rs)}"'))
                 d.update(await self.client.update(DEPLOYMENTS, d, subresource="status"))
             return existing
@@ -586,7 +592,7 @@ class DeploymentController(Controller):
             if err.code != 409 or err.reason != "AlreadyExists":
                 status = d.setdefault("status", {})
                 if progress_deadline(d) is not None:
-                    set_condition(status, new_condition("Progressing", "False", FAILED_RS_CREATE_REASON,
+                    set_condition(status, self._new_condition("Progressing", "False", FAILED_RS_CREATE_REASON,
                                                         f'Failed to create new replica set "{name}": {err.message}'))
                     await self.client.update(DEPLOYMENTS, d, subresource="status")
                 self.recorder.event(d, "Warning", "FailedCreate",
@@ -609,7 +615,7 @@ class DeploymentController(Controller):
         await self._set_deployment_revision(d, new_revision)
         if not already_exists and progress_deadline(d) is not None:
             status = d.setdefault("status", {})
-            set_condition(status, new_condition("Progressing", "True", NEW_RS_REASON,
+            set_condition(status, self._new_condition("Progressing", "True", NEW_RS_REASON,
                                                 f'Created new replica set "{name}"'))
             d.update(await self.client.update(DEPLOYMENTS, d, subresource="status"))
         return created
@@ -927,10 +933,10 @@ class DeploymentController(Controller):
         if old.get("conditions"):
             status["conditions"] = deep_copy(old["conditions"])
         if available >= spec_replicas(d) - max_unavailable(d):
-            set_condition(status, new_condition("Available", "True", MIN_AVAILABLE_REASON,
+            set_condition(status, self._new_condition("Available", "True", MIN_AVAILABLE_REASON,
                                                 "Deployment has minimum availability."))
         else:
-            set_condition(status, new_condition("Available", "False", MIN_UNAVAILABLE_REASON,
+            set_condition(status, self._new_condition("Available", "False", MIN_UNAVAILABLE_REASON,
                                                 "Deployment does not have minimum availability."))
         return status
 
@@ -949,23 +955,23 @@ class DeploymentController(Controller):
         what = f'ReplicaSet "{name_of(new_rs)}"' if new_rs else f'Deployment "{name_of(d)}"'
         if deadline is not None and not complete:
             if deployment_complete(d, status):
-                set_condition(status, new_condition("Progressing", "True", NEW_RS_AVAILABLE_REASON,
+                set_condition(status, self._new_condition("Progressing", "True", NEW_RS_AVAILABLE_REASON,
                                                     f"{what} has successfully progressed."))
             elif deployment_progressing(d, status):
-                cond = new_condition("Progressing", "True", RS_UPDATED_REASON, f"{what} is progressing.")
+                cond = self._new_condition("Progressing", "True", RS_UPDATED_REASON, f"{what} is progressing.")
                 if current is not None and current.get("status") == "True":
                     cond["lastTransitionTime"] = current.get("lastTransitionTime", cond["lastTransitionTime"])
                 remove_condition(status, "Progressing")
                 set_condition(status, cond)
-            elif deployment_timed_out(d, status, utcnow()):
-                set_condition(status, new_condition("Progressing", "False", TIMED_OUT_REASON,
+            elif deployment_timed_out(d, status, self.clock()):
+                set_condition(status, self._new_condition("Progressing", "False", TIMED_OUT_REASON,
                                                     f"{what} has timed out progressing."))
         failures = [find_condition(rs.get("status") or {}, "ReplicaFailure") for rs in all_rss]
         failure = next((c for c in failures if c is not None), None)
         if failure is not None:
             set_condition(status, {"type": "ReplicaFailure", "status": failure.get("status", "True"),
-                                   "lastUpdateTime": failure.get("lastTransitionTime", format_time(utcnow())),
-                                   "lastTransitionTime": failure.get("lastTransitionTime", format_time(utcnow())),
+                                   "lastUpdateTime": failure.get("lastTransitionTime", format_time(self.clock())),
+                                   "lastTransitionTime": failure.get("lastTransitionTime", format_time(self.clock())),
                                    "reason": failure.get("reason", ""), "message": failure.get("message", "")})
         else:
             remove_condition(status, "ReplicaFailure")
@@ -1000,7 +1006,7 @@ class DeploymentController(Controller):
             since = parse_time(cond.get("lastUpdateTime") or "")
         except ValueError:
             return
-        after = (since + _dt.timedelta(seconds=deadline) - utcnow()).total_seconds()
+        after = (since + _dt.timedelta(seconds=deadline) - self.clock()).total_seconds()
         if after < 1:
             self.deployments.add_after(key_of(d), 1.0)
         else:
@@ -1016,9 +1022,9 @@ class DeploymentController(Controller):
         paused = bool((d.get("spec") or {}).get("paused"))
         paused_cond = cond is not None and cond.get("reason") == PAUSED_REASON
         if paused and not paused_cond:
-            set_condition(status, new_condition("Progressing", "Unknown", PAUSED_REASON, "Deployment is paused"))
+            set_condition(status, self._new_condition("Progressing", "Unknown", PAUSED_REASON, "Deployment is paused"))
         elif not paused and paused_cond:
-            set_condition(status, new_condition("Progressing", "Unknown", RESUMED_REASON, "Deployment is resumed"))
+            set_condition(status, self._new_condition("Progressing", "Unknown", RESUMED_REASON, "Deployment is resumed"))
         else:
             return
         d.update(await self.client.update(DEPLOYMENTS, d, subresource="status"))

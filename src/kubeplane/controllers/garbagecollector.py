@@ -37,8 +37,8 @@ ORPHAN = "orphan"
 #: Resources watched by default: what can own or be owned in the catalogue.
 DEFAULT_RESOURCES: tuple[str, ...] = (
     "pods", "replicasets", "deployments", "jobs", "resourceclaims", "configmaps", "secrets", "services",
-    "persistentvolumeclaims", "cronjobs", "replicationcontrollers", "statefulsets", "controllerrevisions",
-    "endpointslices",
+    "persistentvolumeclaims", "cronjobs", "replicationcontrollers", "statefulsets", "daemonsets",
+    "controllerrevisions", "endpointslices",
 )
 
 

@@ -1047,6 +1047,8 @@ _STRATEGIES: dict[tuple[str, str], Callable[[ResourceInfo], Strategy]] = {
     ("apps", "statefulsets"): StatefulSetStrategy,
 
     # -- daemonset --
+    ("apps", "daemonsets"): lambda res: __import__(
+        "kubeplane.registry.strategies_daemonset", fromlist=["DaemonSetStrategy"]).DaemonSetStrategy(res),
 
     # -- endpoints --
     ("", "endpoints"): lambda res: _endpoints.EndpointsStrategy(res),

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import contextlib
+import copy
+import datetime as dt
 from typing import AsyncIterator
 
 import pytest
@@ -55,9 +56,23 @@ def make_deploy(name: str, replicas: int, image: str = "nginx:1", *, strategy: d
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name}, "spec": spec}
 
 
+class Clock:
+    """The Deployment controller's clock: still unless a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = utcnow()
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += dt.timedelta(seconds=seconds)
+
+
 class Env:
     def __init__(self, client: InProcessClient) -> None:
         self.client = client
+        self.clock = Clock()
         #: only pods whose first image is in this set become Ready (None: all)
         self.ready_images: set[str] | None = None
         self.samples: list[tuple[int, int, int]] = []
@@ -130,11 +145,11 @@ async def env() -> AsyncIterator[Env]:
     await ensure_default_namespaces(registry)
     client = InProcessClient(registry)
     factory = SharedInformerFactory(client)
+    e = Env(client)
     rsc = ReplicaSetController(client, factory)
-    dc = DeploymentController(client, factory)
+    dc = DeploymentController(client, factory, clock=e.clock)
     await rsc.start(sync_timeout=1)
     await dc.start(sync_timeout=1)
-    e = Env(client)
     e.dc = dc
     task = asyncio.get_running_loop().create_task(e.kubelet())
     yield e
@@ -297,22 +312,48 @@ async def test_paused_deployment_does_not_roll_out(env: Env) -> None:
 
 async def test_unavailable_and_progress_deadline_conditions(env: Env) -> None:
     env.ready_images = set()
-    await env.client.create(DEPLOY, make_deploy("web", 2, deadline=1), NS)
+    await env.client.create(DEPLOY, make_deploy("web", 2, deadline=600), NS)
 
     async def unavailable() -> dict | None:
         d = await env.deploy("web")
         c = cond(d, "Available")
         return d if c and c["status"] == "False" and c["reason"] == "MinimumReplicasUnavailable" else None
 
-    d = await eventually(unavailable, timeout=1.0)
+    d = await eventually(unavailable)
     assert d["status"].get("unavailableReplicas") == 2
 
-    async def timed_out() -> dict | None:
+    async def progressing(reason: str, status: str = "True") -> dict | None:
         c = cond(await env.deploy("web"), "Progressing")
-        return c if c and c["reason"] == "ProgressDeadlineExceeded" else None
+        return c if c and c["reason"] == reason and c["status"] == status else None
 
-    c = await eventually(timed_out, timeout=2.5)
-    assert c["status"] == "False" and c["message"].endswith("has timed out progressing.")
+    d = await eventually(lambda: _counted(env, "web", 2))
+    dc = env.dc
+    assert dc is not None
+    await settled(dc, env.client, (dc.d_informer, DEPLOY), (dc.rs_informer, RS), namespace=NS, delayed=True)
+    started = cond(await env.deploy("web"), "Progressing")
+    assert started is not None and started["status"] == "True"
+    assert started["reason"] in ("NewReplicaSetCreated", "ReplicaSetUpdated")
+    assert started["lastUpdateTime"] == format_time(env.clock())
+    # just before the deadline nothing changes, however often the controller looks
+    env.clock.advance(599)
+    dc.deployments.add(f"{NS}/web")
+    await settled(dc, env.client, (dc.d_informer, DEPLOY), (dc.rs_informer, RS), namespace=NS, delayed=True)
+    assert cond(await env.deploy("web"), "Progressing") == started
+    env.clock.advance(2)
+    dc.deployments.add(f"{NS}/web")
+    c = await eventually(lambda: progressing("ProgressDeadlineExceeded", "False"))
+    assert c["message"] == f'ReplicaSet "{(await env.rss())[0]["metadata"]["name"]}" has timed out progressing.'
+    assert c["lastUpdateTime"] == c["lastTransitionTime"] == format_time(env.clock())
+    # the pods become available after all: the rollout completes
+    env.ready_images = None
+    c = await eventually(lambda: progressing("NewReplicaSetAvailable"))
+    assert c["message"].endswith("has successfully progressed.")
+
+
+async def _counted(env: Env, name: str, replicas: int) -> dict | None:
+    d = await env.deploy(name)
+    st = d.get("status") or {}
+    return d if (st.get("replicas"), st.get("updatedReplicas")) == (replicas, replicas) else None
 
 
 def test_fenceposts_round_as_upstream() -> None:

@@ -41,6 +41,8 @@ from kubeplane.api.validation.apps import (
     _selector_immutable,
     _validate_controller_revision,
     _validate_controller_revision_update,
+    _validate_daemonset,
+    _validate_daemonset_update,
     _validate_deployment,
     _validate_replicaset,
     _validate_statefulset,
@@ -175,6 +177,7 @@ VALIDATORS: dict[str, tuple[NameFn, Check | None, UpdateCheck | None]] = {
     "statefulsets.apps": (name_is_dns_subdomain, _validate_statefulset, _validate_statefulset_update),
 
     # -- daemonset --
+    "daemonsets.apps": (name_is_dns_subdomain, _validate_daemonset, _validate_daemonset_update),
 
     # -- endpoints --
     "endpoints": (name_is_dns_subdomain, _validate_endpoints, None),
