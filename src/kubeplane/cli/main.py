@@ -162,10 +162,10 @@ class _Duration(click.ParamType):
         text = str(value).strip()
         try:
             seconds = parse_duration(text)
-        except ValueError:
-            seconds = -1.0
+        except ValueError as err:  # Go's wording: time: invalid duration "soon"
+            self.fail(f"{err} (a duration such as 1h, 30m, 1h30m, 90s)", param, ctx)
         if seconds < 0:
-            self.fail(f"{value!r} is not a duration (e.g. 1h, 30m, 1h30m, 90s)", param, ctx)
+            self.fail(f"must not be negative, got {text}", param, ctx)
         return seconds
 
 
@@ -509,7 +509,21 @@ _CONTROLLER_FLAGS = (
      "How often the node lifecycle controller checks the nodes' health."),
     ("--terminated-pod-gc-threshold", "terminated_pod_gc_threshold", "int", 12500,
      "Terminated pods kept before the pod garbage collector deletes the oldest (0: no limit)."),
+    ("--horizontal-pod-autoscaler-sync-period", "hpa_sync_period", "duration", "15s",
+     "The period for syncing the number of pods in horizontal pod autoscaler."),
+    ("--horizontal-pod-autoscaler-tolerance", "hpa_tolerance", "float", 0.1,
+     "The minimum change (from 1.0) in the desired-to-actual metrics ratio for the horizontal pod autoscaler "
+     "to consider scaling."),
+    ("--horizontal-pod-autoscaler-downscale-stabilization", "hpa_downscale_stabilization", "duration", "5m0s",
+     "Period for which autoscaler will look backwards and not scale down below any recommendation it made "
+     "during that period."),
+    ("--horizontal-pod-autoscaler-cpu-initialization-period", "hpa_cpu_initialization_period", "duration", "5m0s",
+     "The period after pod start when CPU samples might be skipped."),
+    ("--horizontal-pod-autoscaler-initial-readiness-delay", "hpa_initial_readiness_delay", "duration", "30s",
+     "The period after pod start during which readiness changes will be treated as initial readiness."),
 )
+#: the flags whose value must be above zero
+_POSITIVE_CONTROLLER_FLAGS = frozenset({"node_monitor_period", "hpa_sync_period"})
 
 
 def _controller_flag_options(fn):
@@ -517,7 +531,7 @@ def _controller_flag_options(fn):
 
     def store(field: str):
         def callback(ctx: click.Context, param: click.Parameter, value):
-            if field == "node_monitor_period" and not value > 0:
+            if field in _POSITIVE_CONTROLLER_FLAGS and not value > 0:
                 raise click.BadParameter("must be greater than 0")
             ctx.meta.setdefault("controller_flags", {})[field] = value
             return value
@@ -528,7 +542,8 @@ def _controller_flag_options(fn):
             fn = click.option(flag, type=_Duration(), default=default, show_default=True, callback=store(field),
                               expose_value=False, help=text)(fn)
         else:
-            fn = click.option(flag, type=click.IntRange(min=0), default=default, show_default=True,
+            kind_type = click.IntRange(min=0) if kind == "int" else click.FloatRange(min=0)
+            fn = click.option(flag, type=kind_type, default=default, show_default=True,
                               callback=store(field), expose_value=False, help=text)(fn)
     return fn
 
@@ -546,7 +561,7 @@ def _controller_flag_argv() -> list[str]:
     for flag, field, kind, _default, _text in _CONTROLLER_FLAGS:
         if field in values:
             v = values[field]
-            out += [flag, f"{v}s" if kind == "duration" else str(v)]
+            out += [flag, f"{v:g}s" if kind == "duration" else f"{v:g}" if kind == "float" else str(v)]
     return out
 
 
@@ -556,67 +571,6 @@ _COMPONENTS_METRICS_HELP = ("HOST:PORT where the scheduler's and controllers' /m
 
 #: the HorizontalPodAutoscaler controller's flags (kube-controller-manager's) and
 #: the ControllerOptions fields they set
-_HPA_FLAGS = (
-    ("hpa_sync_period", "--horizontal-pod-autoscaler-sync-period", "15s",
-     "The period for syncing the number of pods in horizontal pod autoscaler."),
-    ("hpa_downscale_stabilization", "--horizontal-pod-autoscaler-downscale-stabilization", "5m0s",
-     "Period for which autoscaler will look backwards and not scale down below any recommendation it made "
-     "during that period."),
-    ("hpa_cpu_initialization_period", "--horizontal-pod-autoscaler-cpu-initialization-period", "5m0s",
-     "The period after pod start when CPU samples might be skipped."),
-    ("hpa_initial_readiness_delay", "--horizontal-pod-autoscaler-initial-readiness-delay", "30s",
-     "The period after pod start during which readiness changes will be treated as initial readiness."),
-)
-
-
-def _check_duration(ctx, param, value: str) -> float:
-    from kubeplane.api.duration import parse_duration
-
-    try:
-        seconds = parse_duration(value)
-    except ValueError as err:
-        raise click.BadParameter(str(err)) from None
-    if seconds < 0:
-        raise click.BadParameter(f"must not be negative, got {value}")
-    return seconds
-
-
-def _check_tolerance(ctx, param, value: float) -> float:
-    if value < 0:
-        raise click.BadParameter(f"must not be negative, got {value:g}")
-    return value
-
-
-def _hpa_options(fn):
-    """The HPA controller's flags; the function gets them as ``hpa_options``
-    (ControllerOptions fields)."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        options = {field: kwargs.pop(flag[2:].replace("-", "_")) for field, flag, _d, _h in _HPA_FLAGS}
-        options["hpa_tolerance"] = kwargs.pop("horizontal_pod_autoscaler_tolerance")
-        if options["hpa_sync_period"] <= 0:
-            raise click.BadParameter("must be greater than 0", param_hint="'--horizontal-pod-autoscaler-sync-period'")
-        return fn(*args, hpa_options=options, **kwargs)
-
-    wrapper = click.option("--horizontal-pod-autoscaler-tolerance", type=float, default=0.1, show_default=True,
-                           callback=_check_tolerance,
-                           help="The minimum change (from 1.0) in the desired-to-actual metrics ratio for the "
-                                "horizontal pod autoscaler to consider scaling.")(wrapper)
-    for _field, flag, default, text in reversed(_HPA_FLAGS):
-        wrapper = click.option(flag, default=default, show_default=True, callback=_check_duration, help=text)(wrapper)
-    return wrapper
-
-
-def _hpa_argv(options: dict) -> list[str]:
-    """``options`` as the flags of the components process."""
-    argv = [f"{flag}={options[field]:g}s" for field, flag, _d, _h in _HPA_FLAGS if field in options]
-    if "hpa_tolerance" in options:
-        argv.append(f"--horizontal-pod-autoscaler-tolerance={options['hpa_tolerance']:g}")
-    return argv
-
-
 @main.command()
 @server_options
 @_node_options
@@ -628,13 +582,12 @@ def _hpa_argv(options: dict) -> list[str]:
 @click.option("--metrics-listen", default="127.0.0.1:10259", show_default=True, callback=_check_listen,
               help=_COMPONENTS_METRICS_HELP + " With --split the second process serves them.")
 @_controllers_option
-@_hpa_options
 @_controller_flag_options
 def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
        history_bytes: int, event_ttl: float, verbosity: int, verbose: bool, node_count: int, node_cpu: str,
        node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int,
        scheduler_config: str | None, split: bool, metrics_listen: str,
-       controller_selection: tuple[str, ...], hpa_options: dict) -> None:
+       controller_selection: tuple[str, ...]) -> None:
     """Run a whole cluster: API server, scheduler, controllers, simulated nodes (one process,
     or two with --split)."""
     import os
@@ -670,7 +623,6 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
         try:
             # the cluster CA, once the API server has made it, publishes kube-root-ca.crt and signs CSRs
             ca_files = cluster_ca_options(data_dir)
-            ca_files.update(hpa_options)  # the other ControllerOptions given on the command line
             if split:
                 await _start_split(comps, server.registry, data_dir, node_args, scheduler_config, verbosity,
                                    metrics_listen, ca_files, controller_selection)
@@ -746,7 +698,6 @@ async def _start_split(comps, registry, data_dir: str, node_args: tuple, schedul
     for field, flag in _CA_FLAGS:
         if (ca_files or {}).get(field):
             argv += [flag, ca_files[field]]
-    argv += _hpa_argv(ca_files or {})
     if scheduler_config:
         argv += ["--scheduler-config", os.path.abspath(scheduler_config)]
     child = ComponentProcess(argv, "components process", env={**os.environ, WIRE_TOKEN_ENV: token})
@@ -788,7 +739,6 @@ def _ca_files(root_ca_file: str | None, cert_file: str | None, key_file: str | N
 @click.option("--metrics-listen", default="", callback=_check_listen, help=_COMPONENTS_METRICS_HELP)
 @_ca_options
 @_controllers_option
-@_hpa_options
 @_controller_flag_options
 @_verbosity_options[0]
 @_verbosity_options[1]
@@ -796,7 +746,7 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
                node_prefix: str, gpus_per_node: int, scheduler_config: str | None, metrics_listen: str,
                root_ca_file: str | None, cluster_signing_cert_file: str | None,
                cluster_signing_key_file: str | None, controller_selection: tuple[str, ...], verbosity: int,
-               verbose: bool, hpa_options: dict) -> None:
+               verbose: bool) -> None:
     """The second process of ``up --split``: scheduler, controllers and simulated
     nodes over the local wire. Stops at ``stop`` or when its input ends."""
     import os
@@ -819,8 +769,8 @@ def components(api_socket: str, node_count: int, node_cpu: str, node_memory: str
         try:
             await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg,
                                     namespace_controller=False,  # the API server's process runs it
-                                    ca_files={**_ca_files(root_ca_file, cluster_signing_cert_file,
-                                                          cluster_signing_key_file), **hpa_options},
+                                    ca_files=_ca_files(root_ca_file, cluster_signing_cert_file,
+                                                       cluster_signing_key_file),
                                     controller_selection=controller_selection)
             say("ready")
             commands = asyncio.ensure_future(read_commands(command))
@@ -1050,7 +1000,6 @@ def scheduler(kubeconfig: str | None, context: str | None, verbosity: int, verbo
                    "kube-controller-manager's secure port; empty to disable.")
 @_ca_options
 @_controllers_option
-@_hpa_options
 @_controller_flag_options
 @click.option("--use-service-account-credentials", is_flag=True,
               help="Each controller acts as its own ServiceAccount in kube-system (a token of it from the "
@@ -1059,7 +1008,7 @@ def scheduler(kubeconfig: str | None, context: str | None, verbosity: int, verbo
 def controllers(kubeconfig: str | None, context: str | None, verbosity: int, verbose: bool, provisioner_name: str,
                 metrics_listen: str, root_ca_file: str | None, cluster_signing_cert_file: str | None,
                 cluster_signing_key_file: str | None, controller_selection: tuple[str, ...],
-                use_service_account_credentials: bool, hpa_options: dict) -> None:
+                use_service_account_credentials: bool) -> None:
     """Run the controllers against any Kubernetes API server."""
     from kubeplane.client.informer import SharedInformerFactory
     from kubeplane.cluster import Components, ControllerOptions, start_controllers
@@ -1087,7 +1036,7 @@ def controllers(kubeconfig: str | None, context: str | None, verbosity: int, ver
                 comps.items.append(clients)  # closed after the controllers stop
             try:
                 opts = ControllerOptions(provisioner_name=provisioner_name, **_ca_files(
-                    root_ca_file, cluster_signing_cert_file, cluster_signing_key_file), **hpa_options, **flags)
+                    root_ca_file, cluster_signing_cert_file, cluster_signing_key_file), **flags)
                 await start_controllers(comps, client, factory, opts, controller_selection, clients=clients)
             except BaseException:
                 await comps.stop()
