@@ -1,0 +1,6 @@
+"""CRI v1 (runtime.v1): the gRPC API between a kubelet and its container runtime.
+
+``api_pb2``/``api_pb2_grpc`` are generated from upstream's
+``k8s.io/cri-api/pkg/apis/runtime/v1/api.proto`` by :mod:`kubeplane.node.cri.gen`;
+``client`` is the asyncio client the node agent uses.
+"""
