@@ -21,8 +21,14 @@ PAUSE = "kubeplane.local/pause:3.10"
 
 
 def _unique_bridge_and_cidr() -> tuple[str, str]:
-    n = os.getpid() % 200
-    return f"kpt{os.getpid()}"[:15], f"10.250.{n}.0/24"
+    """A bridge name and a /24 no other bridge on this host routes (tests may run side by side)."""
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    start = os.getpid() % 200
+    for i in range(200):
+        n = (start + i) % 200 + 20
+        if f"10.250.{n}." not in routes:
+            return f"kpt{os.getpid()}"[:15], f"10.250.{n}.0/24"
+    raise RuntimeError("no free 10.250.x.0/24 for the test bridge")
 
 
 @pytest.fixture(scope="session")
