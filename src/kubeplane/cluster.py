@@ -239,6 +239,20 @@ CONTROLLERS: tuple[ControllerDef, ...] = (
                   _root_ca_publisher),
     ControllerDef("certificatesigningrequest-signing-controller", ("csrsigning",), "certificate-controller",
                   _csr_signer),
+    # -- security --
+    ControllerDef("certificatesigningrequest-approving-controller", ("csrapproving",), "certificate-controller",
+                  lambda client, factory, opts: [importlib.import_module(
+                      "kubeplane.controllers.csrapproving").CSRApprovingController(client, factory)]),
+    # upstream leaves these two off unless named; kubeadm (and so kubeplane) turns them on
+    ControllerDef("bootstrap-signer-controller", ("bootstrapsigner",), "bootstrap-signer",
+                  lambda client, factory, opts: importlib.import_module(
+                      "kubeplane.controllers.bootstrap").build_signer(client, factory, opts)),
+    ControllerDef("token-cleaner-controller", ("tokencleaner",), "token-cleaner",
+                  lambda client, factory, opts: importlib.import_module(
+                      "kubeplane.controllers.bootstrap").build_cleaner(client, factory, opts)),
+    ControllerDef("node-ipam-controller", ("nodeipam",), "node-controller",
+                  lambda client, factory, opts: importlib.import_module(
+                      "kubeplane.controllers.nodeipam").build(client, factory, opts)),
     ControllerDef("persistentvolume-binder-controller", ("persistentvolume-binder",), "persistent-volume-binder",
                   _pv_binder),
     # kubeplane's own: the provisioner of its local volumes

@@ -59,6 +59,8 @@ class AuthenticationConfig:
     api_audiences: tuple[str, ...] = ()
     #: ``--anonymous-auth``
     anonymous: bool = True
+    #: ``--enable-bootstrap-token-auth`` (on, as kubeadm runs the API server)
+    bootstrap_tokens: bool = True
 
 
 @dataclass
@@ -105,9 +107,10 @@ class APIServerConfig:
     #: the ServiceAccount admission plugin (pods run as an existing
     #: ServiceAccount and mount its token); needs the ServiceAccount controller
     service_account_admission: bool = True
-    #: upstream's --authorization-mode: "RBAC" (with nodes authorized as
-    #: upstream's Node authorizer does, "Node,RBAC" says the same) or "AlwaysAllow"
-    authorization_mode: str = "RBAC"
+    #: upstream's --authorization-mode: "Node,RBAC" (the Node authorizer for
+    #: kubelets, then RBAC), "RBAC" alone (nodes hold what bindings grant
+    #: them) or "AlwaysAllow"
+    authorization_mode: str = "Node,RBAC"
     #: ``--service-cluster-ip-range``: the CIDR Service ClusterIPs come from
     #: (its first address is the ``kubernetes`` Service's)
     service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR
@@ -138,6 +141,8 @@ class APIServer:
     authorizer: Any = None
     #: the RBAC objects, watched (the RBAC authorizer's and the aggregation controller's source)
     policy: Any = None
+    #: the Node authorizer's graph of which node uses what (with "Node,RBAC")
+    node_graph: Any = None
     _runner: web.AppRunner | None = field(default=None, repr=False)
     _keeper: asyncio.Task | None = field(default=None, repr=False)
     _lock: DataDirLock | None = field(default=None, repr=False)
@@ -257,6 +262,8 @@ class APIServer:
         await self._start_kubernetes_service(host, bound_port)
         if self.security is not None and cfg.component_kubeconfigs:
             self.security.write_component_kubeconfigs(self.url)
+        if self.security is not None and self.security.server_ca_pem:
+            await self._publish_cluster_info(host, bound_port)
         if cfg.kubeconfig:
             self._kubeconfig = KubeconfigFile(cfg.kubeconfig)
             self._kubeconfig.publish(self.url, **self.admin_credentials())
@@ -271,6 +278,26 @@ class APIServer:
                                    port=port, public_ip=public_ip, interval=cfg.kubernetes_service_interval)
         await keeper.start()
         self._started.append(keeper)
+
+    async def _publish_cluster_info(self, host: str, port: int) -> None:
+        """kube-public/cluster-info for token discovery: this server's URL (its
+        advertised address when it listens on every address) and CA."""
+        from kubeplane.apiserver.clusterinfo import publish_cluster_info
+        from kubeplane.apiserver.kubernetesservice import advertise_address
+
+        import ipaddress
+
+        url = self.url
+        try:
+            unspecified = ipaddress.ip_address(host).is_unspecified
+        except ValueError:
+            unspecified = False
+        if unspecified:
+            public = advertise_address(self.config.advertise_address, host)
+            if public:
+                url = f"https://{format_address(public, port)}"
+        ca = self.security.server_ca_pem
+        await publish_cluster_info(self.registry, url, ca.encode() if isinstance(ca, str) else ca)
 
     def admin_credentials(self) -> dict[str, Any]:
         """What a kubeconfig for the cluster's admin carries (keyword
@@ -288,7 +315,18 @@ class APIServer:
         self.policy = PolicyCache(self.store)
         await self.policy.start()
         self._started.append(self.policy)
-        return AlwaysAllow() if mode == "AlwaysAllow" else RBACAuthorizer(self.policy)
+        if mode == "AlwaysAllow":
+            return AlwaysAllow()
+        rbac = RBACAuthorizer(self.policy)
+        if mode == "RBAC":
+            return rbac
+        from kubeplane.apiserver.bootstrappolicy import node_rules
+        from kubeplane.auth.node import NodeAuthorizer, NodeGraph, UnionAuthorizer
+
+        self.node_graph = NodeGraph(self.store)
+        await self.node_graph.start()
+        self._started.append(self.node_graph)
+        return UnionAuthorizer(NodeAuthorizer(self.node_graph, node_rules()), rbac)
 
     async def _bootstrap_policy(self) -> None:
         """Upstream's bootstrap roles and bindings, and the aggregation of ClusterRoles."""

@@ -264,8 +264,17 @@ async def token_request(registry: Any, catalogue: Any, issuer: Any, api_audience
                                            "must match the service account namespace if specified"))
     if causes:
         raise errors.invalid("TokenRequest", sa_name, causes, group="authentication.k8s.io")
+    from kubeplane.registry.admission import CREATE, Attributes, operation_options
 
-    sa = await registry.get(resource("serviceaccounts"), sa_name, namespace)
+    sa_res = resource("serviceaccounts")
+    restriction = registry.admission.plugin("NodeRestriction") if registry.admission is not None else None
+    if restriction is not None:
+        # the create of the token subresource, as NodeRestriction admits it upstream
+        await restriction.admit(Attributes(CREATE, sa_res, sa_name, namespace, body, None, "token",
+                                           kind=("authentication.k8s.io", "v1", "TokenRequest"), dry_run=dry_run,
+                                           options=operation_options("CreateOptions", dry_run=dry_run)))
+
+    sa = await registry.get(sa_res, sa_name, namespace)
     sa_uid = sa["metadata"].get("uid", "")
     pod = secret = node = None
     ref = spec.get("boundObjectRef")

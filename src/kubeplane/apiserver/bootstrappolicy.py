@@ -494,7 +494,6 @@ def cluster_role_bindings() -> list[Obj]:
         _binding("system:kube-scheduler", "system:kube-scheduler", [user("system:kube-scheduler")]),
         _binding("system:monitoring", "system:monitoring", [group("system:monitoring")]),
         # upstream binds no one: nodes are authorized by the Node authorizer
-        # (here: nodes in system:nodes hold this role, see kubeplane.auth.rbac)
         _binding("system:node", "system:node", []),
         _binding("system:node-proxier", "system:node-proxier", [user("system:kube-proxy")]),
         _binding("system:public-info-viewer", "system:public-info-viewer",
@@ -507,10 +506,34 @@ def cluster_role_bindings() -> list[Obj]:
     for role in controller_roles():
         name = role["metadata"]["name"]
         out.append(_binding(name, name, [service_account("kube-system", name[len(prefix):])]))
-    return out + _controller_manager_bindings()
+    return out + _controller_manager_bindings() + node_bootstrap_bindings()
+
+
+#: the group of the bootstrap tokens ``kubeplane token create`` makes (kubeadm's
+#: system:bootstrappers:kubeadm:default-node-token)
+DEFAULT_NODE_TOKEN_GROUP = "system:bootstrappers:kubeplane:default-node-token"
+
+
+def node_bootstrap_bindings() -> list[Obj]:
+    """What kubeadm binds for joining nodes: its bootstrap tokens may ask for a
+    kubelet client certificate (and have it approved), and nodes may renew their own."""
+    return [
+        _binding("kubeplane:kubelet-bootstrap", "system:node-bootstrapper", [group(DEFAULT_NODE_TOKEN_GROUP)]),
+        _binding("kubeplane:node-autoapprove-bootstrap",
+                 "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+                 [group(DEFAULT_NODE_TOKEN_GROUP)]),
+        _binding("kubeplane:node-autoapprove-certificate-rotation",
+                 "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", [group("system:nodes")]),
+    ]
 
 
 _POLICY: tuple[list[Obj], list[Obj]] | None = None
+
+
+def node_rules() -> list[Obj]:
+    """The static rules the Node authorizer grants every node (upstream's
+    NodeRules: the ``system:node`` ClusterRole's)."""
+    return next(r["rules"] for r in cluster_roles() if r["metadata"]["name"] == "system:node")
 
 
 def policy() -> tuple[list[Obj], list[Obj]]:

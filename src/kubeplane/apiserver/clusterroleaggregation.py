@@ -98,5 +98,12 @@ class ClusterRoleAggregator:
             except StatusError as err:
                 if err.code not in (404, 409):
                     raise
-                self._wake.set()  # changed meanwhile: the cache brings the new version
+                # changed meanwhile: the cache brings the new version (waited for, up
+                # to a second, so a retry never spins on a cache that has not caught up)
+                generation = self.cache.generation
+                for _ in range(200):
+                    await asyncio.sleep(0.005)
+                    if self.cache.generation != generation:
+                        break
+                self._wake.set()
         return updated

@@ -133,6 +133,10 @@ class Security:
             tokens.append(TokenFileAuthenticator.from_file(a.token_auth_file))
         tokens.append(ServiceAccountTokenAuthenticator(verify_keys, object_getter(registry), issuers=issuers,
                                                        api_audiences=audiences))
+        if a.bootstrap_tokens:
+            from kubeplane.auth.bootstraptoken import BootstrapTokenAuthenticator
+
+            tokens.append(BootstrapTokenAuthenticator(object_getter(registry)))
         authenticator = RequestAuthenticator(X509Authenticator(), tokens, anonymous=a.anonymous,
                                              api_audiences=audiences)
         issuer = TokenIssuer(signing_key, issuers[0])

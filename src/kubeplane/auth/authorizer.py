@@ -38,6 +38,9 @@ class Attributes:
     name: str = ""
     #: the URL path of a non-resource request
     path: str = ""
+    #: the field selector of a list, watch or deletecollection ("" : none);
+    #: the Node authorizer reads it (``spec.nodeName=<node>``)
+    field_selector: str = ""
 
 
 class Authorizer(Protocol):

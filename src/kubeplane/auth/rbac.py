@@ -3,9 +3,9 @@
 A request is allowed when a rule of a role bound to its user allows it:
 ClusterRoleBindings apply everywhere, RoleBindings in their namespace only.
 Members of ``system:masters`` are allowed everything before RBAC is asked
-(upstream's privileged-group authorizer), and nodes (``system:node:<name>`` in
-``system:nodes``) hold the ``system:node`` role, the simple equivalent of
-upstream's Node authorizer.
+(upstream's privileged-group authorizer). Nodes are not special here: the
+Node authorizer (:mod:`kubeplane.auth.node`) in front of RBAC decides their
+requests, as upstream's ``--authorization-mode=Node,RBAC``.
 
 The policy comes from a :class:`PolicyCache`: the RBAC objects listed once and
 kept current by a watch of the store, as an informer keeps its indexer. No
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from kubeplane.auth.authorizer import Attributes, Decision
-from kubeplane.auth.user import NODE_PREFIX, NODES_GROUP, SERVICE_ACCOUNT_PREFIX, SYSTEM_MASTERS, UserInfo
+from kubeplane.auth.user import SERVICE_ACCOUNT_PREFIX, SYSTEM_MASTERS, UserInfo
 
 log = logging.getLogger("kubeplane.auth.rbac")
 
@@ -90,7 +90,7 @@ class Grant:
     """One rule a user holds and where it comes from (for review reasons)."""
 
     rule: Rule
-    #: upstream's description of the binding (None: the node authorizer)
+    #: upstream's description of the binding
     source: str | None
 
 
@@ -383,9 +383,6 @@ class PolicyCache:
             return found
         grants: list[Grant] = []
         errs: list[str] = []
-        if NODES_GROUP in user.groups and user.name.startswith(NODE_PREFIX):
-            rules = self.role_rules("ClusterRole", "system:node", "")
-            grants.extend(Grant(r, None) for r in rules or ())
         for scope in (self._cluster(), self._namespaced(namespace) if namespace else ()):
             for b in scope:
                 subject = b.subject_for(user)

@@ -36,6 +36,8 @@ class RequestInfo:
     resource: str = ""
     subresource: str = ""
     name: str = ""
+    #: the field selector of a list, watch or deletecollection
+    field_selector: str = ""
 
 
 def to_attributes(user: UserInfo, info: RequestInfo) -> Attributes:
@@ -43,7 +45,7 @@ def to_attributes(user: UserInfo, info: RequestInfo) -> Attributes:
     if not info.resource_request:
         return Attributes(user, info.verb, resource_request=False, path=info.path)
     return Attributes(user, info.verb, True, info.namespace, info.api_group, info.api_version, info.resource,
-                      info.subresource, info.name, info.path)
+                      info.subresource, info.name, info.path, info.field_selector)
 
 
 def _valid_path_segment(name: str) -> bool:
@@ -108,4 +110,7 @@ def request_info(method: str, path: str, query: Mapping[str, str]) -> RequestInf
                 name = wanted
     if not name and verb == "delete":
         verb = "deletecollection"
-    return RequestInfo(True, path, verb, prefix, group, version, namespace, resource, subresource, name)
+    selector = ""
+    if verb in ("list", "watch", "deletecollection"):
+        selector = query.get("fieldSelector") or ""
+    return RequestInfo(True, path, verb, prefix, group, version, namespace, resource, subresource, name, selector)

@@ -221,10 +221,12 @@ _server_options += [
     _limit_option("--min-request-timeout", "min_request_timeout", float, type=click.IntRange(min=0),
                   default=1800, show_default=True,
                   help="Seconds; a watch without timeoutSeconds ends after a random time in [this, 2*this]."),
-    click.option("--authorization-mode", type=click.Choice(["RBAC", "Node,RBAC", "AlwaysAllow"]), default="RBAC",
+    click.option("--authorization-mode", type=click.Choice(["Node,RBAC", "RBAC", "AlwaysAllow"]),
+                 default="Node,RBAC",
                  show_default=True, expose_value=False,
                  callback=lambda ctx, _p, v: ctx.meta.__setitem__("authorization_mode", v),
-                 help="How requests are authorized: RBAC (nodes as upstream's Node authorizer) or AlwaysAllow."),
+                 help="How requests are authorized: Node,RBAC (kubelets by upstream's Node authorizer, "
+                      "then RBAC), RBAC alone, or AlwaysAllow."),
     # Not upstream flags (its values are fixed); for tests.
     _limit_option("--header-timeout", "header_timeout", _seconds, default="32s", hidden=True),
     _limit_option("--idle-timeout", "idle_timeout", _seconds, default="1m30s", hidden=True),
@@ -294,6 +296,11 @@ _server_options += [
                      help="Comma-separated audiences of the API (default: the issuer)."),
     _security_option("--anonymous-auth", "anonymous", type=bool, default=True, show_default=True,
                      help="Requests without credentials are system:anonymous (else 401)."),
+    # -- security --
+    _security_option("--enable-bootstrap-token-auth", "bootstrap_tokens", type=bool, default=True,
+                     show_default=True,
+                     help="Bootstrap tokens (kube-system Secrets of type bootstrap.kubernetes.io/token) "
+                          "authenticate as system:bootstrap:<id> in system:bootstrappers."),
 ]
 
 
@@ -357,7 +364,8 @@ def _security_config() -> dict:
         service_account_key_files=tuple(opts.pop("service_account_key_files", ()) or ()),
         service_account_signing_key_file=opts.pop("service_account_signing_key_file", None),
         service_account_issuers=tuple(opts.pop("service_account_issuers", ()) or ()),
-        api_audiences=auds, anonymous=bool(opts.pop("anonymous", True)))
+        api_audiences=auds, anonymous=bool(opts.pop("anonymous", True)),
+        bootstrap_tokens=bool(opts.pop("bootstrap_tokens", True)))
     return {"insecure_http": bool(opts.get("insecure_http")), "tls_cert_file": opts.get("tls_cert_file"),
             "tls_private_key_file": opts.get("tls_private_key_file"), "client_ca_file": opts.get("client_ca_file"),
             "authentication": authn}
@@ -370,7 +378,7 @@ def _serving_limits():
 
 
 def _authorization_mode() -> str:
-    return click.get_current_context().meta.get("authorization_mode", "RBAC")
+    return click.get_current_context().meta.get("authorization_mode", "Node,RBAC")
 
 
 def server_options(f):
@@ -521,6 +529,18 @@ _CONTROLLER_FLAGS = (
      "The period after pod start when CPU samples might be skipped."),
     ("--horizontal-pod-autoscaler-initial-readiness-delay", "hpa_initial_readiness_delay", "duration", "30s",
      "The period after pod start during which readiness changes will be treated as initial readiness."),
+    # -- security --
+    ("--allocate-node-cidrs", "allocate_node_cidrs", "flag", False,
+     "Should CIDRs for Pods be allocated and set on the nodes (from --cluster-cidr)."),
+    ("--cluster-cidr", "cluster_cidr", "cidrs", "",
+     "CIDR Range for Pods in cluster (one, or an IPv4 and an IPv6 one comma-separated for dual stack). "
+     "Requires --allocate-node-cidrs."),
+    ("--node-cidr-mask-size", "node_cidr_mask_size", "int", 0,
+     "Mask size for node cidr in cluster. Default is 24 for IPv4 and 64 for IPv6."),
+    ("--node-cidr-mask-size-ipv4", "node_cidr_mask_size_ipv4", "int", 0,
+     "Mask size for IPv4 node cidr in dual-stack cluster. Default is 24."),
+    ("--node-cidr-mask-size-ipv6", "node_cidr_mask_size_ipv6", "int", 0,
+     "Mask size for IPv6 node cidr in dual-stack cluster. Default is 64."),
 )
 #: the flags whose value must be above zero
 _POSITIVE_CONTROLLER_FLAGS = frozenset({"node_monitor_period", "hpa_sync_period"})
@@ -529,16 +549,31 @@ _POSITIVE_CONTROLLER_FLAGS = frozenset({"node_monitor_period", "hpa_sync_period"
 def _controller_flag_options(fn):
     """The flags of :data:`_CONTROLLER_FLAGS`, kept in the context (see :func:`_controller_flag_values`)."""
 
-    def store(field: str):
+    def store(field: str, kind: str = ""):
         def callback(ctx: click.Context, param: click.Parameter, value):
             if field in _POSITIVE_CONTROLLER_FLAGS and not value > 0:
                 raise click.BadParameter("must be greater than 0")
+            if kind == "cidrs" and value:
+                from kubeplane.controllers.nodeipam import parse_cluster_cidrs
+
+                try:
+                    parse_cluster_cidrs(value)
+                except ValueError as err:
+                    raise click.BadParameter(str(err)) from None
+            if kind == "int" and field.startswith("node_cidr_mask_size") and value > 128:
+                raise click.BadParameter("must be at most 128")
             ctx.meta.setdefault("controller_flags", {})[field] = value
             return value
         return callback
 
     for flag, field, kind, default, text in reversed(_CONTROLLER_FLAGS):
-        if kind == "duration":
+        if kind == "flag":
+            fn = click.option(flag, is_flag=True, default=default, callback=store(field), expose_value=False,
+                              help=text)(fn)
+        elif kind == "cidrs":
+            fn = click.option(flag, default=default, callback=store(field, kind), expose_value=False,
+                              help=text)(fn)
+        elif kind == "duration":
             fn = click.option(flag, type=_Duration(), default=default, show_default=True, callback=store(field),
                               expose_value=False, help=text)(fn)
         else:
@@ -561,6 +596,9 @@ def _controller_flag_argv() -> list[str]:
     for flag, field, kind, _default, _text in _CONTROLLER_FLAGS:
         if field in values:
             v = values[field]
+            if kind == "flag":
+                out += [flag] if v else []
+                continue
             out += [flag, f"{v:g}s" if kind == "duration" else f"{v:g}" if kind == "float" else str(v)]
     return out
 
@@ -1186,6 +1224,86 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
                               profile_dir=profile_dir))
     if out.get("timed_out"):
         sys.exit(1)
+
+
+# -- security --
+@main.group()
+def token() -> None:
+    """Bootstrap tokens: what a new node joins the cluster with (as kubeadm's)."""
+
+
+def _token_run(kubeconfig: str | None, context: str | None, work):
+    client = _http_client(kubeconfig, context)
+
+    async def go():
+        try:
+            return await work(client)
+        finally:
+            await client.close()
+
+    from kubeplane.api.errors import StatusError
+
+    try:
+        return runtime.run(go())
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    except StatusError as err:
+        raise click.ClickException(err.message) from None
+    except OSError as err:
+        raise click.ClickException(_describe_error(err, client.config.server)) from None
+
+
+@token.command("create")
+@click.argument("token_value", metavar="[TOKEN]", required=False)
+@click.option("--ttl", type=_Duration(), default="24h", show_default=True,
+              help="The duration before the token is automatically deleted (0: never expires).")
+@click.option("--description", default="", help="A human friendly description of how this token is used.")
+@click.option("--usages", default="signing,authentication", show_default=True,
+              help="Describes the ways in which this token can be used.")
+@click.option("--groups", default="system:bootstrappers:kubeplane:default-node-token", show_default=True,
+              help="Extra groups that this token will authenticate as when used for authentication.")
+@click.option("--print-join-command", is_flag=True,
+              help="Instead of printing only the token, print the full 'kubeplane node' command that joins a "
+                   "node with it.")
+@client_options
+def token_create(token_value: str | None, ttl: float, description: str, usages: str, groups: str,
+                 print_join_command: bool, kubeconfig: str | None, context: str | None, verbosity: int,
+                 verbose: bool) -> None:
+    """Create a bootstrap token (generated unless TOKEN is given) and print it."""
+    from kubeplane.cli import token as tokens
+
+    _setup_logging(verbosity, verbose)
+    line = _token_run(kubeconfig, context, lambda client: tokens.create(
+        client, token_value, ttl_seconds=ttl, description=description,
+        usages=tuple(u.strip() for u in usages.split(",") if u.strip()),
+        groups=tuple(g.strip() for g in groups.split(",") if g.strip()), print_join_command=print_join_command))
+    click.echo(line)
+
+
+@token.command("list")
+@client_options
+def token_list(kubeconfig: str | None, context: str | None, verbosity: int, verbose: bool) -> None:
+    """List the bootstrap tokens."""
+    from kubeplane.cli import token as tokens
+
+    _setup_logging(verbosity, verbose)
+    rows = _token_run(kubeconfig, context, tokens.list_tokens)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        click.echo("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+@token.command("delete")
+@click.argument("tokens_given", metavar="TOKEN...", nargs=-1, required=True)
+@client_options
+def token_delete(tokens_given: tuple[str, ...], kubeconfig: str | None, context: str | None, verbosity: int,
+                 verbose: bool) -> None:
+    """Delete bootstrap tokens (by id or whole token)."""
+    from kubeplane.cli import token as tokens
+
+    _setup_logging(verbosity, verbose)
+    for t in tokens_given:
+        click.echo(_token_run(kubeconfig, context, lambda client, t=t: tokens.delete(client, t)))
 
 
 if __name__ == "__main__":  # pragma: no cover

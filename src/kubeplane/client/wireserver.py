@@ -250,6 +250,7 @@ def wire_attributes(user: Any, op: str, res: Any, args: dict) -> Attributes:
         if isinstance(md, dict) and isinstance(md.get("namespace"), str):
             namespace = md["namespace"]
     name = ""
+    selector = ""
     verb = "deletecollection" if op == "delete_collection" else op
     if op in ("get", "update", "patch", "delete"):
         name = _name_of(args)
@@ -258,11 +259,13 @@ def wire_attributes(user: Any, op: str, res: Any, args: dict) -> Attributes:
     elif op in ("list", "watch", "delete_collection"):
         from kubeplane.auth.requestinfo import _name_from_field_selector
 
-        selector = args.get("field_selector")
-        name = _name_from_field_selector(selector) if isinstance(selector, str) else ""
+        given = args.get("field_selector")
+        selector = given if isinstance(given, str) else ""
+        name = _name_from_field_selector(selector) if selector else ""
     if not res.namespaced:
         namespace = ""
-    return Attributes(user, verb, True, namespace, res.group, res.version, res.plural, sub, name)
+    return Attributes(user, verb, True, namespace, res.group, res.version, res.plural, sub, name,
+                      field_selector=selector)
 
 
 def _view_without_managed(res: Any, obj: Any) -> Any:

@@ -60,6 +60,14 @@ class ControllerOptions:
     node_monitor_period: float = 5.0
     #: the pod garbage collector's --terminated-pod-gc-threshold (0: off)
     terminated_pod_gc_threshold: int = 12500
+    #: the node IPAM controller's --allocate-node-cidrs, --cluster-cidr (one CIDR,
+    #: or an IPv4 and an IPv6 one comma-separated) and --node-cidr-mask-size[-ipv4|-ipv6]
+    #: (0: upstream's default, 24 for IPv4 and 64 for IPv6)
+    allocate_node_cidrs: bool = False
+    cluster_cidr: str = ""
+    node_cidr_mask_size: int = 0
+    node_cidr_mask_size_ipv4: int = 0
+    node_cidr_mask_size_ipv6: int = 0
 
 
 Build = Callable[[Client, SharedInformerFactory, ControllerOptions], list[Any]]

@@ -656,7 +656,7 @@ def default_chain(store: Store, authorizer: Any = None, *, service_accounts: boo
     ServiceAccount controller running (the API server turns it on; a bare
     registry, as unit tests build it, leaves it off). ``disabled`` names
     plugins to leave out (upstream's ``--disable-admission-plugins``; those
-    that can be: LimitRanger, Priority, ResourceQuota). ``authorizer`` answers
+    that can be: LimitRanger, NodeRestriction, Priority, ResourceQuota). ``authorizer`` answers
     the CEL ``authorizer`` checks of the policies and the webhooks'
     matchConditions (AlwaysAllow when None; settable later with
     :meth:`AdmissionChain.set_authorizer`)."""
@@ -673,6 +673,11 @@ def default_chain(store: Store, authorizer: Any = None, *, service_accounts: boo
 
     if service_accounts:
         plugins.append(ServiceAccount(store))
+    # -- security: NodeRestriction (kubeadm turns it on; so does kubeplane) --
+    if "NodeRestriction" not in disabled:
+        from kubeplane.registry.noderestriction import NodeRestriction
+
+        plugins.append(NodeRestriction(store))
     # -- quota: Priority --
     if "Priority" not in disabled:
         plugins.append(policyadmission.Priority(store))

@@ -157,7 +157,11 @@ async def test_component_identities_hold_what_kubeplanes_components_do(registry)
     try:
         await reconcile(registry)
         assert await cache.wait_for_revision(registry.store.revision)
-        authz = RBACAuthorizer(cache)
+        from kubeplane.apiserver.bootstrappolicy import node_rules
+        from kubeplane.auth.node import NodeAuthorizer, NodeGraph, UnionAuthorizer
+
+        # the API server's chain: the Node authorizer (with upstream's node rules), then RBAC
+        authz = UnionAuthorizer(NodeAuthorizer(NodeGraph(registry.store), node_rules()), RBACAuthorizer(cache))
         kcm = UserInfo("system:kube-controller-manager", groups=("system:authenticated",))
         sched = UserInfo("system:kube-scheduler", groups=("system:authenticated",))
         node = UserInfo("system:node:n1", groups=("system:nodes", "system:authenticated"))
@@ -179,8 +183,13 @@ async def test_component_identities_hold_what_kubeplanes_components_do(registry)
         assert allowed(sched, "create", "pods", ns="a", sub="binding")
         assert allowed(sched, "patch", "pods", ns="a", sub="status")
         assert not allowed(sched, "create", "pods", ns="a")
-        assert allowed(node, "patch", "nodes", sub="status") and allowed(node, "create", "leases", "coordination.k8s.io")
+        assert allowed(node, "patch", "nodes", sub="status")
+        assert allowed(node, "create", "leases", "coordination.k8s.io", ns="kube-node-lease")
+        assert not allowed(node, "create", "leases", "coordination.k8s.io", ns="default")
         assert not allowed(node, "create", "deployments", "apps", "a")
+        # RBAC alone: the system:node role is bound to no one (upstream's policy)
+        assert not RBACAuthorizer(cache).authorize(
+            Attributes(node, "patch", True, "", "", "v1", "nodes", "status"))[0] is Decision.ALLOW
     finally:
         await cache.stop()
 

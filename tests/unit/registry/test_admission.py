@@ -47,18 +47,19 @@ class Labeller(AdmissionPlugin):
 def test_default_chain_has_upstreams_plugins_in_order():
     chain = default_chain(MemoryStore())
     assert [p.name for p in chain.plugins] == [
-        "NamespaceLifecycle", "LimitRanger", "Priority", "DefaultTolerationSeconds", "DefaultStorageClass",
-        "CertificateSubjectRestriction", "DefaultIngressClass", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionWebhook", "ResourceQuota"]
-    assert isinstance(chain.plugins[0], NamespaceLifecycle) and isinstance(chain.plugins[4], DefaultStorageClass)
+        "NamespaceLifecycle", "LimitRanger", "NodeRestriction", "Priority", "DefaultTolerationSeconds",
+        "DefaultStorageClass", "CertificateSubjectRestriction", "DefaultIngressClass", "MutatingAdmissionWebhook",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"]
+    assert isinstance(chain.plugins[0], NamespaceLifecycle) and isinstance(chain.plugins[5], DefaultStorageClass)
     # the API server's chain: ServiceAccount between them, as in upstream's list
     with_sa = default_chain(MemoryStore(), service_accounts=True)
     assert [p.name for p in with_sa.plugins] == [
-        "NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority", "DefaultTolerationSeconds",
+        "NamespaceLifecycle", "LimitRanger", "ServiceAccount", "NodeRestriction", "Priority", "DefaultTolerationSeconds",
         "DefaultStorageClass", "CertificateSubjectRestriction", "DefaultIngressClass", "MutatingAdmissionWebhook",
         "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"]
     # upstream's --disable-admission-plugins
-    assert [p.name for p in default_chain(MemoryStore(), disabled=("Priority", "ResourceQuota")).plugins][:3] == [
+    assert [p.name for p in default_chain(MemoryStore(), disabled=("Priority", "ResourceQuota",
+                                                                   "NodeRestriction")).plugins][:3] == [
         "NamespaceLifecycle", "LimitRanger", "DefaultTolerationSeconds"]
 
 
