@@ -1263,7 +1263,7 @@ class KubeRuntime:
                     what = "ConfigMap" if kind == "configmap" else "Secret"
                     raise ConfigError(f"couldn't find key {key} in {what} {ns}/{ref.get('name', '')}")
                 env[name] = vals[key]
-        return [pb.KeyValue(key=k, value=v) for k, v in env.items()]
+        return [pb.KeyValue(key=k, value=v.encode()) for k, v in env.items()]
 
     def _termination_message_file(self, uid: str, container: Obj) -> str:
         d = os.path.join(self.pod_dir(uid), "containers", container["name"])
@@ -1292,7 +1292,7 @@ class KubeRuntime:
         spec = pod.get("spec") or {}
         verify_run_as_non_root(pod, c, image)
         envs = await self._env(pod, c, pod_ips)
-        lookup = {kv.key: kv.value for kv in envs}.get
+        lookup = {kv.key: kv.value.decode("utf-8", "replace") for kv in envs}.get
         mounts: list[pb.Mount] = []
         if self.volumes is not None:
             try:
