@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable
 
+from kubeplane.api.errors import StatusError
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.node import podstatus as ps
@@ -85,7 +86,6 @@ CONFIGMAPS = resource("configmaps")
 SECRETS = resource("secrets")
 SERVICES = resource("services")
 
-_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
 class ConfigError(Exception):
@@ -1174,8 +1174,8 @@ class KubeRuntime:
                 if ns != "default":
                     services += [s for s in (await self.client.list(SERVICES, "default")).get("items") or []
                                  if (s.get("metadata") or {}).get("name") == "kubernetes"]
-            except Exception as e:
-                raise ConfigError(f"failed to list services: {e}") from None
+            except StatusError as e:
+                raise ConfigError(f"failed to list services: {e.message}") from None
             env.update(service_env(services, ns, spec.get("enableServiceLinks", True) is not False))
         cache: dict[tuple[str, str], Obj | None] = {}
 
@@ -1183,15 +1183,14 @@ class KubeRuntime:
             k = (kind, name)
             if k not in cache:
                 if self.client is None:
-                    raise ConfigError(f"cannot read {kind} {name!r}: no API client")
+                    what = "configMap" if kind == "configmap" else "secret"
+                    raise ConfigError(f"couldn't get {what} {ns}/{name}, no kubeClient defined")
                 try:
                     cache[k] = await self.client.get(CONFIGMAPS if kind == "configmap" else SECRETS, name, ns)
-                except Exception as e:
-                    code = getattr(e, "code", None) or getattr(getattr(e, "status", None), "get", lambda *_: None)("code")
-                    if code == 404 or "not found" in str(e).lower():
-                        cache[k] = None
-                    else:
-                        raise ConfigError(f"couldn't get {kind} {ns}/{name}: {e}") from None
+                except StatusError as e:
+                    if e.code != 404:
+                        raise ConfigError(e.message) from None
+                    cache[k] = None
             obj = cache[k]
             if obj is None and not optional:
                 raise ConfigError(f'{kind} "{name}" not found')
@@ -1210,7 +1209,6 @@ class KubeRuntime:
                 out[k] = str(v)
             return out
 
-        invalid: list[str] = []
         for ef in container.get("envFrom") or []:
             prefix = ef.get("prefix") or ""
             if ef.get("configMapRef"):
@@ -1222,16 +1220,9 @@ class KubeRuntime:
             obj = await source(kind, ref.get("name", ""), bool(ref.get("optional")))
             if obj is None:
                 continue
+            # names the API accepted are passed on as they are (relaxed env var names, GA in 1.34)
             for k, v in values(kind, obj).items():
-                name = prefix + k
-                if not _ENV_NAME.match(name):
-                    invalid.append(name)
-                    continue
-                env[name] = v
-        if invalid:
-            self._event(pod, "Warning", "InvalidEnvironmentVariableNames",
-                        f"Keys [{', '.join(sorted(invalid))}] from the EnvFrom configMap {ns}/... were skipped "
-                        "since they are invalid environment variable names.")
+                env[prefix + k] = v
 
         for e in container.get("env") or []:
             name = e.get("name", "")

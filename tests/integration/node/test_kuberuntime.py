@@ -12,7 +12,7 @@ import pytest
 from kubeplane.node.cri.client import CRIClient, pb
 from kubeplane.node.kuberuntime import KubeRuntime
 
-from conftest import BUSYBOX
+from nodetest import BUSYBOX
 
 
 def make_pod(name: str, containers: list[dict], **spec) -> dict:
@@ -280,16 +280,6 @@ async def test_graceful_stop_runs_prestop_and_sigkill_after_grace(runtime):
     assert log.index("prestop") < log.index("got-term")
 
 
-async def test_post_start_hook_failure_kills_the_container(runtime):
-    pod = make_pod("hook", [{"name": "a", "command": ["sleep", "60"],
-                             "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "exit 3"]}}}}],
-                   restartPolicy="Never")
-    st = await sync_until(runtime, pod, lambda s: s["phase"] == "Failed"
-                          or s["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "PostStartHookError")
-    cs = st["containerStatuses"][0]
-    assert "terminated" in cs["state"] or cs["state"]["waiting"]["reason"] == "PostStartHookError"
-
-
 async def test_a_new_runtime_adopts_running_containers(containerd, tmp_path, runtime):
     pod = make_pod("adopt", [{"name": "a", "command": ["sleep", "60"]}])
     st = await sync_until(runtime, pod, lambda s: s["phase"] == "Running")
@@ -301,3 +291,105 @@ async def test_a_new_runtime_adopts_running_containers(containerd, tmp_path, run
         again = await fresh.sync_pod(pod)
         assert again["containerStatuses"][0]["containerID"] == cid and again["phase"] == "Running"
         assert again["containerStatuses"][0]["restartCount"] == 0
+
+
+@pytest.fixture
+async def api():
+    """An API (registry over a memory store) the runtime reads ConfigMaps, Secrets and
+    Services from and records its events to."""
+    from kubeplane.api.resources import CATALOGUE
+    from kubeplane.apiserver.app import ensure_default_namespaces
+    from kubeplane.client.inprocess import InProcessClient
+    from kubeplane.registry.registry import Registry
+    from kubeplane.storage.memory import MemoryStore
+
+    store = MemoryStore(history=1000)
+    registry = Registry(store, CATALOGUE)
+    await ensure_default_namespaces(registry)
+    client = InProcessClient(registry)
+    try:
+        yield client
+    finally:
+        await client.close()
+        await registry.close()
+        await store.close()
+
+
+@pytest.fixture
+async def with_api(containerd, tmp_path, api):
+    from kubeplane.client.events import EventRecorder
+
+    cri = CRIClient(containerd.endpoint)
+    recorder = EventRecorder(api, "kubelet", host="n1")
+    rt = KubeRuntime(cri, client=api, node_name="n1", pods_dir=str(tmp_path / "pods"),
+                     logs_dir=str(tmp_path / "logs"), host_ips=["127.0.0.1"], recorder=recorder,
+                     allocatable={"cpu": "2", "memory": "4Gi"})
+    rt.made = []
+    try:
+        yield rt
+    finally:
+        for uid in rt.made:
+            await rt.remove_pod(uid)
+        await recorder.close()
+        await cri.close()
+
+
+async def events_of(client, pod: dict) -> list[tuple[str, str, str]]:
+    from kubeplane.api.resources import resource
+
+    await asyncio.sleep(0)
+    items = (await client.list(resource("events"), "default")).get("items") or []
+    return [(e["type"], e["reason"], e["message"]) for e in items
+            if e["involvedObject"]["uid"] == pod["metadata"]["uid"]]
+
+
+async def test_env_from_configmaps_secrets_and_services(with_api):
+    import base64
+
+    from kubeplane.api.resources import resource
+
+    rt, client = with_api, with_api.client
+    await client.create(resource("configmaps"), {"metadata": {"name": "cfg"}, "data": {
+        "COLOR": "blue", "SIZE": "3", "dotted.key": "ok"}}, "default")
+    await client.create(resource("secrets"), {"metadata": {"name": "sec"}, "data": {
+        "token": base64.b64encode(b"s3cret").decode()}}, "default")
+    await client.create(resource("services"), {"metadata": {"name": "my-web"}, "spec": {
+        "ports": [{"port": 8080, "name": "http"}], "selector": {"app": "x"}}}, "default")
+    pod = make_pod("envsrc", [{"name": "a", "envFrom": [{"configMapRef": {"name": "cfg"}, "prefix": "CM_"}],
+                               "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "token"}}},
+                                       {"name": "OPT", "valueFrom": {"configMapKeyRef": {
+                                           "name": "nope", "key": "k", "optional": True}}},
+                                       {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}],
+                               "command": ["sh", "-c", 'echo "$CM_COLOR|$CM_SIZE|$TOKEN|${OPT-unset}|$CPU|'
+                                           '$MY_WEB_SERVICE_PORT_HTTP|$MY_WEB_PORT|$(tr "\\0" "\\n" < /proc/1/environ | grep -c CM_dotted.key=ok)"']}],
+                   restartPolicy="Never")
+    st = await sync_until(rt, pod, lambda s: s["phase"] in ("Succeeded", "Failed"))
+    assert st["phase"] == "Succeeded"
+    svc = await client.get(resource("services"), "my-web", "default")
+    ip = svc["spec"]["clusterIP"]
+    out = (await read_log(rt, pod, "a", 0, "|")).strip()
+    assert out == f"blue|3|s3cret|unset|2|8080|tcp://{ip}:8080|1"
+
+
+async def test_missing_configmap_is_a_config_error(with_api):
+    rt = with_api
+    pod = make_pod("nocfg", [{"name": "a", "command": ["true"], "env": [
+        {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "k"}}}]}])
+    st = await sync_until(rt, pod, lambda s: "waiting" in s["containerStatuses"][0]["state"]
+                          and s["containerStatuses"][0]["state"]["waiting"].get("reason") == "CreateContainerConfigError")
+    assert st["containerStatuses"][0]["state"]["waiting"]["message"] == 'configmap "absent" not found'
+    await rt.recorder.flush(5)
+    assert ("Warning", "Failed", 'Error: configmap "absent" not found') in await events_of(rt.client, pod)
+
+
+async def test_post_start_hook_failure_event_and_kill(with_api):
+    rt = with_api
+    pod = make_pod("hook2", [{"name": "a", "command": ["sleep", "60"],
+                              "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "exit 3"]}}}}],
+                   restartPolicy="Never")
+    st = await sync_until(rt, pod, lambda s: s["phase"] == "Failed")
+    assert st["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
+    await rt.recorder.flush(5)
+    evs = await events_of(rt.client, pod)
+    assert any(r == "FailedPostStartHook" and "exited with 3" in m for _, r, m in evs), evs
+    assert ("Normal", "Started", "Container started") in evs
