@@ -673,6 +673,18 @@ def termination_message(st: pb.ContainerStatus, info: ContainerInfo) -> str:
     return ""
 
 
+def run_once(c: Obj, spec: Obj) -> bool:
+    """A container that is not run again once it succeeded (OnFailure)."""
+    if c.get("restartPolicy"):
+        return c["restartPolicy"] == "OnFailure"
+    return spec.get("restartPolicy") == "OnFailure"
+
+
+def succeeded(rt: RuntimePod, name: str) -> bool:
+    latest = rt.latest(name)
+    return latest is not None and latest.state == ps.EXITED and latest.exit_code == 0
+
+
 # -- per pod bookkeeping ---------------------------------------------------------------
 
 @dataclass
@@ -795,6 +807,7 @@ class KubeRuntime:
                     continue
                 raise
             info = container_info(st, name)
+            info.sandbox_id = c.pod_sandbox_id
             if info.state == ps.EXITED and not info.message:
                 info.message = termination_message(st, info)
             rt.containers.append(info)
@@ -834,7 +847,7 @@ class KubeRuntime:
                 state=_STATES.get(c.state, ps.UNKNOWN), created_at=c.created_at,
                 image=c.image.user_specified_image or c.image.image, image_ref=c.image_ref,
                 restart_count=restarts, hash=ann.get(HASH_ANNOTATION, ""), attempt=c.metadata.attempt,
-                labels=dict(c.labels), annotations=ann))
+                labels=dict(c.labels), annotations=ann, sandbox_id=c.pod_sandbox_id))
         for rp in pods.values():
             ps.sort_newest_first(rp)
         return list(pods.values())
@@ -902,43 +915,51 @@ class KubeRuntime:
     async def _reconcile(self, pod: Obj, rt: RuntimePod, state: _PodState) -> bool:
         """upstream's computePodActions + SyncPod; True when it changed anything."""
         spec = pod.get("spec") or {}
+        uid = pod["metadata"]["uid"]
+        containers = list(spec.get("containers") or [])
+        regular_names = {c["name"] for c in containers}
+        alive = bool(rt.running()) or any(s.ready for s in rt.sandboxes)
         changed = False
         if ps.sandbox_needs_replacing(rt, pod):
-            if rt.sandboxes and (spec.get("restartPolicy") == "Never") and rt.containers:
-                # upstream: a Never pod whose containers already ran gets no new sandbox
-                if rt.running() or any(s.ready for s in rt.sandboxes):
+            any_regular_created = any(c.name in regular_names for c in rt.containers)
+            if rt.sandboxes and spec.get("restartPolicy") == "Never" and rt.containers:
+                # a Never pod whose containers already ran gets no new sandbox
+                if alive:
                     await self._kill_pod(pod, rt, self._grace(pod))
-                    return True
-                return False
-            if rt.running() or any(s.ready for s in rt.sandboxes):
+                return alive
+            wanted = [c for c in containers if not (run_once(c, spec) and succeeded(rt, c["name"]))]
+            if not wanted and any_regular_created:
+                if alive:
+                    await self._kill_pod(pod, rt, self._grace(pod))
+                return alive
+            if alive:
                 await self._kill_pod(pod, rt, self._grace(pod))
             if not await self._setup_volumes(pod, state):
                 return True
-            sid = await self._create_sandbox(pod, rt, state)
-            if sid is None:
+            if await self._create_sandbox(pod, rt, state) is None:
                 return True
-            rt = await self.pod_runtime_status(pod["metadata"]["uid"])
+            rt = await self.pod_runtime_status(uid)
             changed = True
-        else:
-            if not await self._setup_volumes(pod, state):
-                return changed
+        elif not await self._setup_volumes(pod, state):
+            return changed
 
         sandbox = rt.sandbox
         assert sandbox is not None
-        sb_config = state.sandbox_config if state.sandbox_id == sandbox.id and state.sandbox_config else \
-            self._sandbox_config(pod, sandbox.attempt)
-        state.sandbox_config, state.sandbox_id = sb_config, sandbox.id
-        pod_ips = [sandbox.ip] + sandbox.ips if sandbox.ip else list(self.host_ips if spec.get("hostNetwork") else [])
+        if state.sandbox_id != sandbox.id or state.sandbox_config is None:
+            state.sandbox_config, state.sandbox_id = self._sandbox_config(pod, sandbox.attempt), sandbox.id
+        sb_config = state.sandbox_config
+        pod_ips = ([sandbox.ip] + sandbox.ips) if sandbox.ip else list(self.host_ips if spec.get("hostNetwork") else [])
 
-        regular_names = {c["name"] for c in spec.get("containers") or []}
-        initialized = any(c.name in regular_names for c in rt.containers)
+        # containers of the current sandbox decide how far initialization got
+        current = [c for c in rt.containers if c.sandbox_id in ("", sandbox.id)]
+        in_sandbox = RuntimePod(uid=uid, sandboxes=rt.sandboxes, containers=current)
+        initialized = any(c.name in regular_names for c in current)
         to_start: list[tuple[Obj, bool]] = []
-        to_kill: list[tuple[ContainerInfo, Obj, str, str]] = []
+        to_kill: list[tuple[ContainerInfo, Obj, str, int]] = []
         init_done = True
-        liveness_failed = self._probe("liveness_failed")
         started_fn = self._probe("started")
         for c in spec.get("initContainers") or []:
-            latest = rt.latest(c["name"])
+            latest = in_sandbox.latest(c["name"])
             if ps.is_sidecar(c):
                 if latest is None or latest.state != ps.RUNNING:
                     to_start.append((c, True))
@@ -946,10 +967,9 @@ class KubeRuntime:
                         init_done = False
                         break
                     continue
-                if latest.hash and latest.hash != container_hash(c) or liveness_failed(latest.id):
-                    why = ("Container %s definition changed" if latest.hash != container_hash(c)
-                           else "Container %s failed liveness probe") % c["name"]
-                    to_kill.append((latest, c, why, "Killing"))
+                kill = self._kill_reason(pod, c, latest, init=True)
+                if kill is not None:
+                    to_kill.append((latest, c, kill[0] + ", will be restarted", kill[1]))
                     to_start.append((c, True))
                     if not initialized:
                         init_done = False
@@ -968,6 +988,13 @@ class KubeRuntime:
             if latest.state in (ps.RUNNING, ps.CREATED):
                 if latest.state == ps.CREATED:
                     to_start.append((c, True))
+                else:
+                    kill = self._kill_reason(pod, c, latest, init=True)
+                    if kill is not None:
+                        restart = ps.container_should_restart(c, spec, 1)
+                        to_kill.append((latest, c, kill[0] + (", will be restarted" if restart else ""), kill[1]))
+                        if restart:
+                            to_start.append((c, True))
                 init_done = False
                 break
             if latest.state == ps.EXITED and latest.exit_code == 0:
@@ -975,38 +1002,69 @@ class KubeRuntime:
             init_done = False
             if ps.container_should_restart(c, spec, latest.exit_code):
                 to_start.append((c, True))
+            elif any(ci.state == ps.RUNNING for ci in current):
+                # the pod failed: its sidecars stop too
+                await self._kill_pod(pod, rt, self._grace(pod))
+                return True
             break
 
         if init_done:
-            for c in spec.get("containers") or []:
+            keep = 0
+            regular_starts = 0
+            for c in containers:
                 latest = rt.latest(c["name"])
-                if latest is not None and latest.state == ps.RUNNING:
-                    h = container_hash(c)
-                    if latest.hash and latest.hash != h:
-                        to_kill.append((latest, c, f"Container {c['name']} definition changed", "Killing"))
+                if latest is None or latest.state != ps.RUNNING:
+                    if ps.should_restart(c, pod, latest):
                         to_start.append((c, False))
-                    elif liveness_failed(latest.id):
-                        to_kill.append((latest, c, f"Container {c['name']} failed liveness probe, will be restarted",
-                                        "Killing"))
-                        if ps.container_should_restart(c, spec, 1):
-                            to_start.append((c, False))
+                        regular_starts += 1
                     continue
-                if ps.should_restart(c, pod, latest):
+                restart = ps.container_should_restart(c, spec, 1) if c.get("restartPolicy") else \
+                    spec.get("restartPolicy") != "Never"
+                if latest.hash and latest.hash != container_hash(c):
+                    message, grace, restart = f"Container {c['name']} definition changed", self._grace(pod), True
+                else:
+                    kill = self._kill_reason(pod, c, latest, init=False)
+                    if kill is None:
+                        keep += 1
+                        continue
+                    message, grace = kill
+                if restart:
+                    message += ", will be restarted"
                     to_start.append((c, False))
+                    regular_starts += 1
+                to_kill.append((latest, c, message, grace))
+            if keep == 0 and regular_starts == 0 and containers:
+                # every regular container is done for good: the pod stops, sidecars included
+                if alive:
+                    await self._kill_pod(pod, rt, self._grace(pod))
+                    return True
+                return changed
 
-        for ci, c, why, _ in to_kill:
-            await self._kill_container(pod, ci, c, self._container_grace(pod, c), message=why)
+        for ci, c, why, grace in to_kill:
+            await self._kill_container(pod, ci, c, grace, message=why)
             changed = True
         if to_kill:
-            rt = await self.pod_runtime_status(pod["metadata"]["uid"])
+            rt = await self.pod_runtime_status(uid)
         for c, is_init in to_start:
             await self._start_container(pod, c, rt, state, sandbox.id, sb_config, pod_ips, is_init)
             changed = True
-        await self._prune(rt, spec)
+        await self._prune(rt)
         return changed
 
-    def _container_grace(self, pod: Obj, c: Obj) -> int:
-        return self._grace(pod)
+    def _kill_reason(self, pod: Obj, c: Obj, ci: ContainerInfo, *, init: bool) -> tuple[str, int] | None:
+        """(message, grace) when a failed liveness or startup probe wants the container killed."""
+        prefix = "Init container" if init else "Container"
+        if self._probe("liveness_failed")(ci.id):
+            probe, what = c.get("livenessProbe") or {}, "liveness"
+        elif self._probe("startup_failed")(ci.id):
+            probe, what = c.get("startupProbe") or {}, "startup"
+        else:
+            return None
+        grace = self._grace(pod)
+        md = pod.get("metadata") or {}
+        if md.get("deletionGracePeriodSeconds") is None and probe.get("terminationGracePeriodSeconds") is not None:
+            grace = int(probe["terminationGracePeriodSeconds"])
+        return f"{prefix} {c['name']} failed {what} probe", grace
 
     async def _setup_volumes(self, pod: Obj, state: _PodState) -> bool:
         if self.volumes is None:
@@ -1382,13 +1440,12 @@ class KubeRuntime:
             if msg is not None:
                 self._event(pod, "Warning", "FailedPostStartHook", msg)
                 info = ContainerInfo(id=full_id, name=name, state=ps.RUNNING)
-                await self._kill_container(pod, info, c, self._grace(pod),
-                                           message="FailedPostStartHook", run_pre_stop=False)
+                await self._kill_container(pod, info, c, self._grace(pod), message="FailedPostStartHook")
                 state.waiting[name] = ("PostStartHookError", msg)
                 return False
         return True
 
-    async def _prune(self, rt: RuntimePod, spec: Obj) -> None:
+    async def _prune(self, rt: RuntimePod) -> None:
         """Keep the two newest instances of each container (the current and the previous,
         whose log ``--previous`` reads), as upstream's container GC with MaxPerPodContainer=1."""
         seen: dict[str, int] = {}
@@ -1486,20 +1543,19 @@ class KubeRuntime:
     # -- stopping ------------------------------------------------------------------
 
     async def _kill_container(self, pod: Obj, ci: ContainerInfo, c: Obj | None, grace: int, *,
-                              message: str = "", run_pre_stop: bool = True) -> None:
+                              message: str = "") -> None:
         """upstream's killContainer: the preStop hook within the grace period, then
         StopContainer (the stop signal, SIGKILL after what remains of the grace)."""
         name = ci.name
-        self._event(pod, "Normal", "Killing", message if message and message[0].isupper() and " " in message
-                    else f"Stopping container {name}")
+        self._event(pod, "Normal", "Killing", message or f"Stopping container {name}")
         started = time.monotonic()
         pre_stop = (c or {}).get("lifecycle", {}).get("preStop") if c else None
-        if pre_stop is None and run_pre_stop and ci.annotations.get(PRESTOP_ANNOTATION):
+        if pre_stop is None and ci.annotations.get(PRESTOP_ANNOTATION):
             try:
                 pre_stop = json.loads(ci.annotations[PRESTOP_ANNOTATION])
             except ValueError:
                 pre_stop = None
-        if run_pre_stop and pre_stop and grace > 0:
+        if pre_stop and grace > 0:
             sb = (await self.pod_runtime_status(ci.labels.get(POD_UID_LABEL) or pod["metadata"]["uid"])).sandbox
             pod_ips = [sb.ip] + sb.ips if sb is not None and sb.ip else list(self.host_ips)
             try:

@@ -52,6 +52,7 @@ class ContainerInfo:
     attempt: int = 0
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    sandbox_id: str = ""
 
     @property
     def raw_id(self) -> str:

@@ -393,3 +393,14 @@ async def test_post_start_hook_failure_event_and_kill(with_api):
     evs = await events_of(rt.client, pod)
     assert any(r == "FailedPostStartHook" and "exited with 3" in m for _, r, m in evs), evs
     assert ("Normal", "Started", "Container started") in evs
+
+
+async def test_sidecar_stops_when_the_main_container_is_done(runtime):
+    pod = make_pod("jobside", [{"name": "main", "command": ["sh", "-c", "sleep 0.5; echo done"]}],
+                   restartPolicy="Never",
+                   initContainers=[{"name": "side", "restartPolicy": "Always", "command": ["sleep", "60"]}])
+    st = await sync_until(runtime, pod, lambda s: s["phase"] == "Succeeded")
+    assert "terminated" in st["initContainerStatuses"][0]["state"]
+    assert st["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+    rp = await runtime.pod_runtime_status(pod["metadata"]["uid"])
+    assert not rp.running() and not any(s.ready for s in rp.sandboxes)
