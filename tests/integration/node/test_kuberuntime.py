@@ -404,3 +404,20 @@ async def test_sidecar_stops_when_the_main_container_is_done(runtime):
     assert st["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
     rp = await runtime.pod_runtime_status(pod["metadata"]["uid"])
     assert not rp.running() and not any(s.ready for s in rp.sandboxes)
+
+
+async def test_prestop_http_and_sleep_hooks(runtime):
+    pod = make_pod("hooks", [
+        {"name": "web", "command": ["httpd", "-f", "-vv", "-p", "8080"], "ports": [{"name": "http", "containerPort": 8080}],
+         "lifecycle": {"preStop": {"httpGet": {"path": "/prestop-called", "port": "http"}}}},
+        {"name": "nap", "command": ["sleep", "60"], "lifecycle": {"preStop": {"sleep": {"seconds": 2}}}}],
+        terminationGracePeriodSeconds=4)
+    await sync_until(runtime, pod, lambda s: s["phase"] == "Running")
+    await asyncio.sleep(0.3)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    final = await runtime.terminate_pod(pod, 4)
+    took = loop.time() - t0
+    assert all("terminated" in s["state"] for s in final["containerStatuses"])
+    assert took >= 2  # the sleep hook ran before the stop signal
+    assert "/prestop-called" in await read_log(runtime, pod, "web", 0, "/prestop-called")
