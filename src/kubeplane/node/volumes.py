@@ -942,7 +942,9 @@ class VolumeManager:
     def _refresh_time(self, expires: float, seconds: int) -> float:
         jitter = random.random() * TOKEN_MAX_JITTER
         issued = expires - seconds
-        return min(issued + TOKEN_MAX_TTL - jitter, expires - seconds * 20 // 100 - jitter)
+        at = min(issued + TOKEN_MAX_TTL - jitter, expires - seconds * 20 // 100 - jitter)
+        # a clock far off the API server's must not make every token due at once, again and again
+        return max(at, self.clock() + TOKEN_MAX_JITTER)
 
     async def _service_account_token(self, pod: Obj, tp: Obj) -> str:
         key = self._token_key(pod, tp)
