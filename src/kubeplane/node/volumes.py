@@ -809,7 +809,9 @@ class VolumeManager:
             node = await self.client.get(NODES, self.node_name)
         except StatusError as err:
             log.warning("reading Node %s for its allocatable resources: %s", self.node_name, err)
-            return self._node_allocatable[1] if self._node_allocatable else {}
+            alloc = self._node_allocatable[1] if self._node_allocatable else {}
+            self._node_allocatable = (now, alloc)  # asked again at the next resync, not at every volume
+            return alloc
         alloc = ((node.get("status") or {}).get("allocatable")) or {}
         self._node_allocatable = (now, alloc)
         return alloc
