@@ -61,7 +61,7 @@ from fractions import Fraction
 from typing import Any, Callable, Iterable
 
 from kubeplane.api.errors import StatusError
-from kubeplane.api.quantity import parse_quantity
+from kubeplane.api.quantity import canonical_quantity, parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
 from kubeplane.node.cri.client import pb
@@ -669,6 +669,9 @@ class VolumeManager:
         self.clock = clock
         self.local_drivers = set(local_drivers)
         self._pods: dict[str, _PodState] = {}
+        #: ConfigMaps and Secrets read in the last ``cache_seconds`` (pods syncing together share one read)
+        self.cache_seconds = min(1.0, resync_seconds)
+        self._sources: dict[tuple[str, str, str], tuple[float, Any]] = {}
         self._tokens: dict[tuple, _Token] = {}
         self._node_allocatable: tuple[float, dict[str, Any]] | None = None
         self._resync_task: asyncio.Task | None = None
@@ -835,8 +838,24 @@ class VolumeManager:
     # ------------------------------------------------------------ config/secret
 
     async def _get_source(self, res: Any, kind: str, namespace: str, name: str, optional: bool) -> Obj | None:
+        key = (kind, namespace, name)
+        now = time.monotonic()
+        hit = self._sources.get(key)
         try:
-            return await self.client.get(res, name, namespace)
+            if hit is not None and now - hit[0] < self.cache_seconds:
+                if isinstance(hit[1], StatusError):
+                    raise hit[1]
+                return hit[1]
+            try:
+                obj = await self.client.get(res, name, namespace)
+            except StatusError as err:
+                self._sources[key] = (now, err)
+                raise
+            self._sources[key] = (now, obj)
+            if len(self._sources) > 4096:
+                for k in [k for k, (t, _) in self._sources.items() if now - t >= self.cache_seconds]:
+                    del self._sources[k]
+            return obj
         except StatusError as err:
             if err.code == 404:
                 if optional:
@@ -1236,12 +1255,41 @@ class VolumeManager:
         except OSError as err:
             log.error("removing %s after a failed set-up: %s", directory, err)
 
+    # ----------------------------------------------------------------- usage
+
+    def volume_usage(self, uid: str) -> dict[str, int]:
+        """Bytes used by each emptyDir and content volume of a set-up pod (as ``du``: allocated blocks,
+        hard links once, not crossing into other mounts)."""
+        state = self._pods.get(uid)
+        if state is None:
+            return {}
+        return {name: _disk_usage(v.path) for name, v in state.volumes.items()
+                if v.kind in ("emptyDir", *_CONTENT_KINDS)}
+
+    def empty_dir_limit_exceeded(self, pod: Obj) -> str | None:
+        """Upstream's eviction message when an emptyDir uses more than its ``sizeLimit``, else ``None``."""
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        state = self._pods.get(uid)
+        if state is None:
+            return None
+        for vol in (pod.get("spec") or {}).get("volumes") or []:
+            src = vol.get("emptyDir")
+            ready = state.volumes.get(vol.get("name") or "")
+            if src is None or ready is None or src.get("sizeLimit") in (None, ""):
+                continue
+            limit = parse_quantity(src["sizeLimit"])
+            if limit > 0 and _disk_usage(ready.path) > limit:
+                return f'Usage of EmptyDir volume "{vol["name"]}" exceeds the limit "{canonical_quantity(str(src["sizeLimit"]))}". '
+        return None
+
     # ---------------------------------------------------------------- resync
 
     async def refresh(self, uid: str | None = None) -> None:
         """Brings the contents (configMap, secret, downwardAPI, projected) of one or every known pod up to
         date now; failures are logged (the next pod sync reports them)."""
         uids = [uid] if uid is not None else list(self._pods)
+        if uid is None:
+            self._sources.clear()  # read every source again, once for all the pods using it
         for u in uids:
             state = self._pods.get(u)
             if state is None:
@@ -1335,6 +1383,28 @@ def _simple_env(pod: Obj, container: Obj) -> dict[str, str]:
                 except ValueError:
                     pass
     return out
+
+
+def _disk_usage(path: str) -> int:
+    try:
+        top = os.lstat(path)
+    except OSError:
+        return 0
+    seen: set[tuple[int, int]] = set()
+    total = top.st_blocks * 512
+    for root, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if st.st_dev != top.st_dev or (st.st_nlink > 1 and (st.st_dev, st.st_ino) in seen):
+                continue
+            if st.st_nlink > 1:
+                seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+        dirs[:] = [d for d in dirs if os.lstat(os.path.join(root, d)).st_dev == top.st_dev]
+    return total
 
 
 def _safe_open(base: str, rel: str) -> int:

@@ -406,3 +406,23 @@ async def test_unsupported_volume_types_are_refused(vm):
     with pytest.raises(VolumeError) as e:
         await vm.setup(_pod([{"name": "n", "nfs": {"server": "s", "path": "/"}}]))
     assert e.value.message == 'MountVolume.SetUp failed for volume "n" : volume type nfs is not supported on this node'
+
+
+async def test_empty_dir_usage_and_its_limit(vm):
+    pod = _pod([{"name": "scratch", "emptyDir": {"sizeLimit": "64Ki"}}, {"name": "free", "emptyDir": {}}])
+    await vm.setup(pod)
+    uid = pod["metadata"]["uid"]
+    scratch = vm.volume_dir(uid, "kubernetes.io~empty-dir", "scratch")
+    assert vm.empty_dir_limit_exceeded(pod) is None
+    with open(os.path.join(scratch, "small"), "wb") as f:
+        f.write(os.urandom(16 * 1024))
+        f.flush()
+        os.fsync(f.fileno())
+    assert vm.empty_dir_limit_exceeded(pod) is None
+    with open(os.path.join(scratch, "big"), "wb") as f:
+        f.write(os.urandom(128 * 1024))
+        f.flush()
+        os.fsync(f.fileno())
+    usage = vm.volume_usage(uid)
+    assert usage["scratch"] >= 144 * 1024 and usage["free"] < 64 * 1024
+    assert vm.empty_dir_limit_exceeded(pod) == 'Usage of EmptyDir volume "scratch" exceeds the limit "64Ki". '
