@@ -177,16 +177,6 @@ def mounts_under(path: str) -> list[str]:
     return sorted(found, key=lambda p: (p.count("/"), p), reverse=True)
 
 
-def _fs_type(path: str) -> str | None:
-    """The filesystem type when ``path`` is itself a mount point."""
-    path = os.path.realpath(path)
-    kind = None
-    for p, t in mount_points():
-        if p == path:
-            kind = t  # the last one mounted there is the one seen
-    return kind
-
-
 def _remove_tree(path: str) -> None:
     """Removes ``path`` without crossing into other filesystems (a mount left behind is an error)."""
     if not os.path.lexists(path):
@@ -659,8 +649,10 @@ class VolumeManager:
 
     def __init__(self, client: Client, pods_dir: str, *, node_name: str, local_volumes_dir: str | None = None,
                  resync_seconds: float = DEFAULT_RESYNC_SECONDS, clock: Callable[[], float] = time.time,
-                 local_drivers: Iterable[str] = (LOCAL_PROVISIONER,)) -> None:
+                 local_drivers: Iterable[str] = (LOCAL_PROVISIONER,), recorder: Any = None) -> None:
         self.client = client
+        #: an EventRecorder (``event(obj, type, reason, message)``) for failures of volumes already in use
+        self.recorder = recorder
         self.pods_dir = os.path.abspath(pods_dir)
         self.node_name = node_name
         self.local_volumes_dir = os.path.abspath(
@@ -698,8 +690,8 @@ class VolumeManager:
     async def setup(self, pod: Obj) -> None:
         """Makes every volume a container of ``pod`` mounts ready (idempotent; contents brought up to date)."""
         uid = (pod.get("metadata") or {}).get("uid") or ""
-        if not uid:
-            raise VolumeError("FailedMount", "the pod has no uid")
+        if not uid or "/" in uid or uid.startswith("."):
+            raise VolumeError("FailedMount", f"the pod has no usable uid: {uid!r}")
         state = self._pods.get(uid)
         if state is None:
             state = self._pods[uid] = _PodState(pod)
@@ -709,6 +701,9 @@ class VolumeManager:
         self._ensure_resync()
 
     async def _setup_locked(self, state: _PodState, *, only_content: bool = False) -> None:
+        """Sets up what is not ready yet and writes the contents of content volumes again. A volume
+        that was ready stays ready when bringing its contents up to date fails (upstream's remount):
+        that failure is an event, not an error of the set-up."""
         pod = state.pod
         uid = pod["metadata"]["uid"]
         used = _mounted_volume_names(pod)
@@ -718,21 +713,27 @@ class VolumeManager:
             if name not in used:
                 continue
             kind = next((k for k in _KNOWN_SOURCES if k in vol), None)
-            if only_content and kind not in _CONTENT_KINDS:
-                continue
-            if only_content and name not in state.volumes:
+            ready = name in state.volumes
+            if ready and kind not in _CONTENT_KINDS:
+                continue  # mounted once, as upstream: pod volumes do not change
+            if only_content and not ready:
                 continue
             try:
                 if kind is None:
                     other = next((k for k in vol if k != "name"), "unknown")
                     raise _SetupFailed(f"volume type {other} is not supported on this node")
                 state.volumes[name] = await self._setup_volume(pod, uid, vol, kind)
-            except _SetupFailed as err:
-                failures.append(f'MountVolume.SetUp failed for volume "{name}" : {err}')
+                continue
+            except (_SetupFailed, OSError, ValueError) as err:
+                message = f'MountVolume.SetUp failed for volume "{name}" : {err}'
             except _PopulateFailed as err:
-                failures.append(str(err))
-            except (OSError, ValueError) as err:
-                failures.append(f'MountVolume.SetUp failed for volume "{name}" : {err}')
+                message = str(err)
+            if ready:
+                log.warning("pod %s: %s", _pod_key(pod), message)
+                if self.recorder is not None:
+                    self.recorder.event(pod, "Warning", "FailedMount", message)
+            else:
+                failures.append(message)
         if failures:
             raise VolumeError("FailedMount", "; ".join(failures))
 
@@ -785,8 +786,8 @@ class VolumeManager:
 
     async def _ensure_tmpfs(self, pod: Obj, directory: str, size_limit: Any) -> None:
         self._ensure_dir(directory)
-        if _fs_type(directory) == "tmpfs":
-            return
+        if os.path.ismount(directory):
+            return  # mounted by an earlier set-up (also before a restart of the agent)
         size = await self._memory_size(pod, size_limit)
         mount("tmpfs", directory, "tmpfs", 0, f"size={size}" if size else None)
 
@@ -1232,19 +1233,25 @@ class VolumeManager:
 
     async def teardown(self, uid: str) -> None:
         """Unmounts and removes everything of the pod under ``<pods_dir>/<uid>`` (the directory too)."""
+        if not uid or "/" in uid or uid.startswith("."):
+            raise ValueError(f"not a pod uid: {uid!r}")
         state = self._pods.pop(uid, None)
         for key in [k for k, t in self._tokens.items() if t.pod_uid == uid]:
             del self._tokens[key]
         lock = state.lock if state is not None else asyncio.Lock()
         async with lock:
             pod_dir = self.pod_dir(uid)
-            for point in mounts_under(pod_dir):
-                try:
-                    unmount(point)
-                except OSError as err:
-                    if err.errno != errno.EBUSY:
-                        raise
-                    unmount(point, detach=True)
+            for _ in range(8):  # mounts stacked on one path come off one by one
+                points = mounts_under(pod_dir)
+                if not points:
+                    break
+                for point in points:
+                    try:
+                        unmount(point)
+                    except OSError as err:
+                        if err.errno != errno.EBUSY:
+                            raise
+                        unmount(point, detach=True)
             _remove_tree(pod_dir)
 
     def _remove_volume_dir(self, directory: str) -> None:

@@ -10,15 +10,17 @@ import time
 from helpers import eventually
 from kubeplane.api.resources import resource
 from kubeplane.auth import jwt
+from kubeplane.client.events import EventRecorder
 from kubeplane.client.http import HttpClient
 from kubeplane.client.kubeconfig import load_kubeconfig
-from kubeplane.node.volumes import VolumeError, VolumeManager, mounts_under
+from kubeplane.node.volumes import VolumeManager, mounts_under
 from kubeplane.testing import Cluster
 
 CMS = resource("configmaps")
 PODS = resource("pods")
 SAS = resource("serviceaccounts")
 REVIEWS = resource("tokenreviews")
+EVENTS = resource("events")
 
 
 def _read(path):
@@ -29,7 +31,7 @@ def _read(path):
 async def test_service_account_token_volume_and_renewal(tmp_path):
     async with Cluster() as c:
         client = HttpClient(load_kubeconfig(c.kubeconfig))
-        vm = None
+        vm = recorder = None
         try:
             await client.create(SAS, {"metadata": {"name": "robot"}}, "default")
             # what the root CA publisher keeps in every namespace
@@ -38,8 +40,9 @@ async def test_service_account_token_volume_and_renewal(tmp_path):
                 "serviceAccountName": "robot", "containers": [{"name": "c", "image": "busybox"}]}}, "default")
             vol = next(v for v in pod["spec"]["volumes"] if v["name"].startswith("kube-api-access-"))
             now = [time.time()]
+            recorder = EventRecorder(client, "kubelet", host="n1")
             vm = VolumeManager(client, str(tmp_path / "pods"), node_name="n1", clock=lambda: now[0],
-                               resync_seconds=3600)
+                               resync_seconds=3600, recorder=recorder)
             await vm.setup(pod)
             uid = pod["metadata"]["uid"]
             d = vm.volume_dir(uid, "kubernetes.io~projected", vol["name"])
@@ -75,15 +78,20 @@ async def test_service_account_token_volume_and_renewal(tmp_path):
             await vm.refresh()
             assert _read(os.path.join(d, "token")) == renewed
             now[0] = jwt.unverified(renewed)[1]["exp"] + 1
-            try:
-                await vm.setup(pod)
-                raise AssertionError("an expired token that cannot be renewed must fail the set-up")
-            except VolumeError as err:
-                assert err.reason == "FailedMount"
-                assert "expired and refresh failed" in err.message and 'serviceaccounts "robot" not found' in err.message
+            # the volume stays (upstream's remount failure): the event tells
+            await vm.setup(pod)
+            assert _read(os.path.join(d, "token")) == renewed
+            await recorder.flush()
+            [event] = (await client.list(EVENTS, "default"))["items"]
+            assert event["reason"] == "FailedMount" and event["involvedObject"]["name"] == "tok"
+            assert event["message"].startswith(f'MountVolume.SetUp failed for volume "{vol["name"]}" : token ')
+            assert "expired and refresh failed" in event["message"]
+            assert 'serviceaccounts "robot" not found' in event["message"]
             await vm.teardown(uid)
             assert not os.path.exists(vm.pod_dir(uid))
         finally:
+            if recorder is not None:
+                await recorder.close()
             if vm is not None:
                 await vm.close()
                 for uid in vm.pod_uids_on_disk():

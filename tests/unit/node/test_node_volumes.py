@@ -426,3 +426,32 @@ async def test_empty_dir_usage_and_its_limit(vm):
     usage = vm.volume_usage(uid)
     assert usage["scratch"] >= 144 * 1024 and usage["free"] < 64 * 1024
     assert vm.empty_dir_limit_exceeded(pod) == 'Usage of EmptyDir volume "scratch" exceeds the limit "64Ki". '
+
+
+async def test_a_source_gone_after_set_up_keeps_the_files_and_tells(inprocess_client, tmp_path):
+    from kubeplane.client.events import EventRecorder
+
+    recorder = EventRecorder(inprocess_client, "kubelet", host="n1")
+    vm = VolumeManager(inprocess_client, str(tmp_path / "pods"), node_name="n1", resync_seconds=3600,
+                       recorder=recorder)
+    try:
+        await inprocess_client.create(CMS, {"metadata": {"name": "cfg"}, "data": {"k": "v"}}, "default")
+        pod = _pod([{"name": "cfg", "configMap": {"name": "cfg"}}])
+        await vm.setup(pod)
+        await inprocess_client.delete(CMS, "cfg", "default")
+        await vm.refresh()
+        await vm.setup(pod)  # the volume stays ready: the containers keep running with the files they have
+        d = vm.volume_dir(pod["metadata"]["uid"], "kubernetes.io~configmap", "cfg")
+        assert _read(os.path.join(d, "k")) == "v"
+        assert vm.mounts(pod, pod["spec"]["containers"][0])[0].host_path == d
+        await recorder.flush()
+        events = (await inprocess_client.list(resource("events"), "default"))["items"]
+        assert [(e["reason"], e["message"], e["type"]) for e in events] == [
+            ("FailedMount", 'MountVolume.SetUp failed for volume "cfg" : configmap "cfg" not found', "Warning")]
+        with pytest.raises(ValueError):
+            await vm.teardown("../x")
+    finally:
+        await vm.close()
+        await recorder.close()
+        for uid in vm.pod_uids_on_disk():
+            await vm.teardown(uid)
