@@ -785,9 +785,9 @@ class VolumeManager:
             os.chmod(directory, perm)
 
     async def _ensure_tmpfs(self, pod: Obj, directory: str, size_limit: Any) -> None:
-        self._ensure_dir(directory)
         if os.path.ismount(directory):
             return  # mounted by an earlier set-up (also before a restart of the agent)
+        self._ensure_dir(directory)
         size = await self._memory_size(pod, size_limit)
         mount("tmpfs", directory, "tmpfs", 0, f"size={size}" if size else None)
 
