@@ -931,9 +931,11 @@ class ProbeManager:
         return status
 
     def _is_started(self, pod: dict, cs: dict, name: str) -> bool:
+        cid = cs.get("containerID") or ""
+        if cid:
+            self._owners.setdefault(cid, ((pod.get("metadata") or {}).get("uid", ""), name))
         if not (cs.get("state") or {}).get("running"):
             return False
-        cid = cs.get("containerID") or ""
         result = self._results[STARTUP].get(cid)
         if result is not None:
             return result == SUCCESS
@@ -951,8 +953,6 @@ class ProbeManager:
         if not running:
             return False
         cid = cs.get("containerID") or ""
-        if cid:
-            self._owners.setdefault(cid, ((pod.get("metadata") or {}).get("uid", ""), cs.get("name", "")))
         if self._results[READINESS].get(cid) == SUCCESS:
             return True
         uid = (pod.get("metadata") or {}).get("uid", "")
@@ -974,26 +974,28 @@ class ProbeManager:
     # -- results by container id
 
     def ready(self, container_id: str) -> bool:
-        """Whether the readiness probe of this container last succeeded (a
-        container without one: whether it runs and started, see ``update_pod_status``)."""
+        """Whether the container is ready by its probes: its readiness probe last
+        succeeded, or it has none and has started. A container that neither a
+        worker nor :meth:`update_pod_status` has seen yet is not ready."""
         cid = self._cid(container_id)
+        owner = self._owners.get(cid)
+        if owner is None:
+            return False
         result = self._results[READINESS].get(cid)
         if result is not None:
             return result == SUCCESS
-        owner = self._owners.get(cid)
-        if owner is None:
-            return True
-        return (owner[0], owner[1], READINESS) not in self._workers
+        return (owner[0], owner[1], READINESS) not in self._workers and self.started(cid)
 
     def started(self, container_id: str) -> bool:
-        """Whether the container's startup probe succeeded (True without one)."""
+        """Whether the container's startup probe succeeded, or it has none. A
+        container no worker nor :meth:`update_pod_status` has seen yet has not started."""
         cid = self._cid(container_id)
         result = self._results[STARTUP].get(cid)
         if result is not None:
             return result == SUCCESS
         owner = self._owners.get(cid)
         if owner is None:
-            return True
+            return False
         return (owner[0], owner[1], STARTUP) not in self._workers
 
     def liveness_failed(self, container_id: str) -> bool:
