@@ -736,7 +736,7 @@ class _Worker:
             if self.container_id:
                 self.results.remove(self.container_id)
             self.container_id = cid
-            self.m._owners[cid] = (self.uid, name)
+            self.m._own(cid, self.uid, name)
             started_at = _parse_time((running or {}).get("startedAt"))
             adopted = started_at is not None and started_at < self.m.start - RESTART_GRACE_SECONDS
             if sidecar and self.kind == STARTUP and c.get("started"):
@@ -816,9 +816,13 @@ class ProbeManager:
         self.start = now()
         self._workers: dict[tuple[str, str, str], _Worker] = {}
         self._statuses: dict[str, dict] = {}
+        #: container id -> (pod uid, container name), the ids seen last per container
         self._owners: dict[str, tuple[str, str]] = {}
+        #: the CRI's bare id -> the status's container id
+        self._bare: dict[str, str] = {}
         self._results = {kind: ResultsCache(self._updated) for kind in (LIVENESS, READINESS, STARTUP)}
         self._http = HTTPProber()
+        self._hook_http = HTTPProber(purpose="lifecycle")
         self._callbacks: set[asyncio.Task] = set()
 
     # -- pods
@@ -861,6 +865,7 @@ class ProbeManager:
         for cid, (u, _) in list(self._owners.items()):
             if u == uid:
                 del self._owners[cid]
+                self._bare.pop(strip_runtime(cid), None)
 
     def cleanup_pods(self, desired: Iterable[str]) -> None:
         """Stop the workers of every pod whose uid is not in ``desired``."""
@@ -882,6 +887,7 @@ class ProbeManager:
         for t in list(self._callbacks):
             t.cancel()
         await self._http.close()
+        await self._hook_http.close()
 
     def worker_count(self) -> int:
         return len(self._workers)
@@ -932,8 +938,8 @@ class ProbeManager:
 
     def _is_started(self, pod: dict, cs: dict, name: str) -> bool:
         cid = cs.get("containerID") or ""
-        if cid:
-            self._owners.setdefault(cid, ((pod.get("metadata") or {}).get("uid", ""), name))
+        if cid and cid not in self._owners:
+            self._own(cid, (pod.get("metadata") or {}).get("uid", ""), name)
         if not (cs.get("state") or {}).get("running"):
             return False
         result = self._results[STARTUP].get(cid)
@@ -1022,16 +1028,18 @@ class ProbeManager:
         return self._results[kind].get(self._cid(container_id))
 
     def _cid(self, container_id: str) -> str:
-        if container_id in self._owners or "://" in container_id:
-            return container_id
-        for cid in self._owners:
-            if strip_runtime(cid) == container_id:
-                return cid
-        for cache in self._results.values():
-            for cid in cache._cache:
-                if strip_runtime(cid) == container_id:
-                    return cid
-        return container_id
+        return self._bare.get(container_id, container_id)
+
+    def _own(self, cid: str, uid: str, name: str) -> None:
+        """Remember whose container ``cid`` is; the ids this container had before are forgotten."""
+        if self._owners.get(cid) == (uid, name):
+            return
+        for old, owner in list(self._owners.items()):
+            if owner == (uid, name) and old != cid:
+                del self._owners[old]
+                self._bare.pop(strip_runtime(old), None)
+        self._owners[cid] = (uid, name)
+        self._bare[strip_runtime(cid)] = cid
 
     def _updated(self, cid: str, result: str, pod_uid: str) -> None:
         if self.on_change is None:
@@ -1045,6 +1053,15 @@ class ProbeManager:
             task = asyncio.ensure_future(ret)
             self._callbacks.add(task)
             task.add_done_callback(self._callbacks.discard)
+
+    # -- lifecycle hooks
+
+    async def run_handler(self, pod: dict, container: dict, container_id: str, handler: dict, *,
+                          pod_ip: str | None = None) -> None:
+        """Run a postStart / preStop handler of ``container`` (see :func:`run_handler`);
+        raises :class:`HandlerError` when it fails."""
+        await run_handler(self.cri, pod, container, container_id, handler, pod_ip=pod_ip,
+                          recorder=self.recorder, http=self._hook_http)
 
     # -- running one probe
 
@@ -1139,8 +1156,10 @@ async def run_handler(cri, pod: dict, container: dict, container_id: str, handle
 
     exec: the command in the container (no timeout of its own: the caller
     bounds preStop by the grace period); httpGet: a GET to the pod IP (or
-    ``host``), HTTPS retried as HTTP when the server speaks plain HTTP; the
-    response code is not checked, as upstream; sleep: waits ``seconds``.
+    ``host``; without ``pod_ip`` it is read from the container's sandbox),
+    redirects followed on the same host only, HTTPS not verified and retried
+    as HTTP when the server speaks plain HTTP; the response code is not
+    checked, as upstream; sleep: waits ``seconds``.
     tcpSocket is accepted by the API only for compatibility and fails here,
     as it does in upstream's kubelet. A failure raises :class:`HandlerError`
     with the message upstream's kubelet puts in its FailedPostStartHook /
@@ -1181,7 +1200,7 @@ async def run_handler(cri, pod: dict, container: dict, container_id: str, handle
 
 async def _run_http_handler(cri, pod, container, container_id, http_get, pod_ip, recorder, http):
     own = http is None
-    client = http or HTTPProber(follow_non_local_redirects=True, purpose="lifecycle")
+    client = http or HTTPProber(purpose="lifecycle")
     try:
         host = http_get.get("host") or pod_ip or await _pod_ip_of(cri, container_id)
         try:

@@ -215,7 +215,16 @@ async def test_lifecycle_hooks(pod):
         f'"{pod.name}_default({pod.uid})" failed - error: command \'sh -c echo no >&2; exit 2\' exited '
         'with 2: no\n, message: "no\\n"')
     # httpGet without a host: the pod IP comes from the sandbox the container runs in
-    await run_handler(pod.cri, pod.obj, spec, cid, {"httpGet": {"port": 8080, "path": "/healthz"}})
-    with pytest.raises(HandlerError) as e:
-        await run_handler(pod.cri, pod.obj, spec, cid, {"httpGet": {"port": 8081, "path": "/stop"}})
-    assert f'Get "http://{pod.ip}:8081/stop": dial tcp {pod.ip}:8081: connect: connection refused' in e.value.message
+    m = ProbeManager(pod.cri, None)
+    try:
+        await m.run_handler(pod.obj, spec, f"containerd://{cid}", {"httpGet": {"port": 8080, "path": "/healthz"}})
+        with pytest.raises(HandlerError) as e:
+            await m.run_handler(pod.obj, spec, cid, {"httpGet": {"port": 8081, "path": "/stop"}})
+        assert (f'Get "http://{pod.ip}:8081/stop": dial tcp {pod.ip}:8081: connect: connection refused'
+                in e.value.message)
+        # a sleep hook waits its seconds
+        t0 = time.monotonic()
+        await m.run_handler(pod.obj, spec, cid, {"sleep": {"seconds": 1}})
+        assert time.monotonic() - t0 >= 0.95
+    finally:
+        await m.close()
