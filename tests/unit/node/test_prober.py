@@ -645,3 +645,38 @@ async def test_sleep_and_unsupported_hooks():
         await pr.run_handler(None, pod, {"name": "c"}, "z", {"tcpSocket": {"port": 80}})
     with pytest.raises(HandlerError, match="^Cannot run handler: invalid handler"):
         await pr.run_handler(None, pod, {"name": "c"}, "z", {})
+
+
+async def test_tcp_and_grpc_workers(manager):
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    tcp_port = server.sockets[0].getsockname()[1]
+    serving = {"": 1}
+
+    async def check(req, ctx):
+        return serving[req]
+
+    handler = grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
+        "Check": grpc.unary_unary_rpc_method_handler(
+            check, request_deserializer=pr.decode_health_request,
+            response_serializer=pr.encode_health_response)})
+    gserver, grpc_port = await _grpc_server([handler])
+    try:
+        tcp = {"name": "tcp", "ports": [{"name": "t", "containerPort": tcp_port}],
+               "readinessProbe": {"tcpSocket": {"port": "t"}, "periodSeconds": 0.05}}
+        g = {"name": "g", "livenessProbe": {"grpc": {"port": grpc_port}, "periodSeconds": 0.05,
+                                            "failureThreshold": 2}}
+        pod = _pod([tcp, g])
+        manager.add_pod(pod)
+        manager.update_pod_status(pod, _status(("tcp", "containerd://t1"), ("g", "containerd://g1")))
+        await _until(lambda: manager.ready("t1"))
+        await _until(lambda: manager.result(LIVENESS, "g1") == SUCCESS)
+        serving[""] = 2
+        await _until(lambda: manager.liveness_failed("g1"))
+        assert ("Warning", "Unhealthy",
+                'Liveness probe failed: service unhealthy (responded with "NOT_SERVING")') in manager.events.items
+        server.close()
+        await server.wait_closed()
+        await _until(lambda: not manager.ready("t1"))
+    finally:
+        server.close()
+        await gserver.stop(None)
