@@ -202,15 +202,18 @@ class _PodWorker:
         agent, pod = self.agent, self.pod
         runtime = agent.runtime
         if self.removed:
+            agent.probes("stop_liveness_and_startup", pod)
             if not self.terminated:
                 await runtime.terminate_pod(pod, deletion_grace(pod))
                 self.terminated = True
+            agent.probes("remove_pod", self.uid)
             await runtime.remove_pod(self.uid)
             agent.status.forget(self.uid)
             return True
         md = pod.get("metadata") or {}
         if md.get("deletionTimestamp"):
             if not self.terminated:
+                agent.probes("stop_liveness_and_startup", pod)
                 status = await runtime.terminate_pod(pod, deletion_grace(pod))
                 self.terminated = True
                 if isinstance(status, dict):
@@ -219,20 +222,14 @@ class _PodWorker:
             return False
         if self.finished:
             return False
-        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES and self.uid not in agent.status.written:
-            # ended before this agent (re)started: nothing runs for it any more
-            if not self.terminated:
-                await runtime.terminate_pod(pod, 0)
-                self.terminated = True
-            self.finished = True
-            return False
+        agent.probes("add_pod", pod)
         status = await runtime.sync_pod(pod)
         if isinstance(status, dict):
+            agent.probes("update_pod_status", pod, status)
             await agent.status.set(pod, status)
             if status.get("phase") in TERMINAL_PHASES:
-                # upstream: a pod in a terminal phase is torn down (the sandbox
-                # stopped); its exited containers stay until the pod is deleted
-                await runtime.terminate_pod(pod, 0)
+                # the runtime tore a pod in a terminal phase down (sandbox stopped);
+                # its exited containers stay until the pod is deleted
                 self.terminated = True
                 self.finished = True
         return False
@@ -367,7 +364,7 @@ class NodeAgent:
         if self._informer is not None:
             await self._informer.stop()
             self._informer = None
-        for part in (self.prober, self.recorder):
+        for part in (self.prober, self.volumes, self.recorder):
             closer = getattr(part, "stop", None) or getattr(part, "close", None)
             if closer is not None:
                 try:
@@ -404,9 +401,12 @@ class NodeAgent:
         self.recorder = EventRecorder(self.client, "kubelet", host=self.name)
         self.volumes = VolumeManager(self.client, self.config.pods_dir, node_name=self.name)
         self.prober = ProbeManager(self.cri, self.wake_pod)
+        status = (self.node or {}).get("status") or {}
+        host_ips = [a["address"] for a in status.get("addresses") or [] if a.get("type") == "InternalIP"]
         return KubeRuntime(self.cri, client=self.client, node_name=self.name, pods_dir=self.config.pods_dir,
                            logs_dir=self.config.logs_dir, volumes=self.volumes, prober=self.prober,
-                           recorder=self.recorder)
+                           recorder=self.recorder, host_ips=host_ips,
+                           allocatable=dict(status.get("allocatable") or {}))
 
     # -- the Node ------------------------------------------------------------------
 
@@ -660,7 +660,7 @@ class NodeAgent:
         from kubeplane.client.informer import SharedInformer
 
         self._informer = SharedInformer(self.client, PODS, field_selector=f"spec.nodeName={self.name}")
-        self._informer.add_event_handler(self._on_pod, lambda old, new: self._on_pod(new), self._on_pod_deleted)
+        self._informer.add_event_handler(self._on_pod, self._on_pod_update, self._on_pod_deleted)
         self._informer.start()
         if not await self._informer.wait_for_sync(60.0):
             raise RuntimeError(f"node {self.name}: the pods bound to it could not be listed")
@@ -681,6 +681,11 @@ class NodeAgent:
         else:
             w.update(pod)
 
+    def _on_pod_update(self, old: Obj, new: Obj) -> None:
+        if pod_uid(old) != pod_uid(new):  # deleted and made again under the same name
+            self._on_pod_deleted(old)
+        self._on_pod(new)
+
     def _on_pod_deleted(self, pod: Obj) -> None:
         from kubeplane.client.informer import unwrap_deleted
 
@@ -697,6 +702,11 @@ class NodeAgent:
         finally:
             if self._workers.get(w.uid) is w:
                 del self._workers[w.uid]
+
+    def probes(self, method: str, *args: Any) -> Any:
+        """Tell the probe manager (when there is one) about a pod."""
+        fn = getattr(self.prober, method, None) if self.prober is not None else None
+        return fn(*args) if fn is not None else None
 
     def wake_pod(self, uid: str) -> None:
         """Sync the pod of ``uid`` now (a probe result or a container changed)."""
@@ -732,7 +742,9 @@ class NodeAgent:
             self.wake_pod(uid)
         if self._informer is not None and self._informer.has_synced():
             known = {pod_uid(p) for p in self._informer.indexer.list()} | set(self._workers)
-            for uid in now:
+            on_disk = getattr(self.volumes, "pod_uids_on_disk", None)
+            # pods the runtime still holds, or whose directories (volumes) remain
+            for uid in set(now) | set(on_disk() if on_disk is not None else ()):
                 if uid not in known and uid not in self._cleaning:
                     self._cleaning.add(uid)
                     self._spawn(self._remove_orphan(uid), f"orphan-{uid[:8]}")
@@ -876,6 +888,10 @@ class ManagedNode:
             if remove_pods:
                 self.containerd.remove()
             self.containerd = None
+        if remove_pods:
+            from kubeplane.node.containerd import unmount_under
+
+            unmount_under(self.config.data_dir)  # the pods' volumes
         if remove_pods and self.config.cni_conf_dir:
             # the bridge the CNI configuration named (made by the first pod)
             proc = await asyncio.create_subprocess_exec("ip", "link", "del", self.config.cni_bridge,
