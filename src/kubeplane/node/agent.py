@@ -79,6 +79,10 @@ class AgentConfig:
     max_pods: int = 110
     system_reserved: dict[str, str] = field(default_factory=dict)
     kubelet_port: int = 10250
+    #: where the kubelet API listens (default: the node IP when given, else every address)
+    kubelet_address: str | None = None
+    #: the CA of the clients the kubelet API accepts certificates of (the API server's)
+    client_ca_data: bytes | None = None
     labels: dict[str, str] = field(default_factory=dict)
     #: the kubelet's --pod-cidr: used instead of waiting for spec.podCIDR
     pod_cidr: str | None = None
@@ -295,6 +299,8 @@ class NodeAgent:
         self.runtime = runtime
         self.clock = clock
         self.name = config.name
+        #: the kubelet API's port (the configured one; the one taken when that was 0)
+        self.kubelet_port = config.kubelet_port
         self.status = StatusManager(self)
         self.node: Obj | None = None
         self.pod_cidr: str | None = None
@@ -314,7 +320,9 @@ class NodeAgent:
         self._imported: dict[str, tuple[float, int]] = {}
         self._cleaning: set[str] = set()
         self._started = False
-        self._ready = asyncio.Event()
+        #: the kubelet API (logs, exec, attach, port-forward) and the usage measurements
+        self.server: Any = None
+        self.stats: Any = None
 
     # -- life ------------------------------------------------------------------
 
@@ -331,6 +339,8 @@ class NodeAgent:
         os.makedirs(self.config.images_path, exist_ok=True)
         await self._wait_for_runtime()
         await self.import_images()
+        await self._start_server()
+        self._start_stats()
         await self.register()
         self._spawn(self._lease_loop(), "lease")
         self._spawn(self._status_loop(), "node-status")
@@ -361,6 +371,9 @@ class NodeAgent:
             except Exception:  # noqa: BLE001
                 log.exception("node agent task failed")
         self._workers.clear()
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
         if self._informer is not None:
             await self._informer.stop()
             self._informer = None
@@ -391,6 +404,71 @@ class NodeAgent:
                 log.info("waiting for the container runtime at %s: %s", self.cri.endpoint, err)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    def kubelet_serving_pair(self) -> tuple[str, str]:
+        """The kubelet API's serving certificate: the one under ``<data_dir>/pki``,
+        else a self-signed one made there (upstream's kubelet without
+        --tls-cert-file), for the node's name and addresses."""
+        from kubeplane.auth import pki
+
+        d = os.path.join(self.config.data_dir, "pki")
+        crt, key = os.path.join(d, "kubelet.crt"), os.path.join(d, "kubelet.key")
+        names = tuple(dict.fromkeys([self.name, "localhost", "127.0.0.1",
+                                     *([self.config.node_ip] if self.config.node_ip else [])]))
+        if os.path.exists(crt) and os.path.exists(key):
+            try:
+                if pki.covers(pki.load_cert(crt), names):
+                    return crt, key
+            except (OSError, ValueError):
+                pass
+        ca_cert, ca_key = pki.make_ca(f"{self.name}-ca@{int(time.time())}")
+        cert, leaf_key = pki.issue(ca_cert, ca_key, self.name, server_names=names, client=False)
+        pki.write_private(key, pki.key_pem(leaf_key))
+        pki.write_private(crt, pki.cert_pem(cert) + pki.cert_pem(ca_cert))
+        return crt, key
+
+    async def _start_server(self) -> None:
+        """The kubelet API on the kubelet port (0: a free one, then reported)."""
+        try:
+            from kubeplane.node.server import KubeletServer
+        except ImportError:  # a kubeplane without the kubelet API
+            log.warning("node %s: no kubelet API in this kubeplane (logs, exec, port-forward unavailable)",
+                        self.name)
+            return
+        cfg = self.config
+        crt, key = await asyncio.to_thread(self.kubelet_serving_pair)
+        client_ca = None
+        if cfg.client_ca_data:
+            client_ca = os.path.join(cfg.data_dir, "pki", "client-ca.crt")
+            from kubeplane.auth import pki
+
+            pki.write_private(client_ca, cfg.client_ca_data)
+        address = cfg.kubelet_address or cfg.node_ip or "0.0.0.0"
+        self.server = KubeletServer(self.cri, node_name=self.name, client=self.client, tls_cert_file=crt,
+                                    tls_key_file=key, client_ca_file=client_ca, host=address,
+                                    port=cfg.kubelet_port)
+        await self.server.start()
+        self.kubelet_port = self.server.port
+        log.info("node %s: kubelet API on %s:%d", self.name, address, self.kubelet_port)
+
+    def _start_stats(self) -> None:
+        try:
+            from kubeplane.node.stats import StatsProvider
+        except ImportError:  # a kubeplane without usage measurements
+            return
+        self.stats = StatsProvider(self.cri)
+
+    async def _usage_annotations(self) -> dict[str, str]:
+        """The measured usage report each Lease renewal carries (for metrics.k8s.io)."""
+        if self.stats is None:
+            return {}
+        from kubeplane.registry.metrics import USAGE_ANNOTATION
+
+        try:
+            return {USAGE_ANNOTATION: await self.stats.report()}
+        except Exception as err:  # noqa: BLE001 - the renewal goes on without it
+            log.warning("node %s: measuring usage: %s", self.name, err)
+            return {}
 
     def _make_runtime(self) -> Any:
         from kubeplane.client.events import EventRecorder
@@ -423,7 +501,7 @@ class NodeAgent:
             "conditions": node_conditions(now, memory_pressure=pressure.memory, disk_pressure=pressure.disk,
                                           pid_pressure=pressure.pid, not_ready=await self._not_ready()),
             "addresses": host.node_addresses(self.name, cfg.node_ip),
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": cfg.kubelet_port}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}},
             "nodeInfo": host.node_info(version.runtime_name if version else "unknown",
                                        version.runtime_version if version else "",
                                        KUBELET_VERSION),
@@ -529,6 +607,7 @@ class NodeAgent:
     async def renew_lease(self) -> Obj:
         """One renewal as upstream's lease controller: update the last Lease
         written; on a conflict or when unknown, get (or create) it first."""
+        usage = await self._usage_annotations()
         now = micro_time()
         for _ in range(5):
             if self._lease is None:
@@ -538,7 +617,8 @@ class NodeAgent:
                     if err.code != 404:
                         raise
                     body = lease_object(self.name, now, duration=self.config.lease_duration,
-                                        node_uid=(self.node or {}).get("metadata", {}).get("uid"))
+                                        node_uid=(self.node or {}).get("metadata", {}).get("uid"),
+                                        annotations=usage)
                     self._lease = await self.client.create(LEASES, body, LEASE_NAMESPACE)
                     return self._lease
             lease = dict(self._lease)
@@ -546,6 +626,8 @@ class NodeAgent:
                              "leaseDurationSeconds": self.config.lease_duration, "renewTime": now}
             node_uid = (self.node or {}).get("metadata", {}).get("uid")
             md = dict(lease.get("metadata") or {})
+            if usage:
+                md["annotations"] = {**(md.get("annotations") or {}), **usage}
             if node_uid and not md.get("ownerReferences"):
                 md["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": node_uid}]
             lease["metadata"] = md
@@ -854,6 +936,14 @@ class ManagedNode:
 
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
+        if cfg.client_ca_data is None:
+            # the kubelet API trusts client certificates of the cluster's CA, as its client does
+            ccfg = getattr(self.client, "config", None)
+            ca_data = getattr(ccfg, "ca_data", None)
+            if ca_data is None and getattr(ccfg, "ca_file", None):
+                with open(ccfg.ca_file, "rb") as f:
+                    ca_data = f.read()
+            cfg.client_ca_data = ca_data
         try:
             if self.cri_socket is None:
                 self.containerd = ManagedContainerd(os.path.join(cfg.data_dir, "containerd"),

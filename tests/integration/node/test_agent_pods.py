@@ -147,3 +147,24 @@ def test_crash_looping_container_restarts_with_backoff(real_node):
     assert cs["lastState"]["terminated"]["exitCode"] == 3
     assert cs["lastState"]["terminated"]["reason"] == "Error"
     real_node.kubectl("delete", "pod", "crasher", "--wait=true", timeout=90)
+
+
+def test_lease_carries_the_measured_usage_and_the_kubelet_port_is_reported(real_node):
+    from kubeplane.registry.metrics import USAGE_ANNOTATION
+
+    real_node.kubectl("apply", "-f", "-", input=_pod("busy", ["sh", "-c", "while :; do :; done"], grace=1))
+    _wait(real_node, "busy", lambda p: p.get("status", {}).get("phase") == "Running")
+    deadline = time.monotonic() + 60
+    report = None
+    while time.monotonic() < deadline:
+        lease = json.loads(real_node.kubectl("get", "lease", "-n", "kube-node-lease", real_node.name,
+                                             "-o", "json").stdout)
+        report = json.loads((lease["metadata"].get("annotations") or {}).get(USAGE_ANNOTATION) or "{}")
+        if any(p.get("name") == "busy" for p in report.get("pods") or []):
+            break
+        time.sleep(1)
+    assert any(p.get("name") == "busy" for p in report.get("pods") or []), report
+    node = json.loads(real_node.kubectl("get", "node", real_node.name, "-o", "json").stdout)
+    port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+    assert port == real_node.agent.server.port > 0
+    real_node.kubectl("delete", "pod", "busy", "--wait=true", timeout=90)
