@@ -589,12 +589,18 @@ _COMPONENTS_METRICS_HELP = ("HOST:PORT where the scheduler's and controllers' /m
                    "<data-dir>/node): on, off, or auto (when this host can: root, containerd, runc, CNI plugins).")
 @click.option("--real-node-name", default=None, callback=lambda ctx, param, value: _check_node_name(ctx, param, value),
               help="Name of the real node; default: the hostname.")
+@click.option("--real-node-pod-cidr", default="10.42.0.0/24", show_default=True,
+              callback=lambda ctx, param, value: _check_cidr(ctx, param, value),
+              help="The real node's pod CIDR (its pods' bridge network).")
+@click.option("--real-node-kubelet-port", type=click.IntRange(min=0, max=65535), default=10250, show_default=True,
+              help="Port of the real node's kubelet API (0: a free one).")
 # -- end agent --
 def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
        history_bytes: int, event_ttl: float, verbosity: int, verbose: bool, node_count: int, node_cpu: str,
        node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int,
        scheduler_config: str | None, split: bool, metrics_listen: str,
-       controller_selection: tuple[str, ...], real_node: str = "off", real_node_name: str | None = None) -> None:
+       controller_selection: tuple[str, ...], real_node: str = "off", real_node_name: str | None = None,
+       real_node_pod_cidr: str | None = None, real_node_kubelet_port: int = 10250) -> None:
     """Run a whole cluster: API server, scheduler, controllers, simulated nodes (one process,
     or two with --split)."""
     import os
@@ -622,7 +628,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                        in_process=[namespace_controller] if split else [])
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
     published = KubeconfigFile(kubeconfig)
-    real = _up_real_node(server, data_dir, real_node, real_node_name)  # -- agent --
+    real = _up_real_node(server, data_dir, real_node, real_node_name, real_node_pod_cidr,  # -- agent --
+                         real_node_kubelet_port)
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
@@ -1205,36 +1212,57 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
 
 
 class _UpRealNode:
-    """The real node of ``kubeplane up``: a ManagedNode acting as
-    system:node:<name> through the in-process client (its tasks inherit the identity)."""
+    """The real node of ``kubeplane up``: a ManagedNode reaching the API server
+    over HTTPS as system:node:<name> (group system:nodes), with a client
+    certificate of the cluster CA written to ``<data-dir>/node/kubelet.kubeconfig``."""
 
     def __init__(self, server, config) -> None:
         self.server = server
         self.config = config
         self.managed = None
+        self.client = None
+
+    def _kubeconfig(self) -> str:
+        import os
+
+        from kubeplane.auth import pki
+        from kubeplane.client.kubeconfig import write_kubeconfig
+
+        own = pki.PKI(os.path.join(self.server.config.data_dir, "pki"))
+        cert, key = pki.issue(own.ca_cert, own.ca_key, f"system:node:{self.config.name}", orgs=("system:nodes",))
+        path = os.path.join(self.config.data_dir, "kubelet.kubeconfig")
+        os.makedirs(self.config.data_dir, mode=0o700, exist_ok=True)
+        write_kubeconfig(path, self.server.url, ca_data=own.ca_pem, client_cert_data=pki.cert_pem(cert),
+                         client_key_data=pki.key_pem(key))
+        return path
 
     async def start(self) -> None:
-        from kubeplane.auth.user import acting_as
-        from kubeplane.client.inprocess import InProcessClient
-        from kubeplane.controllers.nodeagent import node_user
+        from kubeplane.client.http import HttpClient
         from kubeplane.node.agent import ManagedNode
         from kubeplane.startup import StartupError
 
-        client = InProcessClient(self.server.registry, field_manager="kubelet")
-        self.managed = ManagedNode(client, self.config)
-        with acting_as(node_user(self.config.name)):
-            try:
-                await self.managed.start()
-            except Exception as err:  # noqa: BLE001 - one line and exit 1, as any start-up failure
-                self.managed = None
-                raise StartupError(f"the real node {self.config.name} did not start: {err}") from err
+        try:
+            self.client = HttpClient.from_kubeconfig(await asyncio.to_thread(self._kubeconfig))
+            self.managed = ManagedNode(self.client, self.config)
+            await self.managed.start()
+        except Exception as err:  # noqa: BLE001 - one line and exit 1, as any start-up failure
+            self.managed = None
+            if self.client is not None:
+                await self.client.close()
+                self.client = None
+            raise StartupError(f"the real node {self.config.name} did not start: {err}") from err
 
     async def stop(self) -> None:
         if self.managed is not None:
             await self.managed.stop()
+            self.managed = None
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
 
 
-def _up_real_node(server, data_dir: str, mode: str, name: str | None):
+def _up_real_node(server, data_dir: str, mode: str, name: str | None, pod_cidr: str | None,
+                  kubelet_port: int = 10250):
     import os
 
     from kubeplane.node.agent import default_node_name
@@ -1248,7 +1276,7 @@ def _up_real_node(server, data_dir: str, mode: str, name: str | None):
         log.info("no real node: %s", why)
         return None
     config = _real_node_config(name or default_node_name(), os.path.join(data_dir, "node"), None, 110, {},
-                               10250, None)
+                               kubelet_port, pod_cidr)
     return _UpRealNode(server, config)
 
 

@@ -89,7 +89,8 @@ class AgentConfig:
     images_dir: str | None = None
     #: where the runtime reads its CNI configuration (None: the agent writes none)
     cni_conf_dir: str | None = None
-    cni_bridge: str = "kp0"
+    #: the pods' bridge (default: named after the node, so nodes on one host differ)
+    cni_bridge: str | None = None
     node_status_update_frequency: float = 10.0
     node_status_report_frequency: float = 300.0
     lease_duration: int = LEASE_DURATION_SECONDS
@@ -106,6 +107,14 @@ class AgentConfig:
     @property
     def logs_dir(self) -> str:
         return os.path.join(self.data_dir, "logs")
+
+    @property
+    def bridge(self) -> str:
+        if self.cni_bridge:
+            return self.cni_bridge
+        import hashlib
+
+        return "kp-" + hashlib.sha256(self.name.encode()).hexdigest()[:10]
 
     @property
     def images_path(self) -> str:
@@ -341,6 +350,9 @@ class NodeAgent:
         await self.import_images()
         await self._start_server()
         self._start_stats()
+        if self.config.pod_cidr:  # the network first: the node registers Ready
+            await self._set_pod_cidr_from(None)
+            await self._wait_network_ready(5.0)
         await self.register()
         self._spawn(self._lease_loop(), "lease")
         self._spawn(self._status_loop(), "node-status")
@@ -665,9 +677,23 @@ class NodeAgent:
         self.pod_cidr = cidr
         if self.config.cni_conf_dir:
             path = cni.write_conflist(self.config.cni_conf_dir, cni.bridge_conflist(
-                cidr, bridge=self.config.cni_bridge,
+                cidr, bridge=self.config.bridge,
                 ipam_dir=os.path.join(self.config.data_dir, "cni-ipam")))
             log.info("node %s: pod CIDR %s, CNI configuration %s", self.name, cidr, path)
+
+    async def _wait_network_ready(self, timeout: float) -> bool:
+        """Until the runtime reports NetworkReady (it reads the CNI configuration on its own time)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                st = await self.cri.runtime("Status", pb.StatusRequest(), timeout=5.0)
+                if all(c.status for c in st.status.conditions if c.type == "NetworkReady"):
+                    return True
+            except CRIError:
+                pass
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.1)
 
     async def _pod_cidr_loop(self) -> None:
         """Until the node has a pod CIDR: look at the Node (the IPAM controller sets it)."""
@@ -682,6 +708,7 @@ class NodeAgent:
             except Exception as err:  # noqa: BLE001
                 log.warning("reading node %s for its pod CIDR: %s", self.name, err)
         # the runtime's Status turns NetworkReady once it sees the configuration
+        await self._wait_network_ready(10.0)
         try:
             await self._post_status(await self.node_status(), force=True)
         except StatusError as err:
@@ -984,7 +1011,7 @@ class ManagedNode:
             unmount_under(self.config.data_dir)  # the pods' volumes
         if remove_pods and self.config.cni_conf_dir:
             # the bridge the CNI configuration named (made by the first pod)
-            proc = await asyncio.create_subprocess_exec("ip", "link", "del", self.config.cni_bridge,
+            proc = await asyncio.create_subprocess_exec("ip", "link", "del", self.config.bridge,
                                                         stdout=asyncio.subprocess.DEVNULL,
                                                         stderr=asyncio.subprocess.DEVNULL)
             await proc.wait()

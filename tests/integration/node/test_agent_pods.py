@@ -85,7 +85,12 @@ def test_a_pod_that_prints_and_exits_succeeds(real_node):
     assert logs and "hello from the pod" in open(logs[0]).read()
     real_node.kubectl("delete", "pod", "once", "--wait=true", timeout=90)
     _gone(real_node, "once")
+    # once the pod is gone from the API, its sandbox, containers and log files go too
+    deadline = time.monotonic() + 20
+    while (_sandboxes(real_node, md["uid"]) or _containers(real_node, md["uid"])) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert _sandboxes(real_node, md["uid"]) == [] and _containers(real_node, md["uid"]) == []
+    assert not os.path.exists(os.path.dirname(os.path.dirname(logs[0])))
 
 
 def test_running_pod_gets_an_ip_is_ready_and_deletes_gracefully(real_node):
