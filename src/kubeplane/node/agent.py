@@ -179,6 +179,9 @@ class _PodWorker:
         self.wake.set()
         self.task: asyncio.Task | None = None
         self.failures = 0
+        #: admitted to run here (a pod that already started here was, before a restart)
+        st = pod.get("status") or {}
+        self.admitted = bool(st.get("startTime")) or st.get("phase") in TERMINAL_PHASES
 
     def update(self, pod: Obj) -> None:
         self.pod = pod
@@ -235,6 +238,13 @@ class _PodWorker:
             return False
         if self.finished:
             return False
+        if not self.admitted:
+            reason = agent.admit(self)
+            if reason is not None:
+                await agent.reject(pod, *reason)
+                self.finished = self.terminated = True
+                return False
+            self.admitted = True
         agent.probes("add_pod", pod)
         status = await runtime.sync_pod(pod)
         if isinstance(status, dict):
@@ -261,7 +271,9 @@ class StatusManager:
 
     async def set(self, pod: Obj, status: Obj) -> None:
         uid = pod_uid(pod)
-        current = self.agent.current_pod(pod) or pod
+        current = self.agent.current_pod(pod)
+        if current is None:
+            return  # gone, or replaced by another pod of the same name
         if self.written.get(uid) == status and status_matches(current.get("status"), status):
             return
         if status_matches(current.get("status"), status):
@@ -346,6 +358,9 @@ class NodeAgent:
         os.makedirs(self.config.pods_dir, exist_ok=True)
         os.makedirs(self.config.logs_dir, exist_ok=True)
         os.makedirs(self.config.images_path, exist_ok=True)
+        from kubeplane.client.events import EventRecorder
+
+        self.recorder = EventRecorder(self.client, "kubelet", host=self.name)
         await self._wait_for_runtime()
         await self.import_images()
         await self._start_server()
@@ -483,12 +498,10 @@ class NodeAgent:
             return {}
 
     def _make_runtime(self) -> Any:
-        from kubeplane.client.events import EventRecorder
         from kubeplane.node.kuberuntime import KubeRuntime
         from kubeplane.node.prober import ProbeManager
         from kubeplane.node.volumes import VolumeManager
 
-        self.recorder = EventRecorder(self.client, "kubelet", host=self.name)
         self.volumes = VolumeManager(self.client, self.config.pods_dir, node_name=self.name)
         self.prober = ProbeManager(self.cri, self.wake_pod)
         status = (self.node or {}).get("status") or {}
@@ -567,6 +580,9 @@ class NodeAgent:
 
     async def register(self) -> None:
         """Create the Node, or take over the one of this name (upstream's registerWithAPIServer)."""
+        if self.recorder is not None:
+            self.recorder.event({"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "uid": self.name}},
+                                "Normal", "Starting", "Starting kubelet.")
         status = await self.node_status()
         body = self.node_object(status)
         delay = 0.1
@@ -601,8 +617,31 @@ class NodeAgent:
             return
         self.node = await self.client.patch(NODES, self.name, {"status": status}, patch_type="strategic",
                                             subresource="status", field_manager="kubelet")
+        self._condition_events(old.get("conditions") if self._last_posted is not None else None,
+                               status["conditions"])
         self._last_posted = status
         self._last_post = self.clock()
+
+    def _condition_events(self, old: list | None, new: list[Obj]) -> None:
+        """Upstream's node status events: one per condition that changed (all at first)."""
+        if self.recorder is None:
+            return
+        before = {c.get("type"): c.get("status") for c in old or [] if isinstance(c, dict)}
+        ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "uid": self.name}}
+        for c in new:
+            if before.get(c["type"]) == c["status"]:
+                continue
+            if c["type"] == "Ready":
+                event = "NodeReady" if c["status"] == "True" else "NodeNotReady"
+            else:
+                event = {"KubeletHasSufficientMemory": "NodeHasSufficientMemory",
+                         "KubeletHasInsufficientMemory": "NodeHasInsufficientMemory",
+                         "KubeletHasNoDiskPressure": "NodeHasNoDiskPressure",
+                         "KubeletHasDiskPressure": "NodeHasDiskPressure",
+                         "KubeletHasSufficientPID": "NodeHasSufficientPID",
+                         "KubeletHasInsufficientPID": "NodeHasInsufficientPID"}.get(c.get("reason", ""))
+            if event:
+                self.recorder.event(ref, "Normal", event, f"Node {self.name} status is now: {event}")
 
     async def _status_loop(self) -> None:
         while True:
@@ -811,6 +850,32 @@ class NodeAgent:
         finally:
             if self._workers.get(w.uid) is w:
                 del self._workers[w.uid]
+
+    def admit(self, worker: "_PodWorker") -> tuple[str, str] | None:
+        """Whether a new pod may run here (upstream's admission: the pod count
+        against the pods allocatable); None, or (reason, message)."""
+        allocatable = ((self.node or {}).get("status") or {}).get("allocatable") or {}
+        try:
+            capacity = int(allocatable.get("pods", self.config.max_pods))
+        except (TypeError, ValueError):
+            capacity = self.config.max_pods
+        used = sum(1 for w in self._workers.values()
+                   if w is not worker and w.admitted and not w.finished and not w.removed)
+        if used + 1 > capacity:
+            return "OutOfpods", (f"Node didn't have enough resource: pods, requested: 1, used: {used}, "
+                                 f"capacity: {capacity}")
+        return None
+
+    async def reject(self, pod: Obj, reason: str, message: str) -> None:
+        """A pod this node will not run: Failed, with the reason (and a Warning event)."""
+        if self.recorder is not None:
+            self.recorder.event(pod, "Warning", reason, message)
+        log.info("node %s rejected pod %s: %s", self.name, pod_key(pod), message)
+        status: Obj = {"phase": "Failed", "reason": reason, "message": "Pod was rejected: " + message}
+        qos = (pod.get("status") or {}).get("qosClass")
+        if qos:
+            status["qosClass"] = qos
+        await self.status.set(pod, status)
 
     def probes(self, method: str, *args: Any) -> Any:
         """Tell the probe manager (when there is one) about a pod."""

@@ -173,3 +173,38 @@ def test_lease_carries_the_measured_usage_and_the_kubelet_port_is_reported(real_
     port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
     assert port == real_node.agent.server.port > 0
     real_node.kubectl("delete", "pod", "busy", "--wait=true", timeout=90)
+
+
+def test_node_events(real_node):
+    out = json.loads(real_node.kubectl("get", "events", "-n", "default", "--field-selector",
+                                       f"involvedObject.kind=Node,involvedObject.name={real_node.name}",
+                                       "-o", "json").stdout)
+    reasons = {e["reason"]: e for e in out["items"]}
+    assert {"Starting", "NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID",
+            "NodeReady"} <= set(reasons)
+    assert reasons["NodeReady"]["message"] == f"Node {real_node.name} status is now: NodeReady"
+    assert reasons["Starting"]["source"]["component"] == "kubelet"
+
+
+def test_pods_beyond_max_pods_are_rejected(real_node, tmp_path_factory, image_archives):
+    """A node admits pods bound to it up to its pods allocatable, as upstream's kubelet."""
+    from conftest import RealNode
+
+    small = RealNode(real_node.cluster, str(tmp_path_factory.mktemp("small-node")), name="small-0",
+                     busybox_archive=image_archives["busybox"], max_pods=1)
+    try:
+        small.start()
+        for name in ("first", "second"):
+            body = json.loads(_pod(name, ["sleep", "3600"], grace=1))
+            body["spec"]["nodeName"] = "small-0"
+            real_node.kubectl("apply", "-f", "-", input=json.dumps(body))
+            if name == "first":
+                _wait(real_node, "first", lambda p: p.get("status", {}).get("phase") == "Running")
+        pod = _wait(real_node, "second", lambda p: p.get("status", {}).get("phase") == "Failed")
+        assert pod["status"]["reason"] == "OutOfpods"
+        assert pod["status"]["message"] == ("Pod was rejected: Node didn't have enough resource: pods, "
+                                            "requested: 1, used: 1, capacity: 1")
+        assert _containers(small, pod["metadata"]["uid"]) == []
+        real_node.kubectl("delete", "pod", "first", "second", "--wait=true", timeout=90)
+    finally:
+        small.stop()
