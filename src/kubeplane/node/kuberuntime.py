@@ -27,7 +27,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import ssl
 import time
 import uuid
@@ -1083,9 +1082,15 @@ class KubeRuntime:
     def _sandbox_config(self, pod: Obj, attempt: int) -> pb.PodSandboxConfig:
         md = pod["metadata"]
         spec = pod.get("spec") or {}
-        hostname, _ = pod_hostname(pod, self.cluster_domain)
-        if spec.get("hostNetwork"):
-            hostname = socket.gethostname()
+        hostname = ""
+        if not spec.get("hostNetwork"):  # a host-network pod has the node's UTS namespace
+            hostname, domain = pod_hostname(pod, self.cluster_domain)
+            if spec.get("setHostnameAsFQDN") and domain:
+                hostname = f"{hostname}.{domain}"
+                if len(hostname) > 64:
+                    raise ConfigError(f"failed to construct FQDN from pod hostname and cluster domain, FQDN "
+                                      f"{hostname} is too long (64 characters is the max, {len(hostname)} "
+                                      f"characters requested)")
         labels = {k: str(v) for k, v in (md.get("labels") or {}).items()}
         labels.update({POD_NAME_LABEL: md["name"], POD_NAMESPACE_LABEL: md.get("namespace", ""),
                        POD_UID_LABEL: md["uid"]})
@@ -1127,7 +1132,11 @@ class KubeRuntime:
 
     async def _create_sandbox(self, pod: Obj, rt: RuntimePod, state: _PodState) -> str | None:
         attempt = (rt.sandbox.attempt + 1) if rt.sandbox is not None else 0
-        cfg = self._sandbox_config(pod, attempt)
+        try:
+            cfg = self._sandbox_config(pod, attempt)
+        except ConfigError as e:
+            self._event(pod, "Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {e}")
+            return None
         os.makedirs(cfg.log_directory, exist_ok=True)
         os.makedirs(self.pod_dir(pod["metadata"]["uid"]), exist_ok=True)
         try:

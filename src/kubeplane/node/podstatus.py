@@ -275,7 +275,35 @@ def container_statuses(pod: Obj, rt: RuntimePod, containers: list[Obj], old_stat
             w["message"] = reason[1]
         st["state"] = {"waiting": w}
 
-    return [statuses[c["name"]] for c in containers]
+    for c in containers:
+        st = statuses[c["name"]]
+        mounts = _volume_mount_statuses(c)
+        if mounts:
+            st["volumeMounts"] = mounts
+        if st.get("containerID"):
+            # InPlacePodVerticalScaling (GA in 1.35): what the container was given
+            res = c.get("resources") or {}
+            st["resources"] = {k: dict(v) for k, v in res.items() if k in ("limits", "requests") and v}
+            if res.get("requests"):
+                st["allocatedResources"] = dict(res["requests"])
+    if init:
+        return [statuses[c["name"]] for c in containers]
+    return [statuses[n] for n in sorted(statuses)]  # upstream sorts regular statuses by name
+
+
+def _volume_mount_statuses(c: Obj) -> list[Obj]:
+    """RecursiveReadOnlyMounts (beta since 1.33): each volumeMount with its read-only mode."""
+    out = []
+    for m in c.get("volumeMounts") or []:
+        if not isinstance(m, dict):
+            continue
+        vm: Obj = {"name": m.get("name", ""), "mountPath": m.get("mountPath", "")}
+        if m.get("readOnly"):
+            vm["readOnly"] = True
+            rro = m.get("recursiveReadOnly")
+            vm["recursiveReadOnly"] = "Enabled" if rro == "Enabled" else "Disabled"
+        out.append(vm)
+    return out
 
 
 def _copy(o: Any) -> Any:
@@ -592,6 +620,14 @@ def compute_pod_status(
     conditions.append(ready_c)
     conditions.append(containers_ready_condition(pod, all_statuses, phase))
     conditions.append({"type": "PodScheduled", "status": "True"})
+    generation = int((pod.get("metadata") or {}).get("generation") or 0)
+    if generation:
+        # PodObservedGenerationTracking (GA in 1.35): the kubelet's conditions and the status
+        # name the generation they were computed for
+        for c in conditions:
+            if c["type"] in KUBELET_CONDITIONS:
+                c["observedGeneration"] = generation
+        status["observedGeneration"] = generation
     status["conditions"] = _with_transition_times(conditions, old.get("conditions") or [], now_s)
 
     if host_ips:

@@ -421,3 +421,52 @@ async def test_prestop_http_and_sleep_hooks(runtime):
     assert all("terminated" in s["state"] for s in final["containerStatuses"])
     assert took >= 2  # the sleep hook ran before the stop signal
     assert "/prestop-called" in await read_log(runtime, pod, "web", 0, "/prestop-called")
+
+
+async def test_missing_executable_is_run_container_error_then_backoff(clocked):
+    rt = clocked
+    pod = make_pod("noexec", [{"name": "a", "command": ["/no/such/binary"]}])
+    st = await sync_until(rt, pod, lambda s: s["containerStatuses"][0]["state"].get("waiting", {}).get("reason")
+                          == "RunContainerError")
+    w = st["containerStatuses"][0]["state"]["waiting"]
+    assert "/no/such/binary" in w["message"]
+    st = await sync_until(rt, pod, lambda s: s["containerStatuses"][0]["state"].get("waiting", {}).get("reason")
+                          == "CrashLoopBackOff")
+    last = st["containerStatuses"][0]["lastState"]["terminated"]
+    assert last["exitCode"] == 128 and last["reason"] == "StartError"
+
+
+async def test_hostname_hosts_file_and_cluster_dns(containerd, tmp_path):
+    async with CRIClient(containerd.endpoint) as cri:
+        rt = KubeRuntime(cri, node_name="n1", pods_dir=str(tmp_path / "pods"), logs_dir=str(tmp_path / "logs"),
+                         host_ips=["127.0.0.1"], cluster_dns=["10.96.0.10"], cluster_domain="cluster.local")
+        rt.made = []
+        try:
+            pod = make_pod("ident", [{"name": "a", "command": ["sh", "-c",
+                                                               "hostname; cat /etc/hosts /etc/resolv.conf"]}],
+                           restartPolicy="Never", hostname="web-0", subdomain="web",
+                           hostAliases=[{"ip": "192.0.2.9", "hostnames": ["alias.example"]}])
+            st = await sync_until(rt, pod, lambda s: s["phase"] in ("Succeeded", "Failed"))
+            assert st["phase"] == "Succeeded"
+            out = await read_log(rt, pod, "a", 0, "nameserver")
+            lines = out.splitlines()
+            assert lines[0] == "web-0"
+            assert f"{st['podIP']}\tweb-0.web.default.svc.cluster.local\tweb-0" in lines
+            assert "192.0.2.9\talias.example" in lines
+            assert "nameserver 10.96.0.10" in lines
+            assert any(ln.startswith("search default.svc.cluster.local svc.cluster.local cluster.local")
+                       for ln in lines)
+            assert "options ndots:5" in lines
+        finally:
+            for uid in rt.made:
+                await rt.remove_pod(uid)
+
+
+async def test_host_network_pod_uses_the_node_ips(runtime):
+    import socket
+
+    pod = make_pod("hostnet", [{"name": "a", "command": ["sh", "-c", "hostname"]}], restartPolicy="Never",
+                   hostNetwork=True)
+    st = await sync_until(runtime, pod, lambda s: s["phase"] in ("Succeeded", "Failed"))
+    assert st["phase"] == "Succeeded" and st["podIP"] == "127.0.0.1" and st["podIPs"] == [{"ip": "127.0.0.1"}]
+    assert (await read_log(runtime, pod, "a", 0, "\n")).strip() == socket.gethostname()
