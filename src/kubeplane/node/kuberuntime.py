@@ -123,14 +123,19 @@ class Backoff:
             return False
         return now - event_time < e[0]
 
+    def in_backoff_since_update(self, key: str, event_time: float) -> bool:
+        e = self._entries.get(key)
+        if e is None or self._expired(event_time, e[1]):
+            return False
+        return event_time - e[1] < e[0]
+
     def ends(self, key: str) -> float | None:
         """When the back-off started at the last update ends."""
         e = self._entries.get(key)
         return e[1] + e[0] if e else None
 
-    def forget(self, prefix: str) -> None:
-        for k in [k for k in self._entries if k.startswith(prefix)]:
-            del self._entries[k]
+    def forget(self, key: str) -> None:
+        self._entries.pop(key, None)
 
     def gc(self) -> None:
         now = self.clock()
@@ -144,6 +149,16 @@ def _duration(seconds: float) -> str:
     if s < 60:
         return f"{s}s"
     return f"{s // 60}m{s % 60}s"
+
+
+_GO_CODES = {"OK": "OK", "CANCELLED": "Canceled"}
+
+
+def go_grpc_error(e: CRIError) -> str:
+    """A CRI error as Go's gRPC status error prints it (what upstream's messages quote)."""
+    name = e.code.name
+    code = _GO_CODES.get(name) or "".join(w.capitalize() for w in name.split("_"))
+    return f"rpc error: code = {code} desc = {e.details}"
 
 
 def format_pod(pod: Obj) -> str:
@@ -692,7 +707,7 @@ class _PodState:
     sandbox_config: pb.PodSandboxConfig | None = None
     sandbox_id: str = ""
     backoff_keys: set[str] = field(default_factory=set)
-    started_hooks: set[str] = field(default_factory=set)
+    pull_errors: dict[str, str] = field(default_factory=dict)
 
 
 class KubeRuntime:
@@ -1175,14 +1190,14 @@ class KubeRuntime:
 
     async def ensure_image(self, pod: Obj, container: Obj, sb_config: pb.PodSandboxConfig
                            ) -> tuple[str, pb.Image | None, tuple[str, str] | None]:
-        """upstream's EnsureImageExists: (image ref, image, waiting reason on failure)."""
+        """upstream's EnsureImageExists: (image ref, image, (reason, message) on failure)."""
         image = container.get("image") or ""
         uid = pod["metadata"]["uid"]
         policy = image_pull_policy(container)
         try:
             present = await self._image_status(image)
         except CRIError as e:
-            return "", None, ("ErrImageInspect", f"Failed to inspect image {image!r}: {e.details or e}")
+            return "", None, ("ErrImageInspect", f"Failed to inspect image {image!r}: {go_grpc_error(e)}")
         if present is not None and policy != "Always":
             self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine')
             return present.id, present, None
@@ -1191,17 +1206,14 @@ class KubeRuntime:
             self._event(pod, "Warning", "ErrImageNeverPull", msg)
             return "", None, ("ErrImageNeverPull", msg)
         key = f"{uid}_{image}"
-        self._state(uid).backoff_keys.add(key)
-        now = self.clock()
-        e = self.image_backoff._entries.get(key)
-        if e is not None and now - e[1] < e[0] and not self.image_backoff._expired(now, e[1]):
+        state = self._state(uid)
+        state.backoff_keys.add(key)
+        if self.image_backoff.in_backoff_since_update(key, self.clock()):
             msg = f'Back-off pulling image "{image}"'
             self._event(pod, "Normal", "BackOff", msg)
-            prev = self._state(uid).waiting.get(container["name"])
-            if prev and prev[0] in ("ErrImagePull", "ImagePullBackOff"):
-                detail = prev[1].split(": ", 1)[1] if prev[0] == "ImagePullBackOff" and ": " in prev[1] else prev[1]
-                msg = f"{msg}: ErrImagePull: {detail}" if prev[0] == "ErrImagePull" else prev[1]
-            return "", None, ("ImagePullBackOff", msg)
+            prev = state.pull_errors.get(key)
+            return "", None, ("ImagePullBackOff", f"{msg}: {prev}" if prev else msg)
+        state.pull_errors.pop(key, None)
         self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
         started = time.monotonic()
         auths = pull_credentials(await self._pull_secrets(pod), image) or [None]
@@ -1218,10 +1230,11 @@ class KubeRuntime:
             except CRIError as e:
                 err = e
         if err is not None:
-            self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {err.details or err}')
-            self._event(pod, "Warning", "Failed", "Error: ErrImagePull")
+            text = go_grpc_error(err)
+            self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {text}')
             self.image_backoff.next(key, self.clock())
-            return "", None, ("ErrImagePull", err.details or str(err))
+            state.pull_errors[key] = f"ErrImagePull: {text}"
+            return "", None, ("ErrImagePull", text)
         took = time.monotonic() - started
         img = await self._image_status(ref or image)
         self._event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}" in {took:.3f}s. '
@@ -1418,6 +1431,7 @@ class KubeRuntime:
         restart_count = latest.restart_count + 1 if latest is not None else self._restart_count_from_logs(pod, name)
         image_ref, image, err = await self.ensure_image(pod, c, sb_config)
         if err is not None:
+            self._event(pod, "Warning", "Failed", f"Error: {err[0]}")
             state.waiting[name] = err
             return False
         try:
@@ -1658,6 +1672,6 @@ class KubeRuntime:
             st = self._pods.pop(uid, None)
             if st is not None:
                 for k in st.backoff_keys:
-                    self.backoff._entries.pop(k, None)
-                    self.image_backoff._entries.pop(k, None)
+                    self.backoff.forget(k)
+                    self.image_backoff.forget(k)
         self._locks.pop(uid, None)

@@ -226,18 +226,24 @@ async def test_oom_killed(runtime):
 
 async def test_image_never_pull_and_pull_errors(clocked):
     rt = clocked
-    pod = make_pod("noimg", [{"name": "a", "image": "kubeplane.invalid/none:1", "imagePullPolicy": "Never"}])
+    pod = make_pod("noimg", [{"name": "a", "image": "127.0.0.1:1/none:1", "imagePullPolicy": "Never"}])
     st = await sync_until(rt, pod, lambda s: "waiting" in s["containerStatuses"][0]["state"]
                           and s["containerStatuses"][0]["state"]["waiting"].get("reason") == "ErrImageNeverPull")
     assert st["containerStatuses"][0]["state"]["waiting"]["message"] == (
-        'Container image "kubeplane.invalid/none:1" is not present with pull policy of Never')
+        'Container image "127.0.0.1:1/none:1" is not present with pull policy of Never')
     assert st["phase"] == "Pending"
-    pod = make_pod("pullfail", [{"name": "a", "image": "kubeplane.invalid/none:1", "imagePullPolicy": "IfNotPresent"}])
+    pod = make_pod("pullfail", [{"name": "a", "image": "127.0.0.1:1/none:1", "imagePullPolicy": "IfNotPresent"}])
     st = await sync_until(rt, pod, lambda s: s["containerStatuses"][0]["state"].get("waiting", {}).get("reason")
                           == "ErrImagePull", timeout=60)
+    pulled = st["containerStatuses"][0]["state"]["waiting"]["message"]
+    assert pulled.startswith("rpc error: code = ") and "127.0.0.1:1/none:1" in pulled
     st = await rt.sync_pod(pod)
     w = st["containerStatuses"][0]["state"]["waiting"]
-    assert w["reason"] == "ImagePullBackOff" and w["message"].startswith('Back-off pulling image "kubeplane.invalid/none:1"')
+    assert w["reason"] == "ImagePullBackOff"
+    assert w["message"] == f'Back-off pulling image "127.0.0.1:1/none:1": ErrImagePull: {pulled}'
+    rt.test_clock.offset += 11  # the back-off is over: pulled again
+    st = await rt.sync_pod(pod)
+    assert st["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
     assert rt.next_wakeup(pod["metadata"]["uid"]) is not None
 
 
