@@ -27,7 +27,6 @@ import math
 import os
 import re
 import shutil
-import ssl
 import time
 import uuid
 import zlib
@@ -39,8 +38,10 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.node import podstatus as ps
+from kubeplane.node import prober as prober_mod
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIClient, CRIError, pb
 from kubeplane.node.podstatus import ContainerInfo, RuntimePod, SandboxInfo
+from kubeplane.node.volumes import VolumeError
 from kubeplane.registry.strategies import pod_qos_class
 
 log = logging.getLogger(__name__)
@@ -1085,10 +1086,8 @@ class KubeRuntime:
             return True
         try:
             await self.volumes.setup(pod)
-        except Exception as e:
-            reason = getattr(e, "reason", "FailedMount")
-            message = getattr(e, "message", None) or str(e)
-            self._event(pod, "Warning", reason, message)
+        except VolumeError as e:
+            self._event(pod, "Warning", e.reason, e.message)
             return False
         return True
 
@@ -1363,13 +1362,14 @@ class KubeRuntime:
         spec = pod.get("spec") or {}
         verify_run_as_non_root(pod, c, image)
         envs = await self._env(pod, c, pod_ips)
-        lookup = {kv.key: kv.value.decode("utf-8", "replace") for kv in envs}.get
+        env = {kv.key: kv.value.decode("utf-8", "replace") for kv in envs}
+        lookup = env.get
         mounts: list[pb.Mount] = []
         if self.volumes is not None:
             try:
-                mounts.extend(self.volumes.mounts(pod, c))
-            except Exception as e:
-                raise ConfigError(str(getattr(e, "message", None) or e)) from None
+                mounts.extend(self.volumes.mounts(pod, c, env))
+            except VolumeError as e:
+                raise ConfigError(e.message) from None
         names = {m.container_path for m in mounts}
         hosts = self._hosts_mount(pod, pod_ips)
         if hosts is not None and "/etc/hosts" not in names:
@@ -1485,82 +1485,21 @@ class KubeRuntime:
 
     async def run_handler(self, pod: Obj, c: Obj, container_id: str, handler: Obj, pod_ips: list[str],
                           timeout: float | None) -> str | None:
-        """Run a lifecycle handler; None when it succeeded, else the message upstream reports."""
-        if self.prober is not None and hasattr(self.prober, "run_handler"):
-            try:
-                await self.prober.run_handler(pod, c, container_id, handler)
-                return None
-            except Exception as e:
-                return str(e)
-        name = c["name"]
+        """Run a lifecycle handler (exec, httpGet, sleep) with the prober's handler runner;
+        None when it succeeded, else the message upstream's kubelet reports."""
+        pod_ip = pod_ips[0] if pod_ips else None
         try:
-            if handler.get("exec"):
-                cmd = list(handler["exec"].get("command") or [])
-                r = await self.cri.runtime("ExecSync", pb.ExecSyncRequest(
-                    container_id=container_id.split("://", 1)[-1], cmd=cmd, timeout=int(timeout or 0)),
-                    timeout=(timeout or RUNTIME_REQUEST_TIMEOUT) + 5)
-                if r.exit_code != 0:
-                    out = (r.stdout + r.stderr).decode("utf-8", "replace")
-                    return (f"Exec lifecycle hook ({cmd}) for Container {name!r} in Pod {format_pod(pod)!r} failed - "
-                            f"error: command '{' '.join(cmd)}' exited with {r.exit_code}: {out}, message: {out!r}")
-                return None
-            if handler.get("httpGet"):
-                err = await self._http_handler(pod, c, handler["httpGet"], pod_ips, timeout)
-                if err:
-                    return (f"HTTP lifecycle hook ({handler['httpGet'].get('path', '')}) for Container {name!r} in "
-                            f"Pod {format_pod(pod)!r} failed - error: {err}")
-                return None
-            if handler.get("sleep"):
-                secs = float(handler["sleep"].get("seconds") or 0)
-                await asyncio.sleep(min(secs, timeout) if timeout is not None else secs)
-                return None
-            if handler.get("tcpSocket"):
-                return None  # deprecated: upstream accepts and ignores it
-        except CRIError as e:
-            return (f"Exec lifecycle hook for Container {name!r} in Pod {format_pod(pod)!r} failed - "
-                    f"error: {e.details or e}")
+            if self.prober is not None and hasattr(self.prober, "run_handler"):
+                coro = self.prober.run_handler(pod, c, container_id, handler, pod_ip=pod_ip)
+            else:
+                coro = prober_mod.run_handler(self.cri, pod, c, container_id, handler, pod_ip=pod_ip,
+                                              recorder=self.recorder)
+            await asyncio.wait_for(coro, timeout)
+        except prober_mod.HandlerError as e:
+            return e.message
         except asyncio.TimeoutError:
-            return f"lifecycle hook for Container {name!r} in Pod {format_pod(pod)!r} timed out"
-        return "invalid lifecycle handler: no action"
-
-    async def _http_handler(self, pod: Obj, c: Obj, h: Obj, pod_ips: list[str], timeout: float | None) -> str | None:
-        host = h.get("host") or (pod_ips[0] if pod_ips else "")
-        port = h.get("port")
-        if isinstance(port, str) and not port.isdigit():
-            port = next((p.get("containerPort") for p in c.get("ports") or [] if p.get("name") == port), None)
-            if port is None:
-                return f"couldn't find port: {h.get('port')} in {c['name']}"
-        port = int(port or 80)
-        path = h.get("path") or "/"
-        if not path.startswith("/"):
-            path = "/" + path
-        scheme = (h.get("scheme") or "HTTP").upper()
-        ctx = None
-        if scheme == "HTTPS":
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        headers = {"Host": f"{host}:{port}", "User-Agent": "kube-lifecycle/1.36", "Accept": "*/*",
-                   "Connection": "close"}
-        for hd in h.get("httpHeaders") or []:
-            headers[hd.get("name", "")] = hd.get("value", "")
-
-        async def go() -> None:
-            reader, writer = await asyncio.open_connection(host, port, ssl=ctx)
-            try:
-                req = f"GET {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-                writer.write(req.encode())
-                await writer.drain()
-                await reader.readline()
-                while await reader.read(65536):
-                    pass
-            finally:
-                writer.close()
-
-        try:
-            await asyncio.wait_for(go(), timeout)
-        except (OSError, asyncio.TimeoutError) as e:
-            return str(e) or type(e).__name__
+            return f"lifecycle hook for Container {c.get('name', '')!r} in Pod {format_pod(pod)!r} " \
+                   f"did not finish in {int(timeout or 0)}s"
         return None
 
     # -- stopping ------------------------------------------------------------------
