@@ -878,9 +878,11 @@ class KubeRuntime:
     def compute_status(self, pod: Obj, rt: RuntimePod, *, terminal: bool = False) -> Obj:
         uid = (pod.get("metadata") or {}).get("uid", "")
         st = self._pods.get(uid)
+        update = getattr(self.prober, "update_pod_status", None) if self.prober is not None else None
         return ps.compute_pod_status(
             pod, rt, waiting=st.waiting if st else {}, ready=self._probe("ready"),
-            started=self._probe("started"), host_ips=self.host_ips, terminal=terminal, now=self.clock())
+            started=self._probe("started"), probe_update=update, host_ips=self.host_ips,
+            terminal=terminal, now=self.clock())
 
     def next_wakeup(self, uid: str) -> float | None:
         """When the earliest back-off of pod ``uid`` ends (time in the runtime's clock), if any."""

@@ -577,13 +577,17 @@ def compute_pod_status(
     started: Callable[[str], bool | None] = lambda cid: None,
     host_ips: list[str] | None = None,
     terminal: bool = False,
+    probe_update: Callable[[Obj, Obj], Any] | None = None,
     now: float,
 ) -> Obj:
     """upstream's generateAPIPodStatus plus the status manager's bookkeeping.
 
     ``pod`` carries the status last reported (``pod["status"]``); ``now`` is in seconds.
     ``terminal``: the pod is done (all containers stopped for good), as the pod worker
-    decides once it terminated the pod.
+    decides once it terminated the pod. ``probe_update(pod, status)`` (a prober's
+    UpdatePodStatus) sets ``started`` and ``ready`` of the container statuses in place,
+    before the phase and conditions are derived from them; without it ``ready`` and
+    ``started`` (probe results by container id, None for no probe) decide.
     """
     spec = pod.get("spec") or {}
     old = pod.get("status") or {}
@@ -594,7 +598,14 @@ def compute_pod_status(
                                        old.get("initContainerStatuses") or [], waiting, init=True)
     statuses = container_statuses(pod, rt, list(spec.get("containers") or []),
                                   old.get("containerStatuses") or [], waiting, init=False)
-    apply_probe_results(spec, statuses, init_statuses, ready, started)
+    status: Obj = {"phase": "Pending"}
+    if spec.get("initContainers"):
+        status["initContainerStatuses"] = init_statuses
+    status["containerStatuses"] = statuses
+    if probe_update is not None:
+        probe_update(pod, status)
+    else:
+        apply_probe_results(spec, statuses, init_statuses, ready, started)
 
     active_regular_started = any(
         c.state in (RUNNING, EXITED) and c.name in {x["name"] for x in spec.get("containers") or []}
@@ -604,7 +615,7 @@ def compute_pod_status(
     if phase not in ("Failed", "Succeeded") and old_phase in ("Failed", "Succeeded"):
         phase = old_phase
 
-    status: Obj = {"phase": phase}
+    status["phase"] = phase
     if old_phase == phase:
         for k in ("reason", "message"):
             if old.get(k):
@@ -645,9 +656,6 @@ def compute_pod_status(
         status["podIP"] = pod_ips[0]
         status["podIPs"] = [{"ip": ip} for ip in pod_ips]
     status["startTime"] = old.get("startTime") or now_s
-    if spec.get("initContainers"):
-        status["initContainerStatuses"] = init_statuses
-    status["containerStatuses"] = statuses
     status["qosClass"] = old.get("qosClass") or pod_qos_class(spec)
     if old.get("nominatedNodeName"):
         status["nominatedNodeName"] = old["nominatedNodeName"]

@@ -476,3 +476,84 @@ async def test_host_network_pod_uses_the_node_ips(runtime):
     st = await sync_until(runtime, pod, lambda s: s["phase"] in ("Succeeded", "Failed"))
     assert st["phase"] == "Succeeded" and st["podIP"] == "127.0.0.1" and st["podIPs"] == [{"ip": "127.0.0.1"}]
     assert (await read_log(runtime, pod, "a", 0, "\n")).strip() == socket.gethostname()
+
+
+@pytest.fixture
+async def full(containerd, tmp_path, api):
+    """The runtime with the node's real prober and volume manager, as the agent wires them."""
+    from kubeplane.client.events import EventRecorder
+    from kubeplane.node.prober import ProbeManager
+    from kubeplane.node.volumes import VolumeManager
+
+    cri = CRIClient(containerd.endpoint)
+    recorder = EventRecorder(api, "kubelet", host="n1")
+    woken = asyncio.Event()
+    prober = ProbeManager(cri, lambda uid: woken.set(), recorder=recorder)
+    pods_dir = str(tmp_path / "pods")
+    volumes = VolumeManager(api, pods_dir, node_name="n1")
+    rt = KubeRuntime(cri, client=api, node_name="n1", pods_dir=pods_dir, logs_dir=str(tmp_path / "logs"),
+                     host_ips=["127.0.0.1"], recorder=recorder, volumes=volumes, prober=prober)
+    rt.made = []
+    rt.woken = woken
+    try:
+        yield rt
+    finally:
+        for uid in rt.made:
+            prober.remove_pod(uid)
+            await rt.remove_pod(uid)
+        await prober.close()
+        await recorder.close()
+        await cri.close()
+
+
+async def drive(rt: KubeRuntime, pod: dict, pred, timeout: float = 30.0) -> dict:
+    """Sync as the agent's pod worker does: probes registered, woken by probe results."""
+    if pod["metadata"]["uid"] not in rt.made:
+        rt.made.append(pod["metadata"]["uid"])
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        rt.prober.add_pod(pod)
+        pod["status"] = await rt.sync_pod(pod)
+        if pred(pod["status"]):
+            return pod["status"]
+        assert loop.time() < deadline, f"timed out; status: {pod['status']}"
+        rt.woken.clear()
+        try:
+            await asyncio.wait_for(rt.woken.wait(), 0.3)
+        except asyncio.TimeoutError:
+            pass
+
+
+def ready(st: dict) -> str:
+    return next(c["status"] for c in st["conditions"] if c["type"] == "Ready")
+
+
+async def test_probes_and_volumes_with_the_real_managers(full):
+    rt = full
+    probe = {"periodSeconds": 1, "failureThreshold": 1}
+    pod = make_pod("probed", [{
+        "name": "main", "command": ["sh", "-c", "cat /work/seed; exec sleep 60"],
+        "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+        "readinessProbe": {"exec": {"command": ["test", "-f", "/work/ready"]}, **probe},
+        "livenessProbe": {"exec": {"command": ["sh", "-c", "! test -f /work/die"]}, **probe}}],
+        initContainers=[{"name": "seed", "command": ["sh", "-c", "echo seeded > /work/seed"],
+                         "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+        volumes=[{"name": "work", "emptyDir": {}}])
+    st = await drive(rt, pod, lambda s: s["phase"] == "Running")
+    assert ready(st) == "False" and st["containerStatuses"][0]["ready"] is False
+    assert "seeded" in await read_log(rt, pod, "main", 0, "seeded")
+    cid = st["containerStatuses"][0]["containerID"].split("://")[1]
+    await rt.cri.runtime("ExecSync", pb.ExecSyncRequest(container_id=cid, cmd=["touch", "/work/ready"], timeout=5))
+    st = await drive(rt, pod, lambda s: ready(s) == "True")
+    assert st["containerStatuses"][0]["ready"] is True
+    await rt.cri.runtime("ExecSync", pb.ExecSyncRequest(container_id=cid, cmd=["touch", "/work/die"], timeout=5))
+    st = await drive(rt, pod, lambda s: s["containerStatuses"][0]["restartCount"] == 1)
+    cs = st["containerStatuses"][0]
+    assert cs["lastState"]["terminated"]["exitCode"] in (137, 143)
+    # the emptyDir outlives the container: the new one still has the files
+    assert cs["containerID"].split("://")[1] != cid
+    await rt.recorder.flush(5)
+    evs = await events_of(rt.client, pod)
+    assert ("Normal", "Killing", "Container main failed liveness probe, will be restarted") in evs
+    assert any(r == "Unhealthy" for _, r, _ in evs)
