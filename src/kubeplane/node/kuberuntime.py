@@ -82,6 +82,9 @@ DEFAULT_MASKED_PATHS = [
 ]
 DEFAULT_READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
 
+#: how long a namespace's Service list serves container environments
+SERVICE_CACHE_SECONDS = 1.0
+
 CONFIGMAPS = resource("configmaps")
 SECRETS = resource("secrets")
 SERVICES = resource("services")
@@ -747,6 +750,7 @@ class KubeRuntime:
         self.runtime_name = ""
         self._pods: dict[str, _PodState] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._service_cache: dict[str, tuple[float, list[Obj]]] = {}
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -1244,19 +1248,32 @@ class KubeRuntime:
 
     # -- containers ------------------------------------------------------------------
 
+    async def _services(self, ns: str) -> list[Obj]:
+        """The namespace's Services and the master service, read at most once a second
+        (upstream's kubelet reads them from an informer; many pods start together)."""
+        now = time.monotonic()
+        out: list[Obj] = []
+        for namespace in ([ns, "default"] if ns != "default" else ["default"]):
+            hit = self._service_cache.get(namespace)
+            if hit is None or now - hit[0] > SERVICE_CACHE_SECONDS:
+                try:
+                    items = (await self.client.list(SERVICES, namespace)).get("items") or []
+                except StatusError as e:
+                    raise ConfigError(f"failed to list services: {e.message}") from None
+                hit = self._service_cache[namespace] = (now, items)
+            items = hit[1]
+            if namespace != ns:
+                items = [s for s in items if (s.get("metadata") or {}).get("name") == "kubernetes"]
+            out.extend(items)
+        return out
+
     async def _env(self, pod: Obj, container: Obj, pod_ips: list[str]) -> list[pb.KeyValue]:
         """upstream's makeEnvironmentVariables."""
         spec = pod.get("spec") or {}
         ns = pod["metadata"].get("namespace", "")
         env: dict[str, str] = {}
         if self.client is not None:
-            try:
-                services = (await self.client.list(SERVICES, ns)).get("items") or []
-                if ns != "default":
-                    services += [s for s in (await self.client.list(SERVICES, "default")).get("items") or []
-                                 if (s.get("metadata") or {}).get("name") == "kubernetes"]
-            except StatusError as e:
-                raise ConfigError(f"failed to list services: {e.message}") from None
+            services = await self._services(ns)
             env.update(service_env(services, ns, spec.get("enableServiceLinks", True) is not False))
         cache: dict[tuple[str, str], Obj | None] = {}
 

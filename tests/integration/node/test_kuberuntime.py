@@ -557,3 +557,15 @@ async def test_probes_and_volumes_with_the_real_managers(full):
     evs = await events_of(rt.client, pod)
     assert ("Normal", "Killing", "Container main failed liveness probe, will be restarted") in evs
     assert any(r == "Unhealthy" for _, r, _ in evs)
+
+
+async def test_many_pods_at_once(runtime, containerd):
+    pods = [make_pod(f"many-{i}", [{"name": "a", "command": ["sleep", "60"]}]) for i in range(8)]
+    sts = await asyncio.gather(*(sync_until(runtime, p, lambda s: s["phase"] == "Running") for p in pods))
+    ips = {s["podIP"] for s in sts}
+    assert len(ips) == 8 and all(ipaddress.ip_address(ip) in ipaddress.ip_network(containerd.pod_cidr) for ip in ips)
+    mine = {p.uid for p in await runtime.running_pods()} & {p["metadata"]["uid"] for p in pods}
+    assert len(mine) == 8
+    await asyncio.gather(*(runtime.terminate_pod(p, 2) for p in pods))
+    await asyncio.gather(*(runtime.remove_pod(p["metadata"]["uid"]) for p in pods))
+    assert not {p.uid for p in await runtime.running_pods()} & {p["metadata"]["uid"] for p in pods}
