@@ -569,3 +569,21 @@ async def test_many_pods_at_once(runtime, containerd):
     await asyncio.gather(*(runtime.terminate_pod(p, 2) for p in pods))
     await asyncio.gather(*(runtime.remove_pod(p["metadata"]["uid"]) for p in pods))
     assert not {p.uid for p in await runtime.running_pods()} & {p["metadata"]["uid"] for p in pods}
+
+
+async def test_security_context_is_enforced(full):
+    runtime = full
+    script = ("touch /rootfs-write 2>/dev/null && echo rw || echo ro; "
+              "touch /tmp/f; chown 65534 /tmp/f 2>/dev/null && echo chown-ok || echo chown-denied; "
+              "mkdir -p /mnt/t; mount -t tmpfs none /mnt/t 2>/dev/null && echo mount-ok || echo mount-denied")
+    pod = make_pod("secctx", [
+        {"name": "locked", "command": ["sh", "-c", script],
+         "securityContext": {"readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, {"name": "mnt", "mountPath": "/mnt"}]},
+        {"name": "priv", "command": ["sh", "-c", script], "securityContext": {"privileged": True}}],
+        restartPolicy="Never")
+    pod["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}, {"name": "mnt", "emptyDir": {}}]
+    st = await drive(runtime, pod, lambda s: s["phase"] in ("Succeeded", "Failed"))
+    assert st["phase"] == "Succeeded"
+    assert (await read_log(runtime, pod, "locked", 0, "mount")).split() == ["ro", "chown-denied", "mount-denied"]
+    assert (await read_log(runtime, pod, "priv", 0, "mount")).split() == ["rw", "chown-ok", "mount-ok"]
