@@ -691,6 +691,17 @@ def termination_message(st: pb.ContainerStatus, info: ContainerInfo) -> str:
     return ""
 
 
+def annotated_grace(ci: ContainerInfo) -> int:
+    """The grace period of a container known only from the runtime (upstream's
+    restoreSpecsFromContainerLabels): the pod's deletion grace, else its termination grace."""
+    for key in (DELETION_GRACE_ANNOTATION, TERMINATION_GRACE_ANNOTATION):
+        try:
+            return int(ci.annotations[key])
+        except (KeyError, ValueError):
+            continue
+    return 30
+
+
 def run_once(c: Obj, spec: Obj) -> bool:
     """A container that is not run again once it succeeded (OnFailure)."""
     if c.get("restartPolicy"):
@@ -1590,15 +1601,21 @@ class KubeRuntime:
             return status
 
     async def remove_pod(self, uid: str) -> None:
-        """Remove every container and sandbox of pod ``uid``, its volumes and its files
-        (the pod must be stopped: a running container is stopped at once)."""
+        """Remove every container and sandbox of pod ``uid``, its volumes and its files.
+
+        Containers still running (an orphan the API no longer has) are stopped as
+        upstream kills them: their preStop hook and grace period come from the
+        annotations the runtime put on them."""
         async with self._lock(uid):
             rt = await self.pod_runtime_status(uid)
+            running = rt.running()
+            if running:
+                stub = {"metadata": {"uid": uid, "name": rt.name or running[0].labels.get(POD_NAME_LABEL, ""),
+                                     "namespace": rt.namespace or running[0].labels.get(POD_NAMESPACE_LABEL, "")},
+                        "spec": {}}
+                await asyncio.gather(*(self._kill_container(stub, ci, None, annotated_grace(ci)) for ci in running))
             for ci in rt.containers:
                 try:
-                    if ci.state == ps.RUNNING:
-                        await self.cri.runtime("StopContainer", pb.StopContainerRequest(
-                            container_id=ci.raw_id, timeout=0))
                     await self.cri.runtime("RemoveContainer", pb.RemoveContainerRequest(container_id=ci.raw_id))
                 except CRIError as e:
                     if not e.not_found:

@@ -587,3 +587,22 @@ async def test_security_context_is_enforced(full):
     assert st["phase"] == "Succeeded"
     assert (await read_log(runtime, pod, "locked", 0, "mount")).split() == ["ro", "chown-denied", "mount-denied"]
     assert (await read_log(runtime, pod, "priv", 0, "mount")).split() == ["rw", "chown-ok", "mount-ok"]
+
+
+async def test_orphan_removed_with_its_annotated_prestop_and_grace(full, tmp_path):
+    rt = full
+    host = tmp_path / "host"
+    host.mkdir()
+    pod = make_pod("orphan", [{"name": "a", "command": ["sh", "-c", "trap 'echo term >> /host/log; exit 0' TERM; "
+                                                                    "while true; do sleep 0.1; done"],
+                               "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+                               "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "echo prestop >> /host/log"]}}}}],
+                   terminationGracePeriodSeconds=5, volumes=[{"name": "host", "hostPath": {"path": str(host)}}])
+    await drive(rt, pod, lambda s: s["phase"] == "Running")
+    await asyncio.sleep(0.3)
+    # a runtime that never saw the pod object: only the CRI's labels and annotations
+    async with CRIClient(rt.cri.endpoint) as cri:
+        fresh = KubeRuntime(cri, node_name="n1", pods_dir=rt.pods_dir, logs_dir=rt.logs_dir)
+        await fresh.remove_pod(pod["metadata"]["uid"])
+    assert (host / "log").read_text().split() == ["prestop", "term"]
+    assert pod["metadata"]["uid"] not in {p.uid for p in await rt.running_pods()}
