@@ -177,6 +177,43 @@ def mounts_under(path: str) -> list[str]:
     return sorted(found, key=lambda p: (p.count("/"), p), reverse=True)
 
 
+MS_SHARED = 1 << 20
+
+
+def _mount_of(path: str) -> tuple[str, list[str]]:
+    """The mount point holding ``path`` and its optional fields (``shared:N``, ``master:N``...)."""
+    path = os.path.realpath(path)
+    best = ("", [])
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            point = _unescape_mountinfo(parts[4])
+            inside = path == point or path.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best[0]):
+                best = (point, parts[6:parts.index("-")])
+    return best
+
+
+def is_shared(path: str) -> bool:
+    return any(f.startswith("shared:") for f in _mount_of(path)[1])
+
+
+def make_rshared(path: str) -> bool:
+    """What the kubelet does to its root directory: unless ``path`` is on a shared mount already,
+    bind-mount it onto itself and make that mount rshared, so that volumes with
+    ``mountPropagation: HostToContainer`` (or ``Bidirectional``) can be mounted from there.
+    Returns whether it mounted (the caller unmounts ``path`` when it removes the directory)."""
+    if is_shared(path):
+        return False
+    mount(path, path, None, MS_BIND)
+    try:
+        mount("none", path, None, MS_SHARED | MS_REC)
+    except OSError:
+        unmount(path, detach=True)
+        raise
+    return True
+
+
 def _remove_tree(path: str) -> None:
     """Removes ``path`` without crossing into other filesystems (a mount left behind is an error)."""
     if not os.path.lexists(path):
@@ -1459,4 +1496,5 @@ def _safe_make_dir(base: str, rel: str, perm: int) -> None:
 
 
 __all__ = ["AtomicWriter", "FileProjection", "VolumeError", "VolumeManager", "extract_field_path", "format_map",
-           "go_quote", "resource_field_value", "set_volume_ownership", "validate_path"]
+           "go_quote", "is_shared", "make_rshared", "mounts_under", "resource_field_value", "set_volume_ownership",
+           "unmount", "validate_path"]
