@@ -1197,7 +1197,8 @@ class VolumeManager:
             host = vol.path
             if sub:
                 if sub.startswith("/"):
-                    raise VolumeError("CreateContainerConfigError", f"error SubPath `{sub}` must not be an absolute path")
+                    raise VolumeError("CreateContainerConfigError",
+                                      f"error SubPath `{sub}` must not be an absolute path")
                 if _validate_no_backsteps(sub):
                     raise VolumeError("CreateContainerConfigError",
                                       f"unable to provision SubPath `{sub}`: must not contain '..'")
@@ -1323,7 +1324,8 @@ class VolumeManager:
                 continue
             limit = parse_quantity(src["sizeLimit"])
             if limit > 0 and _disk_usage(ready.path) > limit:
-                return f'Usage of EmptyDir volume "{vol["name"]}" exceeds the limit "{canonical_quantity(str(src["sizeLimit"]))}". '
+                shown = canonical_quantity(str(src["sizeLimit"]))
+                return f'Usage of EmptyDir volume "{vol["name"]}" exceeds the limit "{shown}". '
         return None
 
     # ---------------------------------------------------------------- resync

@@ -266,7 +266,8 @@ async def test_empty_dirs(vm):
 
 async def test_fs_group_owns_the_volumes(vm, inprocess_client):
     await inprocess_client.create(CMS, {"metadata": {"name": "cfg"}, "data": {"a": "1"}}, "default")
-    pod = _pod([{"name": "cfg", "configMap": {"name": "cfg", "defaultMode": 0o600}}, {"name": "scratch", "emptyDir": {}}],
+    pod = _pod([{"name": "cfg", "configMap": {"name": "cfg", "defaultMode": 0o600}},
+                {"name": "scratch", "emptyDir": {}}],
                securityContext={"fsGroup": 4321})
     await vm.setup(pod)
     uid = pod["metadata"]["uid"]
