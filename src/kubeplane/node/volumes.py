@@ -701,6 +701,7 @@ class VolumeManager:
         #: ConfigMaps and Secrets read in the last ``cache_seconds`` (pods syncing together share one read)
         self.cache_seconds = min(1.0, resync_seconds)
         self._sources: dict[tuple[str, str, str], tuple[float, Any]] = {}
+        self._immutable: dict[tuple[str, str, str], Obj] = {}
         self._tokens: dict[tuple, _Token] = {}
         self._node_allocatable: tuple[float, dict[str, Any]] | None = None
         self._resync_task: asyncio.Task | None = None
@@ -878,6 +879,8 @@ class VolumeManager:
     async def _get_source(self, res: Any, kind: str, namespace: str, name: str, optional: bool) -> Obj | None:
         key = (kind, namespace, name)
         now = time.monotonic()
+        if key in self._immutable:
+            return self._immutable[key]  # never changes: never read again (as upstream's cache)
         hit = self._sources.get(key)
         try:
             if hit is not None and now - hit[0] < self.cache_seconds:
@@ -890,6 +893,8 @@ class VolumeManager:
                 self._sources[key] = (now, err)
                 raise
             self._sources[key] = (now, obj)
+            if obj.get("immutable") is True:
+                self._immutable[key] = obj
             if len(self._sources) > 4096:
                 for k in [k for k, (t, _) in self._sources.items() if now - t >= self.cache_seconds]:
                     del self._sources[k]
@@ -1274,6 +1279,11 @@ class VolumeManager:
         if not uid or "/" in uid or uid.startswith("."):
             raise ValueError(f"not a pod uid: {uid!r}")
         state = self._pods.pop(uid, None)
+        if state is not None:
+            namespace = (state.pod.get("metadata") or {}).get("namespace", "")
+            if not any((p.pod.get("metadata") or {}).get("namespace", "") == namespace for p in self._pods.values()):
+                for key in [k for k in self._immutable if k[1] == namespace]:
+                    del self._immutable[key]
         for key in [k for k, t in self._tokens.items() if t.pod_uid == uid]:
             del self._tokens[key]
         lock = state.lock if state is not None else asyncio.Lock()

@@ -456,3 +456,23 @@ async def test_a_source_gone_after_set_up_keeps_the_files_and_tells(inprocess_cl
         await recorder.close()
         for uid in vm.pod_uids_on_disk():
             await vm.teardown(uid)
+
+
+async def test_immutable_sources_are_read_once(vm, inprocess_client):
+    await inprocess_client.create(CMS, {"metadata": {"name": "fixed"}, "data": {"k": "1"}, "immutable": True},
+                                  "default")
+    await inprocess_client.create(CMS, {"metadata": {"name": "moving"}, "data": {"k": "1"}}, "default")
+    pod = _pod([{"name": "fixed", "configMap": {"name": "fixed"}}, {"name": "moving", "configMap": {"name": "moving"}}])
+    await vm.setup(pod)
+    uid = pod["metadata"]["uid"]
+    # an immutable ConfigMap can only be deleted and made again: the node keeps what it read
+    await inprocess_client.delete(CMS, "fixed", "default")
+    await inprocess_client.create(CMS, {"metadata": {"name": "fixed"}, "data": {"k": "2"}}, "default")
+    await inprocess_client.patch(CMS, "moving", {"data": {"k": "2"}}, "default")
+    await vm.refresh()
+    assert _read(os.path.join(vm.volume_dir(uid, "kubernetes.io~configmap", "fixed"), "k")) == "1"
+    assert _read(os.path.join(vm.volume_dir(uid, "kubernetes.io~configmap", "moving"), "k")) == "2"
+    await vm.teardown(uid)
+    other = _pod([{"name": "fixed", "configMap": {"name": "fixed"}}])
+    await vm.setup(other)  # no pod of the namespace left in between: read again
+    assert _read(os.path.join(vm.volume_dir(other["metadata"]["uid"], "kubernetes.io~configmap", "fixed"), "k")) == "2"
