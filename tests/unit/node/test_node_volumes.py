@@ -476,3 +476,19 @@ async def test_immutable_sources_are_read_once(vm, inprocess_client):
     other = _pod([{"name": "fixed", "configMap": {"name": "fixed"}}])
     await vm.setup(other)  # no pod of the namespace left in between: read again
     assert _read(os.path.join(vm.volume_dir(other["metadata"]["uid"], "kubernetes.io~configmap", "fixed"), "k")) == "2"
+
+
+async def test_generic_ephemeral_volume_claims_must_belong_to_the_pod(vm, inprocess_client, tmp_path):
+    pod = _pod([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}], name="eph")
+    claim = await _bound_claim(inprocess_client, "eph-scratch", {"csi": {"driver": "kubeplane.io/local",
+                                                                         "volumeHandle": "pvc-eph"}})
+    with pytest.raises(VolumeError) as e:
+        await vm.setup(pod)
+    assert e.value.message == "PVC default/eph-scratch was not created for pod default/eph (pod is not owner)"
+    claim["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "eph",
+                                             "uid": pod["metadata"]["uid"], "controller": True}]
+    await inprocess_client.update(PVCS, claim)
+    await vm.setup(pod)
+    [m] = vm.mounts(pod, pod["spec"]["containers"][0])
+    assert m.host_path == str(tmp_path / "local" / "pvc-eph") and not m.readonly
