@@ -35,9 +35,19 @@ upstream's names: ``kubernetes.io~empty-dir``, ``kubernetes.io~configmap``,
 ``fsGroup`` gives the volume's files that group (group read, and write for
 writable volumes; set-gid directories) as upstream's volume ownership does.
 
+Sources are read through the client (``GET``), once a second at most for all
+the pods syncing together; immutable ConfigMaps and Secrets once while pods of
+their namespace run here. A node needs to read the ConfigMaps, Secrets, claims
+and volumes its pods use, its own Node (allocatable, for tmpfs sizes and
+``resourceFieldRef``), and to create tokens for its pods' ServiceAccounts.
+
 Failures raise :class:`VolumeError` carrying the event reason (``FailedMount``
 from :meth:`VolumeManager.setup`, ``CreateContainerConfigError`` from
-:meth:`VolumeManager.mounts`) and upstream's message.
+:meth:`VolumeManager.mounts`) and upstream's message. A volume already in use
+stays as it is when its source fails later (a ``FailedMount`` event through
+the ``recorder``, as upstream's remount). ``mountPropagation`` other than
+``None`` needs the node's directory on a shared mount: :func:`make_rshared`
+does what the kubelet does to its root directory.
 """
 
 from __future__ import annotations
@@ -818,9 +828,11 @@ class VolumeManager:
 
     @staticmethod
     def _ensure_dir(directory: str, perm: int = EMPTY_DIR_PERM) -> None:
+        if os.path.isdir(directory):
+            return  # made by an earlier set-up: its mode may carry fsGroup's set-gid bit now
         os.makedirs(directory, mode=perm, exist_ok=True)
         if stat.S_IMODE(os.lstat(directory).st_mode) != perm:
-            os.chmod(directory, perm)
+            os.chmod(directory, perm)  # not narrowed by the umask
 
     async def _ensure_tmpfs(self, pod: Obj, directory: str, size_limit: Any) -> None:
         if os.path.ismount(directory):
