@@ -729,7 +729,8 @@ class VolumeManager:
     def pod_uids_on_disk(self) -> list[str]:
         """Pods that have a directory here (for orphan clean-up after a restart)."""
         try:
-            return sorted(d for d in os.listdir(self.pods_dir) if os.path.isdir(os.path.join(self.pods_dir, d)))
+            return sorted(d for d in os.listdir(self.pods_dir)
+                          if not d.startswith(".") and os.path.isdir(os.path.join(self.pods_dir, d)))
         except FileNotFoundError:
             return []
 
