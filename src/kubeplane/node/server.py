@@ -580,18 +580,32 @@ class KubeletServer:
         return ws
 
     async def port_forward(self, request: web.Request) -> web.StreamResponse:
+        """kubectl's SPDY session tunnelled in a WebSocket, or (``v4.channel.k8s.io``
+        with ``?port=``, as the official clients dial) one channel pair per port."""
         mi = request.match_info
-        _websocket_protocol(request, (channels.PORT_FORWARD_TUNNEL,))
+        protocol = _websocket_protocol(request, (channels.PORT_FORWARD_TUNNEL, channels.V4), allow_none=True)
+        ports: list[int] = []
+        if protocol != channels.PORT_FORWARD_TUNNEL:
+            for value in request.query.getall("port", []):
+                for part in value.split(","):
+                    if not part.isdigit() or not 0 < int(part) < 65536:
+                        raise bad_request(f'unable to parse "{part}" as a port')
+                    ports.append(int(part))
+            if not ports:
+                raise bad_request('query parameter "port" is required')
         sandbox = await self.find_sandbox(mi["namespace"], mi["pod"], mi.get("uid"))
         if sandbox is None or sandbox.state != pb.SANDBOX_READY:
             raise not_found(f'pod not found ("{mi["pod"]}")')
-        ws = web.WebSocketResponse(protocols=(channels.PORT_FORWARD_TUNNEL,), autoping=True, max_msg_size=0)
+        ws = web.WebSocketResponse(protocols=(protocol,) if protocol else (), autoping=True, max_msg_size=0)
         await ws.prepare(request)
         task = asyncio.current_task()
         if task is not None:
             self._sessions.add(task)
         try:
-            await PortForwardTunnel(self.cri, sandbox.id).serve(ws)
+            if protocol == channels.PORT_FORWARD_TUNNEL:
+                await PortForwardTunnel(self.cri, sandbox.id).serve(ws)
+            else:
+                await serve_port_channels(self.cri, sandbox.id, ws, ports)
         finally:
             if task is not None:
                 self._sessions.discard(task)
@@ -607,8 +621,9 @@ def offered_protocols(request: web.Request) -> list[str]:
             for p in h.split(",") if p.strip()]
 
 
-def _websocket_protocol(request: web.Request, supported: tuple[str, ...]) -> str:
-    """The first of ``supported`` the client offers (a 400 otherwise)."""
+def _websocket_protocol(request: web.Request, supported: tuple[str, ...], *, allow_none: bool = False) -> str:
+    """The first of ``supported`` the client offers (a 400 otherwise; "" when
+    the client offers none and ``allow_none``)."""
     if request.headers.get("Upgrade", "").lower() != "websocket":
         if "spdy" in request.headers.get("Upgrade", "").lower():
             raise bad_request("upgrading to SPDY is not supported: use a WebSocket of " + ", ".join(supported))
@@ -617,6 +632,8 @@ def _websocket_protocol(request: web.Request, supported: tuple[str, ...]) -> str
     for p in supported:
         if p in offered:
             return p
+    if allow_none and not offered:
+        return ""
     raise bad_request(f"requested protocol(s) are not supported: {offered}; supports {list(supported)}")
 
 
@@ -719,6 +736,81 @@ class RemoteCommand:
                 await ws.close(code=1000)
 
 
+async def _dial_port(cri: CRIClient, sandbox_id: str, port: int) -> tuple[spdy.Stream, spdy.Stream, asyncio.Task]:
+    """The error and data streams of one connection to ``port`` of the pod, through the runtime."""
+    url = (await cri.runtime("PortForward", pb.PortForwardRequest(pod_sandbox_id=sandbox_id, port=[port]))).url
+    session, _proto, reader = await spdy.dial(url, [channels.PORT_FORWARD_SPDY])
+    try:
+        headers = {"port": [str(port)], "requestid": ["0"]}
+        b_err = await session.open_stream({**headers, "streamtype": ["error"]})
+        await b_err.close()
+        b_data = await session.open_stream({**headers, "streamtype": ["data"]})
+    except BaseException:
+        reader.cancel()
+        raise
+    return b_err, b_data, reader
+
+
+async def serve_port_channels(cri: CRIClient, sandbox_id: str, ws: web.WebSocketResponse, ports: list[int]) -> None:
+    """Port-forward over ``v4.channel.k8s.io``: for the i-th port, channel 2i
+    carries the data and 2i+1 the errors; each starts with the port number
+    (two bytes, little-endian); one connection per port."""
+    out = _WSWriter(ws)
+    backends: dict[int, tuple[spdy.Stream, spdy.Stream, asyncio.Task]] = {}
+    tasks: list[asyncio.Task] = []
+
+    async def down(i: int, b_err: spdy.Stream, b_data: spdy.Stream) -> None:
+        async def errors_() -> None:
+            msg = await b_err.read_all()
+            if msg:
+                await out.send(bytes([2 * i + 1]) + msg)
+
+        et = asyncio.ensure_future(errors_())
+        try:
+            while chunk := await b_data.read():
+                await out.send(bytes([2 * i]) + chunk)
+            await et
+        finally:
+            et.cancel()
+
+    try:
+        for i, port in enumerate(ports):
+            head = port.to_bytes(2, "little")
+            await out.send(bytes([2 * i]) + head)
+            await out.send(bytes([2 * i + 1]) + head)
+            try:
+                backends[i] = await _dial_port(cri, sandbox_id, port)
+            except (CRIError, ConnectionError, OSError, spdy.StreamReset, asyncio.TimeoutError) as exc:
+                await out.send(bytes([2 * i + 1]) + f"error forwarding port {port}: {exc}".encode())
+                continue
+            b_err, b_data, _ = backends[i]
+            tasks.append(asyncio.ensure_future(down(i, b_err, b_data)))
+
+        async def up() -> None:
+            async for msg in ws:
+                if msg.type != WSMsgType.BINARY or not msg.data:
+                    continue
+                ch, data = msg.data[0], msg.data[1:]
+                if ch % 2 == 0 and ch // 2 in backends and data:
+                    try:
+                        await backends[ch // 2][1].write(data)
+                    except (spdy.StreamReset, BrokenPipeError, ConnectionError):
+                        pass
+
+        client = asyncio.ensure_future(up())
+        downs = asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.wait({client, downs}, return_when=asyncio.FIRST_COMPLETED)
+        client.cancel()
+        downs.cancel()
+    finally:
+        for t in tasks:
+            t.cancel()
+        for _e, _d, reader in backends.values():
+            reader.cancel()
+        if not ws.closed:
+            await ws.close(code=1000)
+
+
 class PortForwardTunnel:
     """kubectl's SPDY port-forward session (tunnelled in a WebSocket), each
     connection bridged to the runtime's streaming server."""
@@ -781,13 +873,7 @@ class PortForwardTunnel:
         reader = None
         try:
             try:
-                url = (await self.cri.runtime("PortForward", pb.PortForwardRequest(
-                    pod_sandbox_id=self.sandbox_id, port=[port]))).url
-                session, _proto, reader = await spdy.dial(url, [channels.PORT_FORWARD_SPDY])
-                headers = {"port": [str(port)], "requestid": ["0"]}
-                b_err = await session.open_stream({**headers, "streamtype": ["error"]})
-                await b_err.close()
-                b_data = await session.open_stream({**headers, "streamtype": ["data"]})
+                b_err, b_data, reader = await _dial_port(self.cri, self.sandbox_id, port)
             except (CRIError, ConnectionError, OSError, spdy.StreamReset, asyncio.TimeoutError) as exc:
                 await err.write(f"error forwarding port {port} to pod {self.sandbox_id}: {exc}".encode())
                 return

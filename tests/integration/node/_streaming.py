@@ -31,12 +31,12 @@ class CRIPod:
             config=self.config))).pod_sandbox_id
 
     async def container(self, name: str, command: list[str], *, tty: bool = False, stdin: bool = False,
-                        start: bool = True) -> str:
+                        stdin_once: bool = False, start: bool = True) -> str:
         attempt = self.restarts.get(name, -1) + 1
         self.restarts[name] = attempt
         cc = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name, attempt=attempt), image=pb.ImageSpec(image=BUSYBOX),
-            command=command, log_path=f"{name}/{attempt}.log", tty=tty, stdin=stdin,
+            command=command, log_path=f"{name}/{attempt}.log", tty=tty, stdin=stdin, stdin_once=stdin_once,
             labels={**self.labels(), "io.kubernetes.container.name": name},
             annotations={"io.kubernetes.container.restartCount": str(attempt)})
         cid = (await self.cri.runtime("CreateContainer", pb.CreateContainerRequest(

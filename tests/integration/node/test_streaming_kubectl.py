@@ -51,21 +51,22 @@ class Env:
         return p.returncode, out.decode(), err.decode()
 
     async def pod(self, name: str, containers: dict[str, list[str]], *, running: bool = True,
-                  stdin: bool = False) -> CRIPod:
+                  stdin: bool = False, stdin_once: bool = False) -> CRIPod:
         """A Pod bound to the node and its containers started through the CRI."""
         from kubeplane.api.resources import resource
 
         obj = await self.client.create(resource("pods"), {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
             "spec": {"nodeName": NODE, "containers": [
-                {"name": c, "image": "kubeplane.local/busybox:latest", "command": cmd, "stdin": stdin}
+                {"name": c, "image": "kubeplane.local/busybox:latest", "command": cmd, "stdin": stdin,
+                 "stdinOnce": stdin_once}
                 for c, cmd in containers.items()]}}, "default")
         cp = CRIPod(self.cri, name, "default", str(self.tmp / name))
         cp.uid = obj["metadata"]["uid"]
         self.pods.append(cp)
         await cp.start()
         for c, cmd in containers.items():
-            await cp.container(c, cmd, stdin=stdin)
+            await cp.container(c, cmd, stdin=stdin, stdin_once=stdin_once)
         if running:
             obj["status"] = {"phase": "Running"}
             await self.client.update(resource("pods"), obj, subresource="status")
@@ -279,3 +280,56 @@ async def test_exec_errors_through_the_api_server(env):
         container_id=(await env.server.find_containers("default", "idle", "main"))[0].id, timeout=0))
     rc, _, err = await env.kubectl("exec", "idle", "--", "true")
     assert rc == 1 and 'container not found ("main")' in err
+
+
+async def test_official_client_exec_and_port_forward(env):
+    """The official Python client speaks v4.channel.k8s.io (exec) and the
+    channel port-forward protocol (one channel pair per port)."""
+    await env.pod("pyclient", {"main": ["sh", "-c", "mkdir -p /www && echo from-python > /www/index.html && "
+                                                    "exec httpd -f -p 8080 -h /www"]})
+    await asyncio.sleep(0.3)
+
+    def use_client():
+        from kubernetes import client as k8s, config
+        from kubernetes.stream import portforward, stream
+
+        api = k8s.CoreV1Api(config.new_client_from_config(config_file=env.cluster.kubeconfig))
+        try:
+            out = stream(api.connect_get_namespaced_pod_exec, "pyclient", "default",
+                         command=["sh", "-c", "echo $((40+2))"], stderr=True, stdin=False, stdout=True, tty=False)
+            resp = stream(api.connect_get_namespaced_pod_exec, "pyclient", "default",
+                          command=["sh", "-c", "exit 9"], stderr=True, stdin=False, stdout=True, tty=False,
+                          _preload_content=False)
+            resp.run_forever(timeout=10)
+            code = resp.returncode
+            pf = portforward(api.connect_get_namespaced_pod_portforward, "pyclient", "default", ports="8080")
+            sock = pf.socket(8080)
+            sock.setblocking(True)
+            sock.sendall(b"GET /index.html HTTP/1.0\r\n\r\n")
+            data = b""
+            while True:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            sock.close()
+            return out, code, data, pf.error(8080)
+        finally:
+            api.api_client.close()
+
+    out, code, data, pf_error = await asyncio.wait_for(asyncio.to_thread(use_client), 60)
+    assert out == "42\n"
+    assert code == 9
+    assert data.startswith(b"HTTP/1.") and data.endswith(b"from-python\n"), data
+    assert pf_error is None
+
+
+async def test_kubectl_attach(env):
+    # With stdinOnce the end of the attached stdin is the container's (without,
+    # containerd detaches when the client's stdin ends, as docker does). The
+    # runtime attaches stdin before stdout: the answer comes a moment later.
+    await env.pod("attached", {"main": ["sh", "-c", "read x; sleep 1; echo got $x; cat; echo stdin closed"]},
+                  stdin=True, stdin_once=True)
+    await asyncio.sleep(0.3)
+    rc, out, err = await env.kubectl("attach", "-i", "attached", stdin=b"hello\nmore\n", timeout=30)
+    assert (rc, out) == (0, "got hello\nmore\nstdin closed\n"), err
