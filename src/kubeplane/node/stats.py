@@ -12,8 +12,12 @@ Where the numbers come from:
   (memory then is ``MemTotal - MemFree - Inactive(file)``, cAdvisor's number for
   a cgroup v2 root);
 * the pods: the container runtime's CRI stats. ``ListContainerStats`` answers for
-  every container; ``ListPodSandboxStats`` in containerd 1.6 fails for the whole
-  node as soon as one sandbox runs without a cgroup parent, so it is not used.
+  every container (cumulative CPU time and the memory working set; containerd
+  1.6 leaves ``usage_nano_cores`` empty there and fills it only in a single
+  ``ContainerStats``, from its previous answer to anyone); ``ListPodSandboxStats``
+  and ``PodSandboxStats`` in containerd 1.6 fail ("cgroupPath is empty") for a
+  sandbox run without a cgroup parent, and the list fails for the whole node
+  as soon as there is one such sandbox, so neither is used.
   A pod's usage is, as with metrics-server, that of its running containers:
   cpu, and memory as the working set (usage less inactive file pages).
 
@@ -55,6 +59,9 @@ MIN_WINDOW_SECONDS = 1.0
 MAX_SAMPLE_AGE_SECONDS = 120.0
 #: how long a sample answers node_usage()/pod_usage() asked right after each other
 REUSE_SECONDS = 0.5
+#: the deadline of the runtime's answers: a renewal waiting on a stuck runtime
+#: would let the node's Lease expire
+REQUEST_TIMEOUT_SECONDS = 5.0
 
 
 # -- the host ------------------------------------------------------------------
@@ -217,6 +224,7 @@ class StatsProvider:
 
     def __init__(self, cri: Any, *, host: HostStats | None = None, min_window: float = MIN_WINDOW_SECONDS,
                  max_sample_age: float = MAX_SAMPLE_AGE_SECONDS,
+                 request_timeout: float = REQUEST_TIMEOUT_SECONDS,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], int] = time.time_ns) -> None:
         if min_window <= 0:
@@ -225,6 +233,7 @@ class StatsProvider:
         self.host = host or HostStats()
         self.min_window = min_window
         self.max_sample_age = max_sample_age
+        self.request_timeout = request_timeout
         self.clock = clock
         self.wall_clock = wall_clock
         self._samples: deque[Sample] = deque()
@@ -251,14 +260,15 @@ class StatsProvider:
     async def _runtime(self, sample: Sample) -> None:
         from kubeplane.node.cri.client import CRIError, pb
 
+        t = self.request_timeout
         try:
             sandboxes, containers, stats = await asyncio.gather(
                 self.cri.runtime("ListPodSandbox", pb.ListPodSandboxRequest(
-                    filter=pb.PodSandboxFilter(state=pb.PodSandboxStateValue(state=pb.SANDBOX_READY)))),
+                    filter=pb.PodSandboxFilter(state=pb.PodSandboxStateValue(state=pb.SANDBOX_READY))), timeout=t),
                 self.cri.runtime("ListContainers", pb.ListContainersRequest(
-                    filter=pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING)))),
-                self.cri.runtime("ListContainerStats", pb.ListContainerStatsRequest()))
-        except CRIError as err:
+                    filter=pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING))), timeout=t),
+                self.cri.runtime("ListContainerStats", pb.ListContainerStatsRequest(), timeout=t))
+        except (CRIError, OSError) as err:
             sample.runtime_ok = False
             if not self._warned_runtime:
                 log.warning("pod usage unavailable: %s", err)
