@@ -133,8 +133,11 @@ class RealNode:
     """``kubeplane node`` in its own process, with a containerd it owns."""
 
     def __init__(self, kubeconfig: str, work_dir: str, *, name: str = NODE_NAME, max_pods: int = 250,
+                 pod_cidr: str | None = None, kubelet_port: int | None = None,
                  extra_args: list[str] | None = None) -> None:
         self.kubeconfig = kubeconfig
+        self.pod_cidr = pod_cidr
+        self.kubelet_port = kubelet_port
         self.name = name
         self.data_dir = os.path.join(work_dir, "node")
         self.images_dir = os.path.join(self.data_dir, "images")
@@ -155,7 +158,8 @@ class RealNode:
         build_pause_image(os.path.join(self.images_dir, "pause.tar"), PAUSE)
         cmd = [sys.executable, "-m", "kubeplane.cli.main", "node", "--kubeconfig", self.kubeconfig,
                "--name", self.name, "--data-dir", self.data_dir, "--images-dir", self.images_dir,
-               "--max-pods", str(self.max_pods), *self.extra_args]
+               "--max-pods", str(self.max_pods), "--pod-cidr", self.pod_cidr or free_pod_cidr(),
+               "--kubelet-port", str(self.kubelet_port or free_port()), *self.extra_args]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
@@ -173,8 +177,30 @@ class RealNode:
     def processes(self) -> NodeProcesses:
         return node_processes(self.pid, self.data_dir)
 
+    async def remove_sandboxes(self) -> int:
+        """Stop and remove every pod sandbox left in the node's containerd (its
+        CNI DEL included), before the node stops."""
+        from kubeplane.node.cri.client import CRIClient, CRIError, pb
+
+        removed = 0
+        for sock in _find(self.data_dir, "containerd.sock"):
+            async with CRIClient("unix://" + sock, timeout=30.0) as cri:
+                try:
+                    items = (await cri.runtime("ListPodSandbox", pb.ListPodSandboxRequest())).items
+                    for sb in items:
+                        await cri.runtime("StopPodSandbox", pb.StopPodSandboxRequest(pod_sandbox_id=sb.id))
+                        await cri.runtime("RemovePodSandbox", pb.RemovePodSandboxRequest(pod_sandbox_id=sb.id))
+                        removed += 1
+                except CRIError:
+                    continue
+        return removed
+
     async def stop(self, timeout: float = 60.0) -> None:
         """SIGTERM, then SIGKILL; then whatever the agent's runtime left is removed."""
+        try:
+            await self.remove_sandboxes()
+        except Exception:  # noqa: BLE001 - what is left is removed below
+            pass
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -198,6 +224,25 @@ class RealNode:
         for bridge in _bridges(self.data_dir):
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
         unmount_under(self.data_dir)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_pod_cidr() -> str:
+    """A /24 for the node's pods that no route of this host covers yet."""
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    start = os.getpid() % 200
+    for i in range(200):
+        n = (start + i) % 200 + 20
+        if f"10.251.{n}." not in routes:
+            return f"10.251.{n}.0/24"
+    raise RuntimeError("no free 10.251.x.0/24 for the node's pods")
 
 
 def _find(base: str, name: str) -> list[str]:
@@ -393,7 +438,14 @@ async def run_batch(client: Any, factory: Any, node_name: str, count: int, *, no
     async def none_left() -> bool:
         return await _count(client, namespace) == 0
 
-    await _wait(none_left, timeout_s, f"the pods of {namespace} to be deleted", node)
+    delete_timed_out = False
+    try:
+        await _wait(none_left, timeout_s, f"the pods of {namespace} to be deleted", node)
+    except TimeoutError:
+        # the node did not finish them: remove them from the API so the next batch starts clean
+        delete_timed_out = True
+        await asyncio.gather(*(client.delete(PODS, name, namespace, grace_period_seconds=0)
+                               for name in tracker.created), return_exceptions=True)
     delete_s = time.perf_counter() - t_del
 
     def ms(values: dict[str, float]) -> list[float]:
@@ -407,7 +459,7 @@ async def run_batch(client: Any, factory: Any, node_name: str, count: int, *, no
         "ready_p50_ms": round(percentile(ready, 50), 1), "ready_p99_ms": round(percentile(ready, 99), 1),
         "ready_max_ms": round(ready[-1], 1) if ready else None,
         "pods_per_s": round(n / (end - t0), 2) if end > t0 else None,
-        "delete_s": round(delete_s, 2),
+        "delete_s": round(delete_s, 2), "delete_timed_out": delete_timed_out,
     }
     if node is not None and n:
         out.update({
@@ -457,8 +509,11 @@ async def run_node_bench(*, counts: tuple[int, ...] = DEFAULT_COUNTS, simulated:
                 await _wait(lambda: _node_ready(client, node_name), 180.0, f"node {node_name} Ready", node)
                 setup_s = time.perf_counter() - t_setup
                 # one pod first: the node's first sandbox sets up what the others reuse
-                await run_batch(client, factory, node_name, 1, node=node, in_flight=1, steady_s=0.1,
-                                timeout_s=timeout_s)
+                warm = await run_batch(client, factory, node_name, 1, node=node, in_flight=1, steady_s=0.1,
+                                       timeout_s=timeout_s)
+                if warm["ready"] != 1:
+                    raise RuntimeError(f"the first pod on {node_name} did not become Ready within "
+                                       f"{timeout_s:g}s" + (f":\n{node.tail_log()}" if node else ""))
                 for count in counts:
                     if progress is not None:
                         progress(f"{count} pods: creating")
