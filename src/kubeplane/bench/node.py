@@ -24,8 +24,12 @@ Measured for each batch size:
   (``steady_s`` measured), per pod;
 * ``agent_rss_mb`` with every pod running and ``agent_rss_kb_per_pod``
   (its growth over the node with no pods, per pod);
-* the runtime's share beside it: containerd's and the shims' RSS
-  (``runtime_rss_mb``, ``shim_rss_kb_per_pod``);
+* the runtime's share beside it: containerd's and the shims' CPU time over the
+  start-up per pod (``runtime_cpu_ms_per_pod``: runc and the CNI plugins they
+  ran included) and their RSS (``runtime_rss_mb``, ``shim_rss_kb_per_pod``);
+  and how busy the host was meanwhile (``host_cores_busy``, all processes,
+  and the 1-minute ``load_average`` at the end): on a shared machine the
+  latencies follow the load;
 * ``delete_s``: from the deletes to every pod gone from the API.
 """
 
@@ -67,15 +71,20 @@ def _clock_ticks() -> int:
         return 100
 
 
-def proc_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process (its threads included)."""
+def proc_cpu_seconds(pid: int, *, children: bool = False) -> float | None:
+    """User + system CPU time of a process (its threads included; with
+    ``children``, also that of the children it waited for: runc for a shim, the
+    CNI plugins for containerd)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             text = f.read()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / _clock_ticks()
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _clock_ticks()
 
 
 def proc_rss_bytes(pid: int) -> int | None:
@@ -347,11 +356,23 @@ async def _count(client: Any, namespace: str) -> int:
     return len((await client.list(PODS, namespace))["items"])
 
 
+def _host_cpu_seconds() -> float | None:
+    from kubeplane.node.stats import HostStats
+
+    try:
+        return HostStats().cpu_nanoseconds()[0] / 1e9
+    except OSError:
+        return None
+
+
 def _sample(node: RealNode | None) -> dict[str, float]:
     if node is None:
         return {}
     procs = node.processes()
     return {
+        "t": time.perf_counter(),
+        "host_cpu": _host_cpu_seconds() or 0.0,
+        "runtime_cpu": _sum([proc_cpu_seconds(p, children=True) for p in procs.containerd + procs.shims]),
         "agent_cpu": proc_cpu_seconds(procs.agent) or 0.0 if procs.agent else 0.0,
         "agent_rss": float(proc_rss_bytes(procs.agent) or 0) if procs.agent else 0.0,
         "containerd_rss": _sum([proc_rss_bytes(p) for p in procs.containerd]),
@@ -408,9 +429,10 @@ async def run_batch(client: Any, factory: Any, node_name: str, count: int, *, no
         if errors:
             break
         if len(tracker.ready) != done:
+            step = max(count // 10, 1)
+            if progress is not None and len(tracker.ready) // step != done // step:
+                progress(f"{count} pods: {len(tracker.ready)} Ready")
             done, last = len(tracker.ready), time.perf_counter()
-            if progress is not None:
-                progress(f"{count} pods: {done} Ready")
         if node is not None and node.exited() is not None:
             raise RuntimeError(f"the node agent exited with {node.exited()}:\n{node.tail_log()}")
         if time.perf_counter() - last > timeout_s:
@@ -464,6 +486,9 @@ async def run_batch(client: Any, factory: Any, node_name: str, count: int, *, no
     if node is not None and n:
         out.update({
             "agent_cpu_ms_per_pod": round((started["agent_cpu"] - before["agent_cpu"]) * 1000 / n, 2),
+            "runtime_cpu_ms_per_pod": round((started["runtime_cpu"] - before["runtime_cpu"]) * 1000 / n, 1),
+            "host_cores_busy": round((started["host_cpu"] - before["host_cpu"]) / (started["t"] - before["t"]), 2),
+            "load_average": round(os.getloadavg()[0], 1),
             "agent_idle_millicores_per_pod": round(
                 (idle1["agent_cpu"] - idle0["agent_cpu"]) / idle_s * 1000 / n, 3),
             "agent_idle_millicores": round((idle1["agent_cpu"] - idle0["agent_cpu"]) / idle_s * 1000, 1),
