@@ -8,7 +8,7 @@ sees the status the node writes; and what the node agent itself costs.
 The cluster is kubeplane's (API server, scheduler and controllers, in this
 process); the node is ``kubeplane node`` in a process of its own, with the
 containerd it starts and owns under a temporary data directory, so its CPU and
-memory are its own. The bench builds the busybox and pause image archives and
+memory are its own, acting as ``system:node:bench-node``. The bench builds the busybox and pause image archives and
 puts them in the node's images directory. Pods are busybox ``sleep`` with a
 tiny request, scheduled by the scheduler onto the node, created ``in_flight``
 at a time.
@@ -27,6 +27,8 @@ Measured for each batch size:
 * the runtime's share beside it: containerd's and the shims' CPU time over the
   start-up per pod (``runtime_cpu_ms_per_pod``: runc and the CNI plugins they
   ran included) and their RSS (``runtime_rss_mb``, ``shim_rss_kb_per_pod``);
+  the control plane's (this process: API server, scheduler, controllers and
+  the bench's watch: ``control_plane_cpu_ms_per_pod``);
   and how busy the host was meanwhile (``host_cores_busy``, all processes,
   and the 1-minute ``load_average`` at the end): on a shared machine the
   latencies follow the load;
@@ -254,6 +256,21 @@ def free_pod_cidr() -> str:
     raise RuntimeError("no free 10.251.x.0/24 for the node's pods")
 
 
+def node_kubeconfig(cluster: Any, name: str, path: str) -> str:
+    """A kubeconfig for ``system:node:<name>`` in group ``system:nodes`` (a client
+    certificate from the cluster's CA, as a joined node has), so the node's
+    requests go through the Node authorizer and NodeRestriction as a real
+    node's do."""
+    from kubeplane.auth import pki
+    from kubeplane.client.kubeconfig import write_kubeconfig
+
+    own = pki.PKI(cluster._pki_dir)
+    cert, key = pki.issue(own.ca_cert, own.ca_key, f"system:node:{name}", orgs=("system:nodes",))
+    write_kubeconfig(path, cluster.url, ca_data=own.ca_pem, client_cert_data=pki.cert_pem(cert),
+                     client_key_data=pki.key_pem(key))
+    return path
+
+
 def _find(base: str, name: str) -> list[str]:
     out = []
     for root, _dirs, files in os.walk(base):
@@ -371,6 +388,7 @@ def _sample(node: RealNode | None) -> dict[str, float]:
     procs = node.processes()
     return {
         "t": time.perf_counter(),
+        "self_cpu": time.process_time(),
         "host_cpu": _host_cpu_seconds() or 0.0,
         "runtime_cpu": _sum([proc_cpu_seconds(p, children=True) for p in procs.containerd + procs.shims]),
         "agent_cpu": proc_cpu_seconds(procs.agent) or 0.0 if procs.agent else 0.0,
@@ -487,6 +505,7 @@ async def run_batch(client: Any, factory: Any, node_name: str, count: int, *, no
         out.update({
             "agent_cpu_ms_per_pod": round((started["agent_cpu"] - before["agent_cpu"]) * 1000 / n, 2),
             "runtime_cpu_ms_per_pod": round((started["runtime_cpu"] - before["runtime_cpu"]) * 1000 / n, 1),
+            "control_plane_cpu_ms_per_pod": round((started["self_cpu"] - before["self_cpu"]) * 1000 / n, 1),
             "host_cores_busy": round((started["host_cpu"] - before["host_cpu"]) / (started["t"] - before["t"]), 2),
             "load_average": round(os.getloadavg()[0], 1),
             "agent_idle_millicores_per_pod": round(
@@ -526,7 +545,8 @@ async def run_node_bench(*, counts: tuple[int, ...] = DEFAULT_COUNTS, simulated:
                 if simulated:
                     node_name = "node-0"
                 else:
-                    node = RealNode(cluster.kubeconfig, work, max_pods=max(counts) + 10, extra_args=node_args)
+                    kubeconfig = node_kubeconfig(cluster, NODE_NAME, os.path.join(work, "node.kubeconfig"))
+                    node = RealNode(kubeconfig, work, max_pods=max(counts) + 10, extra_args=node_args)
                     node.start()
                     node_name = node.name
                 if progress is not None:
