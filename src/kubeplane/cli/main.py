@@ -1146,7 +1146,11 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
             raise click.BadParameter("does not apply to node", param_hint="--split" if split else "--storage")
         from kubeplane.bench.node import DEFAULT_COUNTS, run_cli as run_node
 
-        out = runtime.run(run_node(counts=(pods,) if pods else DEFAULT_COUNTS, as_json=as_json))
+        try:
+            out = runtime.run(run_node(counts=(pods,) if pods else DEFAULT_COUNTS, as_json=as_json))
+        except (RuntimeError, TimeoutError) as err:
+            click.echo(f"Error: {err}", err=True)
+            sys.exit(1)
         if any(b.get("timed_out") for b in out["batches"]):
             sys.exit(1)
         return
