@@ -18,8 +18,7 @@ from kubeplane.node import cni
 from kubeplane.node.containerd import ManagedContainerd
 from kubeplane.node.images import build_busybox_image, build_pause_image, import_archive
 
-BUSYBOX = "kubeplane.local/busybox:latest"
-PAUSE = "kubeplane.local/pause:3.10"
+from nodetest import BUSYBOX, PAUSE
 
 
 def _unique_bridge_and_cidr() -> tuple[str, str]:
