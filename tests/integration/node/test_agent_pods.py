@@ -154,25 +154,10 @@ def test_crash_looping_container_restarts_with_backoff(real_node):
     real_node.kubectl("delete", "pod", "crasher", "--wait=true", timeout=90)
 
 
-def test_lease_carries_the_measured_usage_and_the_kubelet_port_is_reported(real_node):
-    from kubeplane.registry.metrics import USAGE_ANNOTATION
-
-    real_node.kubectl("apply", "-f", "-", input=_pod("busy", ["sh", "-c", "while :; do :; done"], grace=1))
-    _wait(real_node, "busy", lambda p: p.get("status", {}).get("phase") == "Running")
-    deadline = time.monotonic() + 60
-    report = None
-    while time.monotonic() < deadline:
-        lease = json.loads(real_node.kubectl("get", "lease", "-n", "kube-node-lease", real_node.name,
-                                             "-o", "json").stdout)
-        report = json.loads((lease["metadata"].get("annotations") or {}).get(USAGE_ANNOTATION) or "{}")
-        if any(p.get("name") == "busy" for p in report.get("pods") or []):
-            break
-        time.sleep(1)
-    assert any(p.get("name") == "busy" for p in report.get("pods") or []), report
+def test_the_kubelet_port_is_reported(real_node):
     node = json.loads(real_node.kubectl("get", "node", real_node.name, "-o", "json").stdout)
     port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
     assert port == real_node.agent.server.port > 0
-    real_node.kubectl("delete", "pod", "busy", "--wait=true", timeout=90)
 
 
 def test_node_events(real_node):
@@ -208,3 +193,16 @@ def test_pods_beyond_max_pods_are_rejected(real_node, tmp_path_factory, image_ar
         real_node.kubectl("delete", "pod", "first", "second", "--wait=true", timeout=90)
     finally:
         small.stop()
+
+
+def test_kubectl_logs_and_exec_through_the_node(real_node):
+    """The API server reaches the node's kubelet API at its InternalIP and port."""
+    real_node.kubectl("apply", "-f", "-", input=_pod("talker", ["sh", "-c", "echo started; sleep 3600"], grace=1))
+    _wait(real_node, "talker", lambda p: p.get("status", {}).get("phase") == "Running")
+    deadline = time.monotonic() + 30
+    while "started" not in real_node.kubectl("logs", "talker", check=False).stdout and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert real_node.kubectl("logs", "talker").stdout == "started\n"
+    out = real_node.kubectl("exec", "talker", "--", "sh", "-c", "echo $HOSTNAME; exit 7", check=False)
+    assert out.stdout == "talker\n" and out.returncode == 7
+    real_node.kubectl("delete", "pod", "talker", "--wait=true", timeout=90)
