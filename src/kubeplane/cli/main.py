@@ -1296,7 +1296,15 @@ def _up_real_node(server, data_dir: str, mode: str, name: str | None, pod_cidr: 
             _fail(f"--real-node on: {why}")
         log.info("no real node: %s", why)
         return None
-    config = _real_node_config(name or default_node_name(), os.path.join(data_dir, "node"), None, 110, {},
+    # the API server on loopback (the default): the node's addresses and kubelet API stay there too
+    import ipaddress
+
+    host = server.config.listen.rpartition(":")[0].strip("[]")
+    try:
+        node_ip = "127.0.0.1" if ipaddress.ip_address(host).is_loopback else None
+    except ValueError:
+        node_ip = "127.0.0.1" if host == "localhost" else None
+    config = _real_node_config(name or default_node_name(), os.path.join(data_dir, "node"), node_ip, 110, {},
                                kubelet_port, pod_cidr)
     return _UpRealNode(server, config)
 

@@ -263,8 +263,8 @@ class StatusManager:
 
     def __init__(self, agent: "NodeAgent") -> None:
         self.agent = agent
-        #: uid -> the status last written
-        self.written: dict[str, Obj] = {}
+        #: uid -> the status last written, and the pod's resourceVersions just before and after
+        self.written: dict[str, tuple[Obj, tuple[str, str]]] = {}
 
     def forget(self, uid: str) -> None:
         self.written.pop(uid, None)
@@ -274,21 +274,23 @@ class StatusManager:
         current = self.agent.current_pod(pod)
         if current is None:
             return  # gone, or replaced by another pod of the same name
-        if self.written.get(uid) == status and status_matches(current.get("status"), status):
-            return
+        rv = (current.get("metadata") or {}).get("resourceVersion", "")
+        last = self.written.get(uid)
+        if last is not None and last[0] == status and rv in last[1]:
+            return  # written, and nobody else changed the pod since (the cache may lag behind)
         if status_matches(current.get("status"), status):
-            self.written[uid] = status
+            self.written[uid] = (status, (rv, rv))
             return
         md = pod["metadata"]
         try:
-            await self.agent.client.patch(
+            got = await self.agent.client.patch(
                 PODS, md["name"], {"metadata": {"uid": uid}, "status": status_patch(current.get("status"), status)},
                 md.get("namespace"), patch_type="strategic", subresource="status", field_manager="kubelet")
         except StatusError as err:
             if err.code in (404, 409):
                 return  # gone, or replaced by a pod of the same name
             raise
-        self.written[uid] = status
+        self.written[uid] = (status, (rv, (got.get("metadata") or {}).get("resourceVersion", "")))
 
     async def finish_deletion(self, pod: Obj) -> None:
         """The containers are stopped: delete the pod for good (grace 0, this uid only)."""
@@ -344,6 +346,8 @@ class NodeAgent:
         #: the kubelet API (logs, exec, attach, port-forward) and the usage measurements
         self.server: Any = None
         self.stats: Any = None
+        self._own_runtime = False
+        self._lease_lock = asyncio.Lock()
 
     # -- life ------------------------------------------------------------------
 
@@ -381,11 +385,15 @@ class NodeAgent:
         """Run the pods bound to the node: the runtime, the pod informer, the relist."""
         if self.runtime is None:
             self.runtime = self._make_runtime()
+            self._own_runtime = True
         await self._start_pods()
         self._spawn(self._relist_loop(), "pleg")
 
     async def stop(self) -> None:
         """Stop the agent; the pods' containers keep running (a restarted agent adopts them)."""
+        if self._informer is not None:  # first: no new pod workers
+            await self._informer.stop()
+            self._informer = None
         tasks, self._tasks = self._tasks, []
         workers = [w.task for w in self._workers.values() if w.task is not None]
         for t in tasks + workers:
@@ -401,9 +409,6 @@ class NodeAgent:
         if self.server is not None:
             await self.server.stop()
             self.server = None
-        if self._informer is not None:
-            await self._informer.stop()
-            self._informer = None
         for part in (self.prober, self.volumes, self.recorder):
             closer = getattr(part, "stop", None) or getattr(part, "close", None)
             if closer is not None:
@@ -413,8 +418,14 @@ class NodeAgent:
                         await res
                 except Exception:  # noqa: BLE001
                     log.exception("stopping %s failed", type(part).__name__)
+        if self._own_runtime:  # started again, the agent makes new ones
+            self.runtime = self.prober = self.volumes = None
+        self.recorder = None
+        self._relisted = {}
+        self._started = False
 
     def _spawn(self, coro, name: str) -> None:
+        self._tasks = [t for t in self._tasks if not t.done()]
         self._tasks.append(asyncio.get_running_loop().create_task(coro, name=f"{self.name}-{name}"))
 
     async def _wait_for_runtime(self) -> None:
@@ -659,6 +670,10 @@ class NodeAgent:
         """One renewal as upstream's lease controller: update the last Lease
         written; on a conflict or when unknown, get (or create) it first."""
         usage = await self._usage_annotations()
+        async with self._lease_lock:
+            return await self._renew_lease(usage)
+
+    async def _renew_lease(self, usage: dict[str, str]) -> Obj:
         now = micro_time()
         for _ in range(5):
             if self._lease is None:
@@ -670,7 +685,12 @@ class NodeAgent:
                     body = lease_object(self.name, now, duration=self.config.lease_duration,
                                         node_uid=(self.node or {}).get("metadata", {}).get("uid"),
                                         annotations=usage)
-                    self._lease = await self.client.create(LEASES, body, LEASE_NAMESPACE)
+                    try:
+                        self._lease = await self.client.create(LEASES, body, LEASE_NAMESPACE)
+                    except StatusError as err:
+                        if err.code != 409:
+                            raise
+                        continue  # made meanwhile: get it
                     return self._lease
             lease = dict(self._lease)
             lease["spec"] = {**(lease.get("spec") or {}), "holderIdentity": self.name,

@@ -124,7 +124,8 @@ def measure_capacity(data_dir: str, max_pods: int, reserved: dict[str, str] | No
         cap_values[k] = Fraction(v)
     minus: dict[str, Fraction] = {k: parse_quantity(v) for k, v in reserved.items() if k in cap_values}
     minus["memory"] = minus.get("memory", Fraction(0)) + EVICTION_MEMORY_BYTES + sum(huge.values())
-    minus["ephemeral-storage"] = minus.get("ephemeral-storage", Fraction(0)) + disk * EVICTION_NODEFS_FRACTION
+    minus["ephemeral-storage"] = (minus.get("ephemeral-storage", Fraction(0))
+                                  + int(disk * EVICTION_NODEFS_FRACTION))
 
     def fmt(k: str, v: Fraction, allocatable: bool) -> str:
         v = max(Fraction(0), v)

@@ -217,6 +217,10 @@ def test_up_runs_a_real_node(tmp_path, image_archives):
         _kubectl(kubeconfig, "apply", "-f", "-", input=json.dumps(pod))
         _wait("the pod running in a container", lambda: (_running_container(kubeconfig, "up-pod") or "")
               .startswith("containerd://"), 90)
+        node = json.loads(_kubectl(kubeconfig, "get", "node", "up-real", "-o", "json").stdout)
+        assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
+        # the API server reaches the node's kubelet API (on loopback, as itself)
+        assert _kubectl(kubeconfig, "exec", "up-pod", "--", "echo", "hi").stdout == "hi\n"
         _kubectl(kubeconfig, "delete", "pod", "up-pod", "--wait=true")
         assert _stop(proc) == 0
     finally:

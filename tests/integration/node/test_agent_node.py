@@ -72,7 +72,8 @@ def test_registers_a_measured_node(cluster, containerd, tmp_path):
     cpus = os.cpu_count()
     assert st["allocatable"]["cpu"] == (f"{cpus * 1000 - 500}m")
     assert st["allocatable"]["memory"] == f"{(mem - 1024 ** 3 - 100 * 1024 ** 2) // 1024}Ki"
-    assert int(st["allocatable"]["ephemeral-storage"]) == disk.f_blocks * disk.f_frsize * 9 // 10
+    total = disk.f_blocks * disk.f_frsize
+    assert int(st["allocatable"]["ephemeral-storage"]) == total - total // 10
     assert {"type": "InternalIP", "address": "127.0.0.1"} in st["addresses"]
     assert {"type": "Hostname", "address": "reg-1"} in st["addresses"]
     assert st["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 10333}}

@@ -154,25 +154,10 @@ def test_crash_looping_container_restarts_with_backoff(real_node):
     real_node.kubectl("delete", "pod", "crasher", "--wait=true", timeout=90)
 
 
-def test_lease_carries_the_measured_usage_and_the_kubelet_port_is_reported(real_node):
-    from kubeplane.registry.metrics import USAGE_ANNOTATION
-
-    real_node.kubectl("apply", "-f", "-", input=_pod("busy", ["sh", "-c", "while :; do :; done"], grace=1))
-    _wait(real_node, "busy", lambda p: p.get("status", {}).get("phase") == "Running")
-    deadline = time.monotonic() + 60
-    report = None
-    while time.monotonic() < deadline:
-        lease = json.loads(real_node.kubectl("get", "lease", "-n", "kube-node-lease", real_node.name,
-                                             "-o", "json").stdout)
-        report = json.loads((lease["metadata"].get("annotations") or {}).get(USAGE_ANNOTATION) or "{}")
-        if any(p.get("name") == "busy" for p in report.get("pods") or []):
-            break
-        time.sleep(1)
-    assert any(p.get("name") == "busy" for p in report.get("pods") or []), report
+def test_the_kubelet_port_is_reported(real_node):
     node = json.loads(real_node.kubectl("get", "node", real_node.name, "-o", "json").stdout)
     port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
     assert port == real_node.agent.server.port > 0
-    real_node.kubectl("delete", "pod", "busy", "--wait=true", timeout=90)
 
 
 def test_node_events(real_node):
@@ -208,3 +193,85 @@ def test_pods_beyond_max_pods_are_rejected(real_node, tmp_path_factory, image_ar
         real_node.kubectl("delete", "pod", "first", "second", "--wait=true", timeout=90)
     finally:
         small.stop()
+        # gone for good: the scheduler must not place later pods on it
+        real_node.kubectl("delete", "node", "small-0", "--ignore-not-found", check=False)
+
+
+def test_kubectl_logs_and_exec_through_the_node(real_node):
+    """The API server reaches the node's kubelet API at its InternalIP and port."""
+    real_node.kubectl("apply", "-f", "-", input=_pod("talker", ["sh", "-c", "echo started; sleep 3600"], grace=1))
+    _wait(real_node, "talker", lambda p: p.get("status", {}).get("phase") == "Running")
+    deadline = time.monotonic() + 30
+    while "started" not in real_node.kubectl("logs", "talker", check=False).stdout and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert real_node.kubectl("logs", "talker").stdout == "started\n"
+    out = real_node.kubectl("exec", "talker", "--", "sh", "-c", "echo $HOSTNAME; exit 7", check=False)
+    assert out.stdout == "talker\n" and out.returncode == 7
+    real_node.kubectl("delete", "pod", "talker", "--wait=true", timeout=90)
+
+
+def test_deployment_of_a_real_http_server_scales_1_3_1(real_node):
+    import urllib.request
+
+    deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {
+        "replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "httpd", "image": BUSYBOX, "imagePullPolicy": "Never",
+                            "command": ["sh", "-c", "mkdir -p /www && echo \"hello from $HOSTNAME\" > /www/index.html"
+                                        " && exec httpd -f -p 8080 -h /www"],
+                            "ports": [{"containerPort": 8080}],
+                            "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1}}]}}}}
+    real_node.kubectl("apply", "-f", "-", input=json.dumps(deploy))
+
+    def ready(n: int):
+        def check():
+            d = json.loads(real_node.kubectl("get", "deploy", "web", "-o", "json").stdout)
+            pods = json.loads(real_node.kubectl("get", "pods", "-l", "app=web", "-o", "json").stdout)["items"]
+            running = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+            return (d.get("status", {}).get("readyReplicas") == n and len(pods) == n
+                    and all(p["status"].get("podIP") for p in running)) and running
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            got = check()
+            if got:
+                return got
+            time.sleep(0.3)
+        raise AssertionError(f"web never had {n} ready replicas alone")
+
+    for n in (1, 3, 1):
+        real_node.kubectl("scale", "deploy", "web", f"--replicas={n}")
+        pods = ready(n)
+        for p in pods:
+            body = urllib.request.urlopen(f"http://{p['status']['podIP']}:8080/", timeout=10).read().decode()
+            assert body == f"hello from {p['metadata']['name']}\n"
+    real_node.kubectl("delete", "deploy", "web", "--wait=true", timeout=90)
+
+
+def test_a_job_whose_container_exits_0_completes(real_node):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "once-job"}, "spec": {
+        "backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "work", "image": BUSYBOX, "imagePullPolicy": "Never", "command": ["sh", "-c", "echo done"]}]}}}}
+    real_node.kubectl("apply", "-f", "-", input=json.dumps(job))
+    real_node.kubectl("wait", "--for=condition=Complete", "job/once-job", "--timeout=90s", timeout=100)
+    out = real_node.kubectl("logs", "job/once-job").stdout
+    assert out == "done\n"
+    real_node.kubectl("delete", "job", "once-job", "--cascade=foreground", "--wait=true", timeout=90)
+
+
+def test_graceful_deletion_runs_prestop_then_sigterm(real_node, tmp_path):
+    out_dir = tmp_path / "host"
+    out_dir.mkdir()
+    body = json.loads(_pod("polite", ["sh", "-c", "trap 'echo term >> /host/out; exit 0' TERM; "
+                                                  "while :; do sleep 0.2; done"], grace=20))
+    c = body["spec"]["containers"][0]
+    c["lifecycle"] = {"preStop": {"exec": {"command": ["sh", "-c", "echo prestop >> /host/out"]}}}
+    c["volumeMounts"] = [{"name": "host", "mountPath": "/host"}]
+    body["spec"]["volumes"] = [{"name": "host", "hostPath": {"path": str(out_dir), "type": "Directory"}}]
+    real_node.kubectl("apply", "-f", "-", input=json.dumps(body))
+    pod = _wait(real_node, "polite", lambda p: p.get("status", {}).get("phase") == "Running")
+    started = time.monotonic()
+    real_node.kubectl("delete", "pod", "polite", "--wait=true", timeout=90)
+    assert time.monotonic() - started < 15  # it ended on SIGTERM, not at the end of its grace
+    assert (out_dir / "out").read_text() == "prestop\nterm\n"
+    assert pod["metadata"]["uid"]
