@@ -171,6 +171,14 @@ async def test_crash_loop_backoff_and_restart_count(clocked):
     # only the current and the previous instance are kept
     rp = await rt.pod_runtime_status(pod["metadata"]["uid"])
     assert len(rp.instances("c")) <= 2
+    # a third restart: the oldest instance and its log go
+    rt.test_clock.offset += 21
+    st = await sync_until(rt, pod, lambda s: s["containerStatuses"][0]["restartCount"] == first + 2)
+    await rt.sync_pod(pod)
+    rp = await rt.pod_runtime_status(pod["metadata"]["uid"])
+    assert len(rp.instances("c")) == 2
+    logs = sorted(os.listdir(os.path.join(rt.pod_log_dir(pod), "c")))
+    assert logs == [f"{first + 1}.log", f"{first + 2}.log"]
 
 
 async def test_init_and_sidecar_containers_run_in_order(runtime):
