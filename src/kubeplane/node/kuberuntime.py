@@ -1655,4 +1655,6 @@ class KubeRuntime:
                 for k in st.backoff_keys:
                     self.backoff.forget(k)
                     self.image_backoff.forget(k)
+            self.backoff.gc()
+            self.image_backoff.gc()
         self._locks.pop(uid, None)
