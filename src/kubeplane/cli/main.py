@@ -1152,8 +1152,29 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
     SchedulingNodeAffinity, TopologySpreading, PreemptionBasic, PreemptionAsync, Unschedulable,
     SchedulingInTreePVs, SchedulingCSIPVs, SchedulingPVsChurn,
     SchedulingWithResourceClaimTemplate, SteadyStateClusterResourceClaimTemplate[/half|/full];
-    or JobChurn (Jobs of 10 pods on simulated nodes: completion throughput and latency)."""
+    or JobChurn (Jobs of 10 pods on simulated nodes: completion throughput and latency);
+    or node (pod start-up on one real node: 50 and 200 pods, or --pods)."""
     import json as _json
+
+    # -- stats --
+    if workload == "node":
+        for given, hint in ((nodes, "--nodes"), (runs, "--runs"), (pv_interval_ms, "--pv-interval-ms"),
+                            (profile_dir, "--profile"), (jobs, "--jobs"), (in_flight, "--in-flight")):
+            if given is not None:
+                raise click.BadParameter("does not apply to node", param_hint=hint)
+        if split or storage != "memory":
+            raise click.BadParameter("does not apply to node", param_hint="--split" if split else "--storage")
+        from kubeplane.bench.node import DEFAULT_COUNTS, run_cli as run_node
+
+        try:
+            out = runtime.run(run_node(counts=(pods,) if pods else DEFAULT_COUNTS, as_json=as_json))
+        except (RuntimeError, TimeoutError) as err:
+            click.echo(f"Error: {err}", err=True)
+            sys.exit(1)
+        if any(b.get("timed_out") for b in out["batches"]):
+            sys.exit(1)
+        return
+    # -- end stats --
 
     if workload == "JobChurn":
         for given, hint in ((pods, "--pods"), (runs, "--runs"), (pv_interval_ms, "--pv-interval-ms"),
