@@ -1516,6 +1516,16 @@ class KubeRuntime:
                         os.unlink(ci.log_path)
                     except OSError:
                         pass
+        # sandboxes replaced by a newer one and holding no container go (upstream's evictSandboxes)
+        used = {ci.sandbox_id for ci in rt.containers}
+        for sb in rt.sandboxes[1:]:
+            if sb.ready or sb.id in used:
+                continue
+            try:
+                await self.cri.runtime("RemovePodSandbox", pb.RemovePodSandboxRequest(pod_sandbox_id=sb.id))
+            except CRIError as e:
+                if not e.not_found:
+                    log.info("remove sandbox %s: %s", sb.id, e)
 
     # -- hooks ---------------------------------------------------------------------
 

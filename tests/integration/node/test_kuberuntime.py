@@ -668,3 +668,19 @@ async def _get_through_host_port(runtime, pod, gateway: str, host_port: int) -> 
             break
         await asyncio.sleep(0.1)
     return body
+
+
+async def test_a_dead_sandbox_is_replaced_and_init_containers_run_again(runtime):
+    pod = make_pod("resandbox", [{"name": "main", "command": ["sleep", "60"]}],
+                   initContainers=[{"name": "init", "command": ["true"]}])
+    st = await sync_until(runtime, pod, lambda s: s["phase"] == "Running")
+    uid = pod["metadata"]["uid"]
+    first = (await runtime.pod_runtime_status(uid)).sandbox
+    await runtime.cri.runtime("StopPodSandbox", pb.StopPodSandboxRequest(pod_sandbox_id=first.id))
+    st = await sync_until(runtime, pod, lambda s: s["phase"] == "Running"
+                          and s["containerStatuses"][0]["restartCount"] == 1)
+    rp = await runtime.pod_runtime_status(uid)
+    assert rp.sandbox.id != first.id and rp.sandbox.attempt == first.attempt + 1 and rp.sandbox.ready
+    inits = [c for c in rp.containers if c.name == "init"]
+    assert len(inits) == 2 and inits[0].sandbox_id == rp.sandbox.id
+    assert next(c for c in st["conditions"] if c["type"] == "PodReadyToStartContainers")["status"] == "True"
