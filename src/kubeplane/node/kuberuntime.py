@@ -640,10 +640,10 @@ def dns_config(pod: Obj, cluster_dns: list[str], cluster_domain: str, resolv_con
         searches = _dedupe(searches + list(cfg.get("searches") or []))
         opts: dict[str, str] = {}
         for o in options:
-            k, _, v = o.partition(":")
-            opts[k] = o
+            opts[o.partition(":")[0]] = o
         for o in cfg.get("options") or []:
-            opts[o.get("name", "")] = o["name"] + (f":{o['value']}" if o.get("value") else "")
+            if isinstance(o, dict) and o.get("name"):
+                opts[o["name"]] = o["name"] + (f":{o['value']}" if o.get("value") else "")
         options = list(opts.values())
     return pb.DNSConfig(servers=servers[:3], searches=searches[:32], options=options)
 
@@ -667,7 +667,7 @@ def container_info(st: pb.ContainerStatus, runtime_name: str = "containerd") -> 
         state=_STATES.get(st.state, ps.UNKNOWN), created_at=st.created_at, started_at=st.started_at,
         finished_at=st.finished_at, exit_code=st.exit_code, reason=st.reason, message=st.message,
         image=image, image_ref=st.image_ref, restart_count=restarts, hash=ann.get(HASH_ANNOTATION, ""),
-        attempt=st.metadata.attempt, labels=labels, annotations=ann)
+        attempt=st.metadata.attempt, labels=labels, annotations=ann, log_path=st.log_path)
 
 
 def termination_message(st: pb.ContainerStatus, info: ContainerInfo) -> str:
@@ -1510,6 +1510,22 @@ class KubeRuntime:
                 except CRIError as e:
                     if not e.not_found:
                         log.info("remove container %s: %s", ci.id, e)
+                        continue
+                if ci.log_path:  # its log goes with it, as upstream's container GC removes it
+                    try:
+                        os.unlink(ci.log_path)
+                    except OSError:
+                        pass
+        # sandboxes replaced by a newer one and holding no container go (upstream's evictSandboxes)
+        used = {ci.sandbox_id for ci in rt.containers}
+        for sb in rt.sandboxes[1:]:
+            if sb.ready or sb.id in used:
+                continue
+            try:
+                await self.cri.runtime("RemovePodSandbox", pb.RemovePodSandboxRequest(pod_sandbox_id=sb.id))
+            except CRIError as e:
+                if not e.not_found:
+                    log.info("remove sandbox %s: %s", sb.id, e)
 
     # -- hooks ---------------------------------------------------------------------
 
@@ -1649,4 +1665,6 @@ class KubeRuntime:
                 for k in st.backoff_keys:
                     self.backoff.forget(k)
                     self.image_backoff.forget(k)
+            self.backoff.gc()
+            self.image_backoff.gc()
         self._locks.pop(uid, None)

@@ -53,6 +53,7 @@ class ContainerInfo:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     sandbox_id: str = ""
+    log_path: str = ""
 
     @property
     def raw_id(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import subprocess
 import uuid
 
 import pytest
@@ -171,6 +172,14 @@ async def test_crash_loop_backoff_and_restart_count(clocked):
     # only the current and the previous instance are kept
     rp = await rt.pod_runtime_status(pod["metadata"]["uid"])
     assert len(rp.instances("c")) <= 2
+    # a third restart: the oldest instance and its log go
+    rt.test_clock.offset += 21
+    st = await sync_until(rt, pod, lambda s: s["containerStatuses"][0]["restartCount"] == first + 2)
+    await rt.sync_pod(pod)
+    rp = await rt.pod_runtime_status(pod["metadata"]["uid"])
+    assert len(rp.instances("c")) == 2
+    logs = sorted(os.listdir(os.path.join(rt.pod_log_dir(pod), "c")))
+    assert logs == [f"{first + 1}.log", f"{first + 2}.log"]
 
 
 async def test_init_and_sidecar_containers_run_in_order(runtime):
@@ -606,3 +615,72 @@ async def test_orphan_removed_with_its_annotated_prestop_and_grace(full, tmp_pat
         await fresh.remove_pod(pod["metadata"]["uid"])
     assert (host / "log").read_text().split() == ["prestop", "term"]
     assert pod["metadata"]["uid"] not in {p.uid for p in await rt.running_pods()}
+
+
+def _nat(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["iptables", "-t", "nat", *args], capture_output=True, text=True)
+
+
+def _remove_unused_portmap_chains() -> None:
+    """The portmap plugin leaves its shared chains behind; drop them when no pod uses them."""
+    if _nat("-S", "CNI-HOSTPORT-DNAT").stdout.strip() != "-N CNI-HOSTPORT-DNAT":
+        return  # absent, or some pod's hostPort is still in it
+    _nat("-D", "PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "CNI-HOSTPORT-DNAT")
+    _nat("-D", "OUTPUT", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "CNI-HOSTPORT-DNAT")
+    _nat("-D", "POSTROUTING", "-m", "comment", "--comment", "CNI portfwd requiring masquerade",
+         "-j", "CNI-HOSTPORT-MASQ")
+    for chain in ("CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-MASQ", "CNI-HOSTPORT-SETMARK"):
+        _nat("-F", chain)
+        _nat("-X", chain)
+
+
+async def test_host_port_reaches_the_pod(runtime, containerd):
+    gateway = str(next(ipaddress.ip_network(containerd.pod_cidr).hosts()))
+    host_port = 30000 + os.getpid() % 2000
+    pod = make_pod("hostport", [{"name": "web", "command": ["sh", "-c", "echo hi > /tmp/index.html; "
+                                                                       "exec httpd -f -p 8080 -h /tmp"],
+                                 "ports": [{"containerPort": 8080, "hostPort": host_port, "protocol": "TCP"}]}])
+    had_chains = _nat("-S", "CNI-HOSTPORT-DNAT").returncode == 0
+    try:
+        body = await _get_through_host_port(runtime, pod, gateway, host_port)
+    finally:
+        await runtime.remove_pod(pod["metadata"]["uid"])
+        if not had_chains:
+            _remove_unused_portmap_chains()
+    assert body.startswith(b"HTTP/1.") and body.endswith(b"hi\n")
+    assert f"dport {host_port}" not in _nat("-S").stdout
+
+
+async def _get_through_host_port(runtime, pod, gateway: str, host_port: int) -> bytes:
+    await sync_until(runtime, pod, lambda s: s["phase"] == "Running")
+    body = b""
+    for _ in range(50):
+        try:
+            reader, writer = await asyncio.open_connection(gateway, host_port)
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        writer.write(b"GET /index.html HTTP/1.0\r\n\r\n")
+        await writer.drain()
+        body = await reader.read()
+        writer.close()
+        if body:
+            break
+        await asyncio.sleep(0.1)
+    return body
+
+
+async def test_a_dead_sandbox_is_replaced_and_init_containers_run_again(runtime):
+    pod = make_pod("resandbox", [{"name": "main", "command": ["sleep", "60"]}],
+                   initContainers=[{"name": "init", "command": ["true"]}])
+    st = await sync_until(runtime, pod, lambda s: s["phase"] == "Running")
+    uid = pod["metadata"]["uid"]
+    first = (await runtime.pod_runtime_status(uid)).sandbox
+    await runtime.cri.runtime("StopPodSandbox", pb.StopPodSandboxRequest(pod_sandbox_id=first.id))
+    st = await sync_until(runtime, pod, lambda s: s["phase"] == "Running"
+                          and s["containerStatuses"][0]["restartCount"] == 1)
+    rp = await runtime.pod_runtime_status(uid)
+    assert rp.sandbox.id != first.id and rp.sandbox.attempt == first.attempt + 1 and rp.sandbox.ready
+    inits = [c for c in rp.containers if c.name == "init"]
+    assert len(inits) == 2 and inits[0].sandbox_id == rp.sandbox.id
+    assert next(c for c in st["conditions"] if c["type"] == "PodReadyToStartContainers")["status"] == "True"
