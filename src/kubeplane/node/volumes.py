@@ -396,11 +396,25 @@ class AtomicWriter:
 # ------------------------------------------------------------- ownership (fsGroup)
 
 
-def set_volume_ownership(directory: str, fs_group: int | None, read_only: bool) -> None:
+def _root_matches(directory: str, fs_group: int, read_only: bool) -> bool:
+    """Upstream's requiresPermissionChange, negated: the root has the group, the modes and set-gid."""
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return False
+    want = (RO_MASK if read_only else RW_MASK) | EXEC_MASK
+    return (st.st_gid == fs_group and stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) & want == want
+            and bool(st.st_mode & stat.S_ISGID))
+
+
+def set_volume_ownership(directory: str, fs_group: int | None, read_only: bool, policy: str | None = None) -> None:
     """Upstream's SetVolumeOwnership: group ``fs_group`` on everything, group
     read (and write unless ``read_only``) on files, set-gid and search on
-    directories; symlinks only change group."""
+    directories; symlinks only change group. With ``policy`` ``OnRootMismatch``
+    nothing is walked when the root is right already."""
     if fs_group is None:
+        return
+    if policy == "OnRootMismatch" and _root_matches(directory, fs_group, read_only):
         return
     mask = RO_MASK if read_only else RW_MASK
 
@@ -603,6 +617,10 @@ def fs_user_of(pod: Obj) -> int | None:
             return None
         user = uid
     return user
+
+
+def _fs_group_policy(pod: Obj) -> str | None:
+    return ((pod.get("spec") or {}).get("securityContext") or {}).get("fsGroupChangePolicy")
 
 
 def _fs_group(pod: Obj) -> int | None:
@@ -1161,7 +1179,7 @@ class VolumeManager:
             if not os.path.exists(path):
                 raise _SetupFailed(f'path "{path}" does not exist')
             if not read_only:
-                set_volume_ownership(path, _fs_group(pod), False)
+                set_volume_ownership(path, _fs_group(pod), False, _fs_group_policy(pod))
             return _Ready("local", path, read_only)
         csi = spec.get("csi")
         if csi is not None and csi.get("driver") in self.local_drivers:
@@ -1173,8 +1191,8 @@ class VolumeManager:
             os.makedirs(path, mode=0o777, exist_ok=True)
             if fresh:
                 os.chmod(path, 0o777)
-            if not read_only or csi.get("readOnly"):
-                set_volume_ownership(path, _fs_group(pod), False)
+            if not (read_only or csi.get("readOnly")):
+                set_volume_ownership(path, _fs_group(pod), False, _fs_group_policy(pod))
             return _Ready("local", path, read_only or bool(csi.get("readOnly")))
         source = next((k for k in spec if k not in (
             "capacity", "accessModes", "claimRef", "persistentVolumeReclaimPolicy", "storageClassName",
