@@ -119,10 +119,12 @@ _KNOWN_SOURCES = (
 class VolumeError(Exception):
     """A volume could not be made ready; ``reason`` is the event reason, ``message`` upstream's text."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, messages: list[str] | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        #: one message per volume that failed (upstream records an event for each)
+        self.messages = messages or [message]
 
 
 class _SetupFailed(Exception):
@@ -802,7 +804,7 @@ class VolumeManager:
             else:
                 failures.append(message)
         if failures:
-            raise VolumeError("FailedMount", "; ".join(failures))
+            raise VolumeError("FailedMount", "; ".join(failures), failures)
 
     async def _setup_volume(self, pod: Obj, uid: str, vol: Obj, kind: str) -> _Ready:
         name = vol["name"]

@@ -407,6 +407,12 @@ async def test_unsupported_volume_types_are_refused(vm):
     with pytest.raises(VolumeError) as e:
         await vm.setup(_pod([{"name": "n", "nfs": {"server": "s", "path": "/"}}]))
     assert e.value.message == 'MountVolume.SetUp failed for volume "n" : volume type nfs is not supported on this node'
+    with pytest.raises(VolumeError) as e:
+        await vm.setup(_pod([{"name": "a", "configMap": {"name": "x"}}, {"name": "ok", "emptyDir": {}},
+                             {"name": "b", "secret": {"secretName": "y"}}]))
+    assert e.value.messages == ['MountVolume.SetUp failed for volume "a" : configmap "x" not found',
+                                'MountVolume.SetUp failed for volume "b" : secret "y" not found']
+    assert e.value.message == "; ".join(e.value.messages)
 
 
 async def test_empty_dir_usage_and_its_limit(vm):
