@@ -35,9 +35,9 @@ upstream's names: ``kubernetes.io~empty-dir``, ``kubernetes.io~configmap``,
 ``fsGroup`` gives the volume's files that group (group read, and write for
 writable volumes; set-gid directories) as upstream's volume ownership does.
 
-Sources are read through the client (``GET``), once a second at most for all
-the pods syncing together; immutable ConfigMaps and Secrets once while pods of
-their namespace run here. A node needs to read the ConfigMaps, Secrets, claims
+Sources are read through the client (``GET``) on every set-up (pods asking
+at the same time share one read; a resync pass reads each source once);
+immutable ConfigMaps and Secrets once while pods of their namespace run here. A node needs to read the ConfigMaps, Secrets, claims
 and volumes its pods use, its own Node (allocatable, for tmpfs sizes and
 ``resourceFieldRef``), and to create tokens for its pods' ServiceAccounts.
 
@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import ctypes
 import errno
 import logging
@@ -728,9 +729,8 @@ class VolumeManager:
         self.clock = clock
         self.local_drivers = set(local_drivers)
         self._pods: dict[str, _PodState] = {}
-        #: ConfigMaps and Secrets read in the last ``cache_seconds`` (pods syncing together share one read)
-        self.cache_seconds = min(1.0, resync_seconds)
-        self._sources: dict[tuple[str, str, str], tuple[float, Any]] = {}
+        #: reads of ConfigMaps and Secrets in flight, shared by the pods asking meanwhile
+        self._reading: dict[tuple[str, str, str], asyncio.Future] = {}
         self._immutable: dict[tuple[str, str, str], Obj] = {}
         self._tokens: dict[tuple, _Token] = {}
         self._node_allocatable: tuple[float, dict[str, Any]] | None = None
@@ -910,34 +910,42 @@ class VolumeManager:
     # ------------------------------------------------------------ config/secret
 
     async def _get_source(self, res: Any, kind: str, namespace: str, name: str, optional: bool) -> Obj | None:
+        """The ConfigMap or Secret as the API has it now: pods asking together share one read in flight,
+        one resync pass reads each once; immutable ones are read once."""
         key = (kind, namespace, name)
-        now = time.monotonic()
         if key in self._immutable:
             return self._immutable[key]  # never changes: never read again (as upstream's cache)
-        hit = self._sources.get(key)
+        memo = _PASS.get()
         try:
-            if hit is not None and now - hit[0] < self.cache_seconds:
-                if isinstance(hit[1], StatusError):
-                    raise hit[1]
-                return hit[1]
-            try:
-                obj = await self.client.get(res, name, namespace)
-            except StatusError as err:
-                self._sources[key] = (now, err)
-                raise
-            self._sources[key] = (now, obj)
-            if obj.get("immutable") is True:
-                self._immutable[key] = obj
-            if len(self._sources) > 4096:
-                for k in [k for k, (t, _) in self._sources.items() if now - t >= self.cache_seconds]:
-                    del self._sources[k]
-            return obj
+            if memo is not None and key in memo:
+                got = memo[key]
+            else:
+                fut = self._reading.get(key)
+                if fut is None:
+                    fut = asyncio.ensure_future(self._read_source(res, key))
+                    self._reading[key] = fut
+                    fut.add_done_callback(lambda _f, k=key: self._reading.pop(k, None))
+                got = await asyncio.shield(fut)
+                if memo is not None:
+                    memo[key] = got
+            if isinstance(got, StatusError):
+                raise got
+            return got
         except StatusError as err:
             if err.code == 404:
                 if optional:
                     return None
                 raise _SetupFailed(_not_found_message(kind, name)) from None
             raise _SetupFailed(err.message) from None
+
+    async def _read_source(self, res: Any, key: tuple[str, str, str]) -> Any:
+        try:
+            obj = await self.client.get(res, key[2], key[1])
+        except StatusError as err:
+            return err
+        if obj.get("immutable") is True:
+            self._immutable[key] = obj
+        return obj
 
     async def _config_map_payload(self, pod: Obj, src: Obj, default_mode: int) -> dict[str, FileProjection]:
         optional = bool(src.get("optional"))
@@ -1377,8 +1385,13 @@ class VolumeManager:
         """Brings the contents (configMap, secret, downwardAPI, projected) of one or every known pod up to
         date now; failures are logged (the next pod sync reports them)."""
         uids = [uid] if uid is not None else list(self._pods)
-        if uid is None:
-            self._sources.clear()  # read every source again, once for all the pods using it
+        token = _PASS.set({})  # every source read once in this pass, for all the pods using it
+        try:
+            await self._refresh(uids)
+        finally:
+            _PASS.reset(token)
+
+    async def _refresh(self, uids: list[str]) -> None:
         for u in uids:
             state = self._pods.get(u)
             if state is None:
@@ -1434,6 +1447,10 @@ class VolumeManager:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
+
+
+#: the sources one resync pass has read (key -> object or StatusError)
+_PASS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("volume_resync_pass", default=None)
 
 
 class _PopulateFailed(Exception):
