@@ -1,5 +1,6 @@
 """Pod volumes on a real node, end to end: kubectl makes the ConfigMap, Secret, claim and pod, the
-node agent sets the volumes up and the container reads them (what it writes to its termination log comes back in the pod's status)."""
+node agent sets the volumes up and the container reads them (what it writes to its termination log
+comes back in the pod's status; a running one is asked through kubectl exec)."""
 
 from __future__ import annotations
 
@@ -105,7 +106,8 @@ def test_a_running_container_sees_its_config_map_and_labels_change(real_node):
         real_node.kubectl("wait", "--for=condition=Ready", "pod/live", "--timeout=60s", timeout=90)
 
         def read() -> str:
-            return real_node.kubectl("exec", "live", "--", "sh", "-c", "cat /cfg/greeting; echo; cat /info/labels").stdout
+            script = "cat /cfg/greeting; echo; cat /info/labels"
+            return real_node.kubectl("exec", "live", "--", "sh", "-c", script).stdout
 
         assert read() == 'hello\nstage="one"'
         real_node.kubectl("patch", "configmap", "live-cfg", "-p", '{"data":{"greeting":"bonjour"}}')
