@@ -38,8 +38,9 @@ writable volumes; set-gid directories) as upstream's volume ownership does.
 Sources are read through the client (``GET``) on every set-up (pods asking
 at the same time share one read; a resync pass reads each source once);
 immutable ConfigMaps and Secrets once while pods of their namespace run here.
-A node needs to read the ConfigMaps, Secrets, claims and volumes its pods use, its own Node (allocatable, for tmpfs sizes and
-``resourceFieldRef``), and to create tokens for its pods' ServiceAccounts.
+A node needs to read the ConfigMaps, Secrets, claims and volumes its pods
+use, its own Node (allocatable, for tmpfs sizes and ``resourceFieldRef``),
+and to create tokens for its pods' ServiceAccounts.
 
 Failures raise :class:`VolumeError` carrying the event reason (``FailedMount``
 from :meth:`VolumeManager.setup`, ``CreateContainerConfigError`` from
