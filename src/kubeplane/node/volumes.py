@@ -35,11 +35,12 @@ upstream's names: ``kubernetes.io~empty-dir``, ``kubernetes.io~configmap``,
 ``fsGroup`` gives the volume's files that group (group read, and write for
 writable volumes; set-gid directories) as upstream's volume ownership does.
 
-Sources are read through the client (``GET``), once a second at most for all
-the pods syncing together; immutable ConfigMaps and Secrets once while pods of
-their namespace run here. A node needs to read the ConfigMaps, Secrets, claims
-and volumes its pods use, its own Node (allocatable, for tmpfs sizes and
-``resourceFieldRef``), and to create tokens for its pods' ServiceAccounts.
+Sources are read through the client (``GET``) on every set-up (pods asking
+at the same time share one read; a resync pass reads each source once);
+immutable ConfigMaps and Secrets once while pods of their namespace run here.
+A node needs to read the ConfigMaps, Secrets, claims and volumes its pods
+use, its own Node (allocatable, for tmpfs sizes and ``resourceFieldRef``),
+and to create tokens for its pods' ServiceAccounts.
 
 Failures raise :class:`VolumeError` carrying the event reason (``FailedMount``
 from :meth:`VolumeManager.setup`, ``CreateContainerConfigError`` from
@@ -54,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import ctypes
 import errno
 import logging
@@ -119,10 +121,12 @@ _KNOWN_SOURCES = (
 class VolumeError(Exception):
     """A volume could not be made ready; ``reason`` is the event reason, ``message`` upstream's text."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, messages: list[str] | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        #: one message per volume that failed (upstream records an event for each)
+        self.messages = messages or [message]
 
 
 class _SetupFailed(Exception):
@@ -396,11 +400,25 @@ class AtomicWriter:
 # ------------------------------------------------------------- ownership (fsGroup)
 
 
-def set_volume_ownership(directory: str, fs_group: int | None, read_only: bool) -> None:
+def _root_matches(directory: str, fs_group: int, read_only: bool) -> bool:
+    """Upstream's requiresPermissionChange, negated: the root has the group, the modes and set-gid."""
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return False
+    want = (RO_MASK if read_only else RW_MASK) | EXEC_MASK
+    return (st.st_gid == fs_group and stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) & want == want
+            and bool(st.st_mode & stat.S_ISGID))
+
+
+def set_volume_ownership(directory: str, fs_group: int | None, read_only: bool, policy: str | None = None) -> None:
     """Upstream's SetVolumeOwnership: group ``fs_group`` on everything, group
     read (and write unless ``read_only``) on files, set-gid and search on
-    directories; symlinks only change group."""
+    directories; symlinks only change group. With ``policy`` ``OnRootMismatch``
+    nothing is walked when the root is right already."""
     if fs_group is None:
+        return
+    if policy == "OnRootMismatch" and _root_matches(directory, fs_group, read_only):
         return
     mask = RO_MASK if read_only else RW_MASK
 
@@ -605,6 +623,10 @@ def fs_user_of(pod: Obj) -> int | None:
     return user
 
 
+def _fs_group_policy(pod: Obj) -> str | None:
+    return ((pod.get("spec") or {}).get("securityContext") or {}).get("fsGroupChangePolicy")
+
+
 def _fs_group(pod: Obj) -> int | None:
     g = ((pod.get("spec") or {}).get("securityContext") or {}).get("fsGroup")
     return g if isinstance(g, int) and not isinstance(g, bool) else None
@@ -708,9 +730,8 @@ class VolumeManager:
         self.clock = clock
         self.local_drivers = set(local_drivers)
         self._pods: dict[str, _PodState] = {}
-        #: ConfigMaps and Secrets read in the last ``cache_seconds`` (pods syncing together share one read)
-        self.cache_seconds = min(1.0, resync_seconds)
-        self._sources: dict[tuple[str, str, str], tuple[float, Any]] = {}
+        #: reads of ConfigMaps and Secrets in flight, shared by the pods asking meanwhile
+        self._reading: dict[tuple[str, str, str], asyncio.Future] = {}
         self._immutable: dict[tuple[str, str, str], Obj] = {}
         self._tokens: dict[tuple, _Token] = {}
         self._node_allocatable: tuple[float, dict[str, Any]] | None = None
@@ -784,7 +805,7 @@ class VolumeManager:
             else:
                 failures.append(message)
         if failures:
-            raise VolumeError("FailedMount", "; ".join(failures))
+            raise VolumeError("FailedMount", "; ".join(failures), failures)
 
     async def _setup_volume(self, pod: Obj, uid: str, vol: Obj, kind: str) -> _Ready:
         name = vol["name"]
@@ -890,34 +911,42 @@ class VolumeManager:
     # ------------------------------------------------------------ config/secret
 
     async def _get_source(self, res: Any, kind: str, namespace: str, name: str, optional: bool) -> Obj | None:
+        """The ConfigMap or Secret as the API has it now: pods asking together share one read in flight,
+        one resync pass reads each once; immutable ones are read once."""
         key = (kind, namespace, name)
-        now = time.monotonic()
         if key in self._immutable:
             return self._immutable[key]  # never changes: never read again (as upstream's cache)
-        hit = self._sources.get(key)
+        memo = _PASS.get()
         try:
-            if hit is not None and now - hit[0] < self.cache_seconds:
-                if isinstance(hit[1], StatusError):
-                    raise hit[1]
-                return hit[1]
-            try:
-                obj = await self.client.get(res, name, namespace)
-            except StatusError as err:
-                self._sources[key] = (now, err)
-                raise
-            self._sources[key] = (now, obj)
-            if obj.get("immutable") is True:
-                self._immutable[key] = obj
-            if len(self._sources) > 4096:
-                for k in [k for k, (t, _) in self._sources.items() if now - t >= self.cache_seconds]:
-                    del self._sources[k]
-            return obj
+            if memo is not None and key in memo:
+                got = memo[key]
+            else:
+                fut = self._reading.get(key)
+                if fut is None:
+                    fut = asyncio.ensure_future(self._read_source(res, key))
+                    self._reading[key] = fut
+                    fut.add_done_callback(lambda _f, k=key: self._reading.pop(k, None))
+                got = await asyncio.shield(fut)
+                if memo is not None:
+                    memo[key] = got
+            if isinstance(got, StatusError):
+                raise got
+            return got
         except StatusError as err:
             if err.code == 404:
                 if optional:
                     return None
                 raise _SetupFailed(_not_found_message(kind, name)) from None
             raise _SetupFailed(err.message) from None
+
+    async def _read_source(self, res: Any, key: tuple[str, str, str]) -> Any:
+        try:
+            obj = await self.client.get(res, key[2], key[1])
+        except StatusError as err:
+            return err
+        if obj.get("immutable") is True:
+            self._immutable[key] = obj
+        return obj
 
     async def _config_map_payload(self, pod: Obj, src: Obj, default_mode: int) -> dict[str, FileProjection]:
         optional = bool(src.get("optional"))
@@ -1161,7 +1190,7 @@ class VolumeManager:
             if not os.path.exists(path):
                 raise _SetupFailed(f'path "{path}" does not exist')
             if not read_only:
-                set_volume_ownership(path, _fs_group(pod), False)
+                set_volume_ownership(path, _fs_group(pod), False, _fs_group_policy(pod))
             return _Ready("local", path, read_only)
         csi = spec.get("csi")
         if csi is not None and csi.get("driver") in self.local_drivers:
@@ -1173,8 +1202,8 @@ class VolumeManager:
             os.makedirs(path, mode=0o777, exist_ok=True)
             if fresh:
                 os.chmod(path, 0o777)
-            if not read_only or csi.get("readOnly"):
-                set_volume_ownership(path, _fs_group(pod), False)
+            if not (read_only or csi.get("readOnly")):
+                set_volume_ownership(path, _fs_group(pod), False, _fs_group_policy(pod))
             return _Ready("local", path, read_only or bool(csi.get("readOnly")))
         source = next((k for k in spec if k not in (
             "capacity", "accessModes", "claimRef", "persistentVolumeReclaimPolicy", "storageClassName",
@@ -1357,8 +1386,13 @@ class VolumeManager:
         """Brings the contents (configMap, secret, downwardAPI, projected) of one or every known pod up to
         date now; failures are logged (the next pod sync reports them)."""
         uids = [uid] if uid is not None else list(self._pods)
-        if uid is None:
-            self._sources.clear()  # read every source again, once for all the pods using it
+        token = _PASS.set({})  # every source read once in this pass, for all the pods using it
+        try:
+            await self._refresh(uids)
+        finally:
+            _PASS.reset(token)
+
+    async def _refresh(self, uids: list[str]) -> None:
         for u in uids:
             state = self._pods.get(u)
             if state is None:
@@ -1414,6 +1448,10 @@ class VolumeManager:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
+
+
+#: the sources one resync pass has read (key -> object or StatusError)
+_PASS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("volume_resync_pass", default=None)
 
 
 class _PopulateFailed(Exception):

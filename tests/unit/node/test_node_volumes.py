@@ -407,6 +407,12 @@ async def test_unsupported_volume_types_are_refused(vm):
     with pytest.raises(VolumeError) as e:
         await vm.setup(_pod([{"name": "n", "nfs": {"server": "s", "path": "/"}}]))
     assert e.value.message == 'MountVolume.SetUp failed for volume "n" : volume type nfs is not supported on this node'
+    with pytest.raises(VolumeError) as e:
+        await vm.setup(_pod([{"name": "a", "configMap": {"name": "x"}}, {"name": "ok", "emptyDir": {}},
+                             {"name": "b", "secret": {"secretName": "y"}}]))
+    assert e.value.messages == ['MountVolume.SetUp failed for volume "a" : configmap "x" not found',
+                                'MountVolume.SetUp failed for volume "b" : secret "y" not found']
+    assert e.value.message == "; ".join(e.value.messages)
 
 
 async def test_empty_dir_usage_and_its_limit(vm):
@@ -492,3 +498,25 @@ async def test_generic_ephemeral_volume_claims_must_belong_to_the_pod(vm, inproc
     await vm.setup(pod)
     [m] = vm.mounts(pod, pod["spec"]["containers"][0])
     assert m.host_path == str(tmp_path / "local" / "pvc-eph") and not m.readonly
+
+
+async def test_fs_group_on_claims_and_its_change_policy(vm, inprocess_client, tmp_path):
+    await _bound_claim(inprocess_client, "data", {"csi": {"driver": "kubeplane.io/local", "volumeHandle": "pvc-fs"}})
+    local = tmp_path / "local" / "pvc-fs"
+
+    def pod(policy=None):
+        sc = {"fsGroup": 555, **({"fsGroupChangePolicy": policy} if policy else {})}
+        return _pod([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}], securityContext=sc)
+
+    await vm.setup(pod())
+    assert local.stat().st_gid == 555 and local.stat().st_mode & stat.S_ISGID
+    (local / "f").write_text("x")
+    os.chown(local / "f", -1, 0)
+    await vm.setup(pod("OnRootMismatch"))  # the root is right: nothing below it is looked at
+    assert (local / "f").stat().st_gid == 0
+    await vm.setup(pod("Always"))
+    assert (local / "f").stat().st_gid == 555 and stat.S_IMODE((local / "f").stat().st_mode) & 0o660 == 0o660
+    ro = _pod([{"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}}],
+              securityContext={"fsGroup": 777})
+    await vm.setup(ro)  # read-only: the volume's ownership is left alone
+    assert local.stat().st_gid == 555 and vm.mounts(ro, ro["spec"]["containers"][0])[0].readonly
