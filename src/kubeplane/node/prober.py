@@ -249,8 +249,9 @@ async def probe_exec(cri, container_id: str, command: list[str], timeout: float)
     Exit code 0 is success, any other a failure (with the output); a command
     that outlives ``timeout`` is a failure ``command timed out``. A runtime
     that cannot run it raises :class:`ProbeError`."""
+    # the CRI's timeout is whole seconds, and 0 would mean none at all
     req = pb.ExecSyncRequest(container_id=strip_runtime(container_id), cmd=command,
-                             timeout=int(timeout))
+                             timeout=max(int(timeout), 1))
     call_timeout = (cri.timeout if hasattr(cri, "timeout") else RUNTIME_REQUEST_TIMEOUT) + timeout
     try:
         resp = await cri.runtime("ExecSync", req, timeout=call_timeout)
@@ -883,7 +884,7 @@ class ProbeManager:
     def cleanup_pods(self, desired: Iterable[str]) -> None:
         """Stop the workers of every pod whose uid is not in ``desired``."""
         keep = set(desired)
-        for uid in {u for (u, _, _) in self._workers} | set(self._statuses):
+        for uid in {u for (u, _, _) in self._workers} | set(self._statuses) | {k.uid for k in self._known.values()}:
             if uid not in keep:
                 self.remove_pod(uid)
 

@@ -546,9 +546,13 @@ async def test_remove_and_cleanup_pods(manager, http_server):
     assert manager.worker_count() == 6
     manager.stop_liveness_and_startup(_pod([c], uid="a"))
     await _until(lambda: manager.worker_count() == 5)
+    plain = _pod([{"name": "noprobe"}], uid="d")
+    manager.update_pod_status(plain, _status(("noprobe", "containerd://d1")))
+    assert manager.started("d1") and manager.ready("d1")
     manager.remove_pod("a")
     manager.cleanup_pods({"b"})
     await _until(lambda: manager.worker_count() == 2)
+    assert not manager.started("d1")  # forgotten with its pod
 
 
 async def test_sidecar_probed_and_init_ready(manager, http_server):
