@@ -270,6 +270,8 @@ def _http_error_text(e: BaseException, host: str, port: int) -> str:
     addr = join_host_port(host, port)
     if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
         return "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+    if type(e).__name__ == "ServerDisconnectedError":
+        return "EOF"  # the server closed the connection without an answer
     inner = getattr(e, "os_error", None) or e.__cause__ or e
     if isinstance(inner, ConnectionRefusedError):
         return f"dial tcp {addr}: connect: connection refused"
@@ -351,15 +353,26 @@ class HTTPProber:
                     target = urljoin(url, location)
                     if (not self.follow_non_local_redirects
                             and urlsplit(target).hostname != first_host):
-                        body = await resp.content.read(MAX_OUTPUT)
-                        return resp.status, body, url
+                        return resp.status, await _read_at_most(resp, MAX_OUTPUT), url
                     via += 1
                     if via >= 10:
                         raise ProbeError("stopped after 10 redirects")
                     url = target
                     continue
-                body = await resp.content.read(MAX_OUTPUT)
-                return resp.status, body, url
+                return resp.status, await _read_at_most(resp, MAX_OUTPUT), url
+
+
+async def _read_at_most(resp, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the body (a longer body is cut, as upstream's probe reads it)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < limit:
+        chunk = await resp.content.read(limit - total)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 async def probe_http(prober: HTTPProber, url: str, headers: dict[str, str], timeout: float) -> tuple[str, str]:
