@@ -249,8 +249,9 @@ async def probe_exec(cri, container_id: str, command: list[str], timeout: float)
     Exit code 0 is success, any other a failure (with the output); a command
     that outlives ``timeout`` is a failure ``command timed out``. A runtime
     that cannot run it raises :class:`ProbeError`."""
+    # the CRI's timeout is whole seconds, and 0 would mean none at all
     req = pb.ExecSyncRequest(container_id=strip_runtime(container_id), cmd=command,
-                             timeout=int(timeout))
+                             timeout=max(int(timeout), 1))
     call_timeout = (cri.timeout if hasattr(cri, "timeout") else RUNTIME_REQUEST_TIMEOUT) + timeout
     try:
         resp = await cri.runtime("ExecSync", req, timeout=call_timeout)
@@ -269,6 +270,8 @@ def _http_error_text(e: BaseException, host: str, port: int) -> str:
     addr = join_host_port(host, port)
     if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
         return "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+    if type(e).__name__ == "ServerDisconnectedError":
+        return "EOF"  # the server closed the connection without an answer
     inner = getattr(e, "os_error", None) or e.__cause__ or e
     if isinstance(inner, ConnectionRefusedError):
         return f"dial tcp {addr}: connect: connection refused"
@@ -350,15 +353,26 @@ class HTTPProber:
                     target = urljoin(url, location)
                     if (not self.follow_non_local_redirects
                             and urlsplit(target).hostname != first_host):
-                        body = await resp.content.read(MAX_OUTPUT)
-                        return resp.status, body, url
+                        return resp.status, await _read_at_most(resp, MAX_OUTPUT), url
                     via += 1
                     if via >= 10:
                         raise ProbeError("stopped after 10 redirects")
                     url = target
                     continue
-                body = await resp.content.read(MAX_OUTPUT)
-                return resp.status, body, url
+                return resp.status, await _read_at_most(resp, MAX_OUTPUT), url
+
+
+async def _read_at_most(resp, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the body (a longer body is cut, as upstream's probe reads it)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < limit:
+        chunk = await resp.content.read(limit - total)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 async def probe_http(prober: HTTPProber, url: str, headers: dict[str, str], timeout: float) -> tuple[str, str]:
@@ -883,7 +897,7 @@ class ProbeManager:
     def cleanup_pods(self, desired: Iterable[str]) -> None:
         """Stop the workers of every pod whose uid is not in ``desired``."""
         keep = set(desired)
-        for uid in {u for (u, _, _) in self._workers} | set(self._statuses):
+        for uid in {u for (u, _, _) in self._workers} | set(self._statuses) | {k.uid for k in self._known.values()}:
             if uid not in keep:
                 self.remove_pod(uid)
 

@@ -141,6 +141,12 @@ class HTTPServer:
             raise web.HTTPFound(f"http://localhost:{self.port}/healthz")
         if path == "/loop":
             raise web.HTTPFound("/loop")
+        if path == "/big":
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            for _ in range(30):  # 30 KiB in 1 KiB chunks
+                await resp.write(b"x" * 1024)
+            return resp
         return web.Response(status=self.code, text=f"code {self.code}")
 
     async def stop(self):
@@ -195,6 +201,25 @@ async def test_http_probe_results(http_server, prober_client):
     assert len(http_server.requests) == n + 1
     result, out = await pr.probe_http(prober_client, base + "/loop", {}, 1)
     assert (result, out) == (Result.FAILURE, f'Get "{base}/loop": stopped after 10 redirects')
+
+
+async def test_http_probe_body_read_up_to_10k(http_server, prober_client):
+    result, out = await pr.probe_http(prober_client, f"http://127.0.0.1:{http_server.port}/big", {}, 2)
+    assert result == Result.SUCCESS and out == "x" * 10240
+
+
+async def test_http_probe_server_closing_without_answer(prober_client):
+    async def hang_up(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        assert await pr.probe_http(prober_client, f"http://127.0.0.1:{port}/", {}, 2) == (
+            Result.FAILURE, f'Get "http://127.0.0.1:{port}/": EOF')
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def test_http_probe_refused_and_timeout(http_server, prober_client):
@@ -546,9 +571,13 @@ async def test_remove_and_cleanup_pods(manager, http_server):
     assert manager.worker_count() == 6
     manager.stop_liveness_and_startup(_pod([c], uid="a"))
     await _until(lambda: manager.worker_count() == 5)
+    plain = _pod([{"name": "noprobe"}], uid="d")
+    manager.update_pod_status(plain, _status(("noprobe", "containerd://d1")))
+    assert manager.started("d1") and manager.ready("d1")
     manager.remove_pod("a")
     manager.cleanup_pods({"b"})
     await _until(lambda: manager.worker_count() == 2)
+    assert not manager.started("d1")  # forgotten with its pod
 
 
 async def test_sidecar_probed_and_init_ready(manager, http_server):
