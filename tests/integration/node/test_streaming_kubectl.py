@@ -149,13 +149,14 @@ async def test_kubectl_exec_output_and_exit_code(env):
     assert rc == 1 and "container other is not valid for pod shell" in err
 
 
-async def test_kubectl_exec_interactive_through_a_pty(env):
+@pytest.mark.parametrize("spdy", [False, True], ids=["websocket", "spdy"])
+async def test_kubectl_exec_interactive_through_a_pty(env, spdy):
     await env.pod("tty", {"main": ["sleep", "3600"]})
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
     p = await asyncio.create_subprocess_exec(
         KUBECTL, "--kubeconfig", env.cluster.kubeconfig, "exec", "-it", "tty", "--", "sh",
-        stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+        stdin=slave, stdout=slave, stderr=slave, start_new_session=True, env=kubectl_env(spdy))
     os.close(slave)
     loop = asyncio.get_running_loop()
     seen = bytearray()
