@@ -9,9 +9,14 @@ without ``--kubelet-certificate-authority``, it does not verify the
 kubelet's serving certificate unless given a CA.
 
 The kubelet serves the WebSocket protocols itself (as upstream's nodes with
-``ExtendWebSocketsToKubelet``), so exec, attach and port-forward are relayed
-message by message: the client's WebSocket is accepted with the
-subprotocol the kubelet chose. Simulated nodes (label
+``ExtendWebSocketsToKubelet``), so exec, attach and port-forward over a
+WebSocket are relayed message by message: the client's WebSocket is
+accepted with the subprotocol the kubelet chose. A client that upgrades to
+SPDY/3.1 instead (kubectl's fallback, older kubectl, client-go's SPDY
+executor) is answered in SPDY here and spoken for to the kubelet over its
+WebSocket: port-forward's SPDY session passes through the kubelet's
+tunnel as it is; an exec's or attach's streams become ``v5.channel.k8s.io``
+channels (stdin's end included). Simulated nodes (label
 ``type=kubeplane-simulated``) run no containers.
 """
 
@@ -22,6 +27,7 @@ import json
 import logging
 import ssl
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -212,6 +218,11 @@ async def stream_logs(request: web.Request, kubelet: KubeletClient, host: str, p
         r.release()
 
 
+def is_spdy(request: web.Request) -> bool:
+    return (request.headers.get("Upgrade", "").lower().startswith("spdy/3.1")
+            and "upgrade" in request.headers.get("Connection", "").lower())
+
+
 def offered_protocols(request: web.Request) -> list[str]:
     return [p.strip() for h in request.headers.getall("Sec-WebSocket-Protocol", [])
             for p in h.split(",") if p.strip()]
@@ -237,23 +248,24 @@ async def _handshake_error(kubelet: KubeletClient, url: str, params: list[tuple[
 
 
 async def relay_websocket(request: web.Request, kubelet: KubeletClient, host: str, port: int,
-                          path: str, params: list[tuple[str, str]], pod_name: str) -> web.StreamResponse:
-    """Relay the client's WebSocket to the kubelet's, message by message.
+                          path: str, params: list[tuple[str, str]], pod_name: str,
+                          spdy_options: "SpdyOptions | None" = None) -> web.StreamResponse:
+    """Relay the client's WebSocket to the kubelet's, message by message; an
+    upgrade to SPDY/3.1 instead is translated (:func:`serve_spdy`).
 
-    kubectl retries a refused WebSocket upgrade over SPDY, which this server
-    does not serve: the retry gets the kubelet's refusal of the first
-    attempt, so the user reads why (the container is not running...).
+    kubectl retries a refused WebSocket upgrade over SPDY: the retry gets the
+    kubelet's refusal of the first attempt without asking again (an exec
+    would run twice), so the user reads why (the container is not running...).
     """
     from kubeplane.auth.user import current_user
 
     key = (current_user().name, request.path, request.query_string)
     if not is_websocket(request):
-        if "spdy" in request.headers.get("Upgrade", "").lower():
+        if is_spdy(request) and spdy_options is not None:
             refused = kubelet.recent_refusal(key)
             if refused is not None:
                 raise refused
-            raise errors.bad_request("upgrading to SPDY/3.1 is not supported by this server: "
-                                     "use the WebSocket protocols (kubectl 1.30 or later)")
+            return await serve_spdy(request, kubelet, host, port, path, params, pod_name, spdy_options)
         raise errors.bad_request("Upgrade request required")
     protocols = offered_protocols(request)
     url = _url(host, port, path)
@@ -314,3 +326,173 @@ async def relay_websocket(request: web.Request, kubelet: KubeletClient, host: st
         if not ws.closed:
             await ws.close()
     return ws
+
+
+# -- SPDY clients -------------------------------------------------------------
+
+
+@dataclass
+class SpdyOptions:
+    """What a SPDY client asked for: port-forward, or the streams of an exec/attach."""
+
+    port_forward: bool = False
+    stdin: bool = False
+    stdout: bool = False
+    stderr: bool = False
+    tty: bool = False
+
+
+class _RawParser:
+    """Takes the bytes of an upgraded connection (aiohttp's parser slot)."""
+
+    def __init__(self, queue: "asyncio.Queue[bytes | None]") -> None:
+        self.queue = queue
+
+    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        self.queue.put_nowait(bytes(data))
+        return False, b""
+
+    def feed_eof(self) -> None:
+        self.queue.put_nowait(None)
+
+
+async def _upgrade(request: web.Request, protocol: str) -> tuple[web.StreamResponse, "asyncio.Queue[bytes | None]", Any]:
+    resp = web.StreamResponse(status=101, headers={"Connection": "Upgrade", "Upgrade": "SPDY/3.1",
+                                                   "X-Stream-Protocol-Version": protocol})
+    await resp.prepare(request)
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+    request.protocol.set_parser(_RawParser(queue))  # type: ignore[arg-type]
+    request.protocol.keep_alive(False)
+    return resp, queue, request.transport
+
+
+async def serve_spdy(request: web.Request, kubelet: KubeletClient, host: str, port: int, path: str,
+                     params: list[tuple[str, str]], pod_name: str, opts: SpdyOptions) -> web.StreamResponse:
+    """A SPDY/3.1 client (kubectl's fallback, client-go's SPDY executor): the
+    kubelet is spoken to over its WebSocket. Port-forward's SPDY session goes
+    through as it is (the kubelet tunnels SPDY); an exec's or attach's SPDY
+    streams become the channels of ``v5.channel.k8s.io``."""
+    from kubeplane.streaming import channels, spdy
+
+    offered = [v.strip() for h in request.headers.getall("X-Stream-Protocol-Version", []) for v in h.split(",")
+               if v.strip()]
+    supported = [channels.PORT_FORWARD_SPDY] if opts.port_forward else [channels.V5, channels.V4]
+    chosen = next((p for p in offered if p in supported), None)
+    if chosen is None:
+        raise errors.StatusError(403, "Forbidden", f"unable to upgrade: unable to negotiate protocol: client "
+                                                   f"supports {go_list(offered)}, server supports {go_list(supported)}")
+    url = _url(host, port, path)
+    backend_protocol = channels.PORT_FORWARD_TUNNEL if opts.port_forward else channels.V5
+    try:
+        backend = await kubelet.session().ws_connect(url, params=params, protocols=[backend_protocol],
+                                                     max_msg_size=0, autoping=True)
+    except aiohttp.WSServerHandshakeError as exc:
+        raise await _handshake_error(kubelet, url, params, [backend_protocol], pod_name, exc.status) from None
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        raise errors.internal(f"error dialing backend: {exc}") from None
+    try:
+        resp, queue, transport = await _upgrade(request, chosen)
+    except BaseException:
+        await backend.close()
+        raise
+
+    def write(data: bytes) -> None:
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    try:
+        if opts.port_forward:
+            await _relay_raw(queue, backend, write)
+        else:
+            await _translate_remote_command(queue, backend, write, opts)
+    finally:
+        if not backend.closed:
+            await backend.close()
+        if transport is not None and not transport.is_closing():
+            transport.close()
+    return resp
+
+
+async def _relay_raw(queue: "asyncio.Queue[bytes | None]", backend: Any, write: Any) -> None:
+    async def up() -> None:
+        while (data := await queue.get()) is not None:
+            await backend.send_bytes(data)
+
+    async def down() -> None:
+        async for msg in backend:
+            if msg.type == WSMsgType.BINARY:
+                write(msg.data)
+
+    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _translate_remote_command(queue: "asyncio.Queue[bytes | None]", backend: Any, write: Any,
+                                    opts: SpdyOptions) -> None:
+    from kubeplane.streaming import channels, spdy
+
+    names = {v: k for k, v in channels.STREAM_NAMES.items()}
+    wanted = {channels.ERROR} | {ch for ch, on in ((channels.STDIN, opts.stdin), (channels.STDOUT, opts.stdout),
+                                                   (channels.STDERR, opts.stderr and not opts.tty),
+                                                   (channels.RESIZE, opts.tty)) if on}
+    streams: dict[int, spdy.Stream] = {}
+    ready = asyncio.Event()
+    pumps: list[asyncio.Task] = []
+
+    async def send(data: bytes) -> None:
+        write(data)
+
+    async def on_stream(s: spdy.Stream) -> None:
+        ch = names.get(s.header(channels.STREAM_TYPE))
+        if ch is None or ch in streams:
+            await s.reset(spdy.PROTOCOL_ERROR)
+            return
+        await s.reply()
+        streams[ch] = s
+        if ch in (channels.STDIN, channels.RESIZE):
+            pumps.append(asyncio.ensure_future(client_stream(ch, s)))
+        if wanted <= set(streams):
+            ready.set()
+
+    async def client_stream(ch: int, s: spdy.Stream) -> None:
+        while chunk := await s.read():
+            await backend.send_bytes(bytes([ch]) + chunk)
+        if ch == channels.STDIN and not s.reset_by_peer:
+            await backend.send_bytes(bytes([channels.CLOSE, channels.STDIN]))
+
+    session = spdy.Session(send, server=True, on_stream=on_stream)
+
+    async def read_client() -> None:
+        while (data := await queue.get()) is not None:
+            await session.feed(data)
+        session.feed_eof()
+
+    async def from_kubelet() -> None:
+        await asyncio.wait_for(ready.wait(), 30)
+        async for msg in backend:
+            if msg.type != WSMsgType.BINARY or not msg.data:
+                continue
+            s = streams.get(msg.data[0])
+            if s is not None and msg.data[0] in (channels.STDOUT, channels.STDERR, channels.ERROR):
+                await s.write(msg.data[1:])
+        for ch in (channels.STDOUT, channels.STDERR, channels.ERROR):
+            if ch in streams:
+                await streams[ch].close()
+        await session.goaway()
+
+    reader = asyncio.ensure_future(read_client())
+    down = asyncio.ensure_future(from_kubelet())
+    try:
+        await asyncio.wait({reader, down}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        for t in (reader, down, *pumps):
+            t.cancel()
+        await asyncio.gather(reader, down, *pumps, return_exceptions=True)
+        session.cancel_tasks()

@@ -874,7 +874,11 @@ class APIHandler:
         if nodeproxy.is_simulated(node):
             raise errors.bad_request(f"pod {name} is on the simulated node {node_name}, which runs no containers")
         host, port = nodeproxy.kubelet_address(node)
-        return await nodeproxy.relay_websocket(request, self.kubelet, host, port, path, params, name)
+        if sub == "portforward":
+            spdy_opts = nodeproxy.SpdyOptions(port_forward=True)
+        else:
+            spdy_opts = nodeproxy.SpdyOptions(**{k: bool(v) for k, v in flags.items()})
+        return await nodeproxy.relay_websocket(request, self.kubelet, host, port, path, params, name, spdy_opts)
     async def scale(self, request: web.Request, t: Target) -> web.Response:
         m = request.method
         if m == "GET":

@@ -32,14 +32,22 @@ KUBECTL = "/usr/bin/kubectl"
 NODE = "stream-n1"
 
 
+def kubectl_env(spdy: bool) -> dict[str, str]:
+    """kubectl's environment; ``spdy``: the SPDY/3.1 protocols instead of the WebSocket ones."""
+    env = dict(os.environ)
+    if spdy:
+        env.update(KUBECTL_REMOTE_COMMAND_WEBSOCKETS="false", KUBECTL_PORT_FORWARD_WEBSOCKETS="false")
+    return env
+
+
 class Env:
     def __init__(self, cluster, client, cri, server, tmp):
         self.cluster, self.client, self.cri, self.server, self.tmp = cluster, client, cri, server, tmp
         self.pods: list[CRIPod] = []
 
-    async def kubectl(self, *args: str, stdin: bytes | None = None, timeout: float = 60.0):
+    async def kubectl(self, *args: str, stdin: bytes | None = None, timeout: float = 60.0, spdy: bool = False):
         p = await asyncio.create_subprocess_exec(
-            KUBECTL, "--kubeconfig", self.cluster.kubeconfig, *args,
+            KUBECTL, "--kubeconfig", self.cluster.kubeconfig, *args, env=kubectl_env(spdy),
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:
@@ -141,13 +149,14 @@ async def test_kubectl_exec_output_and_exit_code(env):
     assert rc == 1 and "container other is not valid for pod shell" in err
 
 
-async def test_kubectl_exec_interactive_through_a_pty(env):
+@pytest.mark.parametrize("spdy", [False, True], ids=["websocket", "spdy"])
+async def test_kubectl_exec_interactive_through_a_pty(env, spdy):
     await env.pod("tty", {"main": ["sleep", "3600"]})
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
     p = await asyncio.create_subprocess_exec(
         KUBECTL, "--kubeconfig", env.cluster.kubeconfig, "exec", "-it", "tty", "--", "sh",
-        stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+        stdin=slave, stdout=slave, stderr=slave, start_new_session=True, env=kubectl_env(spdy))
     os.close(slave)
     loop = asyncio.get_running_loop()
     seen = bytearray()
@@ -333,3 +342,40 @@ async def test_kubectl_attach(env):
     await asyncio.sleep(0.3)
     rc, out, err = await env.kubectl("attach", "-i", "attached", stdin=b"hello\nmore\n", timeout=30)
     assert (rc, out) == (0, "got hello\nmore\nstdin closed\n"), err
+
+
+async def test_kubectl_over_spdy(env):
+    """kubectl with its WebSocket protocols turned off speaks SPDY/3.1 to the API server."""
+    await env.pod("legacy", {"main": ["sh", "-c", "mkdir -p /www && echo over-spdy > /www/index.html && "
+                                                  "exec httpd -f -p 8080 -h /www"]})
+    await asyncio.sleep(0.3)
+    assert await env.kubectl("exec", "legacy", "--", "sh", "-c", "echo a; echo b >&2", spdy=True) == (0, "a\n", "b\n")
+    rc, out, err = await env.kubectl("-v=8", "exec", "legacy", "--", "echo", "c", spdy=True)
+    assert (rc, out) == (0, "c\n") and "SPDY/3.1" in err and "sec-websocket" not in err.lower()
+    rc, out, err = await env.kubectl("exec", "legacy", "--", "sh", "-c", "exit 4", spdy=True)
+    assert rc == 4 and "command terminated with exit code 4" in err
+    rc, out, _ = await env.kubectl("exec", "-i", "legacy", "--", "wc", "-c", stdin=b"x" * 70000, spdy=True)
+    assert (rc, out.strip()) == (0, "70000")
+    src = env.tmp / "spdy.bin"
+    src.write_bytes(os.urandom(50_000))
+    rc, _, err = await env.kubectl("cp", str(src), "legacy:/tmp/spdy.bin", spdy=True)
+    assert rc == 0, err
+    back = env.tmp / "spdy-back.bin"
+    rc, _, err = await env.kubectl("cp", "legacy:/tmp/spdy.bin", str(back), spdy=True)
+    assert rc == 0 and back.read_bytes() == src.read_bytes(), err
+    rc, _, err = await env.kubectl("exec", "legacy", "-c", "nope", "--", "true", spdy=True)
+    assert rc == 1 and "container nope is not valid for pod legacy" in err
+    p = await asyncio.create_subprocess_exec(
+        KUBECTL, "--kubeconfig", env.cluster.kubeconfig, "port-forward", "pod/legacy", ":8080", env=kubectl_env(True),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        line = (await asyncio.wait_for(p.stdout.readline(), 20)).decode()
+        m = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> 8080", line)
+        assert m, line
+        async with aiohttp.ClientSession() as http:
+            for _ in range(2):
+                async with http.get(f"http://127.0.0.1:{m.group(1)}/index.html") as r:
+                    assert await r.text() == "over-spdy\n"
+    finally:
+        p.terminate()
+        await p.wait()

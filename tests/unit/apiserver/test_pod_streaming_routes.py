@@ -99,17 +99,22 @@ async def test_exec_options_are_validated(api):
     assert code == 400 and "ports must be in the range 1-65535" in out["message"]
 
 
-async def test_upgrades_the_server_does_not_serve(api):
+async def test_upgrades_and_unreachable_kubelets(api):
     code, out = await call(api, "GET", f"{P}/one/exec?command=ls&stdout=true")
     assert (code, out["message"]) == (400, "Upgrade request required")
+    spdy = {"Connection": "Upgrade", "Upgrade": "SPDY/3.1"}
     code, out = await call(api, "POST", f"{P}/one/exec?command=ls&stdout=true",
-                           {"Connection": "Upgrade", "Upgrade": "SPDY/3.1"})
-    assert code == 400 and "SPDY/3.1 is not supported" in out["message"]
-    # the kubelet is down: the WebSocket attempt fails, and kubectl's SPDY retry says why
+                           {**spdy, "X-Stream-Protocol-Version": "v9.channel.k8s.io"})
+    assert (code, out["message"]) == (403, "unable to upgrade: unable to negotiate protocol: client supports "
+                                           "[v9.channel.k8s.io], server supports [v5.channel.k8s.io v4.channel.k8s.io]")
+    code, out = await call(api, "POST", f"{P}/one/exec?command=ls&stdout=true",
+                           {**spdy, "X-Stream-Protocol-Version": "v4.channel.k8s.io"})
+    assert code == 500 and out["message"].startswith("error dialing backend")
+    # the kubelet is down: the WebSocket attempt fails, and kubectl's SPDY retry gets the same answer
     code, out = await call(api, "GET", f"{P}/one/exec?command=ls&stdout=true", WS)
     assert code == 500 and out["message"].startswith("error dialing backend")
     code, again = await call(api, "POST", f"{P}/one/exec?command=ls&stdout=true",
-                             {"Connection": "Upgrade", "Upgrade": "SPDY/3.1"})
+                             {**spdy, "X-Stream-Protocol-Version": "v5.channel.k8s.io"})
     assert (code, again["message"]) == (500, out["message"])
 
 
