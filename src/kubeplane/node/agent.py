@@ -513,8 +513,9 @@ class NodeAgent:
         from kubeplane.node.prober import ProbeManager
         from kubeplane.node.volumes import VolumeManager
 
-        self.volumes = VolumeManager(self.client, self.config.pods_dir, node_name=self.name)
-        self.prober = ProbeManager(self.cri, self.wake_pod)
+        self.volumes = VolumeManager(self.client, self.config.pods_dir, node_name=self.name,
+                                     recorder=self.recorder)
+        self.prober = ProbeManager(self.cri, self.wake_pod, recorder=self.recorder)
         status = (self.node or {}).get("status") or {}
         host_ips = [a["address"] for a in status.get("addresses") or [] if a.get("type") == "InternalIP"]
         return KubeRuntime(self.cri, client=self.client, node_name=self.name, pods_dir=self.config.pods_dir,
