@@ -245,6 +245,9 @@ class APIServer:
             self.security = Security.load(cfg, host, self.registry)
             ssl_context = self.security.ssl_context
             auth_kw = {"authenticator": self.security.authenticator, "token_issuer": self.security.issuer}
+            from kubeplane.apiserver.nodeproxy import KubeletClient
+
+            auth_kw["kubelet_client"] = KubeletClient(self.security.kubelet_client_files)
         app = build_app(self.registry, self.catalogue, max_body=cfg.max_body, server_address=address,
                         limits=cfg.limits, metrics=self.metrics, authorizer=self.authorizer, **auth_kw)
         self._runner = BoundedAppRunner(app, cfg.limits, access_log=None, handle_signals=False,

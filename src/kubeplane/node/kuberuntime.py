@@ -27,8 +27,6 @@ import math
 import os
 import re
 import shutil
-import socket
-import ssl
 import time
 import uuid
 import zlib
@@ -40,8 +38,10 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.node import podstatus as ps
+from kubeplane.node import prober as prober_mod
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIClient, CRIError, pb
 from kubeplane.node.podstatus import ContainerInfo, RuntimePod, SandboxInfo
+from kubeplane.node.volumes import VolumeError
 from kubeplane.registry.strategies import pod_qos_class
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,9 @@ DEFAULT_MASKED_PATHS = [
     "/sys/firmware", "/sys/devices/virtual/powercap",
 ]
 DEFAULT_READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+
+#: how long a namespace's Service list serves container environments
+SERVICE_CACHE_SECONDS = 1.0
 
 CONFIGMAPS = resource("configmaps")
 SECRETS = resource("secrets")
@@ -124,14 +127,19 @@ class Backoff:
             return False
         return now - event_time < e[0]
 
+    def in_backoff_since_update(self, key: str, event_time: float) -> bool:
+        e = self._entries.get(key)
+        if e is None or self._expired(event_time, e[1]):
+            return False
+        return event_time - e[1] < e[0]
+
     def ends(self, key: str) -> float | None:
         """When the back-off started at the last update ends."""
         e = self._entries.get(key)
         return e[1] + e[0] if e else None
 
-    def forget(self, prefix: str) -> None:
-        for k in [k for k in self._entries if k.startswith(prefix)]:
-            del self._entries[k]
+    def forget(self, key: str) -> None:
+        self._entries.pop(key, None)
 
     def gc(self) -> None:
         now = self.clock()
@@ -145,6 +153,16 @@ def _duration(seconds: float) -> str:
     if s < 60:
         return f"{s}s"
     return f"{s // 60}m{s % 60}s"
+
+
+_GO_CODES = {"OK": "OK", "CANCELLED": "Canceled"}
+
+
+def go_grpc_error(e: CRIError) -> str:
+    """A CRI error as Go's gRPC status error prints it (what upstream's messages quote)."""
+    name = e.code.name
+    code = _GO_CODES.get(name) or "".join(w.capitalize() for w in name.split("_"))
+    return f"rpc error: code = {code} desc = {e.details}"
 
 
 def format_pod(pod: Obj) -> str:
@@ -673,6 +691,17 @@ def termination_message(st: pb.ContainerStatus, info: ContainerInfo) -> str:
     return ""
 
 
+def annotated_grace(ci: ContainerInfo) -> int:
+    """The grace period of a container known only from the runtime (upstream's
+    restoreSpecsFromContainerLabels): the pod's deletion grace, else its termination grace."""
+    for key in (DELETION_GRACE_ANNOTATION, TERMINATION_GRACE_ANNOTATION):
+        try:
+            return int(ci.annotations[key])
+        except (KeyError, ValueError):
+            continue
+    return 30
+
+
 def run_once(c: Obj, spec: Obj) -> bool:
     """A container that is not run again once it succeeded (OnFailure)."""
     if c.get("restartPolicy"):
@@ -693,7 +722,7 @@ class _PodState:
     sandbox_config: pb.PodSandboxConfig | None = None
     sandbox_id: str = ""
     backoff_keys: set[str] = field(default_factory=set)
-    started_hooks: set[str] = field(default_factory=set)
+    pull_errors: dict[str, str] = field(default_factory=dict)
 
 
 class KubeRuntime:
@@ -732,6 +761,7 @@ class KubeRuntime:
         self.runtime_name = ""
         self._pods: dict[str, _PodState] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._service_cache: dict[str, tuple[float, list[Obj]]] = {}
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -863,9 +893,11 @@ class KubeRuntime:
     def compute_status(self, pod: Obj, rt: RuntimePod, *, terminal: bool = False) -> Obj:
         uid = (pod.get("metadata") or {}).get("uid", "")
         st = self._pods.get(uid)
+        update = getattr(self.prober, "update_pod_status", None) if self.prober is not None else None
         return ps.compute_pod_status(
             pod, rt, waiting=st.waiting if st else {}, ready=self._probe("ready"),
-            started=self._probe("started"), host_ips=self.host_ips, terminal=terminal, now=self.clock())
+            started=self._probe("started"), probe_update=update, host_ips=self.host_ips,
+            terminal=terminal, now=self.clock())
 
     def next_wakeup(self, uid: str) -> float | None:
         """When the earliest back-off of pod ``uid`` ends (time in the runtime's clock), if any."""
@@ -1071,10 +1103,8 @@ class KubeRuntime:
             return True
         try:
             await self.volumes.setup(pod)
-        except Exception as e:
-            reason = getattr(e, "reason", "FailedMount")
-            message = getattr(e, "message", None) or str(e)
-            self._event(pod, "Warning", reason, message)
+        except VolumeError as e:
+            self._event(pod, "Warning", e.reason, e.message)
             return False
         return True
 
@@ -1083,9 +1113,15 @@ class KubeRuntime:
     def _sandbox_config(self, pod: Obj, attempt: int) -> pb.PodSandboxConfig:
         md = pod["metadata"]
         spec = pod.get("spec") or {}
-        hostname, _ = pod_hostname(pod, self.cluster_domain)
-        if spec.get("hostNetwork"):
-            hostname = socket.gethostname()
+        hostname = ""
+        if not spec.get("hostNetwork"):  # a host-network pod has the node's UTS namespace
+            hostname, domain = pod_hostname(pod, self.cluster_domain)
+            if spec.get("setHostnameAsFQDN") and domain:
+                hostname = f"{hostname}.{domain}"
+                if len(hostname) > 64:
+                    raise ConfigError(f"failed to construct FQDN from pod hostname and cluster domain, FQDN "
+                                      f"{hostname} is too long (64 characters is the max, {len(hostname)} "
+                                      f"characters requested)")
         labels = {k: str(v) for k, v in (md.get("labels") or {}).items()}
         labels.update({POD_NAME_LABEL: md["name"], POD_NAMESPACE_LABEL: md.get("namespace", ""),
                        POD_UID_LABEL: md["uid"]})
@@ -1127,7 +1163,11 @@ class KubeRuntime:
 
     async def _create_sandbox(self, pod: Obj, rt: RuntimePod, state: _PodState) -> str | None:
         attempt = (rt.sandbox.attempt + 1) if rt.sandbox is not None else 0
-        cfg = self._sandbox_config(pod, attempt)
+        try:
+            cfg = self._sandbox_config(pod, attempt)
+        except ConfigError as e:
+            self._event(pod, "Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {e}")
+            return None
         os.makedirs(cfg.log_directory, exist_ok=True)
         os.makedirs(self.pod_dir(pod["metadata"]["uid"]), exist_ok=True)
         try:
@@ -1166,14 +1206,14 @@ class KubeRuntime:
 
     async def ensure_image(self, pod: Obj, container: Obj, sb_config: pb.PodSandboxConfig
                            ) -> tuple[str, pb.Image | None, tuple[str, str] | None]:
-        """upstream's EnsureImageExists: (image ref, image, waiting reason on failure)."""
+        """upstream's EnsureImageExists: (image ref, image, (reason, message) on failure)."""
         image = container.get("image") or ""
         uid = pod["metadata"]["uid"]
         policy = image_pull_policy(container)
         try:
             present = await self._image_status(image)
         except CRIError as e:
-            return "", None, ("ErrImageInspect", f"Failed to inspect image {image!r}: {e.details or e}")
+            return "", None, ("ErrImageInspect", f"Failed to inspect image {image!r}: {go_grpc_error(e)}")
         if present is not None and policy != "Always":
             self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine')
             return present.id, present, None
@@ -1182,17 +1222,14 @@ class KubeRuntime:
             self._event(pod, "Warning", "ErrImageNeverPull", msg)
             return "", None, ("ErrImageNeverPull", msg)
         key = f"{uid}_{image}"
-        self._state(uid).backoff_keys.add(key)
-        now = self.clock()
-        e = self.image_backoff._entries.get(key)
-        if e is not None and now - e[1] < e[0] and not self.image_backoff._expired(now, e[1]):
+        state = self._state(uid)
+        state.backoff_keys.add(key)
+        if self.image_backoff.in_backoff_since_update(key, self.clock()):
             msg = f'Back-off pulling image "{image}"'
             self._event(pod, "Normal", "BackOff", msg)
-            prev = self._state(uid).waiting.get(container["name"])
-            if prev and prev[0] in ("ErrImagePull", "ImagePullBackOff"):
-                detail = prev[1].split(": ", 1)[1] if prev[0] == "ImagePullBackOff" and ": " in prev[1] else prev[1]
-                msg = f"{msg}: ErrImagePull: {detail}" if prev[0] == "ErrImagePull" else prev[1]
-            return "", None, ("ImagePullBackOff", msg)
+            prev = state.pull_errors.get(key)
+            return "", None, ("ImagePullBackOff", f"{msg}: {prev}" if prev else msg)
+        state.pull_errors.pop(key, None)
         self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
         started = time.monotonic()
         auths = pull_credentials(await self._pull_secrets(pod), image) or [None]
@@ -1209,10 +1246,11 @@ class KubeRuntime:
             except CRIError as e:
                 err = e
         if err is not None:
-            self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {err.details or err}')
-            self._event(pod, "Warning", "Failed", "Error: ErrImagePull")
+            text = go_grpc_error(err)
+            self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {text}')
             self.image_backoff.next(key, self.clock())
-            return "", None, ("ErrImagePull", err.details or str(err))
+            state.pull_errors[key] = f"ErrImagePull: {text}"
+            return "", None, ("ErrImagePull", text)
         took = time.monotonic() - started
         img = await self._image_status(ref or image)
         self._event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}" in {took:.3f}s. '
@@ -1221,19 +1259,32 @@ class KubeRuntime:
 
     # -- containers ------------------------------------------------------------------
 
+    async def _services(self, ns: str) -> list[Obj]:
+        """The namespace's Services and the master service, read at most once a second
+        (upstream's kubelet reads them from an informer; many pods start together)."""
+        now = time.monotonic()
+        out: list[Obj] = []
+        for namespace in ([ns, "default"] if ns != "default" else ["default"]):
+            hit = self._service_cache.get(namespace)
+            if hit is None or now - hit[0] > SERVICE_CACHE_SECONDS:
+                try:
+                    items = (await self.client.list(SERVICES, namespace)).get("items") or []
+                except StatusError as e:
+                    raise ConfigError(f"failed to list services: {e.message}") from None
+                hit = self._service_cache[namespace] = (now, items)
+            items = hit[1]
+            if namespace != ns:
+                items = [s for s in items if (s.get("metadata") or {}).get("name") == "kubernetes"]
+            out.extend(items)
+        return out
+
     async def _env(self, pod: Obj, container: Obj, pod_ips: list[str]) -> list[pb.KeyValue]:
         """upstream's makeEnvironmentVariables."""
         spec = pod.get("spec") or {}
         ns = pod["metadata"].get("namespace", "")
         env: dict[str, str] = {}
         if self.client is not None:
-            try:
-                services = (await self.client.list(SERVICES, ns)).get("items") or []
-                if ns != "default":
-                    services += [s for s in (await self.client.list(SERVICES, "default")).get("items") or []
-                                 if (s.get("metadata") or {}).get("name") == "kubernetes"]
-            except StatusError as e:
-                raise ConfigError(f"failed to list services: {e.message}") from None
+            services = await self._services(ns)
             env.update(service_env(services, ns, spec.get("enableServiceLinks", True) is not False))
         cache: dict[tuple[str, str], Obj | None] = {}
 
@@ -1341,13 +1392,14 @@ class KubeRuntime:
         spec = pod.get("spec") or {}
         verify_run_as_non_root(pod, c, image)
         envs = await self._env(pod, c, pod_ips)
-        lookup = {kv.key: kv.value.decode("utf-8", "replace") for kv in envs}.get
+        env = {kv.key: kv.value.decode("utf-8", "replace") for kv in envs}
+        lookup = env.get
         mounts: list[pb.Mount] = []
         if self.volumes is not None:
             try:
-                mounts.extend(self.volumes.mounts(pod, c))
-            except Exception as e:
-                raise ConfigError(str(getattr(e, "message", None) or e)) from None
+                mounts.extend(self.volumes.mounts(pod, c, env))
+            except VolumeError as e:
+                raise ConfigError(e.message) from None
         names = {m.container_path for m in mounts}
         hosts = self._hosts_mount(pod, pod_ips)
         if hosts is not None and "/etc/hosts" not in names:
@@ -1409,6 +1461,7 @@ class KubeRuntime:
         restart_count = latest.restart_count + 1 if latest is not None else self._restart_count_from_logs(pod, name)
         image_ref, image, err = await self.ensure_image(pod, c, sb_config)
         if err is not None:
+            self._event(pod, "Warning", "Failed", f"Error: {err[0]}")
             state.waiting[name] = err
             return False
         try:
@@ -1462,82 +1515,21 @@ class KubeRuntime:
 
     async def run_handler(self, pod: Obj, c: Obj, container_id: str, handler: Obj, pod_ips: list[str],
                           timeout: float | None) -> str | None:
-        """Run a lifecycle handler; None when it succeeded, else the message upstream reports."""
-        if self.prober is not None and hasattr(self.prober, "run_handler"):
-            try:
-                await self.prober.run_handler(pod, c, container_id, handler)
-                return None
-            except Exception as e:
-                return str(e)
-        name = c["name"]
+        """Run a lifecycle handler (exec, httpGet, sleep) with the prober's handler runner;
+        None when it succeeded, else the message upstream's kubelet reports."""
+        pod_ip = pod_ips[0] if pod_ips else None
         try:
-            if handler.get("exec"):
-                cmd = list(handler["exec"].get("command") or [])
-                r = await self.cri.runtime("ExecSync", pb.ExecSyncRequest(
-                    container_id=container_id.split("://", 1)[-1], cmd=cmd, timeout=int(timeout or 0)),
-                    timeout=(timeout or RUNTIME_REQUEST_TIMEOUT) + 5)
-                if r.exit_code != 0:
-                    out = (r.stdout + r.stderr).decode("utf-8", "replace")
-                    return (f"Exec lifecycle hook ({cmd}) for Container {name!r} in Pod {format_pod(pod)!r} failed - "
-                            f"error: command '{' '.join(cmd)}' exited with {r.exit_code}: {out}, message: {out!r}")
-                return None
-            if handler.get("httpGet"):
-                err = await self._http_handler(pod, c, handler["httpGet"], pod_ips, timeout)
-                if err:
-                    return (f"HTTP lifecycle hook ({handler['httpGet'].get('path', '')}) for Container {name!r} in "
-                            f"Pod {format_pod(pod)!r} failed - error: {err}")
-                return None
-            if handler.get("sleep"):
-                secs = float(handler["sleep"].get("seconds") or 0)
-                await asyncio.sleep(min(secs, timeout) if timeout is not None else secs)
-                return None
-            if handler.get("tcpSocket"):
-                return None  # deprecated: upstream accepts and ignores it
-        except CRIError as e:
-            return (f"Exec lifecycle hook for Container {name!r} in Pod {format_pod(pod)!r} failed - "
-                    f"error: {e.details or e}")
+            if self.prober is not None and hasattr(self.prober, "run_handler"):
+                coro = self.prober.run_handler(pod, c, container_id, handler, pod_ip=pod_ip)
+            else:
+                coro = prober_mod.run_handler(self.cri, pod, c, container_id, handler, pod_ip=pod_ip,
+                                              recorder=self.recorder)
+            await asyncio.wait_for(coro, timeout)
+        except prober_mod.HandlerError as e:
+            return e.message
         except asyncio.TimeoutError:
-            return f"lifecycle hook for Container {name!r} in Pod {format_pod(pod)!r} timed out"
-        return "invalid lifecycle handler: no action"
-
-    async def _http_handler(self, pod: Obj, c: Obj, h: Obj, pod_ips: list[str], timeout: float | None) -> str | None:
-        host = h.get("host") or (pod_ips[0] if pod_ips else "")
-        port = h.get("port")
-        if isinstance(port, str) and not port.isdigit():
-            port = next((p.get("containerPort") for p in c.get("ports") or [] if p.get("name") == port), None)
-            if port is None:
-                return f"couldn't find port: {h.get('port')} in {c['name']}"
-        port = int(port or 80)
-        path = h.get("path") or "/"
-        if not path.startswith("/"):
-            path = "/" + path
-        scheme = (h.get("scheme") or "HTTP").upper()
-        ctx = None
-        if scheme == "HTTPS":
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        headers = {"Host": f"{host}:{port}", "User-Agent": "kube-lifecycle/1.36", "Accept": "*/*",
-                   "Connection": "close"}
-        for hd in h.get("httpHeaders") or []:
-            headers[hd.get("name", "")] = hd.get("value", "")
-
-        async def go() -> None:
-            reader, writer = await asyncio.open_connection(host, port, ssl=ctx)
-            try:
-                req = f"GET {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-                writer.write(req.encode())
-                await writer.drain()
-                await reader.readline()
-                while await reader.read(65536):
-                    pass
-            finally:
-                writer.close()
-
-        try:
-            await asyncio.wait_for(go(), timeout)
-        except (OSError, asyncio.TimeoutError) as e:
-            return str(e) or type(e).__name__
+            return f"lifecycle hook for Container {c.get('name', '')!r} in Pod {format_pod(pod)!r} " \
+                   f"did not finish in {int(timeout or 0)}s"
         return None
 
     # -- stopping ------------------------------------------------------------------
@@ -1609,15 +1601,21 @@ class KubeRuntime:
             return status
 
     async def remove_pod(self, uid: str) -> None:
-        """Remove every container and sandbox of pod ``uid``, its volumes and its files
-        (the pod must be stopped: a running container is stopped at once)."""
+        """Remove every container and sandbox of pod ``uid``, its volumes and its files.
+
+        Containers still running (an orphan the API no longer has) are stopped as
+        upstream kills them: their preStop hook and grace period come from the
+        annotations the runtime put on them."""
         async with self._lock(uid):
             rt = await self.pod_runtime_status(uid)
+            running = rt.running()
+            if running:
+                stub = {"metadata": {"uid": uid, "name": rt.name or running[0].labels.get(POD_NAME_LABEL, ""),
+                                     "namespace": rt.namespace or running[0].labels.get(POD_NAMESPACE_LABEL, "")},
+                        "spec": {}}
+                await asyncio.gather(*(self._kill_container(stub, ci, None, annotated_grace(ci)) for ci in running))
             for ci in rt.containers:
                 try:
-                    if ci.state == ps.RUNNING:
-                        await self.cri.runtime("StopContainer", pb.StopContainerRequest(
-                            container_id=ci.raw_id, timeout=0))
                     await self.cri.runtime("RemoveContainer", pb.RemoveContainerRequest(container_id=ci.raw_id))
                 except CRIError as e:
                     if not e.not_found:
@@ -1649,6 +1647,6 @@ class KubeRuntime:
             st = self._pods.pop(uid, None)
             if st is not None:
                 for k in st.backoff_keys:
-                    self.backoff._entries.pop(k, None)
-                    self.image_backoff._entries.pop(k, None)
+                    self.backoff.forget(k)
+                    self.image_backoff.forget(k)
         self._locks.pop(uid, None)

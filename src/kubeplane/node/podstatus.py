@@ -275,7 +275,35 @@ def container_statuses(pod: Obj, rt: RuntimePod, containers: list[Obj], old_stat
             w["message"] = reason[1]
         st["state"] = {"waiting": w}
 
-    return [statuses[c["name"]] for c in containers]
+    for c in containers:
+        st = statuses[c["name"]]
+        mounts = _volume_mount_statuses(c)
+        if mounts:
+            st["volumeMounts"] = mounts
+        if st.get("containerID"):
+            # InPlacePodVerticalScaling (GA in 1.35): what the container was given
+            res = c.get("resources") or {}
+            st["resources"] = {k: dict(v) for k, v in res.items() if k in ("limits", "requests") and v}
+            if res.get("requests"):
+                st["allocatedResources"] = dict(res["requests"])
+    if init:
+        return [statuses[c["name"]] for c in containers]
+    return [statuses[n] for n in sorted(statuses)]  # upstream sorts regular statuses by name
+
+
+def _volume_mount_statuses(c: Obj) -> list[Obj]:
+    """RecursiveReadOnlyMounts (beta since 1.33): each volumeMount with its read-only mode."""
+    out = []
+    for m in c.get("volumeMounts") or []:
+        if not isinstance(m, dict):
+            continue
+        vm: Obj = {"name": m.get("name", ""), "mountPath": m.get("mountPath", "")}
+        if m.get("readOnly"):
+            vm["readOnly"] = True
+            rro = m.get("recursiveReadOnly")
+            vm["recursiveReadOnly"] = "Enabled" if rro == "Enabled" else "Disabled"
+        out.append(vm)
+    return out
 
 
 def _copy(o: Any) -> Any:
@@ -549,13 +577,17 @@ def compute_pod_status(
     started: Callable[[str], bool | None] = lambda cid: None,
     host_ips: list[str] | None = None,
     terminal: bool = False,
+    probe_update: Callable[[Obj, Obj], Any] | None = None,
     now: float,
 ) -> Obj:
     """upstream's generateAPIPodStatus plus the status manager's bookkeeping.
 
     ``pod`` carries the status last reported (``pod["status"]``); ``now`` is in seconds.
     ``terminal``: the pod is done (all containers stopped for good), as the pod worker
-    decides once it terminated the pod.
+    decides once it terminated the pod. ``probe_update(pod, status)`` (a prober's
+    UpdatePodStatus) sets ``started`` and ``ready`` of the container statuses in place,
+    before the phase and conditions are derived from them; without it ``ready`` and
+    ``started`` (probe results by container id, None for no probe) decide.
     """
     spec = pod.get("spec") or {}
     old = pod.get("status") or {}
@@ -566,7 +598,14 @@ def compute_pod_status(
                                        old.get("initContainerStatuses") or [], waiting, init=True)
     statuses = container_statuses(pod, rt, list(spec.get("containers") or []),
                                   old.get("containerStatuses") or [], waiting, init=False)
-    apply_probe_results(spec, statuses, init_statuses, ready, started)
+    status: Obj = {"phase": "Pending"}
+    if spec.get("initContainers"):
+        status["initContainerStatuses"] = init_statuses
+    status["containerStatuses"] = statuses
+    if probe_update is not None:
+        probe_update(pod, status)
+    else:
+        apply_probe_results(spec, statuses, init_statuses, ready, started)
 
     active_regular_started = any(
         c.state in (RUNNING, EXITED) and c.name in {x["name"] for x in spec.get("containers") or []}
@@ -576,7 +615,7 @@ def compute_pod_status(
     if phase not in ("Failed", "Succeeded") and old_phase in ("Failed", "Succeeded"):
         phase = old_phase
 
-    status: Obj = {"phase": phase}
+    status["phase"] = phase
     if old_phase == phase:
         for k in ("reason", "message"):
             if old.get(k):
@@ -592,6 +631,14 @@ def compute_pod_status(
     conditions.append(ready_c)
     conditions.append(containers_ready_condition(pod, all_statuses, phase))
     conditions.append({"type": "PodScheduled", "status": "True"})
+    generation = int((pod.get("metadata") or {}).get("generation") or 0)
+    if generation:
+        # PodObservedGenerationTracking (GA in 1.35): the kubelet's conditions and the status
+        # name the generation they were computed for
+        for c in conditions:
+            if c["type"] in KUBELET_CONDITIONS:
+                c["observedGeneration"] = generation
+        status["observedGeneration"] = generation
     status["conditions"] = _with_transition_times(conditions, old.get("conditions") or [], now_s)
 
     if host_ips:
@@ -609,9 +656,6 @@ def compute_pod_status(
         status["podIP"] = pod_ips[0]
         status["podIPs"] = [{"ip": ip} for ip in pod_ips]
     status["startTime"] = old.get("startTime") or now_s
-    if spec.get("initContainers"):
-        status["initContainerStatuses"] = init_statuses
-    status["containerStatuses"] = statuses
     status["qosClass"] = old.get("qosClass") or pod_qos_class(spec)
     if old.get("nominatedNodeName"):
         status["nominatedNodeName"] = old["nominatedNodeName"]

@@ -619,6 +619,22 @@ def kill_grace_seconds(pod: dict, container: dict, reason: str | None = None) ->
 # ---------------------------------------------------------------- workers
 
 
+class _Known:
+    """A container the manager has seen: whose it is, when it started, and
+    what the API said of it (for a container adopted after an agent restart)."""
+
+    __slots__ = ("uid", "name", "started_at", "api_started", "api_ready", "pod_ready")
+
+    def __init__(self, uid: str, name: str):
+        self.uid, self.name = uid, name
+        self.started_at: float | None = None
+        self.api_started = self.api_ready = self.pod_ready = False
+
+    def adopted(self, agent_start: float) -> bool:
+        """Running since before the agent started (upstream: 10 s of grace)."""
+        return self.started_at is not None and self.started_at < agent_start - RESTART_GRACE_SECONDS
+
+
 class _Worker:
     """Probes one container of one pod for one probe type (upstream's worker.go)."""
 
@@ -731,14 +747,13 @@ class _Worker:
         running = state.get("running")
         sidecar = self.is_init and _is_restartable_init(self.container)
 
-        cid = c["containerID"]
+        cid = strip_runtime(c["containerID"])
         if cid != self.container_id:
             if self.container_id:
                 self.results.remove(self.container_id)
             self.container_id = cid
-            self.m._own(cid, self.uid, name)
-            started_at = _parse_time((running or {}).get("startedAt"))
-            adopted = started_at is not None and started_at < self.m.start - RESTART_GRACE_SECONDS
+            known = self.m._learn(self.uid, name, c)
+            adopted = known.adopted(self.m.start)
             if sidecar and self.kind == STARTUP and c.get("started"):
                 self.results.set(cid, SUCCESS, self.uid)
             if not adopted:
@@ -764,7 +779,7 @@ class _Worker:
         if started_at is not None and int(self.m._now() - started_at) < int(self.spec.get("initialDelaySeconds") or 0):
             return True
 
-        started = self.m._is_started(self.pod, c, name)
+        started = self.m.started(cid)
         if started:
             if self.kind == STARTUP:
                 return True
@@ -816,10 +831,8 @@ class ProbeManager:
         self.start = now()
         self._workers: dict[tuple[str, str, str], _Worker] = {}
         self._statuses: dict[str, dict] = {}
-        #: container id -> (pod uid, container name), the ids seen last per container
-        self._owners: dict[str, tuple[str, str]] = {}
-        #: the CRI's bare id -> the status's container id
-        self._bare: dict[str, str] = {}
+        #: what the manager knows of each container, by the CRI's (bare) container id
+        self._known: dict[str, _Known] = {}
         self._results = {kind: ResultsCache(self._updated) for kind in (LIVENESS, READINESS, STARTUP)}
         self._http = HTTPProber()
         self._hook_http = HTTPProber(purpose="lifecycle")
@@ -832,6 +845,7 @@ class ProbeManager:
         for a pod seen before: existing workers are kept, their pod refreshed)."""
         uid = (pod.get("metadata") or {}).get("uid", "")
         spec = pod.get("spec") or {}
+        self._learn_pod(pod, pod.get("status") or {}, from_api=True)
         containers = list(spec.get("containers") or []) + [
             c for c in spec.get("initContainers") or [] if _is_restartable_init(c)]
         for c in containers:
@@ -862,10 +876,9 @@ class ProbeManager:
             if u == uid:
                 w.stop()
         self._statuses.pop(uid, None)
-        for cid, (u, _) in list(self._owners.items()):
-            if u == uid:
-                del self._owners[cid]
-                self._bare.pop(strip_runtime(cid), None)
+        for cid, k in list(self._known.items()):
+            if k.uid == uid:
+                del self._known[cid]
 
     def cleanup_pods(self, desired: Iterable[str]) -> None:
         """Stop the workers of every pod whose uid is not in ``desired``."""
@@ -902,115 +915,115 @@ class ProbeManager:
     def update_pod_status(self, pod: dict, status: dict) -> dict:
         """Record ``status`` as the pod's current status for the workers and
         set ``started`` and ``ready`` of its container statuses in place
-        (upstream's ``UpdatePodStatus``); returns ``status``.
+        (upstream's ``UpdatePodStatus``); returns ``status``. It never calls
+        ``on_change``.
 
-        Call it with every status the agent computes, before deriving the
-        ContainersReady and Ready conditions from the ``ready`` flags."""
+        ``ready`` and ``started`` give the same answers by container id, for
+        a runtime that derives the conditions before handing the status here."""
         uid = (pod.get("metadata") or {}).get("uid", "")
         self._statuses[uid] = status
         for w in self._workers.values():
             if w.uid == uid:
                 w.pod = pod
+        self._learn_pod(pod, status)
         spec = pod.get("spec") or {}
+        inits = {c.get("name"): c for c in spec.get("initContainers") or []}
         for cs in status.get("containerStatuses") or []:
-            started = self._is_started(pod, cs, cs.get("name", ""))
-            cs["started"] = started
-            if not started:
-                cs["ready"] = False
-                continue
-            c = next((x for x in spec.get("containers") or [] if x.get("name") == cs.get("name")), None)
-            cs["ready"] = self._ready(pod, cs, c)
+            running = bool((cs.get("state") or {}).get("running"))
+            cid = cs.get("containerID") or ""
+            cs["started"] = running and bool(cid) and self.started(cid)
+            cs["ready"] = cs["started"] and self.ready(cid)
         for cs in status.get("initContainerStatuses") or []:
-            started = self._is_started(pod, cs, cs.get("name", ""))
-            cs["started"] = started
-            c = next((x for x in spec.get("initContainers") or [] if x.get("name") == cs.get("name")), None)
+            c = inits.get(cs.get("name"))
+            running = bool((cs.get("state") or {}).get("running"))
+            cid = cs.get("containerID") or ""
+            cs["started"] = running and bool(cid) and self.started(cid)
             if c is None:
                 continue
             if not _is_restartable_init(c):
                 term = (cs.get("state") or {}).get("terminated")
                 cs["ready"] = bool(term is not None and int(term.get("exitCode") or 0) == 0)
                 continue
-            if not started:
-                cs["ready"] = False
-                continue
-            cs["ready"] = self._ready(pod, cs, c)
+            cs["ready"] = cs["started"] and self.ready(cid)
         return status
 
-    def _is_started(self, pod: dict, cs: dict, name: str) -> bool:
-        cid = cs.get("containerID") or ""
-        if cid and cid not in self._owners:
-            self._own(cid, (pod.get("metadata") or {}).get("uid", ""), name)
-        if not (cs.get("state") or {}).get("running"):
-            return False
-        result = self._results[STARTUP].get(cid)
-        if result is not None:
-            return result == SUCCESS
-        if cs.get("started") and self._adopted(cs):
-            return True  # running since before the agent started, and the status said so
+    def _learn_pod(self, pod: dict, status: dict, *, from_api: bool = False) -> None:
         uid = (pod.get("metadata") or {}).get("uid", "")
-        return (uid, name, STARTUP) not in self._workers
+        pod_ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (pod.get("status") or {}).get("conditions") or [])
+        for cs in list(status.get("containerStatuses") or []) + list(status.get("initContainerStatuses") or []):
+            if cs.get("containerID") and (cs.get("state") or {}).get("running"):
+                self._learn(uid, cs.get("name", ""), cs, pod_ready=pod_ready, from_api=from_api)
 
-    def _adopted(self, cs: dict) -> bool:
+    def _learn(self, uid: str, name: str, cs: dict, *, pod_ready: bool | None = None,
+               from_api: bool = False) -> "_Known":
+        """Remember container ``cs`` of pod ``uid``; the ids it had before are forgotten."""
+        cid = strip_runtime(cs.get("containerID") or "")
+        k = self._known.get(cid)
+        if k is None or (k.uid, k.name) != (uid, name):
+            for old, other in list(self._known.items()):
+                if (other.uid, other.name) == (uid, name) and old != cid:
+                    del self._known[old]
+            k = self._known[cid] = _Known(uid, name)
         started_at = _parse_time(((cs.get("state") or {}).get("running") or {}).get("startedAt"))
-        return started_at is not None and started_at < self.start - RESTART_GRACE_SECONDS
+        if started_at is not None:
+            k.started_at = started_at
+        if from_api:
+            # what the API said before this agent started: kept across an agent restart
+            k.api_started = bool(cs.get("started"))
+            k.api_ready = bool(cs.get("ready"))
+            if pod_ready is not None:
+                k.pod_ready = pod_ready
+        return k
 
-    def _ready(self, pod: dict, cs: dict, container: dict | None) -> bool:
-        running = (cs.get("state") or {}).get("running")
-        if not running:
-            return False
-        cid = cs.get("containerID") or ""
-        if self._results[READINESS].get(cid) == SUCCESS:
-            return True
-        uid = (pod.get("metadata") or {}).get("uid", "")
-        w = self._workers.get((uid, cs.get("name", ""), READINESS))
-        ready = w is None  # no readiness probe: ready once started
-        if w is not None:
-            w.trigger()
-        # an agent restart: a container that was running before keeps its readiness
-        if self._adopted(cs):
-            if not ready and self._results[READINESS].get(cid) is None:
-                ready = True
-            if container is not None and container.get("readinessProbe"):
-                pod_ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                                for c in (pod.get("status") or {}).get("conditions") or [])
-                if not pod_ready:
-                    ready = False
-        return ready
-
-    # -- results by container id
-
-    def ready(self, container_id: str) -> bool:
-        """Whether the container is ready by its probes: its readiness probe last
-        succeeded, or it has none and has started. A container that neither a
-        worker nor :meth:`update_pod_status` has seen yet is not ready."""
-        cid = self._cid(container_id)
-        owner = self._owners.get(cid)
-        if owner is None:
-            return False
-        result = self._results[READINESS].get(cid)
-        if result is not None:
-            return result == SUCCESS
-        return (owner[0], owner[1], READINESS) not in self._workers and self.started(cid)
+    # -- results by container id (the runtime's own "containerd://" ids or the CRI's bare ones)
 
     def started(self, container_id: str) -> bool:
-        """Whether the container's startup probe succeeded, or it has none. A
-        container no worker nor :meth:`update_pod_status` has seen yet has not started."""
-        cid = self._cid(container_id)
+        """Whether the (running) container has started: its startup probe
+        succeeded, or it has none. A container this manager has not seen yet
+        (in :meth:`add_pod`'s pod status, :meth:`update_pod_status`) has not."""
+        cid = strip_runtime(container_id)
         result = self._results[STARTUP].get(cid)
         if result is not None:
             return result == SUCCESS
-        owner = self._owners.get(cid)
-        if owner is None:
+        k = self._known.get(cid)
+        if k is None:
             return False
-        return (owner[0], owner[1], STARTUP) not in self._workers
+        if k.api_started and k.adopted(self.start):
+            return True  # running since before the agent started, and the API said so
+        return (k.uid, k.name, STARTUP) not in self._workers
+
+    def ready(self, container_id: str) -> bool:
+        """Whether the (running, started) container is ready: its readiness
+        probe last succeeded, or it has none. A container not seen yet is not.
+        Asking about an unready container with a readiness probe runs the probe
+        soon, as upstream's UpdatePodStatus does."""
+        cid = strip_runtime(container_id)
+        k = self._known.get(cid)
+        if k is None:
+            return False
+        result = self._results[READINESS].get(cid)
+        if result == SUCCESS:
+            return True
+        w = self._workers.get((k.uid, k.name, READINESS))
+        ready = w is None
+        if w is not None:
+            w.trigger()
+        if k.adopted(self.start):
+            # after an agent restart a container keeps its readiness until probed again
+            if not ready and result is None:
+                ready = True
+            if w is not None and not k.pod_ready:
+                ready = False
+        return ready
 
     def liveness_failed(self, container_id: str) -> bool:
         """The container failed its liveness probe: kill and restart it."""
-        return self._results[LIVENESS].get(self._cid(container_id)) == FAILURE
+        return self._results[LIVENESS].get(strip_runtime(container_id)) == FAILURE
 
     def startup_failed(self, container_id: str) -> bool:
         """The container failed its startup probe: kill and restart it."""
-        return self._results[STARTUP].get(self._cid(container_id)) == FAILURE
+        return self._results[STARTUP].get(strip_runtime(container_id)) == FAILURE
 
     def kill_reason(self, container_name: str, container_id: str, *, init: bool = False) -> tuple[str, str] | None:
         """(reason, message) when a probe wants the container killed, as
@@ -1025,21 +1038,7 @@ class ProbeManager:
 
     def result(self, kind: str, container_id: str) -> str | None:
         """The raw result (Success / Failure / Unknown) of one probe type, None when absent."""
-        return self._results[kind].get(self._cid(container_id))
-
-    def _cid(self, container_id: str) -> str:
-        return self._bare.get(container_id, container_id)
-
-    def _own(self, cid: str, uid: str, name: str) -> None:
-        """Remember whose container ``cid`` is; the ids this container had before are forgotten."""
-        if self._owners.get(cid) == (uid, name):
-            return
-        for old, owner in list(self._owners.items()):
-            if owner == (uid, name) and old != cid:
-                del self._owners[old]
-                self._bare.pop(strip_runtime(old), None)
-        self._owners[cid] = (uid, name)
-        self._bare[strip_runtime(cid)] = cid
+        return self._results[kind].get(strip_runtime(container_id))
 
     def _updated(self, cid: str, result: str, pod_uid: str) -> None:
         if self.on_change is None:

@@ -35,9 +35,19 @@ upstream's names: ``kubernetes.io~empty-dir``, ``kubernetes.io~configmap``,
 ``fsGroup`` gives the volume's files that group (group read, and write for
 writable volumes; set-gid directories) as upstream's volume ownership does.
 
+Sources are read through the client (``GET``), once a second at most for all
+the pods syncing together; immutable ConfigMaps and Secrets once while pods of
+their namespace run here. A node needs to read the ConfigMaps, Secrets, claims
+and volumes its pods use, its own Node (allocatable, for tmpfs sizes and
+``resourceFieldRef``), and to create tokens for its pods' ServiceAccounts.
+
 Failures raise :class:`VolumeError` carrying the event reason (``FailedMount``
 from :meth:`VolumeManager.setup`, ``CreateContainerConfigError`` from
-:meth:`VolumeManager.mounts`) and upstream's message.
+:meth:`VolumeManager.mounts`) and upstream's message. A volume already in use
+stays as it is when its source fails later (a ``FailedMount`` event through
+the ``recorder``, as upstream's remount). ``mountPropagation`` other than
+``None`` needs the node's directory on a shared mount: :func:`make_rshared`
+does what the kubelet does to its root directory.
 """
 
 from __future__ import annotations
@@ -175,6 +185,43 @@ def mounts_under(path: str) -> list[str]:
     path = os.path.realpath(path).rstrip("/")
     found = {p for p, _ in mount_points() if p == path or p.startswith(path + "/")}
     return sorted(found, key=lambda p: (p.count("/"), p), reverse=True)
+
+
+MS_SHARED = 1 << 20
+
+
+def _mount_of(path: str) -> tuple[str, list[str]]:
+    """The mount point holding ``path`` and its optional fields (``shared:N``, ``master:N``...)."""
+    path = os.path.realpath(path)
+    best = ("", [])
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            point = _unescape_mountinfo(parts[4])
+            inside = path == point or path.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best[0]):
+                best = (point, parts[6:parts.index("-")])
+    return best
+
+
+def is_shared(path: str) -> bool:
+    return any(f.startswith("shared:") for f in _mount_of(path)[1])
+
+
+def make_rshared(path: str) -> bool:
+    """What the kubelet does to its root directory: unless ``path`` is on a shared mount already,
+    bind-mount it onto itself and make that mount rshared, so that volumes with
+    ``mountPropagation: HostToContainer`` (or ``Bidirectional``) can be mounted from there.
+    Returns whether it mounted (the caller unmounts ``path`` when it removes the directory)."""
+    if is_shared(path):
+        return False
+    mount(path, path, None, MS_BIND)
+    try:
+        mount("none", path, None, MS_SHARED | MS_REC)
+    except OSError:
+        unmount(path, detach=True)
+        raise
+    return True
 
 
 def _remove_tree(path: str) -> None:
@@ -664,6 +711,7 @@ class VolumeManager:
         #: ConfigMaps and Secrets read in the last ``cache_seconds`` (pods syncing together share one read)
         self.cache_seconds = min(1.0, resync_seconds)
         self._sources: dict[tuple[str, str, str], tuple[float, Any]] = {}
+        self._immutable: dict[tuple[str, str, str], Obj] = {}
         self._tokens: dict[tuple, _Token] = {}
         self._node_allocatable: tuple[float, dict[str, Any]] | None = None
         self._resync_task: asyncio.Task | None = None
@@ -681,7 +729,8 @@ class VolumeManager:
     def pod_uids_on_disk(self) -> list[str]:
         """Pods that have a directory here (for orphan clean-up after a restart)."""
         try:
-            return sorted(d for d in os.listdir(self.pods_dir) if os.path.isdir(os.path.join(self.pods_dir, d)))
+            return sorted(d for d in os.listdir(self.pods_dir)
+                          if not d.startswith(".") and os.path.isdir(os.path.join(self.pods_dir, d)))
         except FileNotFoundError:
             return []
 
@@ -780,9 +829,11 @@ class VolumeManager:
 
     @staticmethod
     def _ensure_dir(directory: str, perm: int = EMPTY_DIR_PERM) -> None:
+        if os.path.isdir(directory):
+            return  # made by an earlier set-up: its mode may carry fsGroup's set-gid bit now
         os.makedirs(directory, mode=perm, exist_ok=True)
         if stat.S_IMODE(os.lstat(directory).st_mode) != perm:
-            os.chmod(directory, perm)
+            os.chmod(directory, perm)  # not narrowed by the umask
 
     async def _ensure_tmpfs(self, pod: Obj, directory: str, size_limit: Any) -> None:
         if os.path.ismount(directory):
@@ -841,6 +892,8 @@ class VolumeManager:
     async def _get_source(self, res: Any, kind: str, namespace: str, name: str, optional: bool) -> Obj | None:
         key = (kind, namespace, name)
         now = time.monotonic()
+        if key in self._immutable:
+            return self._immutable[key]  # never changes: never read again (as upstream's cache)
         hit = self._sources.get(key)
         try:
             if hit is not None and now - hit[0] < self.cache_seconds:
@@ -853,6 +906,8 @@ class VolumeManager:
                 self._sources[key] = (now, err)
                 raise
             self._sources[key] = (now, obj)
+            if obj.get("immutable") is True:
+                self._immutable[key] = obj
             if len(self._sources) > 4096:
                 for k in [k for k, (t, _) in self._sources.items() if now - t >= self.cache_seconds]:
                     del self._sources[k]
@@ -1160,7 +1215,8 @@ class VolumeManager:
             host = vol.path
             if sub:
                 if sub.startswith("/"):
-                    raise VolumeError("CreateContainerConfigError", f"error SubPath `{sub}` must not be an absolute path")
+                    raise VolumeError("CreateContainerConfigError",
+                                      f"error SubPath `{sub}` must not be an absolute path")
                 if _validate_no_backsteps(sub):
                     raise VolumeError("CreateContainerConfigError",
                                       f"unable to provision SubPath `{sub}`: must not contain '..'")
@@ -1236,6 +1292,11 @@ class VolumeManager:
         if not uid or "/" in uid or uid.startswith("."):
             raise ValueError(f"not a pod uid: {uid!r}")
         state = self._pods.pop(uid, None)
+        if state is not None:
+            namespace = (state.pod.get("metadata") or {}).get("namespace", "")
+            if not any((p.pod.get("metadata") or {}).get("namespace", "") == namespace for p in self._pods.values()):
+                for key in [k for k in self._immutable if k[1] == namespace]:
+                    del self._immutable[key]
         for key in [k for k, t in self._tokens.items() if t.pod_uid == uid]:
             del self._tokens[key]
         lock = state.lock if state is not None else asyncio.Lock()
@@ -1286,7 +1347,8 @@ class VolumeManager:
                 continue
             limit = parse_quantity(src["sizeLimit"])
             if limit > 0 and _disk_usage(ready.path) > limit:
-                return f'Usage of EmptyDir volume "{vol["name"]}" exceeds the limit "{canonical_quantity(str(src["sizeLimit"]))}". '
+                shown = canonical_quantity(str(src["sizeLimit"]))
+                return f'Usage of EmptyDir volume "{vol["name"]}" exceeds the limit "{shown}". '
         return None
 
     # ---------------------------------------------------------------- resync
@@ -1459,4 +1521,5 @@ def _safe_make_dir(base: str, rel: str, perm: int) -> None:
 
 
 __all__ = ["AtomicWriter", "FileProjection", "VolumeError", "VolumeManager", "extract_field_path", "format_map",
-           "go_quote", "resource_field_value", "set_volume_ownership", "validate_path"]
+           "go_quote", "is_shared", "make_rshared", "mounts_under", "resource_field_value", "set_volume_ownership",
+           "unmount", "validate_path"]

@@ -226,18 +226,24 @@ async def test_oom_killed(runtime):
 
 async def test_image_never_pull_and_pull_errors(clocked):
     rt = clocked
-    pod = make_pod("noimg", [{"name": "a", "image": "kubeplane.invalid/none:1", "imagePullPolicy": "Never"}])
+    pod = make_pod("noimg", [{"name": "a", "image": "127.0.0.1:1/none:1", "imagePullPolicy": "Never"}])
     st = await sync_until(rt, pod, lambda s: "waiting" in s["containerStatuses"][0]["state"]
                           and s["containerStatuses"][0]["state"]["waiting"].get("reason") == "ErrImageNeverPull")
     assert st["containerStatuses"][0]["state"]["waiting"]["message"] == (
-        'Container image "kubeplane.invalid/none:1" is not present with pull policy of Never')
+        'Container image "127.0.0.1:1/none:1" is not present with pull policy of Never')
     assert st["phase"] == "Pending"
-    pod = make_pod("pullfail", [{"name": "a", "image": "kubeplane.invalid/none:1", "imagePullPolicy": "IfNotPresent"}])
+    pod = make_pod("pullfail", [{"name": "a", "image": "127.0.0.1:1/none:1", "imagePullPolicy": "IfNotPresent"}])
     st = await sync_until(rt, pod, lambda s: s["containerStatuses"][0]["state"].get("waiting", {}).get("reason")
                           == "ErrImagePull", timeout=60)
+    pulled = st["containerStatuses"][0]["state"]["waiting"]["message"]
+    assert pulled.startswith("rpc error: code = ") and "127.0.0.1:1/none:1" in pulled
     st = await rt.sync_pod(pod)
     w = st["containerStatuses"][0]["state"]["waiting"]
-    assert w["reason"] == "ImagePullBackOff" and w["message"].startswith('Back-off pulling image "kubeplane.invalid/none:1"')
+    assert w["reason"] == "ImagePullBackOff"
+    assert w["message"] == f'Back-off pulling image "127.0.0.1:1/none:1": ErrImagePull: {pulled}'
+    rt.test_clock.offset += 11  # the back-off is over: pulled again
+    st = await rt.sync_pod(pod)
+    assert st["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
     assert rt.next_wakeup(pod["metadata"]["uid"]) is not None
 
 
@@ -421,3 +427,182 @@ async def test_prestop_http_and_sleep_hooks(runtime):
     assert all("terminated" in s["state"] for s in final["containerStatuses"])
     assert took >= 2  # the sleep hook ran before the stop signal
     assert "/prestop-called" in await read_log(runtime, pod, "web", 0, "/prestop-called")
+
+
+async def test_missing_executable_is_run_container_error_then_backoff(clocked):
+    rt = clocked
+    pod = make_pod("noexec", [{"name": "a", "command": ["/no/such/binary"]}])
+    st = await sync_until(rt, pod, lambda s: s["containerStatuses"][0]["state"].get("waiting", {}).get("reason")
+                          == "RunContainerError")
+    w = st["containerStatuses"][0]["state"]["waiting"]
+    assert "/no/such/binary" in w["message"]
+    st = await sync_until(rt, pod, lambda s: s["containerStatuses"][0]["state"].get("waiting", {}).get("reason")
+                          == "CrashLoopBackOff")
+    last = st["containerStatuses"][0]["lastState"]["terminated"]
+    assert last["exitCode"] == 128 and last["reason"] == "StartError"
+
+
+async def test_hostname_hosts_file_and_cluster_dns(containerd, tmp_path):
+    async with CRIClient(containerd.endpoint) as cri:
+        rt = KubeRuntime(cri, node_name="n1", pods_dir=str(tmp_path / "pods"), logs_dir=str(tmp_path / "logs"),
+                         host_ips=["127.0.0.1"], cluster_dns=["10.96.0.10"], cluster_domain="cluster.local")
+        rt.made = []
+        try:
+            pod = make_pod("ident", [{"name": "a", "command": ["sh", "-c",
+                                                               "hostname; cat /etc/hosts /etc/resolv.conf"]}],
+                           restartPolicy="Never", hostname="web-0", subdomain="web",
+                           hostAliases=[{"ip": "192.0.2.9", "hostnames": ["alias.example"]}])
+            st = await sync_until(rt, pod, lambda s: s["phase"] in ("Succeeded", "Failed"))
+            assert st["phase"] == "Succeeded"
+            out = await read_log(rt, pod, "a", 0, "nameserver")
+            lines = out.splitlines()
+            assert lines[0] == "web-0"
+            assert f"{st['podIP']}\tweb-0.web.default.svc.cluster.local\tweb-0" in lines
+            assert "192.0.2.9\talias.example" in lines
+            assert "nameserver 10.96.0.10" in lines
+            assert any(ln.startswith("search default.svc.cluster.local svc.cluster.local cluster.local")
+                       for ln in lines)
+            assert "options ndots:5" in lines
+        finally:
+            for uid in rt.made:
+                await rt.remove_pod(uid)
+
+
+async def test_host_network_pod_uses_the_node_ips(runtime):
+    import socket
+
+    pod = make_pod("hostnet", [{"name": "a", "command": ["sh", "-c", "hostname"]}], restartPolicy="Never",
+                   hostNetwork=True)
+    st = await sync_until(runtime, pod, lambda s: s["phase"] in ("Succeeded", "Failed"))
+    assert st["phase"] == "Succeeded" and st["podIP"] == "127.0.0.1" and st["podIPs"] == [{"ip": "127.0.0.1"}]
+    assert (await read_log(runtime, pod, "a", 0, "\n")).strip() == socket.gethostname()
+
+
+@pytest.fixture
+async def full(containerd, tmp_path, api):
+    """The runtime with the node's real prober and volume manager, as the agent wires them."""
+    from kubeplane.client.events import EventRecorder
+    from kubeplane.node.prober import ProbeManager
+    from kubeplane.node.volumes import VolumeManager
+
+    cri = CRIClient(containerd.endpoint)
+    recorder = EventRecorder(api, "kubelet", host="n1")
+    woken = asyncio.Event()
+    prober = ProbeManager(cri, lambda uid: woken.set(), recorder=recorder)
+    pods_dir = str(tmp_path / "pods")
+    volumes = VolumeManager(api, pods_dir, node_name="n1")
+    rt = KubeRuntime(cri, client=api, node_name="n1", pods_dir=pods_dir, logs_dir=str(tmp_path / "logs"),
+                     host_ips=["127.0.0.1"], recorder=recorder, volumes=volumes, prober=prober)
+    rt.made = []
+    rt.woken = woken
+    try:
+        yield rt
+    finally:
+        for uid in rt.made:
+            prober.remove_pod(uid)
+            await rt.remove_pod(uid)
+        await prober.close()
+        await recorder.close()
+        await cri.close()
+
+
+async def drive(rt: KubeRuntime, pod: dict, pred, timeout: float = 30.0) -> dict:
+    """Sync as the agent's pod worker does: probes registered, woken by probe results."""
+    if pod["metadata"]["uid"] not in rt.made:
+        rt.made.append(pod["metadata"]["uid"])
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        rt.prober.add_pod(pod)
+        pod["status"] = await rt.sync_pod(pod)
+        if pred(pod["status"]):
+            return pod["status"]
+        assert loop.time() < deadline, f"timed out; status: {pod['status']}"
+        rt.woken.clear()
+        try:
+            await asyncio.wait_for(rt.woken.wait(), 0.3)
+        except asyncio.TimeoutError:
+            pass
+
+
+def ready(st: dict) -> str:
+    return next(c["status"] for c in st["conditions"] if c["type"] == "Ready")
+
+
+async def test_probes_and_volumes_with_the_real_managers(full):
+    rt = full
+    probe = {"periodSeconds": 1, "failureThreshold": 1}
+    pod = make_pod("probed", [{
+        "name": "main", "command": ["sh", "-c", "cat /work/seed; exec sleep 60"],
+        "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+        "readinessProbe": {"exec": {"command": ["test", "-f", "/work/ready"]}, **probe},
+        "livenessProbe": {"exec": {"command": ["sh", "-c", "! test -f /work/die"]}, **probe}}],
+        initContainers=[{"name": "seed", "command": ["sh", "-c", "echo seeded > /work/seed"],
+                         "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+        volumes=[{"name": "work", "emptyDir": {}}])
+    st = await drive(rt, pod, lambda s: s["phase"] == "Running")
+    assert ready(st) == "False" and st["containerStatuses"][0]["ready"] is False
+    assert "seeded" in await read_log(rt, pod, "main", 0, "seeded")
+    cid = st["containerStatuses"][0]["containerID"].split("://")[1]
+    await rt.cri.runtime("ExecSync", pb.ExecSyncRequest(container_id=cid, cmd=["touch", "/work/ready"], timeout=5))
+    st = await drive(rt, pod, lambda s: ready(s) == "True")
+    assert st["containerStatuses"][0]["ready"] is True
+    await rt.cri.runtime("ExecSync", pb.ExecSyncRequest(container_id=cid, cmd=["touch", "/work/die"], timeout=5))
+    st = await drive(rt, pod, lambda s: s["containerStatuses"][0]["restartCount"] == 1)
+    cs = st["containerStatuses"][0]
+    assert cs["lastState"]["terminated"]["exitCode"] in (137, 143)
+    # the emptyDir outlives the container: the new one still has the files
+    assert cs["containerID"].split("://")[1] != cid
+    await rt.recorder.flush(5)
+    evs = await events_of(rt.client, pod)
+    assert ("Normal", "Killing", "Container main failed liveness probe, will be restarted") in evs
+    assert any(r == "Unhealthy" for _, r, _ in evs)
+
+
+async def test_many_pods_at_once(runtime, containerd):
+    pods = [make_pod(f"many-{i}", [{"name": "a", "command": ["sleep", "60"]}]) for i in range(8)]
+    sts = await asyncio.gather(*(sync_until(runtime, p, lambda s: s["phase"] == "Running") for p in pods))
+    ips = {s["podIP"] for s in sts}
+    assert len(ips) == 8 and all(ipaddress.ip_address(ip) in ipaddress.ip_network(containerd.pod_cidr) for ip in ips)
+    mine = {p.uid for p in await runtime.running_pods()} & {p["metadata"]["uid"] for p in pods}
+    assert len(mine) == 8
+    await asyncio.gather(*(runtime.terminate_pod(p, 2) for p in pods))
+    await asyncio.gather(*(runtime.remove_pod(p["metadata"]["uid"]) for p in pods))
+    assert not {p.uid for p in await runtime.running_pods()} & {p["metadata"]["uid"] for p in pods}
+
+
+async def test_security_context_is_enforced(full):
+    runtime = full
+    script = ("touch /rootfs-write 2>/dev/null && echo rw || echo ro; "
+              "touch /tmp/f; chown 65534 /tmp/f 2>/dev/null && echo chown-ok || echo chown-denied; "
+              "mkdir -p /mnt/t; mount -t tmpfs none /mnt/t 2>/dev/null && echo mount-ok || echo mount-denied")
+    pod = make_pod("secctx", [
+        {"name": "locked", "command": ["sh", "-c", script],
+         "securityContext": {"readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, {"name": "mnt", "mountPath": "/mnt"}]},
+        {"name": "priv", "command": ["sh", "-c", script], "securityContext": {"privileged": True}}],
+        restartPolicy="Never")
+    pod["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}, {"name": "mnt", "emptyDir": {}}]
+    st = await drive(runtime, pod, lambda s: s["phase"] in ("Succeeded", "Failed"))
+    assert st["phase"] == "Succeeded"
+    assert (await read_log(runtime, pod, "locked", 0, "mount")).split() == ["ro", "chown-denied", "mount-denied"]
+    assert (await read_log(runtime, pod, "priv", 0, "mount")).split() == ["rw", "chown-ok", "mount-ok"]
+
+
+async def test_orphan_removed_with_its_annotated_prestop_and_grace(full, tmp_path):
+    rt = full
+    host = tmp_path / "host"
+    host.mkdir()
+    pod = make_pod("orphan", [{"name": "a", "command": ["sh", "-c", "trap 'echo term >> /host/log; exit 0' TERM; "
+                                                                    "while true; do sleep 0.1; done"],
+                               "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+                               "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "echo prestop >> /host/log"]}}}}],
+                   terminationGracePeriodSeconds=5, volumes=[{"name": "host", "hostPath": {"path": str(host)}}])
+    await drive(rt, pod, lambda s: s["phase"] == "Running")
+    await asyncio.sleep(0.3)
+    # a runtime that never saw the pod object: only the CRI's labels and annotations
+    async with CRIClient(rt.cri.endpoint) as cri:
+        fresh = KubeRuntime(cri, node_name="n1", pods_dir=rt.pods_dir, logs_dir=rt.logs_dir)
+        await fresh.remove_pod(pod["metadata"]["uid"])
+    assert (host / "log").read_text().split() == ["prestop", "term"]
+    assert pod["metadata"]["uid"] not in {p.uid for p in await rt.running_pods()}

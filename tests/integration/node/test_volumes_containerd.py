@@ -16,7 +16,7 @@ from kubeplane.auth import jwt
 from kubeplane.client.http import HttpClient
 from kubeplane.client.kubeconfig import load_kubeconfig
 from kubeplane.node.cri.client import CRIClient, pb
-from kubeplane.node.volumes import VolumeManager, mounts_under
+from kubeplane.node.volumes import VolumeManager, is_shared, make_rshared, mount, mounts_under, unmount
 from kubeplane.testing import Cluster
 
 from conftest import BUSYBOX
@@ -176,3 +176,37 @@ async def test_container_reads_its_service_account_token(containerd, api, volume
     claims = jwt.unverified(token)[1]
     assert claims["sub"] == "system:serviceaccount:default:robot"
     assert claims["kubernetes.io"]["pod"]["uid"] == pod["metadata"]["uid"]
+
+
+async def test_host_to_container_propagation_from_a_shared_node_dir(containerd, api, tmp_path):
+    base = str(tmp_path / "node")
+    os.makedirs(base)
+    assert make_rshared(base) and is_shared(base)
+    assert not make_rshared(base)  # already shared: nothing more
+    vm = VolumeManager(api, os.path.join(base, "pods"), node_name="n1")
+    later = ""
+    try:
+        pod = _pod([{"name": "scratch", "emptyDir": {}}], [{"name": "c", "volumeMounts": [
+            {"name": "scratch", "mountPath": "/s", "mountPropagation": "HostToContainer"}]}])
+        await vm.setup(pod)
+        async with CRIClient(containerd.endpoint) as cri:
+            async with _Sandbox(cri, pod, str(tmp_path / "logs")) as sb:
+                cid = await sb.start("c", vm.mounts(pod, pod["spec"]["containers"][0]), ["sleep", "3600"])
+                # a mount the host makes in the volume once the container runs shows inside it
+                later = os.path.join(vm.volume_dir(pod["metadata"]["uid"], "kubernetes.io~empty-dir", "scratch"),
+                                     "later")
+                os.makedirs(later)
+                mount("tmpfs", later, "tmpfs", 0, "size=1m")
+                with open(os.path.join(later, "f"), "w") as f:
+                    f.write("from the host")
+                assert await sb.exec(cid, "cat /s/later/f") == (0, "from the host")
+                await cri.runtime("StopContainer", pb.StopContainerRequest(container_id=cid, timeout=0))
+    finally:
+        if later:
+            unmount(later, detach=True)
+        await vm.close()
+        for uid in vm.pod_uids_on_disk():
+            await vm.teardown(uid)
+        while base in mounts_under(base):
+            unmount(base, detach=True)
+    assert mounts_under(str(tmp_path)) == []

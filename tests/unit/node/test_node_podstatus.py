@@ -168,3 +168,29 @@ def test_pod_phase_restart_rules():
     assert pod_phase(p, s, [], terminal=False, initialized=True) == "Running"
     s = [{"name": "a", "state": {"terminated": {"exitCode": 1}}}]
     assert pod_phase(p, s, [], terminal=False, initialized=True) == "Failed"
+
+
+def test_observed_generation_and_status_order():
+    p = pod(["zeta", "alpha"])
+    p["metadata"]["generation"] = 3
+    st = compute_pod_status(p, rt(ctr("zeta", RUNNING), ctr("alpha", RUNNING, created=2)), now=NOW)
+    assert st["observedGeneration"] == 3
+    assert all(c["observedGeneration"] == 3 for c in st["conditions"])
+    assert [s["name"] for s in st["containerStatuses"]] == ["alpha", "zeta"]
+
+
+def test_volume_mounts_and_resources_in_statuses():
+    p = pod(["a"])
+    p["spec"]["containers"][0].update(
+        volumeMounts=[{"name": "data", "mountPath": "/data"}, {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": True}],
+        resources={"requests": {"cpu": "100m"}, "limits": {"memory": "64Mi"}})
+    st = compute_pod_status(p, rt(), now=NOW)
+    cs = st["containerStatuses"][0]
+    assert cs["volumeMounts"] == [{"name": "data", "mountPath": "/data"},
+                                  {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": True,
+                                   "recursiveReadOnly": "Disabled"}]
+    assert "resources" not in cs  # no container yet
+    st = compute_pod_status(p, rt(ctr("a", RUNNING)), now=NOW)
+    cs = st["containerStatuses"][0]
+    assert cs["resources"] == {"requests": {"cpu": "100m"}, "limits": {"memory": "64Mi"}}
+    assert cs["allocatedResources"] == {"cpu": "100m"} and st["qosClass"] == "Burstable"

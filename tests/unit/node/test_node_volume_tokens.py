@@ -117,3 +117,31 @@ async def test_resync_brings_contents_up_to_date(tmp_path):
             await vm.close()
             await vm.teardown("u-resync")
             await client.close()
+
+
+async def test_the_resync_wakes_for_a_token_due(tmp_path):
+    async with Cluster() as c:
+        client = HttpClient(load_kubeconfig(c.kubeconfig))
+        # this node's clock runs 475 s ahead: a token of 600 s is due (80 %) in 5 s, at the earliest in 10 s
+        vm = VolumeManager(client, str(tmp_path / "pods"), node_name="n1", clock=lambda: time.time() + 475,
+                           resync_seconds=3600)
+        try:
+            await client.create(SAS, {"metadata": {"name": "robot"}}, "default")
+            pod = await client.create(PODS, {"metadata": {"name": "tok"}, "spec": {
+                "serviceAccountName": "robot", "automountServiceAccountToken": False,
+                "containers": [{"name": "c", "image": "busybox", "volumeMounts": [{"name": "t", "mountPath": "/t"}]}],
+                "volumes": [{"name": "t", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": 600, "audience": "vault"}}]}}]}},
+                "default")
+            await vm.setup(pod)
+            path = os.path.join(vm.volume_dir(pod["metadata"]["uid"], "kubernetes.io~projected", "t"), "token")
+            first = _read(path)
+            assert jwt.unverified(first)[1]["aud"] == ["vault"]
+            started = time.monotonic()
+            await eventually(lambda: _read(path) != first, timeout=20, interval=0.2)
+            assert 9 <= time.monotonic() - started < 20
+        finally:
+            await vm.close()
+            for uid in vm.pod_uids_on_disk():
+                await vm.teardown(uid)
+            await client.close()

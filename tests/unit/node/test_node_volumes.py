@@ -266,7 +266,8 @@ async def test_empty_dirs(vm):
 
 async def test_fs_group_owns_the_volumes(vm, inprocess_client):
     await inprocess_client.create(CMS, {"metadata": {"name": "cfg"}, "data": {"a": "1"}}, "default")
-    pod = _pod([{"name": "cfg", "configMap": {"name": "cfg", "defaultMode": 0o600}}, {"name": "scratch", "emptyDir": {}}],
+    pod = _pod([{"name": "cfg", "configMap": {"name": "cfg", "defaultMode": 0o600}},
+                {"name": "scratch", "emptyDir": {}}],
                securityContext={"fsGroup": 4321})
     await vm.setup(pod)
     uid = pod["metadata"]["uid"]
@@ -455,3 +456,39 @@ async def test_a_source_gone_after_set_up_keeps_the_files_and_tells(inprocess_cl
         await recorder.close()
         for uid in vm.pod_uids_on_disk():
             await vm.teardown(uid)
+
+
+async def test_immutable_sources_are_read_once(vm, inprocess_client):
+    await inprocess_client.create(CMS, {"metadata": {"name": "fixed"}, "data": {"k": "1"}, "immutable": True},
+                                  "default")
+    await inprocess_client.create(CMS, {"metadata": {"name": "moving"}, "data": {"k": "1"}}, "default")
+    pod = _pod([{"name": "fixed", "configMap": {"name": "fixed"}}, {"name": "moving", "configMap": {"name": "moving"}}])
+    await vm.setup(pod)
+    uid = pod["metadata"]["uid"]
+    # an immutable ConfigMap can only be deleted and made again: the node keeps what it read
+    await inprocess_client.delete(CMS, "fixed", "default")
+    await inprocess_client.create(CMS, {"metadata": {"name": "fixed"}, "data": {"k": "2"}}, "default")
+    await inprocess_client.patch(CMS, "moving", {"data": {"k": "2"}}, "default")
+    await vm.refresh()
+    assert _read(os.path.join(vm.volume_dir(uid, "kubernetes.io~configmap", "fixed"), "k")) == "1"
+    assert _read(os.path.join(vm.volume_dir(uid, "kubernetes.io~configmap", "moving"), "k")) == "2"
+    await vm.teardown(uid)
+    other = _pod([{"name": "fixed", "configMap": {"name": "fixed"}}])
+    await vm.setup(other)  # no pod of the namespace left in between: read again
+    assert _read(os.path.join(vm.volume_dir(other["metadata"]["uid"], "kubernetes.io~configmap", "fixed"), "k")) == "2"
+
+
+async def test_generic_ephemeral_volume_claims_must_belong_to_the_pod(vm, inprocess_client, tmp_path):
+    pod = _pod([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}], name="eph")
+    claim = await _bound_claim(inprocess_client, "eph-scratch", {"csi": {"driver": "kubeplane.io/local",
+                                                                         "volumeHandle": "pvc-eph"}})
+    with pytest.raises(VolumeError) as e:
+        await vm.setup(pod)
+    assert e.value.message == "PVC default/eph-scratch was not created for pod default/eph (pod is not owner)"
+    claim["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "eph",
+                                             "uid": pod["metadata"]["uid"], "controller": True}]
+    await inprocess_client.update(PVCS, claim)
+    await vm.setup(pod)
+    [m] = vm.mounts(pod, pod["spec"]["containers"][0])
+    assert m.host_path == str(tmp_path / "local" / "pvc-eph") and not m.readonly

@@ -572,16 +572,28 @@ async def test_adopted_container_keeps_state_after_agent_restart(manager, http_s
     http_server.code = 500
     c = {"name": "app", "readinessProbe": {**_http_probe(http_server.port), "periodSeconds": 30},
          "startupProbe": {**_http_probe(http_server.port), "periodSeconds": 30}}
-    pod = _pod([c])
-    pod["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    long_ago = time.time() - 3600
+    for uid, pod_ready in (("ready", True), ("unready", False)):
+        pod = _pod([c], uid=uid)
+        # the pod as the API has it, written by the agent before it restarted
+        api = _status(("app", f"containerd://{uid}1"), started_at=long_ago)
+        api["containerStatuses"][0].update(started=True, ready=pod_ready)
+        api["conditions"] = [{"type": "Ready", "status": str(pod_ready)}]
+        pod["status"] = api
+        manager.add_pod(pod)
+        # the runtime's fresh status of the same container
+        assert manager.started(f"{uid}1") and manager.ready(f"{uid}1") is pod_ready
+        st = manager.update_pod_status(pod, _status(("app", f"containerd://{uid}1"), started_at=long_ago))
+        assert st["containerStatuses"][0]["started"] is True
+        assert st["containerStatuses"][0]["ready"] is pod_ready
+        assert manager.result(READINESS, f"{uid}1") is None and manager.result(STARTUP, f"{uid}1") is None
+    # a container started after the agent gets the initial values, whatever the API said
+    pod = _pod([c], uid="new")
+    api = _status(("app", "containerd://new1"))
+    api["containerStatuses"][0].update(started=True, ready=True)
+    pod["status"] = api
     manager.add_pod(pod)
-    st = _status(("app", "containerd://j1"), started_at=time.time() - 3600)
-    st["containerStatuses"][0]["started"] = True
-    manager.update_pod_status(pod, st)
-    # running since before the agent and Ready in the API: still started and ready
-    assert st["containerStatuses"][0]["started"] is True
-    assert st["containerStatuses"][0]["ready"] is True
-    assert manager.result(READINESS, "j1") is None
+    assert not manager.started("new1") and not manager.ready("new1")
 
 
 async def test_async_on_change_and_probe_error_thrown_away(http_server):
