@@ -140,3 +140,40 @@ def test_baseline_is_the_newest_sample_a_window_old():
 def test_min_window_must_be_positive():
     with pytest.raises(ValueError, match="min_window"):
         StatsProvider(cri=None, min_window=0)
+
+
+async def test_usage_flow_windows_reuse_and_no_runtime(tmp_path):
+    """A provider whose runtime is not there: the node's usage from the files,
+    rated over real windows; no pods."""
+    from kubeplane.node.cri.client import CRIClient
+
+    cg = tmp_path / "cg"
+    _write(cg / "cpuacct" / "cpuacct.usage", "0\n")
+    _write(cg / "memory" / "memory.usage_in_bytes", str(64 * 1024 * 1024))
+    _write(cg / "memory" / "memory.stat", "total_inactive_file 0\n")
+    host = HostStats(cgroup_root=str(cg), proc_root=str(tmp_path / "proc"))
+    async with CRIClient(f"unix://{tmp_path}/none.sock", timeout=1.0) as cri:
+        p = StatsProvider(cri, host=host, min_window=0.3)
+        import asyncio
+        import time as _time
+
+        async def bump(ns: int) -> None:
+            await asyncio.sleep(0.1)
+            _write(cg / "cpuacct" / "cpuacct.usage", f"{ns}\n")
+
+        t0 = _time.monotonic()
+        # half a core over the first window: 0.15 s of cpu appears during the 0.3 s wait
+        bumper = asyncio.ensure_future(bump(150_000_000))
+        first = await p.usage()
+        await bumper
+        assert _time.monotonic() - t0 >= 0.3 and first.window_seconds >= 0.3
+        assert first.pods == [] and first.node["memory"] == "64Mi"
+        assert 0 < parse_quantity(first.node["cpu"]) <= parse_quantity("500m")
+        # asked again at once: the same measurement
+        assert await p.usage() is first
+        await asyncio.sleep(0.55)  # past the reuse of a fresh measurement
+        _write(cg / "cpuacct" / "cpuacct.usage", "150000000\n")
+        second = await p.usage()
+        assert second is not first and second.window_seconds >= 0.3
+        assert second.node["cpu"] == "0"
+        assert parse_report(second.report()).node == {"cpu": "0", "memory": "64Mi"}
