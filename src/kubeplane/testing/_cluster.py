@@ -51,9 +51,9 @@ def testing_pki_dir() -> str:
 def _prepare_pki(directory: str, *, durable: bool, shared: bool) -> bool:
     """Make (or check) the cluster's CA, serving and admin certificates
     and ServiceAccount key in ``directory`` while another thread imports
-    the HTTP server: a first start in a process is mostly imports, and much
-    of aiohttp's is reading the system's CA bundle for its client's default
-    TLS contexts, which OpenSSL does without holding the GIL. A ``shared``
+    the HTTP server: a first start in a process is mostly imports (aiohttp's
+    default client TLS contexts read the system's CA bundle on first use,
+    not at import: :mod:`kubeplane.httpstack`). A ``shared``
     directory is worked on under a file lock (clusters of other processes
     use it too). False when the directory cannot be used."""
     import sys
@@ -62,7 +62,9 @@ def _prepare_pki(directory: str, *, durable: bool, shared: bool) -> bool:
     if "aiohttp.web" not in sys.modules:
         def load() -> None:
             try:
-                import aiohttp.web  # noqa: F401
+                from kubeplane.httpstack import import_aiohttp_web
+
+                import_aiohttp_web()
             except BaseException:  # noqa: BLE001 - the server's own import reports it
                 pass
 
