@@ -19,9 +19,12 @@ with kubeplane.testing.Cluster() as c:
 #: key files to read does not need: the admission CEL environment, the
 #: webhooks' matchConditions library, the DRA selectors' CEL (so the CEL
 #: library at all), cryptography's serialization package (SSH keys, every
-#: cipher)
+#: cipher); nor, until a YAML body, a CronJob's time zone, SQLite storage or
+#: a custom resource's scale arrive: PyYAML (the kubeconfig is written
+#: without it), zoneinfo, sqlite3, the JSONPath evaluator
 LATER = ("kubeplane.admission.cel", "kubeplane.registry.matchconditions", "kubeplane.dra.cel",
-         "cel_expr_python", "cryptography.hazmat.primitives.serialization")
+         "cel_expr_python", "cryptography.hazmat.primitives.serialization", "yaml", "zoneinfo", "sqlite3",
+         "kubeplane.storage.sqlite", "kubeplane.api.jsonpath")
 
 CHILD_LATER = r"""
 import sys
