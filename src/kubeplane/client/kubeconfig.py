@@ -294,10 +294,11 @@ def is_kubeplane_kubeconfig(path: str, name: str = "kubeplane") -> bool:
 
 def write_kubeconfig(path: str, server: str, name: str = "kubeplane", *, ca_data: bytes | None = None,
                      client_cert_data: bytes | None = None, client_key_data: bytes | None = None,
-                     token: str | None = None) -> None:
+                     token: str | None = None, durable: bool = True) -> None:
     """Write a kubeconfig with one cluster (its CA, PEM, inline), one user
     (client certificate and key, PEM, or a token; none: no credentials) and
-    one context (namespace ``default``), replacing ``path`` atomically."""
+    one context (namespace ``default``), replacing ``path`` atomically
+    (``durable``: synced to disk first)."""
     cluster: dict[str, Any] = {"server": server}
     if ca_data:
         cluster["certificate-authority-data"] = base64.b64encode(ca_data).decode()
@@ -324,7 +325,7 @@ def write_kubeconfig(path: str, server: str, name: str = "kubeplane", *, ca_data
         text = yaml.dump(doc, Dumper=dumper, default_flow_style=False, sort_keys=False)
     from kubeplane.auth.pki import write_private
 
-    write_private(path, text.encode("utf-8"), dir_mode=0o777, prefix=".kubeconfig-")
+    write_private(path, text.encode("utf-8"), durable, dir_mode=0o777, prefix=".kubeconfig-")
 
 
 #: strings PyYAML writes as they are (plain) and reads back as strings:

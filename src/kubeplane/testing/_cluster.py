@@ -101,6 +101,44 @@ def _prepare_pki(directory: str, *, durable: bool, shared: bool) -> bool:
             importer.join()
 
 
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+_gc_resume = False
+
+
+class _GCPause:
+    """The cyclic garbage collector paused while a cluster starts (until its
+    server and components run; the ``crds`` and ``manifests`` are installed
+    with it on): a first start allocates a few hundred thousand objects that
+    live as long as the process (modules, classes, the API catalogue), and
+    the hundred or so collections they would set off find nothing to free.
+    Process-wide, so counted across clusters starting at once; a collector
+    its program disabled stays disabled."""
+
+    def __init__(self) -> None:
+        global _gc_pauses, _gc_resume
+        import gc
+
+        with _gc_lock:
+            if _gc_pauses == 0:
+                _gc_resume = gc.isenabled()
+                gc.disable()
+            _gc_pauses += 1
+        self._paused = True
+
+    def resume(self) -> None:
+        global _gc_pauses
+        import gc
+
+        with _gc_lock:
+            if not self._paused:
+                return
+            self._paused = False
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_resume:
+                gc.enable()
+
+
 class Cluster:
     """A kubeplane API server on ``127.0.0.1`` (a free port, HTTPS: a CA,
     serving and admin certificates made in a temporary directory, which the
@@ -307,6 +345,13 @@ class Cluster:
         self._mode = mode
 
     async def _astart(self) -> None:
+        pause = _GCPause()
+        try:
+            await self._astart_paused(pause)
+        finally:
+            pause.resume()
+
+    async def _astart_paused(self, pause: "_GCPause") -> None:
         self._tmpdir = tempfile.mkdtemp(prefix="kubeplane-testing-")
         if self.storage == "sqlite":
             self.data_dir = self._data_dir_opt or os.path.join(self._tmpdir, "data")
@@ -329,7 +374,9 @@ class Cluster:
             data_dir=data_dir, listen="127.0.0.1:0",
             storage=self.storage, kubeconfig=kubeconfig, component_kubeconfigs=False, pki_dir=pki_dir,
             # the PKI of a directory removed with the cluster is not synced to disk
-            durable_pki=pki_dir != os.path.join(scratch, "pki")),
+            durable_pki=pki_dir != os.path.join(scratch, "pki"),
+            # nor its kubeconfig, in the cluster's temporary directory
+            durable_kubeconfig=False),
             # namespaces finish deleting and pods get their ServiceAccount without the
             # controllers too; with them these are two of them
             in_process=[] if self.controllers else [namespace_controller, service_account_controller])
@@ -341,6 +388,7 @@ class Cluster:
                     await self._start_components()
                 self.url = self._server.url
                 self.kubeconfig = kubeconfig
+                pause.resume()
                 await self._install()
         except TimeoutError:
             await self._astop()

@@ -58,3 +58,23 @@ def test_the_kubeconfig_of_a_cluster_is_written_plain_and_reads_back(tmp_path) -
         cfg = load_kubeconfig(path)
         assert cfg.server == "https://127.0.0.1:6443"
         assert yaml.safe_load(open(path).read())["current-context"] == name
+
+
+def test_a_kubeconfig_thrown_away_with_its_cluster_is_not_synced(tmp_path, monkeypatch) -> None:
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    write_kubeconfig(str(tmp_path / "a"), "https://127.0.0.1:1", ca_data=PEM)
+    assert len(synced) == 1
+    write_kubeconfig(str(tmp_path / "b"), "https://127.0.0.1:1", ca_data=PEM, durable=False)
+    assert len(synced) == 1
+    assert load_kubeconfig(str(tmp_path / "b")).server == "https://127.0.0.1:1"
+
+
+def test_a_test_clusters_kubeconfig_is_not_synced() -> None:
+    import kubeplane.testing
+
+    with kubeplane.testing.Cluster() as c:
+        assert c._server.config.durable_kubeconfig is False
+        assert c._server._kubeconfig.durable is False
+        assert load_kubeconfig(c.kubeconfig).server == c.url
