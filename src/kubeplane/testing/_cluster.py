@@ -14,10 +14,12 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any, Coroutine, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Coroutine, Literal, TypeVar
 
 from kubeplane.testing._manifests import Manifest, ManifestError, load_documents
-from kubeplane.testing._wait import Condition, Predicate, WaitTimeout, make_predicate
+
+if TYPE_CHECKING:
+    from kubeplane.testing._wait import Condition, Predicate
 
 log = logging.getLogger("kubeplane.testing")
 
@@ -137,6 +139,20 @@ class _GCPause:
             _gc_pauses -= 1
             if _gc_pauses == 0 and _gc_resume:
                 gc.enable()
+
+
+def _wait_module() -> Any:
+    """:mod:`kubeplane.testing._wait`, imported when a cluster first waits
+    (its classes are a few milliseconds of a first start)."""
+    from kubeplane.testing import _wait
+
+    return _wait
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("WaitTimeout", "make_predicate"):
+        return getattr(_wait_module(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Cluster:
@@ -429,7 +445,8 @@ class Cluster:
                 names.extend(o["metadata"]["name"] for o in applied)
         for name in names:
             await self._wait("customresourcedefinitions", name, None, None, None,
-                             make_predicate(for_=None, condition="Established", jsonpath=None, delete=False),
+                             _wait_module().make_predicate(for_=None, condition="Established", jsonpath=None,
+                                                           delete=False),
                              self.start_timeout)
 
     async def _astop(self) -> None:
@@ -665,7 +682,7 @@ class Cluster:
         Raises :class:`WaitTimeout` (a TimeoutError) after ``timeout``
         seconds, naming the objects and the state they were last seen in.
         It watches the objects (no polling)."""
-        pred = make_predicate(for_=for_, condition=condition, jsonpath=jsonpath, delete=delete)
+        pred = _wait_module().make_predicate(for_=for_, condition=condition, jsonpath=jsonpath, delete=delete)
         return self._call(self._wait(resource, name, namespace, label_selector, field_selector, pred, timeout),
                           "wait_for")
 
@@ -674,7 +691,7 @@ class Cluster:
                              delete: bool = False, for_: str | None = None, label_selector: str | None = None,
                              field_selector: str | None = None, timeout: float = 30.0) -> Any:
         """:meth:`wait_for` for coroutines (from any event loop)."""
-        pred = make_predicate(for_=for_, condition=condition, jsonpath=jsonpath, delete=delete)
+        pred = _wait_module().make_predicate(for_=for_, condition=condition, jsonpath=jsonpath, delete=delete)
         return await self._acall(self._wait(resource, name, namespace, label_selector, field_selector, pred,
                                             timeout))
 
@@ -738,8 +755,9 @@ class Cluster:
             last = [state[k] for k in sorted(state)]
             seen = "; ".join(f"{(o.get('metadata') or {}).get('name')}: {_summary(o)}" for o in last) or "none exist"
             extra = f" ({notes[-1]})" if notes else ""
-            raise WaitTimeout(f"timed out after {timeout:g}s waiting for {pred.description} on {target}{where}; "
-                              f"last seen: {seen}{extra}", last) from None
+            raise _wait_module().WaitTimeout(
+                f"timed out after {timeout:g}s waiting for {pred.description} on {target}{where}; "
+                f"last seen: {seen}{extra}", last) from None
 
 
 def _guarded(pred: Predicate, notes: list[str]):

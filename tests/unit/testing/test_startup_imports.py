@@ -19,12 +19,13 @@ with kubeplane.testing.Cluster() as c:
 #: key files to read does not need: the admission CEL environment, the
 #: webhooks' matchConditions library, the DRA selectors' CEL (so the CEL
 #: library at all), cryptography's serialization package (SSH keys, every
-#: cipher); nor, until a YAML body, a CronJob's time zone, SQLite storage or
-#: a custom resource's scale arrive: PyYAML (the kubeconfig is written
-#: without it), zoneinfo, sqlite3, the JSONPath evaluator
+#: cipher); nor, until a YAML body, a CronJob, SQLite storage, a custom
+#: resource's scale or a wait arrive: PyYAML (the kubeconfig is written
+#: without it), the cron parser and zoneinfo, sqlite3, the JSONPath
+#: evaluator, the wait conditions
 LATER = ("kubeplane.admission.cel", "kubeplane.registry.matchconditions", "kubeplane.dra.cel",
          "cel_expr_python", "cryptography.hazmat.primitives.serialization", "yaml", "zoneinfo", "sqlite3",
-         "kubeplane.storage.sqlite", "kubeplane.api.jsonpath")
+         "kubeplane.storage.sqlite", "kubeplane.api.jsonpath", "kubeplane.api.cron", "kubeplane.testing._wait")
 
 CHILD_LATER = r"""
 import sys
