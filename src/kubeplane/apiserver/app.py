@@ -101,6 +101,9 @@ class APIServerConfig:
     #: sync the PKI files made to disk (off for a data directory that is
     #: thrown away with the process, as a test's cluster's)
     durable_pki: bool = True
+    #: sync the admin kubeconfig to disk before it replaces the old one (off
+    #: for a kubeconfig thrown away with the process, as a test's cluster's)
+    durable_kubeconfig: bool = True
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
     #: the ServiceAccount admission plugin (pods run as an existing
     #: ServiceAccount and mount its token); needs the ServiceAccount controller
@@ -261,7 +264,7 @@ class APIServer:
         if self.security is not None and cfg.component_kubeconfigs:
             self.security.write_component_kubeconfigs(self.url)
         if cfg.kubeconfig:
-            self._kubeconfig = KubeconfigFile(cfg.kubeconfig)
+            self._kubeconfig = KubeconfigFile(cfg.kubeconfig, durable=cfg.durable_kubeconfig)
             self._kubeconfig.publish(self.url, **self.admin_credentials())
         log.info("API server listening on %s (storage %s)", self.url, cfg.storage)
 

@@ -399,6 +399,13 @@ def main() -> None:
     from kubeplane.runtime import configure_gc
 
     configure_gc()
+    # -- startup --
+    if click.get_current_context().invoked_subcommand not in (None, "version"):
+        # every other command serves or calls over HTTP: aiohttp, whose default
+        # client TLS contexts then read the CA bundle on first use, not at import
+        from kubeplane.httpstack import import_aiohttp_web
+
+        import_aiohttp_web()
 
 
 def _check_controllers(ctx, param, value: str) -> tuple[str, ...]:
