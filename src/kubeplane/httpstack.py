@@ -26,8 +26,6 @@ from typing import Any
 
 _CONNECTOR = "aiohttp.connector"
 _lock = threading.Lock()
-#: contexts made during the import whose bundle is still to be read
-_pending: list[ssl.SSLContext] = []
 #: threads in :func:`import_aiohttp_web` (the patch is in place while any is)
 _importers = 0
 
@@ -73,8 +71,9 @@ def _in_connector_import() -> bool:
 
 def _set_default_verify_paths(self: ssl.SSLContext) -> None:
     if type(self) is ssl.SSLContext and _in_connector_import():
-        with _lock:
-            _pending.append(self)
+        # from here on the context reads the bundle before it is first used
+        self.__dict__["_kubeplane_ca_pending"] = True
+        self.__class__ = DeferredCAContext
         return
     _original_set_default_verify_paths(self)
 
@@ -100,7 +99,3 @@ def import_aiohttp_web() -> None:
             _importers -= 1
             if _importers == 0:
                 del ssl.SSLContext.set_default_verify_paths
-            made, _pending[:] = list(_pending), []
-        for ctx in made:
-            ctx.__dict__["_kubeplane_ca_pending"] = True
-            ctx.__class__ = DeferredCAContext
