@@ -113,8 +113,10 @@ class KubeconfigFile:
     exit, but only while it is still the file this process wrote (another
     process may have replaced it since)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, durable: bool = True) -> None:
         self.path = path
+        #: synced to disk before it replaces the old file
+        self.durable = durable
         self._identity: tuple[int, int] | None = None
 
     def remove_stale(self) -> None:
@@ -134,7 +136,7 @@ class KubeconfigFile:
         """Write it (``credentials``: as :func:`~kubeplane.client.kubeconfig.write_kubeconfig` takes them)."""
         from kubeplane.client.kubeconfig import write_kubeconfig
 
-        write_kubeconfig(self.path, server_url, **credentials)
+        write_kubeconfig(self.path, server_url, durable=self.durable, **credentials)
         st = os.stat(self.path)
         self._identity = (st.st_dev, st.st_ino)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import lru_cache
-from importlib import resources as importlib_resources
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -35,6 +34,8 @@ MAX_KINDS = 10
 @lru_cache(maxsize=1)
 def _schemas() -> dict[str, Any]:
     # package data of the API server's OpenAPI documents (data only: no code of that layer)
+    from importlib import resources as importlib_resources
+
     raw = importlib_resources.files("kubeplane.apiserver").joinpath("schemas/components.json").read_bytes()
     return orjson.loads(raw)["schemas"]
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-import zoneinfo
 from dataclasses import dataclass
 
 from kubeplane.api.duration import parse_duration
@@ -57,6 +56,8 @@ class UnknownTimeZone(ValueError):
 
 def local_zone() -> _dt.tzinfo:
     """This process's time zone (``$TZ``, else the system's), UTC if neither can be read."""
+    import zoneinfo
+
     name = os.environ.get("TZ", "").lstrip(":")
     if name:
         try:
@@ -77,6 +78,8 @@ def load_location(name: str) -> _dt.tzinfo:
         return UTC
     if name == "Local":
         return local_zone()
+    import zoneinfo
+
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):

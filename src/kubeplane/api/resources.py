@@ -85,7 +85,7 @@ RESOURCES: tuple[ResourceInfo, ...] = (
        verbs=("create", "delete", "get", "list", "patch", "update", "watch")),
     _r("", "v1", "Node", "nodes", False, short_names=("no",), subresources=("status",)),
     _r("", "v1", "Pod", "pods", True, short_names=("po",), categories=("all",),
-       subresources=("status", "binding", "eviction", "log")),
+       subresources=("status", "binding", "eviction", "log", "exec", "attach", "portforward")),
     _r("", "v1", "PersistentVolume", "persistentvolumes", False, short_names=("pv",),
        subresources=("status",)),
     _r("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True, short_names=("pvc",),

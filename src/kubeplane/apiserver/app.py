@@ -103,6 +103,9 @@ class APIServerConfig:
     #: sync the PKI files made to disk (off for a data directory that is
     #: thrown away with the process, as a test's cluster's)
     durable_pki: bool = True
+    #: sync the admin kubeconfig to disk before it replaces the old one (off
+    #: for a kubeconfig thrown away with the process, as a test's cluster's)
+    durable_kubeconfig: bool = True
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
     #: the ServiceAccount admission plugin (pods run as an existing
     #: ServiceAccount and mount its token); needs the ServiceAccount controller
@@ -250,6 +253,9 @@ class APIServer:
             self.security = Security.load(cfg, host, self.registry)
             ssl_context = self.security.ssl_context
             auth_kw = {"authenticator": self.security.authenticator, "token_issuer": self.security.issuer}
+            from kubeplane.apiserver.nodeproxy import KubeletClient
+
+            auth_kw["kubelet_client"] = KubeletClient(self.security.kubelet_client_files)
         app = build_app(self.registry, self.catalogue, max_body=cfg.max_body, server_address=address,
                         limits=cfg.limits, metrics=self.metrics, authorizer=self.authorizer, **auth_kw)
         self._runner = BoundedAppRunner(app, cfg.limits, access_log=None, handle_signals=False,
@@ -265,7 +271,7 @@ class APIServer:
         if self.security is not None and self.security.server_ca_pem:
             await self._publish_cluster_info(host, bound_port)
         if cfg.kubeconfig:
-            self._kubeconfig = KubeconfigFile(cfg.kubeconfig)
+            self._kubeconfig = KubeconfigFile(cfg.kubeconfig, durable=cfg.durable_kubeconfig)
             self._kubeconfig.publish(self.url, **self.admin_credentials())
         log.info("API server listening on %s (storage %s)", self.url, cfg.storage)
 

@@ -6,17 +6,14 @@ else for any input.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import yaml
 
 from kubeplane.api import errors
 
-try:  # the C loader is much faster; fall back when libyaml is missing
-    _YamlLoader: Any = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _YamlLoader = yaml.SafeLoader
+if TYPE_CHECKING:
+    import yaml
 
 #: what a YAML body may expand to through its aliases, in bytes of scalars
 #: (and a few per node): twice the request body limit, as YAML is terser than
@@ -46,6 +43,8 @@ def check_expansion(root: yaml.Node, max_bytes: int = MAX_EXPANDED_BYTES) -> Non
     The composer shares an anchored node between its aliases, so a document
     is a graph; this walks each node once, remembering the expanded size of
     each subtree, so its cost is that of the text, not of the expansion."""
+    import yaml
+
     sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, expanded bytes)
     started: set[int] = set()
     distinct = 0
@@ -94,12 +93,37 @@ def check_expansion(root: yaml.Node, max_bytes: int = MAX_EXPANDED_BYTES) -> Non
         raise errors.too_large_body(max_bytes, "after expanding its YAML aliases")
 
 
-class _CheckedYamlLoader(_YamlLoader):  # type: ignore[misc, valid-type]
-    """The same loader, checking a document's alias expansion before constructing it."""
+_LOADERS: tuple[Any, Any] | None = None
 
-    def construct_document(self, node: Any) -> Any:
-        check_expansion(node)
-        return super().construct_document(node)
+
+def _loaders() -> tuple[Any, Any]:
+    """PyYAML's safe loader (the C one unless libyaml is missing) and the same
+    loader checking a document's alias expansion before constructing it;
+    PyYAML is imported with the first YAML body, not at start."""
+    global _LOADERS
+    if _LOADERS is None:
+        import yaml
+
+        try:  # the C loader is much faster; fall back when libyaml is missing
+            base: Any = yaml.CSafeLoader
+        except AttributeError:  # pragma: no cover
+            base = yaml.SafeLoader
+
+        class _CheckedYamlLoader(base):  # type: ignore[misc, valid-type]
+            def construct_document(self, node: Any) -> Any:
+                check_expansion(node)
+                return super().construct_document(node)
+
+        _LOADERS = (base, _CheckedYamlLoader)
+    return _LOADERS
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_YamlLoader":
+        return _loaders()[0]
+    if name == "_CheckedYamlLoader":
+        return _loaders()[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 JSON = "application/json"
 YAML = "application/yaml"
@@ -132,7 +156,10 @@ def decode_json(body: bytes) -> Any:
 def decode_yaml(body: bytes) -> Any:
     # Only a document with an anchor ("&name") and an alias ("*name") can
     # expand: others are no larger than their text and skip the check.
-    loader = _CheckedYamlLoader if b"&" in body and b"*" in body else _YamlLoader
+    import yaml
+
+    plain, checked = _loaders()
+    loader = checked if b"&" in body and b"*" in body else plain
     try:
         docs = list(yaml.load_all(body, Loader=loader))
     except yaml.YAMLError as exc:

@@ -27,7 +27,13 @@ _SUB_VERBS = {
     "approval": ["get", "patch", "update"],
     "token": ["create"],
     "eviction": ["create"],
+    "exec": ["create", "get"],
+    "attach": ["create", "get"],
+    "portforward": ["create", "get"],
 }
+
+#: the options kinds of the connect subresources
+_CONNECT_KINDS = {"exec": "PodExecOptions", "attach": "PodAttachOptions", "portforward": "PodPortForwardOptions"}
 
 
 def _sub_kind(res: ResourceInfo, sub: str) -> Obj:
@@ -39,6 +45,8 @@ def _sub_kind(res: ResourceInfo, sub: str) -> Obj:
         return {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}
     if sub == "eviction":
         return {"group": "policy", "version": "v1", "kind": "Eviction"}
+    if sub in _CONNECT_KINDS and res.key == ("", "pods"):
+        return {"group": "", "version": "v1", "kind": _CONNECT_KINDS[sub]}
     return {"group": res.group, "version": res.version, "kind": res.kind}
 
 

@@ -26,7 +26,6 @@ import base64
 import binascii
 from typing import Any
 
-import yaml
 
 from kubeplane.api import errors
 from kubeplane.storage.transformer import (
@@ -252,6 +251,8 @@ NO_ENCRYPTION = EncryptionConfig(None)
 
 def parse(text: str) -> EncryptionConfig:
     """An EncryptionConfiguration from YAML or JSON text."""
+    import yaml
+
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as exc:

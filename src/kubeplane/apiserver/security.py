@@ -39,6 +39,9 @@ COMPONENTS = (
 
 #: the admin's client certificate: file stem, user, groups
 ADMIN_CLIENT = ("admin", pki.ADMIN_USER, (SYSTEM_MASTERS,))
+#: the API server's client certificate to the kubelets (as kubeadm's
+#: apiserver-kubelet-client): file stem, user, groups
+KUBELET_CLIENT = ("apiserver-kubelet-client", "kube-apiserver-kubelet-client", (SYSTEM_MASTERS,))
 
 
 def object_getter(registry: "Registry"):
@@ -151,6 +154,14 @@ class Security:
         assert self.pki is not None
         cert, key = self.pki.client_pair(stem, user, groups)
         return {"ca_data": self.server_ca_pem or None, "client_cert_data": cert, "client_key_data": key}
+
+    def kubelet_client_files(self) -> tuple[str, str] | None:
+        """``apiserver-kubelet-client.crt``/``.key`` (made on first use), or None without a PKI."""
+        if self.pki is None:
+            return None
+        stem = KUBELET_CLIENT[0]
+        self.pki.client_pair(*KUBELET_CLIENT)
+        return self.pki.path(stem + ".crt"), self.pki.path(stem + ".key")
 
     def write_component_kubeconfigs(self, url: str) -> None:
         """``<pki>/../<component>.kubeconfig`` for ``kubeplane scheduler`` and

@@ -17,6 +17,7 @@ import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import orjson
 from aiohttp import web
@@ -136,6 +137,33 @@ def _int_param(q, name: str) -> int | None:
         raise errors.bad_request(f"invalid value for {name}: {v!r}: must be an integer") from None
 
 
+def _validate_log_options(q, name: str) -> None:
+    """Upstream's ValidatePodLogOptions (a 422 Invalid on PodLogOptions)."""
+    for flag in ("follow", "previous", "timestamps", "insecureSkipTLSVerifyBackend"):
+        _bool_param(q, flag)
+    tail, limit, since = _int_param(q, "tailLines"), _int_param(q, "limitBytes"), _int_param(q, "sinceSeconds")
+    since_time = q.get("sinceTime")
+    causes = []
+    if tail is not None and tail < 0:
+        causes.append(errors.invalid_value("tailLines", tail, "must be greater than or equal to 0"))
+    if limit is not None and limit < 1:
+        causes.append(errors.invalid_value("limitBytes", limit, "must be greater than 0"))
+    if since is not None and since_time is not None:
+        causes.append(errors.forbidden_field("", "at most one of `sinceTime` or `sinceSeconds` may be specified"))
+    elif since is not None and since < 1:
+        causes.append(errors.invalid_value("sinceSeconds", since, "must be greater than 0"))
+    if since_time is not None:
+        from kubeplane.api.meta import parse_time
+
+        try:
+            parse_time(since_time)
+        except (ValueError, TypeError):
+            raise errors.bad_request(f'parsing time "{since_time}" as "2006-01-02T15:04:05Z07:00": '
+                                     "cannot parse as RFC3339") from None
+    if causes:
+        raise errors.invalid("PodLogOptions", name, causes)
+
+
 def _dry_run(q) -> bool:
     values = q.getall("dryRun", [])
     for v in values:
@@ -226,12 +254,23 @@ class APIHandler:
         #: and the ServiceAccount token issuer of TokenRequest (None: not served)
         self.authenticator: Any = None
         self.token_issuer: Any = None
+        #: HTTPS to the nodes' kubelets (nodeproxy.KubeletClient; made without a
+        #: client certificate on first use when none was given)
+        self.kubelet_client: Any = None
         from kubeplane.apiserver.openapi_crd import CustomDocuments
 
         #: the OpenAPI documents of the custom resources the catalogue serves
         self.custom_docs = CustomDocuments(catalogue)
         # id(obj) -> (obj, type, encoded line); holding obj keeps the id unique.
         self._encoded: OrderedDict[int, tuple[Obj, str, bytes]] = OrderedDict()
+
+    @property
+    def kubelet(self) -> Any:
+        if self.kubelet_client is None:
+            from kubeplane.apiserver.nodeproxy import KubeletClient
+
+            self.kubelet_client = KubeletClient()
+        return self.kubelet_client
 
     # -- plumbing ------------------------------------------------------------
 
@@ -467,6 +506,10 @@ class APIHandler:
             if m != "GET":
                 raise errors.method_not_allowed("the server does not allow this method on the requested resource")
             return await self.pod_log(request, t)
+        if sub in ("exec", "attach", "portforward"):
+            if m not in ("GET", "POST"):
+                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+            return await self.pod_connect(request, t, sub)
         if sub == "scale":
             return await self.scale(request, t)
         if sub == "token" and t.res.key == ("", "serviceaccounts"):
@@ -758,19 +801,84 @@ class APIHandler:
         status, code = await evict(self.registry, t.name, t.namespace, eviction, dry_run=_dry_run(request.query))
         return json_response(status, code)
 
-    async def pod_log(self, request: web.Request, t: Target) -> web.Response:
-        pod = await self.registry.get(t.res, t.name, t.namespace)
-        containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-        container = request.query.get("container")
-        if container is None:
-            if len(containers) > 1:
-                raise errors.bad_request(
-                    f"a container name must be specified for pod {t.name}, choose one of: {containers}")
-        elif container not in containers:
-            raise errors.bad_request(f"container {container} is not valid for pod {t.name}")
-        # Simulated nodes run no processes, so there is no output to show.
-        return web.Response(text="", content_type="text/plain")
+    async def pod_log(self, request: web.Request, t: Target) -> web.StreamResponse:
+        from kubeplane.apiserver import nodeproxy
 
+        pod = await self.registry.get(t.res, t.name, t.namespace)
+        container = nodeproxy.pick_container(pod, request.query.get("container"))
+        _validate_log_options(request.query, t.name)
+        node = await self._pod_node(pod)
+        if node is None or nodeproxy.is_simulated(node):
+            # Not on a node yet (upstream answers no location: nothing), or on a
+            # simulated node, which runs no processes: there is no output to show.
+            return web.Response(text="", content_type="text/plain")
+        host, port = nodeproxy.kubelet_address(node)
+        return await nodeproxy.stream_logs(request, self.kubelet, host, port, pod, container)
+
+    async def _pod_node(self, pod: Obj) -> Obj | None:
+        from kubeplane.api.resources import resource
+
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name:
+            return None
+        return await self.registry.get(resource("nodes"), node_name, None)
+
+    async def pod_connect(self, request: web.Request, t: Target, sub: str) -> web.StreamResponse:
+        """pods/exec, pods/attach and pods/portforward: relayed to the node's kubelet."""
+        from kubeplane.apiserver import nodeproxy
+
+        if request.method != "POST" and not isinstance(self.authorizer, AlwaysAllow) and self.authorizer is not None:
+            # as upstream (AuthorizePodWebsocketUpgradeCreatePermission): a WebSocket
+            # upgrade (a GET) needs the create permission a POST needs
+            from kubeplane.apiserver.authorization import check
+            from kubeplane.auth.requestinfo import request_info, to_attributes
+            from kubeplane.auth.user import current_user
+
+            check(self.authorizer, to_attributes(current_user(), request_info("POST", request.path, request.query)))
+        q = request.query
+        pod = await self.registry.get(t.res, t.name, t.namespace)
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        params: list[tuple[str, str]] = []
+        if sub == "portforward":
+            ports = []
+            for value in q.getall("ports", []):
+                for part in value.split(","):
+                    part = part.strip()
+                    if not part.isdigit() or not 0 < int(part) < 65536:
+                        raise errors.bad_request(f"invalid port {part!r}: ports must be in the range 1-65535")
+                    ports.append(part)
+            if ports:
+                params.append(("port", ",".join(ports)))
+            path = "/portForward/{}/{}".format(*(quote(x, safe="") for x in (ns, name)))
+        else:
+            container = nodeproxy.pick_container(pod, q.get("container"))
+            flags = {k: _bool_param(q, k) for k in ("stdin", "stdout", "stderr", "tty")}
+            if sub == "exec":
+                command = q.getall("command", [])
+                if not command:
+                    raise errors.bad_request("you must specify at least 1 command")
+                params += [("command", c) for c in command]
+            for option, kubelet_param in (("stdin", "input"), ("stdout", "output"), ("stderr", "error"),
+                                          ("tty", "tty")):
+                if flags[option]:
+                    params.append((kubelet_param, "1"))
+            if not (flags["stdin"] or flags["stdout"] or flags["stderr"]):
+                raise errors.bad_request("you must specify at least 1 of stdin, stdout, stderr")
+            path = "/{}/{}/{}/{}".format(sub, *(quote(x, safe="") for x in (ns, name, container)))
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name:
+            raise errors.bad_request(f"pod {name} does not have a host assigned")
+        node = await self._pod_node(pod)
+        assert node is not None
+        if nodeproxy.is_simulated(node):
+            raise errors.bad_request(f"pod {name} is on the simulated node {node_name}, which runs no containers")
+        host, port = nodeproxy.kubelet_address(node)
+        if sub == "portforward":
+            spdy_opts = nodeproxy.SpdyOptions(port_forward=True)
+        else:
+            spdy_opts = nodeproxy.SpdyOptions(**{k: bool(v) for k, v in flags.items()})
+        return await nodeproxy.relay_websocket(request, self.kubelet, host, port, path, params, name, spdy_opts)
     async def scale(self, request: web.Request, t: Target) -> web.Response:
         m = request.method
         if m == "GET":
@@ -1040,7 +1148,8 @@ def _manager_from_agent(request: web.Request) -> str:
 def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_BODY_BYTES,
               server_address: str = "127.0.0.1:6443", limits: ServingLimits | None = None,
               metrics: "APIServerMetrics | None" = None, authenticator: Any = None,
-              authorizer: "Authorizer | None" = None, token_issuer: Any = None) -> web.Application:
+              authorizer: "Authorizer | None" = None, token_issuer: Any = None,
+              kubelet_client: Any = None) -> web.Application:
     """The API server's aiohttp app. With an ``authenticator``
     (:class:`kubeplane.auth.authenticator.RequestAuthenticator`) every request
     is authenticated and may impersonate as ``authorizer`` allows; without one
@@ -1064,6 +1173,7 @@ def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_B
     h.metrics = metrics
     h.authenticator = authenticator
     h.token_issuer = token_issuer
+    h.kubelet_client = kubelet_client
     inflight = InflightLimiter(limits.max_requests_inflight, limits.max_mutating_requests_inflight)
     if authorizer is None:
         authorizer = registry.authorizer
@@ -1089,6 +1199,12 @@ def build_app(registry: Registry, catalogue: Catalogue, *, max_body: int = MAX_B
     app = web.Application(middlewares=middlewares,
                           client_max_size=max_body + 1024 * 1024)
     app[HANDLER_KEY] = h
+
+    async def _close_kubelet_client(_app: web.Application) -> None:
+        if h.kubelet_client is not None:
+            await h.kubelet_client.close()
+
+    app.on_cleanup.append(_close_kubelet_client)
     app[INFLIGHT_KEY] = inflight
     r = app.router
     # Upstream serves these documents from go-restful web services whose one

@@ -19,7 +19,6 @@ groups) and checks it is meant for client authentication.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import logging
 import time
@@ -144,6 +143,8 @@ class TokenFileAuthenticator:
     def from_file(cls, path: str) -> "TokenFileAuthenticator":
         tokens: dict[str, UserInfo] = {}
         with open(path, newline="", encoding="utf-8") as f:
+            import csv
+
             for lineno, record in enumerate(csv.reader(f), 1):
                 if not record or (len(record) == 1 and not record[0].strip()):
                     continue

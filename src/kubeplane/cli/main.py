@@ -407,6 +407,13 @@ def main() -> None:
     from kubeplane.runtime import configure_gc
 
     configure_gc()
+    # -- startup --
+    if click.get_current_context().invoked_subcommand not in (None, "version"):
+        # every other command serves or calls over HTTP: aiohttp, whose default
+        # client TLS contexts then read the CA bundle on first use, not at import
+        from kubeplane.httpstack import import_aiohttp_web
+
+        import_aiohttp_web()
 
 
 def _check_controllers(ctx, param, value: str) -> tuple[str, ...]:
@@ -621,11 +628,24 @@ _COMPONENTS_METRICS_HELP = ("HOST:PORT where the scheduler's and controllers' /m
               help=_COMPONENTS_METRICS_HELP + " With --split the second process serves them.")
 @_controllers_option
 @_controller_flag_options
+# -- agent --
+@click.option("--real-node", type=click.Choice(["auto", "on", "off"]), default="off", show_default=True,
+              help="Also run one real node (pods in containers, through its own containerd under "
+                   "<data-dir>/node): on, off, or auto (when this host can: root, containerd, runc, CNI plugins).")
+@click.option("--real-node-name", default=None, callback=lambda ctx, param, value: _check_node_name(ctx, param, value),
+              help="Name of the real node; default: the hostname.")
+@click.option("--real-node-pod-cidr", default="10.42.0.0/24", show_default=True,
+              callback=lambda ctx, param, value: _check_cidr(ctx, param, value),
+              help="The real node's pod CIDR (its pods' bridge network).")
+@click.option("--real-node-kubelet-port", type=click.IntRange(min=0, max=65535), default=10250, show_default=True,
+              help="Port of the real node's kubelet API (0: a free one).")
+# -- end agent --
 def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
        history_bytes: int, event_ttl: float, verbosity: int, verbose: bool, node_count: int, node_cpu: str,
        node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int,
        scheduler_config: str | None, split: bool, metrics_listen: str,
-       controller_selection: tuple[str, ...]) -> None:
+       controller_selection: tuple[str, ...], real_node: str = "off", real_node_name: str | None = None,
+       real_node_pod_cidr: str | None = None, real_node_kubelet_port: int = 10250) -> None:
     """Run a whole cluster: API server, scheduler, controllers, simulated nodes (one process,
     or two with --split)."""
     import os
@@ -653,6 +673,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                        in_process=[namespace_controller] if split else [])
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
     published = KubeconfigFile(kubeconfig)
+    real = _up_real_node(server, data_dir, real_node, real_node_name, real_node_pod_cidr,  # -- agent --
+                         real_node_kubelet_port)
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
@@ -668,13 +690,18 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                 client = InProcessClient(server.registry, field_manager="kubeplane")
                 await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg,
                                         ca_files=ca_files, controller_selection=controller_selection)
+            if real is not None:  # -- agent --
+                await real.start()
             # Written last and atomically: the kubeconfig appearing means the cluster is usable.
             published.publish(server.url, **server.admin_credentials())
-            log.info("kubeplane is up: API server at %s, %d simulated node(s); try: kubectl --kubeconfig %s get nodes",
-                     server.url, node_count, kubeconfig)
+            log.info("kubeplane is up: API server at %s, %d simulated node(s)%s; try: kubectl --kubeconfig %s "
+                     "get nodes", server.url, node_count, f", real node {real.config.name}" if real else "",
+                     kubeconfig)
             await stop.wait()
         finally:
             published.withdraw()  # first: nothing may look ready while stopping
+            if real is not None:  # -- agent --
+                await real.stop()
             await comps.stop()
             await server.stop()
 
@@ -1170,8 +1197,29 @@ def bench(workload: str, as_json: bool, nodes: int | None, pods: int | None, sto
     SchedulingNodeAffinity, TopologySpreading, PreemptionBasic, PreemptionAsync, Unschedulable,
     SchedulingInTreePVs, SchedulingCSIPVs, SchedulingPVsChurn,
     SchedulingWithResourceClaimTemplate, SteadyStateClusterResourceClaimTemplate[/half|/full];
-    or JobChurn (Jobs of 10 pods on simulated nodes: completion throughput and latency)."""
+    or JobChurn (Jobs of 10 pods on simulated nodes: completion throughput and latency);
+    or node (pod start-up on one real node: 50 and 200 pods, or --pods)."""
     import json as _json
+
+    # -- stats --
+    if workload == "node":
+        for given, hint in ((nodes, "--nodes"), (runs, "--runs"), (pv_interval_ms, "--pv-interval-ms"),
+                            (profile_dir, "--profile"), (jobs, "--jobs"), (in_flight, "--in-flight")):
+            if given is not None:
+                raise click.BadParameter("does not apply to node", param_hint=hint)
+        if split or storage != "memory":
+            raise click.BadParameter("does not apply to node", param_hint="--split" if split else "--storage")
+        from kubeplane.bench.node import DEFAULT_COUNTS, run_cli as run_node
+
+        try:
+            out = runtime.run(run_node(counts=(pods,) if pods else DEFAULT_COUNTS, as_json=as_json))
+        except (RuntimeError, TimeoutError) as err:
+            click.echo(f"Error: {err}", err=True)
+            sys.exit(1)
+        if any(b.get("timed_out") for b in out["batches"]):
+            sys.exit(1)
+        return
+    # -- end stats --
 
     if workload == "JobChurn":
         for given, hint in ((pods, "--pods"), (runs, "--runs"), (pv_interval_ms, "--pv-interval-ms"),
@@ -1304,6 +1352,330 @@ def token_delete(tokens_given: tuple[str, ...], kubeconfig: str | None, context:
     _setup_logging(verbosity, verbose)
     for t in tokens_given:
         click.echo(_token_run(kubeconfig, context, lambda client, t=t: tokens.delete(client, t)))
+
+
+# -- agent --
+
+
+class _UpRealNode:
+    """The real node of ``kubeplane up``: a ManagedNode reaching the API server
+    over HTTPS as system:node:<name> (group system:nodes), with a client
+    certificate of the cluster CA written to ``<data-dir>/node/kubelet.kubeconfig``."""
+
+    def __init__(self, server, config) -> None:
+        self.server = server
+        self.config = config
+        self.managed = None
+        self.client = None
+
+    def _kubeconfig(self) -> str:
+        import os
+
+        from kubeplane.auth import pki
+        from kubeplane.client.kubeconfig import write_kubeconfig
+
+        own = pki.PKI(os.path.join(self.server.config.data_dir, "pki"))
+        cert, key = pki.issue(own.ca_cert, own.ca_key, f"system:node:{self.config.name}", orgs=("system:nodes",))
+        path = os.path.join(self.config.data_dir, "kubelet.kubeconfig")
+        os.makedirs(self.config.data_dir, mode=0o700, exist_ok=True)
+        write_kubeconfig(path, self.server.url, ca_data=own.ca_pem, client_cert_data=pki.cert_pem(cert),
+                         client_key_data=pki.key_pem(key))
+        return path
+
+    async def start(self) -> None:
+        from kubeplane.client.http import HttpClient
+        from kubeplane.node.agent import ManagedNode
+        from kubeplane.startup import StartupError
+
+        try:
+            self.client = HttpClient.from_kubeconfig(await asyncio.to_thread(self._kubeconfig))
+            self.managed = ManagedNode(self.client, self.config)
+            await self.managed.start()
+        except Exception as err:  # noqa: BLE001 - one line and exit 1, as any start-up failure
+            self.managed = None
+            if self.client is not None:
+                await self.client.close()
+                self.client = None
+            raise StartupError(f"the real node {self.config.name} did not start: {err}") from err
+
+    async def stop(self) -> None:
+        if self.managed is not None:
+            await self.managed.stop()
+            self.managed = None
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
+
+
+def _up_real_node(server, data_dir: str, mode: str, name: str | None, pod_cidr: str | None,
+                  kubelet_port: int = 10250):
+    import os
+
+    from kubeplane.node.agent import default_node_name
+
+    if mode == "off":
+        return None
+    why = _real_node_available()
+    if why:
+        if mode == "on":
+            _fail(f"--real-node on: {why}")
+        log.info("no real node: %s", why)
+        return None
+    # the API server on loopback (the default): the node's addresses and kubelet API stay there too
+    import ipaddress
+
+    host = server.config.listen.rpartition(":")[0].strip("[]")
+    try:
+        node_ip = "127.0.0.1" if ipaddress.ip_address(host).is_loopback else None
+    except ValueError:
+        node_ip = "127.0.0.1" if host == "localhost" else None
+    config = _real_node_config(name or default_node_name(), os.path.join(data_dir, "node"), node_ip, 110, {},
+                               kubelet_port, pod_cidr)
+    return _UpRealNode(server, config)
+
+
+def _check_reserved(ctx, param, value):
+    from kubeplane.node.host import parse_reserved
+
+    try:
+        return parse_reserved(value or "")
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+def _check_node_labels(ctx, param, value):
+    from kubeplane.api.strings import is_qualified_name, is_valid_label_value
+
+    labels: dict[str, str] = {}
+    for item in (value or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, val = item.strip().partition("=")
+        if not sep:
+            raise click.BadParameter(f"invalid label {item.strip()!r}: the form is key=value[,key=value]")
+        problems = is_qualified_name(key) + is_valid_label_value(val)
+        if problems:
+            raise click.BadParameter(f"invalid label {item.strip()!r}: {'; '.join(problems)}")
+        labels[key] = val
+    return labels
+
+
+def _check_node_ip(ctx, param, value):
+    if value is None:
+        return None
+    from kubeplane.node.host import HostError, validate_node_ip
+
+    try:
+        return validate_node_ip(value)
+    except HostError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+def _check_cidr(ctx, param, value):
+    if not value:
+        return None
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except ValueError:
+        raise click.BadParameter(f"invalid CIDR address: {value}") from None
+
+
+def _check_node_name(ctx, param, value):
+    if value is None:
+        return None
+    from kubeplane.api.strings import is_dns1123_subdomain
+
+    problems = is_dns1123_subdomain(value)
+    if problems:
+        raise click.BadParameter(f"invalid node name {value!r}: {'; '.join(problems)}")
+    return value
+
+
+_real_node_options = [
+    click.option("--node-ip", default=None, callback=_check_node_ip,
+                 help="IP address of the node (its InternalIP); default: the address of the default route."),
+    click.option("--max-pods", type=click.IntRange(min=1), default=110, show_default=True,
+                 help="Pods this node runs at most (its pods capacity)."),
+    click.option("--system-reserved", default="", callback=_check_reserved,
+                 help="Resources kept for the system, out of allocatable: cpu=500m,memory=1Gi,"
+                      "ephemeral-storage=1Gi,pid=100."),
+    click.option("--cri-socket", default=None,
+                 help="CRI endpoint of a running container runtime (unix:///run/containerd/containerd.sock); "
+                      "default: a containerd the node starts under <data-dir>/containerd."),
+    click.option("--pod-infra-container-image", "sandbox_image", default=None,
+                 help="The sandbox (pause) image of the node's own containerd; default: "
+                      "kubeplane.local/pause:3.10, built from the host's busybox when missing. Another "
+                      "(registry.k8s.io/pause:3.10) is pulled when missing."),
+    click.option("--kubelet-port", type=click.IntRange(min=0, max=65535), default=10250, show_default=True,
+                 help="Port of the node's kubelet API (logs, exec, port-forward)."),
+    click.option("--pod-cidr", default=None, callback=_check_cidr,
+                 help="The node's pod CIDR; default: spec.podCIDR, which the node IPAM controller assigns."),
+]
+
+
+def _real_node_option_decorators(f):
+    for opt in reversed(_real_node_options):
+        f = opt(f)
+    return f
+
+
+def _verbosity_option_decorators(f):
+    for opt in reversed(_verbosity_options):
+        f = opt(f)
+    return f
+
+
+def _real_node_config(name: str, data_dir: str, node_ip, max_pods, system_reserved, kubelet_port, pod_cidr,
+                      images_dir=None, labels=None):
+    import os
+
+    from kubeplane.node.agent import AgentConfig
+
+    return AgentConfig(name=name, data_dir=os.path.abspath(data_dir), node_ip=node_ip, max_pods=max_pods,
+                       system_reserved=system_reserved, kubelet_port=kubelet_port, pod_cidr=pod_cidr,
+                       images_dir=os.path.abspath(images_dir) if images_dir else None, labels=labels or {})
+
+
+def _real_node_available() -> str | None:
+    """Why this host cannot run a real node with its own containerd (None: it can)."""
+    import os
+    import shutil
+
+    from kubeplane.node.containerd import find_cni_bin_dir
+
+    if os.geteuid() != 0:
+        return "a node's own containerd needs root"
+    for binary in ("containerd", "containerd-shim-runc-v2", "runc", "ctr"):
+        if shutil.which(binary) is None:
+            return f"{binary} not found: install containerd and runc"
+    try:
+        find_cni_bin_dir()
+    except FileNotFoundError as err:
+        return str(err)
+    return None
+
+
+@main.command("node")
+@click.option("--kubeconfig", "kubeconfig", default=None,
+              help="Kubeconfig of the node (its identity: system:node:<name>); default: "
+                   "<data-dir>/kubelet.kubeconfig when a join wrote one.")
+@click.option("--context", default=None, help="Kubeconfig context to use.")
+@click.option("--server", default=None, help="Join this API server (https://HOST:PORT) with --token.")
+@click.option("--token", default=None, help="A bootstrap token (abcdef.0123456789abcdef) to join with.")
+@click.option("--ca-cert-hash", default=None,
+              help="sha256:<hex> of the cluster CA's public key, checked when joining.")
+@click.option("--name", "node_name", default=None, callback=_check_node_name,
+              help="Node name; default: the hostname.")
+@click.option("--data-dir", default="/var/lib/kubeplane/node", show_default=True, callback=_check_not_empty,
+              help="The node's directory: pods, logs, images, its containerd.")
+@click.option("--images-dir", default=None,
+              help="Image archives imported at start and when they appear; default: <data-dir>/images.")
+@click.option("--node-labels", default="", callback=_check_node_labels,
+              help="Labels of the node: key=value[,key=value].")
+@_real_node_option_decorators
+@_verbosity_option_decorators
+def node(kubeconfig, context, server, token, ca_cert_hash, node_name, data_dir, images_dir, node_labels,
+         node_ip, max_pods, system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr, verbosity,
+         verbose) -> None:
+    """Run a node: a kubelet running the pods bound to it in containers, through the CRI."""
+    import os
+
+    from kubeplane.node.agent import DEFAULT_SANDBOX_IMAGE, ManagedNode, default_node_name
+
+    _setup_logging(verbosity, verbose)
+    name = node_name or default_node_name()
+    if (server is None) != (token is None):
+        raise click.UsageError("--server and --token go together (a join)")
+    if kubeconfig and server:
+        raise click.UsageError("--kubeconfig and --server/--token exclude each other")
+    if cri_socket is None:
+        why = _real_node_available()
+        if why:
+            _fail(f"cannot run the node's own containerd: {why} (or give --cri-socket)")
+    elif sandbox_image is not None:
+        raise click.UsageError("--pod-infra-container-image applies to the node's own containerd; "
+                               "with --cri-socket the runtime's configuration names its sandbox image")
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    joined = os.path.join(data_dir, "kubelet.kubeconfig")
+    config = _real_node_config(name, data_dir, node_ip, max_pods, system_reserved, kubelet_port, pod_cidr,
+                               images_dir, node_labels)
+
+    async def go(stop: asyncio.Event) -> None:
+        nonlocal kubeconfig
+        if server is not None and not os.path.exists(joined):
+            try:
+                from kubeplane.client.bootstrap import JoinError, join
+            except ImportError:
+                _fail("this kubeplane cannot join with a bootstrap token: give --kubeconfig")
+            try:
+                await join(server, token, name, joined, ca_cert_hash=ca_cert_hash)
+            except JoinError as err:
+                _fail(f"joining {server}: {err}")
+            log.info("node %s joined %s: its kubeconfig is %s", name, server, joined)
+        if kubeconfig is None:
+            if not os.path.exists(joined):
+                _fail("no kubeconfig: give --kubeconfig, or --server and --token to join")
+            kubeconfig = joined
+        client = _http_client(kubeconfig, context)
+        managed = ManagedNode(client, config, cri_socket=cri_socket,
+                              sandbox_image=sandbox_image or DEFAULT_SANDBOX_IMAGE)
+        started = False
+
+        async def start() -> None:
+            await managed.start()
+
+        try:
+            if not await _wait_for_api(client, stop, "node"):
+                return
+            if not await _start_retrying("node", start, stop):
+                return
+            started = True
+            log.info("node %s running (data directory %s)", name, config.data_dir)
+            await stop.wait()
+        finally:
+            if started:
+                await managed.stop()
+            await client.close()
+
+    _run(go)
+
+
+@main.group()
+def images() -> None:
+    """A node's images."""
+
+
+@images.command("import")
+@click.argument("archives", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--data-dir", default="/var/lib/kubeplane/node", show_default=True, callback=_check_not_empty,
+              help="The node whose own containerd imports them.")
+@click.option("--cri-socket", default=None,
+              help="The containerd socket to import into instead (unix:///run/containerd/containerd.sock).")
+def images_import(archives, data_dir, cri_socket) -> None:
+    """Import image archives (OCI image layout or docker save tars) into a node's runtime."""
+    import os
+
+    from kubeplane.node.containerd import ContainerdPaths
+    from kubeplane.node.images import ImageError, import_archive
+
+    address = cri_socket.removeprefix("unix://") if cri_socket else \
+        ContainerdPaths(os.path.abspath(os.path.join(data_dir, "containerd"))).socket
+    for archive in archives:
+        if not os.path.exists(archive):
+            _fail(f"open {archive}: no such file or directory")
+    if not os.path.exists(address):
+        _fail(f"no containerd at {address}: is the node running? (or give --cri-socket)")
+    for archive in archives:
+        try:
+            names = runtime.run(import_archive(address, os.path.abspath(archive)))
+        except ImageError as err:
+            _fail(str(err))
+        for n in names:
+            click.echo(f"imported {n}")
+        if not names:
+            click.echo(f"{archive}: no image names in the archive")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -147,9 +147,13 @@ async def request_certificate(server: str, token: str, ca_pem: bytes, node_name:
 
 
 async def join(server: str, token: str, node_name: str, kubeconfig_path: str, *,
-               ca_cert_hashes: Sequence[str] = (), timeout: float = 300.0) -> str:
-    """Discovery, TLS bootstrap and the node's kubeconfig at ``kubeconfig_path`` (mode 0600)."""
+               ca_cert_hashes: Sequence[str] = (), ca_cert_hash: str | None = None, timeout: float = 300.0) -> str:
+    """Discovery, TLS bootstrap and the node's kubeconfig at ``kubeconfig_path``
+    (mode 0600). ``ca_cert_hash``: one pin, the same as ``ca_cert_hashes=[it]``."""
     from kubeplane.client.kubeconfig import write_kubeconfig
+
+    if ca_cert_hash:
+        ca_cert_hashes = [*ca_cert_hashes, ca_cert_hash]
 
     if bt.parse_token(token) is None:
         raise JoinError(f'the bootstrap token "{token}" was not of the form "[a-z0-9]{{6}}.[a-z0-9]{{16}}"')

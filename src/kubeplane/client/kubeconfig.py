@@ -16,17 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 if TYPE_CHECKING:
     from kubeplane.client.execcred import ExecConfig
 
-try:
-    _Loader: Any = yaml.CSafeLoader
-    _Dumper: Any = yaml.CSafeDumper
-except AttributeError:  # PyYAML built without libyaml
-    _Loader = yaml.SafeLoader
-    _Dumper = yaml.SafeDumper
+def _yaml() -> tuple[Any, Any, Any]:
+    """PyYAML and its safe loader and dumper (the C ones unless PyYAML was
+    built without libyaml), imported when a kubeconfig is first read."""
+    import yaml
+
+    try:
+        return yaml, yaml.CSafeLoader, yaml.CSafeDumper
+    except AttributeError:  # PyYAML built without libyaml
+        return yaml, yaml.SafeLoader, yaml.SafeDumper
 
 
 class KubeconfigError(ValueError):
@@ -124,9 +125,10 @@ def default_kubeconfig_paths() -> list[str]:
 
 
 def _read_file(path: str) -> dict[str, Any]:
+    yaml, loader, _ = _yaml()
     try:
         with open(path, "rb") as f:
-            doc = yaml.load(f, Loader=_Loader)
+            doc = yaml.load(f, Loader=loader)
     except FileNotFoundError:
         raise KubeconfigError(f"kubeconfig {path} does not exist") from None
     except yaml.YAMLError as exc:
@@ -275,8 +277,13 @@ def is_kubeplane_kubeconfig(path: str, name: str = "kubeplane") -> bool:
     (one cluster, user and context named ``name``), not a user's own file."""
     try:
         with open(path, "rb") as f:
-            doc = yaml.load(f, Loader=_Loader)
-    except (OSError, yaml.YAMLError):
+            text = f.read()
+    except OSError:
+        return False
+    yaml, loader, _ = _yaml()
+    try:
+        doc = yaml.load(text, Loader=loader)
+    except yaml.YAMLError:
         return False
     if not isinstance(doc, dict) or doc.get("current-context") != name:
         return False
@@ -287,10 +294,11 @@ def is_kubeplane_kubeconfig(path: str, name: str = "kubeplane") -> bool:
 
 def write_kubeconfig(path: str, server: str, name: str = "kubeplane", *, ca_data: bytes | None = None,
                      client_cert_data: bytes | None = None, client_key_data: bytes | None = None,
-                     token: str | None = None) -> None:
+                     token: str | None = None, durable: bool = True) -> None:
     """Write a kubeconfig with one cluster (its CA, PEM, inline), one user
     (client certificate and key, PEM, or a token; none: no credentials) and
-    one context (namespace ``default``), replacing ``path`` atomically."""
+    one context (namespace ``default``), replacing ``path`` atomically
+    (``durable``: synced to disk first)."""
     cluster: dict[str, Any] = {"server": server}
     if ca_data:
         cluster["certificate-authority-data"] = base64.b64encode(ca_data).decode()
@@ -311,7 +319,64 @@ def write_kubeconfig(path: str, server: str, name: str = "kubeplane", *, ca_data
         ],
         "current-context": name,
     }
-    text = yaml.dump(doc, Dumper=_Dumper, default_flow_style=False, sort_keys=False)
+    text = _plain_yaml(doc)
+    if text is None:
+        yaml, _, dumper = _yaml()
+        text = yaml.dump(doc, Dumper=dumper, default_flow_style=False, sort_keys=False)
     from kubeplane.auth.pki import write_private
 
-    write_private(path, text.encode("utf-8"), dir_mode=0o777, prefix=".kubeconfig-")
+    write_private(path, text.encode("utf-8"), durable, dir_mode=0o777, prefix=".kubeconfig-")
+
+
+#: strings PyYAML writes as they are (plain) and reads back as strings:
+#: a letter first, no space, no ':' last; the words it reads as booleans or
+#: null excepted (:data:`_YAML_WORDS`)
+_PLAIN = None
+_YAML_WORDS = frozenset(w for b in ("yes", "no", "true", "false", "on", "off", "null")
+                        for w in (b, b.capitalize(), b.upper()))
+
+
+def _plain_yaml(doc: dict) -> str | None:
+    """``yaml.dump(doc, default_flow_style=False, sort_keys=False)`` of a
+    kubeconfig document without PyYAML (whose import is a tenth of an API
+    server's start): the same text for mappings, lists of mappings and
+    strings written plain; None for anything else (the caller dumps with
+    PyYAML then)."""
+    global _PLAIN
+    if _PLAIN is None:
+        import re
+
+        _PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9._/:+=-]*(?<!:)")
+    out: list[str] = []
+
+    def mapping(m: dict, pad: str, first: str | None) -> bool:
+        for i, (k, v) in enumerate(m.items()):
+            if not (isinstance(k, str) and _PLAIN.fullmatch(k) and k not in _YAML_WORDS):
+                return False
+            lead = first if (i == 0 and first is not None) else pad
+            if isinstance(v, str):
+                if not (_PLAIN.fullmatch(v) and v not in _YAML_WORDS):
+                    return False
+                out.append(f"{lead}{k}: {v}\n")
+            elif isinstance(v, dict):
+                if not v:
+                    out.append(f"{lead}{k}: {{}}\n")
+                else:
+                    out.append(f"{lead}{k}:\n")
+                    if not mapping(v, pad + "  ", None):
+                        return False
+            elif isinstance(v, list):
+                if not v:
+                    out.append(f"{lead}{k}: []\n")
+                    continue
+                out.append(f"{lead}{k}:\n")
+                for item in v:
+                    if not (isinstance(item, dict) and item):
+                        return False
+                    if not mapping(item, pad + "  ", pad + "- "):
+                        return False
+            else:
+                return False
+        return True
+
+    return "".join(out) if isinstance(doc, dict) and doc and mapping(doc, "", None) else None

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import format_time, parse_time, utcnow
+from kubeplane.api.nodestatus import KUBELET_VERSION, LEASE_NAMESPACE, lease_object, micro_time, node_conditions
 from kubeplane.api.resources import resource
 from kubeplane.auth.user import AUTHENTICATED, NODE_PREFIX, NODES_GROUP, UserInfo, acting_as
 from kubeplane.client.informer import SharedInformerFactory
@@ -52,12 +53,6 @@ EXIT_AFTER_ANNOTATION = "kubeplane.io/exit-after"
 EXIT_CODE_ANNOTATION = "kubeplane.io/exit-code"
 #: the exit code of a container stopped by SIGTERM when its pod is deleted
 TERMINATED_EXIT_CODE = 143
-KUBELET_VERSION = "v1.32.0-kubeplane"
-
-
-def _micro_time(t=None) -> str:
-    t = t or utcnow()
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -146,16 +141,7 @@ def gpu_slice(node: str, spec: "NodeSpec") -> Obj:
 
 
 def _conditions(now: str) -> list[dict]:
-    def cond(t: str, status: str, reason: str, message: str) -> dict:
-        return {"type": t, "status": status, "lastHeartbeatTime": now, "lastTransitionTime": now,
-                "reason": reason, "message": message}
-
-    return [
-        cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-        cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-        cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-    ]
+    return node_conditions(now)
 
 
 def node_user(name: str) -> UserInfo:
@@ -312,19 +298,15 @@ class NodeAgent(Controller):
     async def _renew_lease(self, name: str) -> None:
         from kubeplane.registry.metrics import USAGE_ANNOTATION
 
-        now = _micro_time()
+        now = micro_time()
         usage = {USAGE_ANNOTATION: self.usage.annotation(name)}
         try:
             await self.client.patch(LEASES, name, {"metadata": {"annotations": usage}, "spec": {"renewTime": now}},
-                                    "kube-node-lease")
+                                    LEASE_NAMESPACE)
         except StatusError as err:
             if err.code != 404:
                 raise
-            await self.client.create(LEASES, {
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": name, "namespace": "kube-node-lease", "annotations": usage},
-                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now},
-            }, "kube-node-lease")
+            await self.client.create(LEASES, lease_object(name, now, annotations=usage), LEASE_NAMESPACE)
 
     # -- pods ------------------------------------------------------------------
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubeplane.api import errors
-from kubeplane.api.jsonpath import find_first
 from kubeplane.api.resources import ResourceInfo
 from kubeplane.registry.strategies import Strategy
 
@@ -211,6 +210,8 @@ def scale_of(res: ResourceInfo, obj: Obj) -> Obj:
     CRs: replicas read at the CRD's paths; a missing status value is 0)."""
     scale = res.custom.scale or {}
     md = obj.get("metadata") or {}
+    from kubeplane.api.jsonpath import find_first
+
     found, spec_replicas = find_first(obj, scale.get("specReplicasPath") or ".spec.replicas")
     if found and not (isinstance(spec_replicas, int) and not isinstance(spec_replicas, bool)):
         raise errors.internal(f".spec.replicas accessor error: {spec_replicas!r} is of the type "

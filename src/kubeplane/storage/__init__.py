@@ -12,9 +12,17 @@ from kubeplane.storage.memory import (
     DEFAULT_WATCH_QUEUE_BYTES,
     MemoryStore,
 )
-from kubeplane.storage.sqlite import DB_FILE, SQLiteStore
 
 __all__ = ["MemoryStore", "SQLiteStore", "open_store"]
+
+
+def __getattr__(name: str):
+    # the SQLite backend (and the sqlite3 module) only when asked for
+    if name in ("SQLiteStore", "DB_FILE"):
+        from kubeplane.storage import sqlite
+
+        return getattr(sqlite, name)
+    raise AttributeError(f"module 'kubeplane.storage' has no attribute {name!r}")
 
 
 async def open_store(
@@ -33,6 +41,8 @@ async def open_store(
     if kind == "sqlite":
         if not data_dir:
             raise ValueError("the sqlite store needs a data directory")
+        from kubeplane.storage.sqlite import DB_FILE, SQLiteStore
+
         return await SQLiteStore.open(os.path.join(data_dir, DB_FILE), history=history, watch_queue=watch_queue,
                                       history_bytes=history_bytes, watch_queue_bytes=watch_queue_bytes)
     raise ValueError(f"unknown storage kind {kind!r}; expected 'memory' or 'sqlite'")

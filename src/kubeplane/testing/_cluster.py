@@ -14,10 +14,12 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any, Coroutine, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Coroutine, Literal, TypeVar
 
 from kubeplane.testing._manifests import Manifest, ManifestError, load_documents
-from kubeplane.testing._wait import Condition, Predicate, WaitTimeout, make_predicate
+
+if TYPE_CHECKING:
+    from kubeplane.testing._wait import Condition, Predicate
 
 log = logging.getLogger("kubeplane.testing")
 
@@ -51,9 +53,9 @@ def testing_pki_dir() -> str:
 def _prepare_pki(directory: str, *, durable: bool, shared: bool) -> bool:
     """Make (or check) the cluster's CA, serving and admin certificates
     and ServiceAccount key in ``directory`` while another thread imports
-    the HTTP server: a first start in a process is mostly imports, and much
-    of aiohttp's is reading the system's CA bundle for its client's default
-    TLS contexts, which OpenSSL does without holding the GIL. A ``shared``
+    the HTTP server: a first start in a process is mostly imports (aiohttp's
+    default client TLS contexts read the system's CA bundle on first use,
+    not at import: :mod:`kubeplane.httpstack`). A ``shared``
     directory is worked on under a file lock (clusters of other processes
     use it too). False when the directory cannot be used."""
     import sys
@@ -62,7 +64,9 @@ def _prepare_pki(directory: str, *, durable: bool, shared: bool) -> bool:
     if "aiohttp.web" not in sys.modules:
         def load() -> None:
             try:
-                import aiohttp.web  # noqa: F401
+                from kubeplane.httpstack import import_aiohttp_web
+
+                import_aiohttp_web()
             except BaseException:  # noqa: BLE001 - the server's own import reports it
                 pass
 
@@ -97,6 +101,58 @@ def _prepare_pki(directory: str, *, durable: bool, shared: bool) -> bool:
     finally:
         if importer is not None:
             importer.join()
+
+
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+_gc_resume = False
+
+
+class _GCPause:
+    """The cyclic garbage collector paused while a cluster starts (until its
+    server and components run; the ``crds`` and ``manifests`` are installed
+    with it on): a first start allocates a few hundred thousand objects that
+    live as long as the process (modules, classes, the API catalogue), and
+    the hundred or so collections they would set off find nothing to free.
+    Process-wide, so counted across clusters starting at once; a collector
+    its program disabled stays disabled."""
+
+    def __init__(self) -> None:
+        global _gc_pauses, _gc_resume
+        import gc
+
+        with _gc_lock:
+            if _gc_pauses == 0:
+                _gc_resume = gc.isenabled()
+                gc.disable()
+            _gc_pauses += 1
+        self._paused = True
+
+    def resume(self) -> None:
+        global _gc_pauses
+        import gc
+
+        with _gc_lock:
+            if not self._paused:
+                return
+            self._paused = False
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_resume:
+                gc.enable()
+
+
+def _wait_module() -> Any:
+    """:mod:`kubeplane.testing._wait`, imported when a cluster first waits
+    (its classes are a few milliseconds of a first start)."""
+    from kubeplane.testing import _wait
+
+    return _wait
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("WaitTimeout", "make_predicate"):
+        return getattr(_wait_module(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Cluster:
@@ -305,6 +361,13 @@ class Cluster:
         self._mode = mode
 
     async def _astart(self) -> None:
+        pause = _GCPause()
+        try:
+            await self._astart_paused(pause)
+        finally:
+            pause.resume()
+
+    async def _astart_paused(self, pause: "_GCPause") -> None:
         self._tmpdir = tempfile.mkdtemp(prefix="kubeplane-testing-")
         if self.storage == "sqlite":
             self.data_dir = self._data_dir_opt or os.path.join(self._tmpdir, "data")
@@ -327,7 +390,9 @@ class Cluster:
             data_dir=data_dir, listen="127.0.0.1:0",
             storage=self.storage, kubeconfig=kubeconfig, component_kubeconfigs=False, pki_dir=pki_dir,
             # the PKI of a directory removed with the cluster is not synced to disk
-            durable_pki=pki_dir != os.path.join(scratch, "pki")),
+            durable_pki=pki_dir != os.path.join(scratch, "pki"),
+            # nor its kubeconfig, in the cluster's temporary directory
+            durable_kubeconfig=False),
             # namespaces finish deleting and pods get their ServiceAccount without the
             # controllers too; with them these are two of them
             in_process=[] if self.controllers else [namespace_controller, service_account_controller])
@@ -339,6 +404,7 @@ class Cluster:
                     await self._start_components()
                 self.url = self._server.url
                 self.kubeconfig = kubeconfig
+                pause.resume()
                 await self._install()
         except TimeoutError:
             await self._astop()
@@ -379,7 +445,8 @@ class Cluster:
                 names.extend(o["metadata"]["name"] for o in applied)
         for name in names:
             await self._wait("customresourcedefinitions", name, None, None, None,
-                             make_predicate(for_=None, condition="Established", jsonpath=None, delete=False),
+                             _wait_module().make_predicate(for_=None, condition="Established", jsonpath=None,
+                                                           delete=False),
                              self.start_timeout)
 
     async def _astop(self) -> None:
@@ -615,7 +682,7 @@ class Cluster:
         Raises :class:`WaitTimeout` (a TimeoutError) after ``timeout``
         seconds, naming the objects and the state they were last seen in.
         It watches the objects (no polling)."""
-        pred = make_predicate(for_=for_, condition=condition, jsonpath=jsonpath, delete=delete)
+        pred = _wait_module().make_predicate(for_=for_, condition=condition, jsonpath=jsonpath, delete=delete)
         return self._call(self._wait(resource, name, namespace, label_selector, field_selector, pred, timeout),
                           "wait_for")
 
@@ -624,7 +691,7 @@ class Cluster:
                              delete: bool = False, for_: str | None = None, label_selector: str | None = None,
                              field_selector: str | None = None, timeout: float = 30.0) -> Any:
         """:meth:`wait_for` for coroutines (from any event loop)."""
-        pred = make_predicate(for_=for_, condition=condition, jsonpath=jsonpath, delete=delete)
+        pred = _wait_module().make_predicate(for_=for_, condition=condition, jsonpath=jsonpath, delete=delete)
         return await self._acall(self._wait(resource, name, namespace, label_selector, field_selector, pred,
                                             timeout))
 
@@ -688,8 +755,9 @@ class Cluster:
             last = [state[k] for k in sorted(state)]
             seen = "; ".join(f"{(o.get('metadata') or {}).get('name')}: {_summary(o)}" for o in last) or "none exist"
             extra = f" ({notes[-1]})" if notes else ""
-            raise WaitTimeout(f"timed out after {timeout:g}s waiting for {pred.description} on {target}{where}; "
-                              f"last seen: {seen}{extra}", last) from None
+            raise _wait_module().WaitTimeout(
+                f"timed out after {timeout:g}s waiting for {pred.description} on {target}{where}; "
+                f"last seen: {seen}{extra}", last) from None
 
 
 def _guarded(pred: Predicate, notes: list[str]):

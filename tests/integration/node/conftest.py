@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
+import threading
 
 import pytest
 
@@ -16,8 +18,7 @@ from kubeplane.node import cni
 from kubeplane.node.containerd import ManagedContainerd
 from kubeplane.node.images import build_busybox_image, build_pause_image, import_archive
 
-BUSYBOX = "kubeplane.local/busybox:latest"
-PAUSE = "kubeplane.local/pause:3.10"
+from nodetest import BUSYBOX, PAUSE
 
 
 def _unique_bridge_and_cidr() -> tuple[str, str]:
@@ -57,3 +58,140 @@ def containerd(tmp_path_factory, image_archives):
         asyncio.run(ctd.stop())
         ctd.remove()
         subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+# -- a whole real node: a cluster and a node agent with its own containerd --------
+
+_HANDED_OUT: set[str] = set()
+
+
+def free_bridge_and_cidr() -> tuple[str, str]:
+    """A bridge name and a /24 that neither this host routes nor this session handed out already."""
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    start = (os.getpid() * 7) % 200
+    for i in range(200):
+        n = (start + i) % 200 + 20
+        cidr = f"10.251.{n}.0/24"
+        if f"10.251.{n}." not in routes and cidr not in _HANDED_OUT:
+            _HANDED_OUT.add(cidr)
+            return f"kpn{os.getpid() % 100000}x{n}"[:15], cidr
+    raise RuntimeError("no free 10.251.x.0/24 for a test node")
+
+
+def node_kubeconfig(cluster, name: str, path: str) -> str:
+    """A kubeconfig for ``system:node:<name>`` (group system:nodes): a client
+    certificate from the cluster's CA, as a joined node ends up with."""
+    from kubeplane.auth import pki
+    from kubeplane.client.kubeconfig import write_kubeconfig
+
+    own = pki.PKI(cluster._pki_dir)
+    cert, key = pki.issue(own.ca_cert, own.ca_key, f"system:node:{name}", orgs=("system:nodes",))
+    write_kubeconfig(path, cluster.url, ca_data=own.ca_pem, client_cert_data=pki.cert_pem(cert),
+                     client_key_data=pki.key_pem(key))
+    return path
+
+
+class RealNode:
+    """A :class:`kubeplane.testing.Cluster` (scheduler and controllers) and one
+    real node ``name`` running in a thread of its own: a :class:`ManagedNode`
+    (its containerd under ``data_dir``, the busybox image imported from its
+    images directory, the pause image built) acting as ``system:node:<name>``.
+
+    ``kubectl(...)`` runs the real kubectl as the cluster's admin; ``run(coro)``
+    runs a coroutine in the node's event loop (``run(node.agent.cri.runtime(...))``);
+    ``restart_agent()`` stops the agent and its containerd, leaving the
+    containers running, and starts them again (adoption).
+    """
+
+    def __init__(self, cluster, data_dir: str, *, name: str = "real-0", busybox_archive: str | None = None,
+                 max_pods: int = 110):
+        self.cluster = cluster
+        self.name = name
+        self.data_dir = data_dir
+        self.kubeconfig = cluster.kubeconfig
+        self.busybox = BUSYBOX
+        self.pause = PAUSE
+        self.bridge, self.pod_cidr = free_bridge_and_cidr()
+        self.node_kubeconfig = node_kubeconfig(cluster, name, os.path.join(data_dir, "kubelet.kubeconfig"))
+        images = os.path.join(data_dir, "images")
+        os.makedirs(images, exist_ok=True)
+        if busybox_archive:
+            shutil.copy(busybox_archive, os.path.join(images, "busybox.tar"))
+        self.max_pods = max_pods
+        self.node = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"node-{name}", daemon=True)
+        self._thread.start()
+        self._client = None
+
+    @property
+    def agent(self):
+        return self.node.agent if self.node is not None else None
+
+    def run(self, coro, timeout: float = 120.0):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def config(self):
+        from kubeplane.node.agent import AgentConfig
+
+        return AgentConfig(name=self.name, data_dir=self.data_dir, node_ip="127.0.0.1", max_pods=self.max_pods,
+                           pod_cidr=self.pod_cidr, cni_bridge=self.bridge, kubelet_port=0)
+
+    def start(self) -> "RealNode":
+        self.run(self._start())
+        return self
+
+    async def _start(self) -> None:
+        from kubeplane.client.http import HttpClient
+        from kubeplane.node.agent import ManagedNode
+
+        self._client = HttpClient.from_kubeconfig(self.node_kubeconfig)
+        self.node = ManagedNode(self._client, self.config(), sandbox_image=PAUSE)
+        await self.node.start()
+
+    def restart_agent(self) -> None:
+        """Stop the agent and its containerd (the containers keep running), then start both again."""
+        self.run(self._restart())
+
+    async def _restart(self) -> None:
+        await self.node.stop(remove_pods=False)
+        await self._client.close()
+        await self._start()
+
+    def stop(self) -> None:
+        try:
+            if self.node is not None:
+                self.run(self.node.stop(remove_pods=True), timeout=180)
+            if self._client is not None:
+                self.run(self._client.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 60.0, check: bool = True):
+        """The real kubectl as the cluster's admin; returns the CompletedProcess (text)."""
+        proc = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, *args], input=input,
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
+        return proc
+
+
+@pytest.fixture(scope="module")
+def real_node(tmp_path_factory, image_archives):
+    """A cluster with one real node (see :class:`RealNode`); every pod, shim,
+    mount and link it made is removed afterwards."""
+    from kubeplane.testing import Cluster
+
+    with Cluster(scheduler=True, controllers=True) as cluster:
+        data_dir = str(tmp_path_factory.mktemp("real-node"))
+        node = RealNode(cluster, data_dir, busybox_archive=image_archives["busybox"])
+        try:
+            node.start()
+            cluster.wait_for("nodes", node.name, condition="Ready", timeout=60)
+            yield node
+        finally:
+            node.stop()
+            shutil.rmtree(data_dir, ignore_errors=True)

@@ -10,7 +10,7 @@ import pytest
 
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 
-from conftest import BUSYBOX
+from nodetest import BUSYBOX
 
 
 async def _wait_exited(cri: CRIClient, cid: str, timeout: float = 10.0):

@@ -19,9 +19,13 @@ with kubeplane.testing.Cluster() as c:
 #: key files to read does not need: the admission CEL environment, the
 #: webhooks' matchConditions library, the DRA selectors' CEL (so the CEL
 #: library at all), cryptography's serialization package (SSH keys, every
-#: cipher)
+#: cipher); nor, until a YAML body, a CronJob, SQLite storage, a custom
+#: resource's scale or a wait arrive: PyYAML (the kubeconfig is written
+#: without it), the cron parser and zoneinfo, sqlite3, the JSONPath
+#: evaluator, the wait conditions
 LATER = ("kubeplane.admission.cel", "kubeplane.registry.matchconditions", "kubeplane.dra.cel",
-         "cel_expr_python", "cryptography.hazmat.primitives.serialization")
+         "cel_expr_python", "cryptography.hazmat.primitives.serialization", "yaml", "zoneinfo", "sqlite3",
+         "kubeplane.storage.sqlite", "kubeplane.api.jsonpath", "kubeplane.api.cron", "kubeplane.testing._wait")
 
 CHILD_LATER = r"""
 import sys
@@ -128,3 +132,39 @@ def test_a_cluster_on_a_made_pki_starts_and_serves_without_the_cryptography_libr
     # its client certificate and lists the namespaces without the library
     assert runs[0].stdout.split()[-2:] == ["cryptography:True", "default,kube-node-lease,kube-public,kube-system"]
     assert runs[1].stdout.split()[-2:] == ["cryptography:False", "default,kube-node-lease,kube-public,kube-system"]
+
+
+def test_the_collector_is_paused_while_a_cluster_starts_and_resumed_after(monkeypatch) -> None:
+    import gc
+
+    import kubeplane.testing
+    from kubeplane.apiserver.app import APIServer
+
+    seen: list[bool] = []
+    start = APIServer.start
+
+    async def recording_start(self):
+        seen.append(gc.isenabled())
+        return await start(self)
+
+    monkeypatch.setattr(APIServer, "start", recording_start)
+    assert gc.isenabled()
+    with kubeplane.testing.Cluster() as c:
+        assert gc.isenabled()
+        assert c.get("namespaces", "default")["metadata"]["name"] == "default"
+    assert seen == [False]
+    # a start that fails resumes it too
+    try:
+        with kubeplane.testing.Cluster(manifests="kind: Nope\napiVersion: v9\nmetadata: {name: x}\n"):
+            raise AssertionError("started")
+    except Exception as exc:  # noqa: BLE001 - whichever error the manifest gets
+        assert "started" not in str(exc)
+    assert gc.isenabled()
+    # and a collector the program disabled stays disabled
+    gc.disable()
+    try:
+        with kubeplane.testing.Cluster():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -7,7 +7,6 @@ import json
 import re
 from typing import Any
 
-from kubeplane.api.cron import CronError, UnknownTimeZone, load_location, parse_schedule
 from kubeplane.api.errors import (
     Cause,
     StatusError,
@@ -403,6 +402,8 @@ CRONJOB_NAME_MAX = 63 - 11
 
 
 def _validate_schedule(schedule: str, allow_tz: bool, time_zone: Any, path: str) -> list[Cause]:
+    from kubeplane.api.cron import CronError, parse_schedule  # with the first CronJob
+
     out: list[Cause] = []
     try:
         parse_schedule(schedule)
@@ -427,6 +428,8 @@ def _validate_time_zone(tz: Any, path: str) -> list[Cause]:
     if tz.lower() == "local":
         out.append(invalid_value(path, tz, "timeZone must be an explicit time zone as defined in "
                                            "https://www.iana.org/time-zones"))
+    from kubeplane.api.cron import UnknownTimeZone, load_location
+
     try:
         load_location(tz)
     except UnknownTimeZone as err:

@@ -1,0 +1,176 @@
+"""The pure parts of the runtime: back-off, env expansion, resources, credentials, DNS."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from kubeplane.node import kuberuntime as kr
+from kubeplane.node.cri.client import pb
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_backoff_doubles_caps_and_resets_after_ten_minutes():
+    c = Clock()
+    b = kr.Backoff(clock=c)
+    assert not b.in_backoff_since("k", c.t)
+    b.next("k", c.t)
+    assert b.get("k") == 10 and b.in_backoff_since("k", c.t)
+    c.t += 10
+    assert not b.in_backoff_since("k", c.t - 10)
+    for want in (20, 40, 80, 160, 300, 300):
+        b.next("k", c.t)
+        assert b.get("k") == want
+        c.t += want
+    c.t += 601
+    b.next("k", c.t)
+    assert b.get("k") == 10
+    assert b.ends("k") == c.t + 10
+
+
+def test_duration_words():
+    assert kr._duration(10) == "10s" and kr._duration(80) == "1m20s" and kr._duration(300) == "5m0s"
+
+
+def test_expand():
+    env = {"A": "x", "B": "y"}.get
+    assert kr.expand("$(A)-$(B)-$(C)-$$(A)-$", env) == "x-y-$(C)-$(A)-$"
+
+
+def test_image_pull_policy_defaults():
+    assert kr.image_pull_policy({"image": "busybox"}) == "Always"
+    assert kr.image_pull_policy({"image": "busybox:latest"}) == "Always"
+    assert kr.image_pull_policy({"image": "localhost:5000/busybox:1.0"}) == "IfNotPresent"
+    assert kr.image_pull_policy({"image": "busybox@sha256:00"}) == "IfNotPresent"
+    assert kr.image_pull_policy({"image": "busybox", "imagePullPolicy": "Never"}) == "Never"
+
+
+def test_pull_credentials_match_registry():
+    cfg = {"auths": {"https://index.docker.io/v1/": {"auth": base64.b64encode(b"u:p").decode()},
+                     "reg.example.com": {"username": "a", "password": "b"},
+                     "*.corp.example": {"username": "c", "password": "d"}}}
+    sec = {"type": "kubernetes.io/dockerconfigjson",
+           "data": {".dockerconfigjson": base64.b64encode(json.dumps(cfg).encode()).decode()}}
+    [a] = kr.pull_credentials([sec], "busybox:1")
+    assert (a.username, a.password) == ("u", "p")
+    [a] = kr.pull_credentials([sec], "reg.example.com/team/app:1")
+    assert (a.username, a.password, a.server_address) == ("a", "b", "reg.example.com")
+    [a] = kr.pull_credentials([sec], "r1.corp.example/app")
+    assert a.username == "c"
+    assert kr.pull_credentials([sec], "other.example.org/app") == []
+    assert kr.pull_credentials([{"data": {".dockerconfigjson": "!!"}}], "busybox") == []
+
+
+def test_linux_resources_and_oom_score():
+    pod = {"spec": {"containers": [{"name": "a", "resources": {
+        "requests": {"cpu": "250m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}}}]}}
+    r = kr.linux_resources(pod, pod["spec"]["containers"][0], 1024 * 2**20)
+    assert r.cpu_shares == 256 and r.cpu_quota == 50000 and r.cpu_period == 100000
+    assert r.memory_limit_in_bytes == 128 * 2**20
+    assert r.oom_score_adj == 1000 - 1000 * 64 // 1024
+    g = {"spec": {"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+                                                              "requests": {"cpu": "1", "memory": "1Gi"}}}]}}
+    assert kr.linux_resources(g, g["spec"]["containers"][0], 2**33).oom_score_adj == -997
+    be = {"spec": {"containers": [{"name": "a"}]}}
+    r = kr.linux_resources(be, be["spec"]["containers"][0], 2**33)
+    assert r.oom_score_adj == 1000 and r.cpu_shares == 2 and r.cpu_quota == 0
+
+
+def test_security_context_merges_pod_and_container():
+    pod = {"metadata": {"name": "p", "namespace": "n", "uid": "u"},
+           "spec": {"securityContext": {"runAsUser": 1000, "runAsGroup": 2000, "fsGroup": 3000,
+                                        "supplementalGroups": [4000]},
+                    "containers": [{"name": "a", "securityContext": {
+                        "runAsUser": 1001, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                        "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]}}}]}}
+    sc = kr.container_security_context(pod, pod["spec"]["containers"][0])
+    assert sc.run_as_user.value == 1001 and sc.run_as_group.value == 2000
+    assert list(sc.supplemental_groups) == [3000, 4000] and sc.readonly_rootfs and sc.no_new_privs
+    assert list(sc.capabilities.add_capabilities) == ["CAP_NET_ADMIN"]
+    assert list(sc.capabilities.drop_capabilities) == ["ALL"]
+    assert "/proc/kcore" in sc.masked_paths and not sc.privileged
+
+
+def test_run_as_non_root_checks():
+    pod = {"metadata": {"name": "p", "namespace": "n", "uid": "u"}, "spec": {"securityContext": {"runAsNonRoot": True}}}
+    c = {"name": "a"}
+    root = pb.Image(id="x")
+    root.uid.value = 0
+    try:
+        kr.verify_run_as_non_root(pod, c, root)
+        raise AssertionError("accepted root")
+    except kr.ConfigError as e:
+        assert str(e) == "container has runAsNonRoot and image will run as root (pod: 'p_n(u)', container: a)"
+    ok = pb.Image(id="x")
+    ok.uid.value = 1000
+    kr.verify_run_as_non_root(pod, c, ok)
+    try:
+        kr.verify_run_as_non_root(pod, c, pb.Image(id="x", username="nobody"))
+        raise AssertionError("accepted a non-numeric user")
+    except kr.ConfigError as e:
+        assert "non-numeric user (nobody)" in str(e)
+
+
+def test_field_and_resource_refs():
+    pod = {"metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"app": "x"}},
+           "spec": {"nodeName": "n1", "serviceAccountName": "sa"}}
+    assert kr._field_path_value(pod, "metadata.labels['app']", ["10.0.0.1"], ["1.2.3.4"]) == "x"
+    assert kr._field_path_value(pod, "status.podIP", ["10.0.0.1"], []) == "10.0.0.1"
+    assert kr._field_path_value(pod, "spec.nodeName", [], []) == "n1"
+    c = {"name": "a", "resources": {"limits": {"memory": "128Mi"}, "requests": {"cpu": "250m"}}}
+    assert kr.resource_field_value({"resource": "limits.memory", "divisor": "1Mi"}, c, {}) == "128"
+    assert kr.resource_field_value({"resource": "requests.cpu", "divisor": "1m"}, c, {}) == "250"
+    assert kr.resource_field_value({"resource": "requests.cpu"}, c, {}) == "1"
+    assert kr.resource_field_value({"resource": "limits.cpu"}, c, {"cpu": "4"}) == "4"
+
+
+def test_service_env():
+    svcs = [{"metadata": {"name": "kubernetes", "namespace": "default"},
+             "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}},
+            {"metadata": {"name": "my-db", "namespace": "app"},
+             "spec": {"clusterIP": "10.96.0.9", "ports": [{"port": 5432}]}},
+            {"metadata": {"name": "headless", "namespace": "app"}, "spec": {"clusterIP": "None"}}]
+    env = kr.service_env(svcs, "app", True)
+    assert env["KUBERNETES_SERVICE_HOST"] == "10.96.0.1" and env["KUBERNETES_SERVICE_PORT_HTTPS"] == "443"
+    assert env["MY_DB_PORT"] == "tcp://10.96.0.9:5432" and env["MY_DB_PORT_5432_TCP_ADDR"] == "10.96.0.9"
+    assert not any(k.startswith("HEADLESS") for k in env)
+    assert "MY_DB_SERVICE_HOST" not in kr.service_env(svcs, "app", False)
+
+
+def test_dns_config(tmp_path):
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 192.0.2.53\nsearch corp.example\noptions edns0\n")
+    pod = {"metadata": {"namespace": "app"}, "spec": {}}
+    c = kr.dns_config(pod, ["10.96.0.10"], "cluster.local", str(resolv))
+    assert list(c.servers) == ["10.96.0.10"] and list(c.options) == ["ndots:5"]
+    assert list(c.searches) == ["app.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"]
+    c = kr.dns_config(pod, [], "cluster.local", str(resolv))  # no cluster DNS: the host's
+    assert list(c.servers) == ["192.0.2.53"] and list(c.searches) == ["corp.example"]
+    none = {"metadata": {"namespace": "app"}, "spec": {"dnsPolicy": "None", "dnsConfig": {
+        "nameservers": ["1.1.1.1"], "searches": ["a.example"], "options": [{"name": "ndots", "value": "2"}]}}}
+    c = kr.dns_config(none, ["10.96.0.10"], "cluster.local", str(resolv))
+    assert list(c.servers) == ["1.1.1.1"] and list(c.searches) == ["a.example"] and list(c.options) == ["ndots:2"]
+
+
+def test_hostname_and_hosts_file():
+    pod = {"metadata": {"name": "web-0", "namespace": "app"}, "spec": {"hostname": "web-0", "subdomain": "web",
+                                                                        "hostAliases": [{"ip": "1.2.3.4", "hostnames": ["foo"]}]}}
+    name, domain = kr.pod_hostname(pod, "cluster.local")
+    assert (name, domain) == ("web-0", "web.app.svc.cluster.local")
+    text = kr.hosts_file(pod, ["10.0.0.7"], name, domain)
+    assert "10.0.0.7\tweb-0.web.app.svc.cluster.local\tweb-0\n" in text and "1.2.3.4\tfoo" in text
+
+
+def test_tail_log_message(tmp_path):
+    p = tmp_path / "0.log"
+    p.write_text("".join(f"2024-01-01T00:00:00Z stdout F line {i}\n" for i in range(100))
+                 + "2024-01-01T00:00:00Z stderr P part\n2024-01-01T00:00:00Z stderr F ial\n")
+    msg = kr.tail_log_message(str(p))
+    assert msg.endswith("line 99\npartial\n") and "line 20\n" not in msg
