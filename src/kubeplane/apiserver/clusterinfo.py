@@ -12,10 +12,9 @@ detached signatures the bootstrap signer controller adds per token (see
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from typing import Any
-
-import yaml
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import resource
@@ -29,12 +28,13 @@ CLUSTER_INFO_ROLE = "kubeplane:bootstrap-signer-clusterinfo"
 
 
 def cluster_info_kubeconfig(url: str, ca_pem: bytes) -> str:
-    """The kubeconfig of cluster-info: one cluster, no user (kubeadm's layout)."""
+    """The kubeconfig of cluster-info: one cluster, no user (kubeadm's layout),
+    written as JSON (which is YAML too: no YAML library at start-up)."""
     doc = {"apiVersion": "v1", "kind": "Config", "preferences": {},
            "clusters": [{"name": "", "cluster": {"server": url,
                                                  "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
            "contexts": [], "current-context": "", "users": []}
-    return yaml.safe_dump(doc, default_flow_style=False, sort_keys=False)
+    return json.dumps(doc, indent=2) + "\n"
 
 
 async def publish_cluster_info(registry: Any, url: str, ca_pem: bytes) -> None:
