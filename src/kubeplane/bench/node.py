@@ -224,8 +224,10 @@ class RealNode:
     def cleanup(self) -> None:
         from kubeplane.node.containerd import kill_shims, unmount_under
 
+        # containerd, and the shims that outlive it (found by the socket path in
+        # their command line: the socket file itself is gone once containerd stopped)
         left = node_processes(None, self.data_dir)
-        for pid in left.containerd:
+        for pid in left.containerd + left.shims:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
