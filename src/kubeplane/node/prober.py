@@ -47,6 +47,7 @@ import grpc
 import grpc.aio
 
 from kubeplane.node.cri.client import CRIError, pb
+from kubeplane.node.podstatus import container_should_restart, is_sidecar
 
 log = logging.getLogger(__name__)
 
@@ -573,42 +574,11 @@ def _parse_time(text: str | None) -> float | None:
     return t.timestamp()
 
 
-def _is_restartable_init(container: dict) -> bool:
-    return container.get("restartPolicy") == "Always"
-
-
 def _find_status(statuses: Iterable[dict] | None, name: str) -> dict | None:
     for s in statuses or []:
         if s.get("name") == name:
             return s
     return None
-
-
-def container_should_restart(container: dict, pod_spec: dict, exit_code: int) -> bool:
-    """upstream's ``ContainerShouldRestart``: the container's restart rules and
-    policy first, then the pod's restartPolicy."""
-    policy = container.get("restartPolicy")
-    if policy is not None:
-        for rule in container.get("restartPolicyRules") or []:
-            ec = rule.get("exitCodes")
-            if not ec:
-                continue
-            matched = exit_code in (ec.get("values") or [])
-            op = ec.get("operator")
-            if (op == "In" and matched) or (op == "NotIn" and not matched):
-                if rule.get("action") == "Restart":
-                    return True
-                break
-        if policy == "Always":
-            return True
-        if policy == "OnFailure":
-            return exit_code != 0
-        if policy == "Never":
-            return False
-    restart = pod_spec.get("restartPolicy") or "Always"
-    if restart == "OnFailure":
-        return exit_code != 0
-    return restart != "Never"
 
 
 def kill_grace_seconds(pod: dict, container: dict, reason: str | None = None) -> int:
@@ -759,7 +729,7 @@ class _Worker:
                 return True  # the container is not there yet
         state = c.get("state") or {}
         running = state.get("running")
-        sidecar = self.is_init and _is_restartable_init(self.container)
+        sidecar = self.is_init and is_sidecar(self.container)
 
         cid = strip_runtime(c["containerID"])
         if cid != self.container_id:
@@ -861,7 +831,7 @@ class ProbeManager:
         spec = pod.get("spec") or {}
         self._learn_pod(pod, pod.get("status") or {}, from_api=True)
         containers = list(spec.get("containers") or []) + [
-            c for c in spec.get("initContainers") or [] if _is_restartable_init(c)]
+            c for c in spec.get("initContainers") or [] if is_sidecar(c)]
         for c in containers:
             for kind in (STARTUP, READINESS, LIVENESS):
                 if not c.get(_SPEC_FIELD[kind]):
@@ -954,7 +924,7 @@ class ProbeManager:
             cs["started"] = running and bool(cid) and self.started(cid)
             if c is None:
                 continue
-            if not _is_restartable_init(c):
+            if not is_sidecar(c):
                 term = (cs.get("state") or {}).get("terminated")
                 cs["ready"] = bool(term is not None and int(term.get("exitCode") or 0) == 0)
                 continue
