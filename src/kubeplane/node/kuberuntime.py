@@ -1616,6 +1616,32 @@ class KubeRuntime:
             status = self.compute_status(pod, rt, terminal=True)
             return status
 
+    async def _remove_container(self, raw_id: str, wait: float = 10.0) -> None:
+        """RemoveContainer, waiting out the runtime's record of an exit.
+
+        A container whose process has gone can still count as running for a moment:
+        containerd answers StopContainer once the task is gone but marks the container
+        exited only when it has handled the exit event, and refuses to remove it until
+        then. Stop it again (a no-op for a finished process) and retry until ``wait``."""
+        deadline = time.monotonic() + wait
+        delay = 0.05
+        while True:
+            try:
+                await self.cri.runtime("RemoveContainer", pb.RemoveContainerRequest(container_id=raw_id))
+                return
+            except CRIError as e:
+                if e.not_found:
+                    return
+                if "still running" not in e.details or time.monotonic() + delay > deadline:
+                    raise
+            try:
+                await self.cri.runtime("StopContainer", pb.StopContainerRequest(container_id=raw_id, timeout=0))
+            except CRIError as e:
+                if not e.not_found:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
     async def remove_pod(self, uid: str) -> None:
         """Remove every container and sandbox of pod ``uid``, its volumes and its files.
 
@@ -1631,11 +1657,7 @@ class KubeRuntime:
                         "spec": {}}
                 await asyncio.gather(*(self._kill_container(stub, ci, None, annotated_grace(ci)) for ci in running))
             for ci in rt.containers:
-                try:
-                    await self.cri.runtime("RemoveContainer", pb.RemoveContainerRequest(container_id=ci.raw_id))
-                except CRIError as e:
-                    if not e.not_found:
-                        raise
+                await self._remove_container(ci.raw_id)
             for sb in rt.sandboxes:
                 for method, req in (("StopPodSandbox", pb.StopPodSandboxRequest(pod_sandbox_id=sb.id)),
                                     ("RemovePodSandbox", pb.RemovePodSandboxRequest(pod_sandbox_id=sb.id))):

@@ -5,8 +5,11 @@ from __future__ import annotations
 import base64
 import json
 
+import grpc
+import pytest
+
 from kubeplane.node import kuberuntime as kr
-from kubeplane.node.cri.client import pb
+from kubeplane.node.cri.client import CRIError, pb
 
 
 class Clock:
@@ -174,3 +177,34 @@ def test_tail_log_message(tmp_path):
                  + "2024-01-01T00:00:00Z stderr P part\n2024-01-01T00:00:00Z stderr F ial\n")
     msg = kr.tail_log_message(str(p))
     assert msg.endswith("line 99\npartial\n") and "line 20\n" not in msg
+
+
+class RacingRuntime:
+    """A CRI that keeps counting a finished container as running for ``lag`` removals."""
+
+    def __init__(self, lag: int):
+        self.lag = lag
+        self.calls: list[str] = []
+
+    async def runtime(self, method, request, timeout=None):
+        self.calls.append(method)
+        if method == "RemoveContainer" and self.lag > 0:
+            self.lag -= 1
+            raise CRIError(method, grpc.StatusCode.UNKNOWN, f'failed to set removing state for container '
+                           f'"{request.container_id}": container is still running, to stop first')
+        return None
+
+
+async def test_remove_container_waits_for_the_runtime_to_record_the_exit(tmp_path):
+    cri = RacingRuntime(lag=2)
+    rt = kr.KubeRuntime(cri, pods_dir=str(tmp_path / "p"), logs_dir=str(tmp_path / "l"))
+    await rt._remove_container("abc")
+    assert cri.calls == ["RemoveContainer", "StopContainer", "RemoveContainer", "StopContainer", "RemoveContainer"]
+
+
+async def test_remove_container_gives_up_on_a_container_that_stays_running(tmp_path):
+    cri = RacingRuntime(lag=1000)
+    rt = kr.KubeRuntime(cri, pods_dir=str(tmp_path / "p"), logs_dir=str(tmp_path / "l"))
+    with pytest.raises(CRIError, match="still running"):
+        await rt._remove_container("abc", wait=0.3)
+    assert 2 <= cri.calls.count("RemoveContainer") <= 5
