@@ -542,21 +542,21 @@ async def test_probes_and_volumes_with_the_real_managers(full):
     rt = full
     probe = {"periodSeconds": 1, "failureThreshold": 1}
     pod = make_pod("probed", [{
-        "name": "main", "command": ["sh", "-c", "cat /work/seed; exec sleep 60"],
-        "volumeMounts": [{"name": "work", "mountPath": "/work"}],
-        "readinessProbe": {"exec": {"command": ["test", "-f", "/work/ready"]}, **probe},
-        "livenessProbe": {"exec": {"command": ["sh", "-c", "! test -f /work/die"]}, **probe}}],
-        initContainers=[{"name": "seed", "command": ["sh", "-c", "echo seeded > /work/seed"],
-                         "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+        "name": "main", "command": ["sh", "-c", "cat /shared/seed; exec sleep 60"],
+        "volumeMounts": [{"name": "work", "mountPath": "/shared"}],
+        "readinessProbe": {"exec": {"command": ["test", "-f", "/shared/ready"]}, **probe},
+        "livenessProbe": {"exec": {"command": ["sh", "-c", "! test -f /shared/die"]}, **probe}}],
+        initContainers=[{"name": "seed", "command": ["sh", "-c", "echo seeded > /shared/seed"],
+                         "volumeMounts": [{"name": "work", "mountPath": "/shared"}]}],
         volumes=[{"name": "work", "emptyDir": {}}])
     st = await drive(rt, pod, lambda s: s["phase"] == "Running")
     assert ready(st) == "False" and st["containerStatuses"][0]["ready"] is False
     assert "seeded" in await read_log(rt, pod, "main", 0, "seeded")
     cid = st["containerStatuses"][0]["containerID"].split("://")[1]
-    await rt.cri.runtime("ExecSync", pb.ExecSyncRequest(container_id=cid, cmd=["touch", "/work/ready"], timeout=5))
+    await rt.cri.runtime("ExecSync", pb.ExecSyncRequest(container_id=cid, cmd=["touch", "/shared/ready"], timeout=5))
     st = await drive(rt, pod, lambda s: ready(s) == "True")
     assert st["containerStatuses"][0]["ready"] is True
-    await rt.cri.runtime("ExecSync", pb.ExecSyncRequest(container_id=cid, cmd=["touch", "/work/die"], timeout=5))
+    await rt.cri.runtime("ExecSync", pb.ExecSyncRequest(container_id=cid, cmd=["touch", "/shared/die"], timeout=5))
     st = await drive(rt, pod, lambda s: s["containerStatuses"][0]["restartCount"] == 1)
     cs = st["containerStatuses"][0]
     assert cs["lastState"]["terminated"]["exitCode"] in (137, 143)

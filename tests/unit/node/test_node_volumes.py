@@ -358,7 +358,7 @@ async def test_claims_of_local_and_host_path_volumes(vm, inprocess_client, tmp_p
 
 async def test_sub_paths_are_bind_mounted_and_stay_inside(vm, inprocess_client, tmp_path):
     await inprocess_client.create(CMS, {"metadata": {"name": "cfg"}, "data": {"app.conf": "x=1"}}, "default")
-    mounts = [{"name": "scratch", "mountPath": "/work", "subPath": "a/b"},
+    mounts = [{"name": "scratch", "mountPath": "/data", "subPath": "a/b"},
               {"name": "cfg", "mountPath": "/etc/app.conf", "subPath": "app.conf"},
               {"name": "scratch", "mountPath": "/mine", "subPathExpr": "$(POD)/x"},
               {"name": "scratch", "mountPath": "/shared", "mountPropagation": "HostToContainer", "readOnly": True}]
