@@ -50,6 +50,8 @@ from kubeplane.client.interface import Client, Obj
 from kubeplane.node import cni, host
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.node.images import ImageError, import_archive, is_archive
+from kubeplane.node.logs import (DEFAULT_MAX_FILES as DEFAULT_LOG_MAX_FILES, DEFAULT_MAX_SIZE as DEFAULT_LOG_MAX_SIZE,
+                                 DEFAULT_MONITOR_INTERVAL as DEFAULT_LOG_MONITOR_INTERVAL, ContainerLogManager)
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,10 @@ class AgentConfig:
     images_poll_period: float = 2.0
     #: the CRI runtime's request timeout at start: how long to wait for it
     runtime_wait: float = 60.0
+    #: container log rotation (upstream's containerLogMaxSize, containerLogMaxFiles)
+    container_log_max_size: int = DEFAULT_LOG_MAX_SIZE
+    container_log_max_files: int = DEFAULT_LOG_MAX_FILES
+    container_log_monitor_interval: float = DEFAULT_LOG_MONITOR_INTERVAL
 
     @property
     def pods_dir(self) -> str:
@@ -346,6 +352,7 @@ class NodeAgent:
         #: the kubelet API (logs, exec, attach, port-forward) and the usage measurements
         self.server: Any = None
         self.stats: Any = None
+        self.log_manager: ContainerLogManager | None = None
         self._own_runtime = False
         self._lease_lock = asyncio.Lock()
 
@@ -388,6 +395,10 @@ class NodeAgent:
             self._own_runtime = True
         await self._start_pods()
         self._spawn(self._relist_loop(), "pleg")
+        self.log_manager = ContainerLogManager(
+            self.cri, max_size=self.config.container_log_max_size, max_files=self.config.container_log_max_files,
+            monitor_interval=self.config.container_log_monitor_interval)
+        self.log_manager.start()
 
     async def stop(self) -> None:
         """Stop the agent; the pods' containers keep running (a restarted agent adopts them)."""
@@ -406,6 +417,9 @@ class NodeAgent:
             except Exception:  # noqa: BLE001
                 log.exception("node agent task failed")
         self._workers.clear()
+        if self.log_manager is not None:
+            await self.log_manager.stop()
+            self.log_manager = None
         if self.server is not None:
             await self.server.stop()
             self.server = None

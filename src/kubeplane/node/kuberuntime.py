@@ -40,6 +40,7 @@ from kubeplane.api.resources import resource
 from kubeplane.node import podstatus as ps
 from kubeplane.node import prober as prober_mod
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIClient, CRIError, pb
+from kubeplane.node.logs import rotated_logs
 from kubeplane.node.podstatus import ContainerInfo, RuntimePod, SandboxInfo
 from kubeplane.node.volumes import VolumeError
 from kubeplane.registry.strategies import pod_qos_class
@@ -1511,11 +1512,12 @@ class KubeRuntime:
                     if not e.not_found:
                         log.info("remove container %s: %s", ci.id, e)
                         continue
-                if ci.log_path:  # its log goes with it, as upstream's container GC removes it
-                    try:
-                        os.unlink(ci.log_path)
-                    except OSError:
-                        pass
+                if ci.log_path:  # its logs go with it, rotated ones too, as upstream's container GC
+                    for path in [ci.log_path, *rotated_logs(ci.log_path)]:
+                        try:
+                            os.unlink(path)
+                        except OSError:
+                            pass
         # sandboxes replaced by a newer one and holding no container go (upstream's evictSandboxes)
         used = {ci.sandbox_id for ci in rt.containers}
         for sb in rt.sandboxes[1:]:

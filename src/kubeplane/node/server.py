@@ -496,9 +496,11 @@ class KubeletServer:
         offset = tail_offset(path, opts.tail_lines) if opts.tail_lines is not None else 0
         follow = opts.follow and not opts.previous
         pending = b""
-        with open(path, "rb") as f:
+        f = open(path, "rb")
+        try:
             f.seek(offset)
             last_check = 0.0
+            draining = False
             while True:
                 chunk = f.read(65536)
                 if chunk:
@@ -518,6 +520,21 @@ class KubeletServer:
                     continue
                 if not follow:
                     break
+                if _rotated_away(f, path):
+                    # the log manager renamed the file and the runtime reopened the log: once
+                    # what the runtime wrote to the old file up to its switch is read, on with
+                    # the new one
+                    if not draining:
+                        draining = True
+                        await asyncio.sleep(FOLLOW_POLL)
+                        continue
+                    draining = False
+                    f.close()
+                    try:
+                        f = open(path, "rb")
+                    except FileNotFoundError:
+                        f = open(os.devnull, "rb")
+                    continue
                 now = time.monotonic()
                 if now - last_check > 0.5:
                     last_check = now
@@ -527,6 +544,8 @@ class KubeletServer:
                         f.seek(-1, os.SEEK_CUR)
                         continue
                 await asyncio.sleep(FOLLOW_POLL)
+        finally:
+            f.close()
         await resp.write_eof()
         return resp
 
@@ -610,6 +629,16 @@ class KubeletServer:
             if task is not None:
                 self._sessions.discard(task)
         return ws
+
+
+def _rotated_away(f: Any, path: str) -> bool:
+    """Whether ``path`` now names another file than the open ``f`` (log rotation)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False  # renamed, the new one not made yet: look again
+    own = os.fstat(f.fileno())
+    return (st.st_ino, st.st_dev) != (own.st_ino, own.st_dev)
 
 
 def _flag(q: Any, name: str) -> bool:

@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from kubeplane.node.cri.client import CRIClient, pb
+from kubeplane.node.logs import ContainerLogManager, rotated_logs
 from kubeplane.node.server import KubeletServer
 from kubeplane.streaming import channels, spdy
 
@@ -171,6 +172,28 @@ async def test_container_logs_follow_ends_with_the_container(kubelet, tmp_path):
         code, text = await asyncio.wait_for(_logs(server, "/containerLogs/default/follow/main?follow=true"), 10)
         assert (code, text) == (200, "a\nb\n")
         assert loop.time() - t0 > 0.5
+
+
+async def test_a_follow_goes_on_across_log_rotation(kubelet, tmp_path):
+    """The runtime reopens a rotated log (CRI ReopenContainerLog); a follower reads the
+    old file to its end, then the new one: every line once, in order."""
+    server, cri = kubelet
+    n = 3000
+    script = f"i=0; while [ $i -lt {n} ]; do echo line-$i; i=$((i+1)); [ $((i % 100)) = 0 ] && sleep 0.05; done"
+    async with cri_pod(cri, "rot", str(tmp_path)) as pod:
+        cid = await pod.container("main", ["sh", "-c", script])
+        follow = asyncio.create_task(_logs(server, "/containerLogs/default/rot/main?follow=true"))
+        manager = ContainerLogManager(cri, max_size=1, max_files=3)
+        rotations = 0
+        for _ in range(6):
+            await asyncio.sleep(0.25)
+            rotations += len(await manager.rotate_running())
+        code, text = await asyncio.wait_for(follow, 30)
+        assert rotations >= 3
+        assert code == 200 and text.split() == [f"line-{i}" for i in range(n)]
+        path = (await cri.runtime("ContainerStatus", pb.ContainerStatusRequest(container_id=cid))).status.log_path
+        rotated = rotated_logs(path)
+        assert len(rotated) == 2 and rotated[0].endswith(".gz")
 
 
 async def _tunnel(server, path):
