@@ -51,14 +51,16 @@ def rotated_logs(path: str) -> list[str]:
         return []
     prefix = base + "."
 
-    def order(name: str) -> tuple[str, int]:
-        # <stamp>[.<n>][.gz]: n counts rotations within the same second
-        rest = name[len(prefix):].removesuffix(COMPRESS_SUFFIX)
-        stamp, _, n = rest.partition(".")
-        return stamp, int(n) if n.isdigit() else 0
-
     return [os.path.join(d, n) for n in sorted(
-        (n for n in names if n.startswith(prefix) and not n.endswith(TMP_SUFFIX)), key=order)]
+        (n for n in names if n.startswith(prefix) and not n.endswith(TMP_SUFFIX)),
+        key=lambda n: _rotation_order(base, n))]
+
+
+def _rotation_order(base: str, name: str) -> tuple[str, int]:
+    """``<base>.<stamp>[.<n>][.gz]`` → (stamp, n): n counts rotations within one second."""
+    rest = name[len(base) + 1:].removesuffix(COMPRESS_SUFFIX)
+    stamp, _, n = rest.partition(".")
+    return stamp, int(n) if n.isdigit() else 0
 
 
 def _compress(path: str) -> None:
@@ -157,11 +159,11 @@ class ContainerLogManager:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._prepare, path)
         stamp = time.strftime(TIMESTAMP_FORMAT, time.gmtime(self.clock()))
-        rotated = f"{path}.{stamp}"
-        n = 1
-        while os.path.exists(rotated) or os.path.exists(rotated + COMPRESS_SUFFIX):
-            rotated = f"{path}.{stamp}.{n}"   # two rotations within a second
-            n += 1
+        base = os.path.basename(path)
+        same = [_rotation_order(base, os.path.basename(p))[1] for p in rotated_logs(path)
+                if _rotation_order(base, os.path.basename(p))[0] == stamp]
+        # a rotation within the same second as an earlier one gets the next count
+        rotated = f"{path}.{stamp}" if not same else f"{path}.{stamp}.{max(same) + 1}"
         os.rename(path, rotated)
         try:
             await self.cri.runtime("ReopenContainerLog", pb.ReopenContainerLogRequest(container_id=container_id))

@@ -55,6 +55,8 @@ AUTHZ_DENY_TTL = 30.0
 TOKEN_TTL = 120.0
 #: how often a followed log checks whether its container still runs
 FOLLOW_POLL = 0.1
+#: upstream's --streaming-connection-idle-timeout default
+STREAMING_IDLE_TIMEOUT = 4 * 3600.0
 
 _SUBRESOURCES = (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"), ("/spec", "spec"),
                  ("/pods", "pods"), ("/healthz", "healthz"), ("/configz", "configz"),
@@ -273,7 +275,7 @@ class KubeletServer:
     def __init__(self, cri: CRIClient, *, node_name: str, client: Any = None,
                  tls_cert_file: str | None = None, tls_key_file: str | None = None,
                  client_ca_file: str | None = None, host: str = "0.0.0.0", port: int = 10250,
-                 authorize: bool = True) -> None:
+                 authorize: bool = True, streaming_idle_timeout: float = STREAMING_IDLE_TIMEOUT) -> None:
         self.cri = cri
         self.node_name = node_name
         self.client = client
@@ -281,6 +283,9 @@ class KubeletServer:
         self.host, self.port = host, port
         #: False: every request is allowed (no authentication, for a server on loopback in tests)
         self.authorize = authorize
+        #: an exec, attach or port-forward with no data either way for that long is closed
+        #: (upstream's --streaming-connection-idle-timeout)
+        self.streaming_idle_timeout = streaming_idle_timeout
         self._token_cache: dict[str, tuple[float, User | None]] = {}
         self._authz_cache: dict[tuple, tuple[float, bool, str]] = {}
         self._runner: web.AppRunner | None = None
@@ -582,21 +587,43 @@ class KubeletServer:
             url = (await self.cri.runtime("Exec", pb.ExecRequest(
                 container_id=c.id, cmd=command, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr))).url
         backend = await RemoteCommand.dial(url, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty)
-        ws = web.WebSocketResponse(protocols=(protocol,), autoping=True, max_msg_size=0)
+        ws = _StreamSocket(protocols=(protocol,), autoping=True, max_msg_size=0)
         try:
             await ws.prepare(request)
         except BaseException:
             await backend.close()
             raise
-        task = asyncio.current_task()
-        if task is not None:
-            self._sessions.add(task)
         try:
-            await backend.bridge(ws, v5=protocol == channels.V5)
+            await self._session(ws, backend.bridge(ws, v5=protocol == channels.V5))
         finally:
-            if task is not None:
-                self._sessions.discard(task)
+            await backend.close()
         return ws
+
+    async def _session(self, ws: "_StreamSocket", work: Any) -> None:
+        """Run a streaming session, closed when idle for ``streaming_idle_timeout``."""
+        task = asyncio.ensure_future(work)
+        self._sessions.add(task)
+        try:
+            while True:
+                left = ws.last_activity + self.streaming_idle_timeout - time.monotonic()
+                if left <= 0:
+                    log.info("closing a streaming connection idle for %.0fs", self.streaming_idle_timeout)
+                    task.cancel()
+                    break
+                done, _ = await asyncio.wait({task}, timeout=left)
+                if done:
+                    break
+            try:
+                await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise
+        finally:
+            self._sessions.discard(task)
+            if not task.done():
+                task.cancel()
+            if not ws.closed:
+                await ws.close(code=1000)
 
     async def port_forward(self, request: web.Request) -> web.StreamResponse:
         """kubectl's SPDY session tunnelled in a WebSocket, or (``v4.channel.k8s.io``
@@ -615,19 +642,12 @@ class KubeletServer:
         sandbox = await self.find_sandbox(mi["namespace"], mi["pod"], mi.get("uid"))
         if sandbox is None or sandbox.state != pb.SANDBOX_READY:
             raise not_found(f'pod not found ("{mi["pod"]}")')
-        ws = web.WebSocketResponse(protocols=(protocol,) if protocol else (), autoping=True, max_msg_size=0)
+        ws = _StreamSocket(protocols=(protocol,) if protocol else (), autoping=True, max_msg_size=0)
         await ws.prepare(request)
-        task = asyncio.current_task()
-        if task is not None:
-            self._sessions.add(task)
-        try:
-            if protocol == channels.PORT_FORWARD_TUNNEL:
-                await PortForwardTunnel(self.cri, sandbox.id).serve(ws)
-            else:
-                await serve_port_channels(self.cri, sandbox.id, ws, ports)
-        finally:
-            if task is not None:
-                self._sessions.discard(task)
+        if protocol == channels.PORT_FORWARD_TUNNEL:
+            await self._session(ws, PortForwardTunnel(self.cri, sandbox.id).serve(ws))
+        else:
+            await self._session(ws, serve_port_channels(self.cri, sandbox.id, ws, ports))
         return ws
 
 
@@ -664,6 +684,23 @@ def _websocket_protocol(request: web.Request, supported: tuple[str, ...], *, all
     if allow_none and not offered:
         return ""
     raise bad_request(f"requested protocol(s) are not supported: {offered}; supports {list(supported)}")
+
+
+class _StreamSocket(web.WebSocketResponse):
+    """A streaming session's WebSocket, which notes when data last went either way."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.last_activity = time.monotonic()
+
+    async def send_bytes(self, data: bytes, *args: Any, **kw: Any) -> None:
+        self.last_activity = time.monotonic()
+        await super().send_bytes(data, *args, **kw)
+
+    async def receive(self, *args: Any, **kw: Any) -> Any:
+        msg = await super().receive(*args, **kw)
+        self.last_activity = time.monotonic()
+        return msg
 
 
 class _WSWriter:
@@ -745,8 +782,10 @@ class RemoteCommand:
                    if ch in self.streams]
         outputs.append(asyncio.ensure_future(relay_error()))
         client = asyncio.ensure_future(from_client())
+        done_out = asyncio.gather(*outputs)
+        # cancelled with its outputs when the session ends early: its outcome is not wanted then
+        done_out.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
-            done_out = asyncio.gather(*outputs)
             await asyncio.wait({done_out, client}, return_when=asyncio.FIRST_COMPLETED)
             if done_out.done():
                 done_out.result()

@@ -196,6 +196,23 @@ async def test_a_follow_goes_on_across_log_rotation(kubelet, tmp_path):
         assert len(rotated) == 2 and rotated[0].endswith(".gz")
 
 
+async def test_an_idle_streaming_session_is_closed_and_a_busy_one_is_not(kubelet, tmp_path):
+    server, cri = kubelet
+    server.streaming_idle_timeout = 1.0
+    loop = asyncio.get_running_loop()
+    async with cri_pod(cri, "idle", str(tmp_path)) as pod:
+        await pod.container("main", ["sleep", "60"])
+        t0 = loop.time()
+        stdout, _, status, _ = await asyncio.wait_for(
+            _session(server, "/exec/default/idle/main?command=sleep&command=30&output=1", [channels.V5]), 10)
+        assert 0.9 < loop.time() - t0 < 5 and status is None
+        # output every 0.3 s keeps a session of 2.5 s open past the 1 s timeout
+        q = "command=sh&command=-c&command=for+i+in+1+2+3+4+5+6+7+8%3B+do+echo+%24i%3B+sleep+0.3%3B+done&output=1"
+        stdout, _, status, _ = await asyncio.wait_for(_session(server, f"/exec/default/idle/main?{q}",
+                                                               [channels.V5]), 10)
+        assert stdout.split() == [str(i).encode() for i in range(1, 9)] and status["status"] == "Success"
+
+
 async def _tunnel(server, path):
     """A SPDY client session tunnelled through a WebSocket, as kubectl's port-forward dials."""
     http = aiohttp.ClientSession()

@@ -120,3 +120,14 @@ def test_rotated_files_sort_by_time_then_by_their_count_within_a_second(log_path
     assert [os.path.basename(p) for p in rotated_logs(log_path)] == [
         "0.log.20260101-000000.2.gz", "0.log.20260101-000001.gz", "0.log.20260101-000001.1",
         "0.log.20260101-000001.2.gz", "0.log.20260101-000001.10"]
+
+
+async def test_rotations_within_one_second_keep_their_order(log_path):
+    rt = Runtime(log_path)
+    m = ContainerLogManager(rt, max_size=1, max_files=3, clock=lambda: 1_800_000_000.0)
+    for i in range(6):
+        rt.write(100, f"round-{i}")
+        assert await m.rotate_running() == ["c1"]
+    rotated = rotated_logs(log_path)
+    assert len(rotated) == 2 and rotated[0].endswith(".gz") and not rotated[1].endswith(".gz")
+    assert b"round-5" in open(rotated[1], "rb").read() and b"round-4" in gzip.open(rotated[0]).read()
