@@ -688,6 +688,8 @@ class _Worker:
         finally:
             if self.container_id:
                 self.results.remove(self.container_id)
+                if not self.stopped:  # ended on its own: the container is done for good
+                    self.m._ended[(self.uid, self.container.get("name", ""), self.kind)] = self.container_id
             self.m._remove_worker(self)
 
     async def _sleep(self, seconds: float) -> None:
@@ -814,6 +816,8 @@ class ProbeManager:
         self._rand = rand
         self.start = now()
         self._workers: dict[tuple[str, str, str], _Worker] = {}
+        #: (uid, container, kind) -> the container a worker ended with (not restarted for it)
+        self._ended: dict[tuple[str, str, str], str] = {}
         self._statuses: dict[str, dict] = {}
         #: what the manager knows of each container, by the CRI's (bare) container id
         self._known: dict[str, _Known] = {}
@@ -841,6 +845,11 @@ class ProbeManager:
                 if w is not None:
                     w.pod = pod
                     continue
+                ended = self._ended.get(key)
+                if ended is not None:
+                    if ended == self._container_id(uid, c.get("name", "")):
+                        continue  # its worker ended with this very container: nothing to probe
+                    del self._ended[key]
                 w = _Worker(self, kind, pod, c)
                 self._workers[key] = w
                 w.task = asyncio.get_running_loop().create_task(
@@ -863,11 +872,22 @@ class ProbeManager:
         for cid, k in list(self._known.items()):
             if k.uid == uid:
                 del self._known[cid]
+        for key in [k for k in self._ended if k[0] == uid]:
+            del self._ended[key]
+
+    def _container_id(self, uid: str, name: str) -> str:
+        status = self._statuses.get(uid) or {}
+        for field in ("containerStatuses", "initContainerStatuses"):
+            c = _find_status(status.get(field), name)
+            if c and c.get("containerID"):
+                return strip_runtime(c["containerID"])
+        return ""
 
     def cleanup_pods(self, desired: Iterable[str]) -> None:
         """Stop the workers of every pod whose uid is not in ``desired``."""
         keep = set(desired)
-        for uid in {u for (u, _, _) in self._workers} | set(self._statuses) | {k.uid for k in self._known.values()}:
+        for uid in ({u for (u, _, _) in self._workers} | set(self._statuses) | {k.uid for k in self._known.values()}
+                    | {u for (u, _, _) in self._ended}):
             if uid not in keep:
                 self.remove_pod(uid)
 
