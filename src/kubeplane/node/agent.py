@@ -184,12 +184,19 @@ class _PodWorker:
         self.wake = asyncio.Event()
         self.wake.set()
         self.task: asyncio.Task | None = None
+        #: the runtime sync under way, cancelled when the pod's termination is requested
+        self._sync: asyncio.Future | None = None
         self.failures = 0
         #: admitted to run here (a pod that already started here was, before a restart)
         st = pod.get("status") or {}
         self.admitted = bool(st.get("startTime")) or st.get("phase") in TERMINAL_PHASES
 
     def update(self, pod: Obj) -> None:
+        if self.removed or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            # termination requested: a sync under way (an image pull, a postStart hook)
+            # is cut short, as upstream's pod workers cancel the sync's context
+            if self._sync is not None and not self._sync.done():
+                self._sync.cancel()
         self.pod = pod
         self.wake.set()
 
@@ -255,7 +262,19 @@ class _PodWorker:
                 return False
             self.admitted = True
         agent.probes("add_pod", pod)
-        status = await runtime.sync_pod(pod)
+        self._sync = asyncio.ensure_future(runtime.sync_pod(pod))
+        try:
+            status = await self._sync
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._sync.cancelled() and task is not None and not task.cancelling():
+                log.info("pod %s (%s): sync cut short, the pod is terminating", pod_key(pod), self.uid)
+                return False  # the next step terminates it
+            raise
+        finally:
+            if not self._sync.done():
+                self._sync.cancel()
+            self._sync = None
         if isinstance(status, dict):
             agent.probes("update_pod_status", pod, status)
             await agent.status.set(pod, status)

@@ -275,3 +275,23 @@ def test_graceful_deletion_runs_prestop_then_sigterm(real_node, tmp_path):
     assert time.monotonic() - started < 15  # it ended on SIGTERM, not at the end of its grace
     assert (out_dir / "out").read_text() == "prestop\nterm\n"
     assert pod["metadata"]["uid"]
+
+
+def test_deleting_a_pod_cuts_short_a_sync_under_way(real_node):
+    """A postStart hook that never ends holds the pod's sync; deletion does not wait for it."""
+    body = json.loads(_pod("hooked", ["sh", "-c", "exec sleep 300"], grace=1))
+    body["spec"]["containers"][0]["lifecycle"] = {"postStart": {"exec": {"command": ["sleep", "300"]}}}
+    real_node.kubectl("apply", "-f", "-", input=json.dumps(body))
+    uid = _get(real_node, "hooked")["metadata"]["uid"]
+    deadline = time.monotonic() + 60
+    while not [c for c in _containers(real_node, uid) if c.state == pb.CONTAINER_RUNNING]:
+        assert time.monotonic() < deadline, "the container never started"
+        time.sleep(0.2)
+    time.sleep(1)  # the hook runs
+    started = time.monotonic()
+    real_node.kubectl("delete", "pod", "hooked", "--wait=true", timeout=90)
+    assert time.monotonic() - started < 20
+    deadline = time.monotonic() + 20
+    while _sandboxes(real_node, uid) and any(s.state == pb.SANDBOX_READY for s in _sandboxes(real_node, uid)):
+        assert time.monotonic() < deadline, "its sandbox still runs"
+        time.sleep(0.2)
