@@ -30,6 +30,8 @@ DISABLED_PLUGINS = (
     "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
     "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing",
 )
+#: how much of the end of containerd's log ``tail_log`` reads
+TAIL_LOG_BYTES = 64 * 1024
 
 
 def find_cni_bin_dir() -> str:
@@ -172,11 +174,19 @@ disabled_plugins = [{disabled}]
                 await asyncio.sleep(0.05)
 
     def tail_log(self, lines: int = 5) -> str:
+        """The last ``lines`` lines of the daemon's log, from at most its last 64 KiB."""
         try:
             with open(self.paths.log, "rb") as f:
-                return b" | ".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+                size = f.seek(0, os.SEEK_END)
+                start = max(0, size - TAIL_LOG_BYTES)
+                f.seek(start)
+                data = f.read(TAIL_LOG_BYTES)
         except OSError:
             return ""
+        found = data.splitlines()
+        if start and found:
+            found = found[1:]  # the first line read is (likely) cut
+        return b" | ".join(found[-lines:]).decode(errors="replace")
 
     async def remove_all_pods(self) -> None:
         """Stop and remove every pod sandbox (the CNI DEL of each included)."""

@@ -549,6 +549,34 @@ async def test_worker_ends_with_the_pod(manager, http_server):
     await _until(lambda: manager.worker_count() == 0)
 
 
+async def test_a_worker_that_ended_is_not_started_again_for_the_same_container(manager, http_server):
+    """The agent adds the pod on every sync, and syncs on every probe change: a worker
+    ended with its container (restartPolicy Never) must not come back for it, else
+    each new worker's initial result would wake a sync that starts the next one."""
+    c = {"name": "app", "readinessProbe": _http_probe(http_server.port)}
+    pod = _pod([c], restart="Never")
+    manager.add_pod(pod)
+    manager.update_pod_status(pod, _status(("app", "containerd://e1")))
+    await _until(lambda: manager.ready("e1"))
+    done = _status(("app", "containerd://e1"), running=False, exit_code=1)
+    manager.update_pod_status(pod, done)
+    await _until(lambda: manager.worker_count() == 0)
+    before = len(manager.changes.uids)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 0.5
+    while loop.time() < deadline:   # what the agent's pod worker does on each change
+        manager.add_pod(pod)
+        manager.update_pod_status(pod, done)
+        await asyncio.sleep(0.005)
+    assert manager.worker_count() == 0 and len(manager.changes.uids) - before == 0
+    # a new container of the same name is probed again
+    manager.update_pod_status(pod, _status(("app", "containerd://e2")))
+    manager.add_pod(pod)
+    await _until(lambda: manager.ready("e2"))
+    manager.remove_pod(pod)
+    assert not manager._ended
+
+
 async def test_deletion_makes_liveness_succeed_and_stop(manager, http_server):
     http_server.code = 500
     c = {"name": "app", "livenessProbe": _http_probe(http_server.port, failureThreshold=1000)}
