@@ -20,6 +20,7 @@ back-off timers live in memory, as in the kubelet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import base64
 import json
 import logging
@@ -761,7 +762,7 @@ class KubeRuntime:
         self.memory_capacity = host_memory_bytes()
         self.runtime_name = ""
         self._pods: dict[str, _PodState] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, list] = {}   # uid -> [lock, holders and waiters]
         self._service_cache: dict[str, tuple[float, list[Obj]]] = {}
 
     # -- helpers ----------------------------------------------------------------------
@@ -779,11 +780,21 @@ class KubeRuntime:
             st = self._pods[uid] = _PodState()
         return st
 
-    def _lock(self, uid: str) -> asyncio.Lock:
-        lk = self._locks.get(uid)
-        if lk is None:
-            lk = self._locks[uid] = asyncio.Lock()
-        return lk
+    @contextlib.asynccontextmanager
+    async def _lock(self, uid: str):
+        """The pod's lock: one sync, termination or removal of a pod at a time. It is
+        forgotten once nobody holds or waits for it."""
+        entry = self._locks.get(uid)
+        if entry is None:
+            entry = self._locks[uid] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0 and self._locks.get(uid) is entry:
+                del self._locks[uid]
 
     async def _runtime_name(self) -> str:
         if not self.runtime_name:
@@ -1691,4 +1702,4 @@ class KubeRuntime:
                     self.image_backoff.forget(k)
             self.backoff.gc()
             self.image_backoff.gc()
-        self._locks.pop(uid, None)
+
