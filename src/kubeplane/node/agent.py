@@ -240,6 +240,9 @@ class _PodWorker:
                 self.terminated = True
                 if isinstance(status, dict):
                     await agent.status.set(pod, status)
+            # as upstream's status manager: the pod goes from the API only once nothing
+            # of it runs and its volumes are unmounted
+            await self._release_volumes()
             await agent.status.finish_deletion(pod)
             return False
         if self.finished:
@@ -258,10 +261,16 @@ class _PodWorker:
             await agent.status.set(pod, status)
             if status.get("phase") in TERMINAL_PHASES:
                 # the runtime tore a pod in a terminal phase down (sandbox stopped);
-                # its exited containers stay until the pod is deleted
+                # its exited containers stay until the pod is deleted, its volumes go
                 self.terminated = True
                 self.finished = True
+                await self._release_volumes()
         return False
+
+    async def _release_volumes(self) -> None:
+        volumes = getattr(self.agent.runtime, "volumes", None)
+        if volumes is not None:
+            await volumes.teardown(self.uid)
 
 
 class StatusManager:
