@@ -1566,6 +1566,8 @@ def _real_node_available() -> str | None:
 @click.option("--token", default=None, help="A bootstrap token (abcdef.0123456789abcdef) to join with.")
 @click.option("--ca-cert-hash", default=None,
               help="sha256:<hex> of the cluster CA's public key, checked when joining.")
+@click.option("--discovery-timeout", type=_Duration(), default="5m0s", show_default=True,
+              help="How long a join waits for the cluster-info ConfigMap signed for its token.")
 @click.option("--name", "node_name", default=None, callback=_check_node_name,
               help="Node name; default: the hostname.")
 @click.option("--data-dir", default="/var/lib/kubeplane/node", show_default=True, callback=_check_not_empty,
@@ -1576,9 +1578,9 @@ def _real_node_available() -> str | None:
               help="Labels of the node: key=value[,key=value].")
 @_real_node_option_decorators
 @_verbosity_option_decorators
-def node(kubeconfig, context, server, token, ca_cert_hash, node_name, data_dir, images_dir, node_labels,
-         node_ip, max_pods, system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr, verbosity,
-         verbose) -> None:
+def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, node_name, data_dir, images_dir,
+         node_labels, node_ip, max_pods, system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr,
+         verbosity, verbose) -> None:
     """Run a node: a kubelet running the pods bound to it in containers, through the CRI."""
     import os
 
@@ -1610,7 +1612,8 @@ def node(kubeconfig, context, server, token, ca_cert_hash, node_name, data_dir, 
             except ImportError:
                 _fail("this kubeplane cannot join with a bootstrap token: give --kubeconfig")
             try:
-                await join(server, token, name, joined, ca_cert_hash=ca_cert_hash)
+                await join(server, token, name, joined, ca_cert_hash=ca_cert_hash,
+                           discovery_timeout=discovery_timeout)
             except JoinError as err:
                 _fail(f"joining {server}: {err}")
             log.info("node %s joined %s: its kubeconfig is %s", name, server, joined)
