@@ -588,7 +588,8 @@ def _controller_flag_options(fn=None, *, defaults: dict | None = None):
         default = defaults.get(field, default)
         if kind == "flag":  # a Go bool flag: --flag, --flag=true, --flag=false
             fn = click.option(flag, type=bool, is_flag=False, flag_value=True, default=default, metavar="[=BOOL]",
-                              show_default=True, callback=store(field), expose_value=False, help=text)(fn)
+                              callback=store(field), expose_value=False,
+                              help=f"{text}  [default: {str(default).lower()}]")(fn)
         elif kind == "cidrs":
             fn = click.option(flag, default=default, show_default=bool(default), callback=store(field, kind),
                               expose_value=False, help=text)(fn)
