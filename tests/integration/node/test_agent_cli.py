@@ -193,14 +193,14 @@ def test_images_import_errors(tmp_path):
     assert out.returncode == 1 and "no containerd at" in out.stderr
 
 
-def _start_up(tmp_path, *args: str):
+def _start_up(tmp_path, *args: str, listen: str = "127.0.0.1:0"):
     """``kubeplane up`` in a process of its own (memory storage, a free port, TLS as by default), its data
     directory ``tmp_path/up``; (process, admin kubeconfig, log path) once the kubeconfig is there."""
     data_dir = str(tmp_path / "up")
     kubeconfig = str(tmp_path / "kubeconfig")
     log_path = tmp_path / "up.log"
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(CLI + ["up", "--storage", "memory", "--listen", "127.0.0.1:0", "--data-dir",
+        proc = subprocess.Popen(CLI + ["up", "--storage", "memory", "--listen", listen, "--data-dir",
                                        data_dir, "--kubeconfig", kubeconfig, "--metrics-listen", "", *args],
                                 stdout=log, stderr=subprocess.STDOUT, env=_env())
     try:
@@ -291,8 +291,9 @@ def _subject(cert) -> tuple[str, list[str]]:
 
 
 def test_a_second_node_joins_with_a_bootstrap_token(tmp_path, image_archives):
-    """``kubeplane up`` (no node of its own), ``kubeplane token create --print-join-command``,
-    and the printed command run with a data directory and a containerd of its own."""
+    """``kubeplane up`` (no node of its own, listening on every address as for nodes on other
+    machines), ``kubeplane token create --print-join-command``, and the printed command run
+    with a data directory and a containerd of its own."""
     import base64
     import shlex
 
@@ -303,11 +304,16 @@ def test_a_second_node_joins_with_a_bootstrap_token(tmp_path, image_archives):
     _, cidr = free_bridge_and_cidr()
     up = node = None
     try:
-        up, kubeconfig, _ = _start_up(tmp_path, "--nodes", "0", "--real-node", "off", "--cluster-cidr", cidr)
+        up, kubeconfig, _ = _start_up(tmp_path, "--nodes", "0", "--real-node", "off", "--cluster-cidr", cidr,
+                                      listen="0.0.0.0:0")
         admin = yaml.safe_load(open(kubeconfig))
         server = admin["clusters"][0]["cluster"]["server"]
         ca = _certificate(base64.b64decode(admin["clusters"][0]["cluster"]["certificate-authority-data"]))
-        assert server.startswith("https://")
+        # the host's address (which the serving certificate covers), not the wildcard one
+        assert server.startswith("https://") and not server.startswith("https://0.0.0.0:"), server
+        info = json.loads(_kubectl(kubeconfig, "get", "configmap", "-n", "kube-public", "cluster-info", "-o",
+                                   "json").stdout)
+        assert yaml.safe_load(info["data"]["kubeconfig"])["clusters"][0]["cluster"]["server"] == server
 
         out = subprocess.run(CLI + ["token", "create", "--print-join-command", "--kubeconfig", kubeconfig],
                              capture_output=True, text=True, env=_env(), timeout=60)
