@@ -4,6 +4,7 @@ as a user runs them: separate processes, real containerd, real kubectl."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
 import shutil
@@ -192,22 +193,36 @@ def test_images_import_errors(tmp_path):
     assert out.returncode == 1 and "no containerd at" in out.stderr
 
 
-def test_up_runs_a_real_node(tmp_path, image_archives):
+def _start_up(tmp_path, *args: str, listen: str = "127.0.0.1:0"):
+    """``kubeplane up`` in a process of its own (memory storage, a free port, TLS as by default), its data
+    directory ``tmp_path/up``; (process, admin kubeconfig, log path) once the kubeconfig is there."""
     data_dir = str(tmp_path / "up")
     kubeconfig = str(tmp_path / "kubeconfig")
-    _, cidr = free_bridge_and_cidr()
-    node_dir = os.path.join(data_dir, "node")
-    os.makedirs(os.path.join(node_dir, "images"))
-    shutil.copy(image_archives["busybox"], os.path.join(node_dir, "images", "busybox.tar"))
-    log = open(tmp_path / "up.log", "ab")
-    proc = subprocess.Popen(CLI + ["up", "--storage", "memory", "--listen", "127.0.0.1:0", "--data-dir", data_dir,
-                                   "--kubeconfig", kubeconfig, "--metrics-listen", "", "--nodes", "1",
-                                   "--real-node", "on", "--real-node-name", "up-real",
-                                   "--real-node-pod-cidr", cidr, "--real-node-kubelet-port", "0"],
-                            stdout=log, stderr=subprocess.STDOUT, env=_env())
+    log_path = tmp_path / "up.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(CLI + ["up", "--storage", "memory", "--listen", listen, "--data-dir",
+                                       data_dir, "--kubeconfig", kubeconfig, "--metrics-listen", "", *args],
+                                stdout=log, stderr=subprocess.STDOUT, env=_env())
     try:
         _wait("the kubeconfig", lambda: os.path.exists(kubeconfig) or proc.poll() is not None, 120)
-        assert proc.poll() is None, open(tmp_path / "up.log").read()[-3000:]
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, kubeconfig, log_path
+
+
+def test_up_runs_a_real_node(tmp_path, image_archives):
+    node_dir = str(tmp_path / "up" / "node")
+    os.makedirs(os.path.join(node_dir, "images"))
+    shutil.copy(image_archives["busybox"], os.path.join(node_dir, "images", "busybox.tar"))
+    # its pod CIDR from the node IPAM controller: a /24 of a cluster CIDR no other bridge of this host routes
+    _, cidr = free_bridge_and_cidr()
+    proc = None
+    try:
+        proc, kubeconfig, _ = _start_up(tmp_path, "--nodes", "1", "--real-node", "on", "--real-node-name", "up-real",
+                                        "--cluster-cidr", cidr, "--real-node-kubelet-port", "0")
         yaml.safe_load(open(kubeconfig))
         _wait("the real node Ready", lambda: "up-real   Ready" in _kubectl(kubeconfig, "get", "nodes").stdout, 90)
         nodes = _kubectl(kubeconfig, "get", "nodes", "-o", "name").stdout.split()
@@ -219,15 +234,188 @@ def test_up_runs_a_real_node(tmp_path, image_archives):
               .startswith("containerd://"), 90)
         node = json.loads(_kubectl(kubeconfig, "get", "node", "up-real", "-o", "json").stdout)
         assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
+        assert node["spec"]["podCIDR"] == cidr
+        pod_ip = json.loads(_kubectl(kubeconfig, "get", "pod", "up-pod", "-o", "json").stdout)["status"]["podIP"]
+        assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(cidr)
         # the API server reaches the node's kubelet API (on loopback, as itself)
         assert _kubectl(kubeconfig, "exec", "up-pod", "--", "echo", "hi").stdout == "hi\n"
         _kubectl(kubeconfig, "delete", "pod", "up-pod", "--wait=true")
         assert _stop(proc) == 0
     finally:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
-        log.close()
         from kubeplane.node.agent import AgentConfig
 
         _cleanup_node_dir(node_dir, AgentConfig(name="up-real", data_dir=node_dir).bridge)
+
+
+def test_up_real_node_on_without_node_cidrs_says_why(tmp_path):
+    out = subprocess.run(CLI + ["up", "--storage", "memory", "--listen", "127.0.0.1:0", "--data-dir",
+                                str(tmp_path / "up"), "--metrics-listen", "", "--nodes", "0", "--real-node", "on",
+                                "--allocate-node-cidrs=false"], capture_output=True, text=True, env=_env(), timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.splitlines()[-1] == (
+        "error: --real-node on: no pod CIDR for it: the node IPAM controller assigns none without "
+        "--allocate-node-cidrs and --cluster-cidr")
+
+
+def test_up_real_node_auto_says_why_there_is_none(tmp_path):
+    """auto: no real node when it could get no pod CIDR, and one log line saying why."""
+    proc = None
+    try:
+        proc, kubeconfig, log_path = _start_up(tmp_path, "--nodes", "0", "--controllers", "*,-nodeipam")
+        assert _kubectl(kubeconfig, "get", "nodes", "-o", "name").stdout == ""
+        lines = [ln for ln in log_path.read_text().splitlines() if "no real node" in ln]
+        assert len(lines) == 1 and lines[0].endswith(
+            "no real node (--real-node auto): no pod CIDR for it: the node-ipam-controller is not enabled "
+            "(--controllers)"), lines
+        assert _stop(proc) == 0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _certificate(pem: bytes):
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(pem)
+
+
+def _subject(cert) -> tuple[str, list[str]]:
+    from cryptography.x509.oid import NameOID
+
+    return (cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value,
+            [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)])
+
+
+def test_a_second_node_joins_with_a_bootstrap_token(tmp_path, image_archives):
+    """``kubeplane up`` (no node of its own, listening on every address as for nodes on other
+    machines), ``kubeplane token create --print-join-command``, and the printed command run
+    with a data directory and a containerd of its own."""
+    import base64
+    import shlex
+
+    from kubeplane.node.agent import AgentConfig
+
+    name = f"joined-{os.getpid() % 100000}"
+    node_dir = str(tmp_path / "node")
+    _, cidr = free_bridge_and_cidr()
+    up = node = None
+    try:
+        up, kubeconfig, _ = _start_up(tmp_path, "--nodes", "0", "--real-node", "off", "--cluster-cidr", cidr,
+                                      listen="0.0.0.0:0")
+        admin = yaml.safe_load(open(kubeconfig))
+        server = admin["clusters"][0]["cluster"]["server"]
+        ca = _certificate(base64.b64decode(admin["clusters"][0]["cluster"]["certificate-authority-data"]))
+        # the host's address (which the serving certificate covers), not the wildcard one
+        assert server.startswith("https://") and not server.startswith("https://0.0.0.0:"), server
+        info = json.loads(_kubectl(kubeconfig, "get", "configmap", "-n", "kube-public", "cluster-info", "-o",
+                                   "json").stdout)
+        assert yaml.safe_load(info["data"]["kubeconfig"])["clusters"][0]["cluster"]["server"] == server
+
+        out = subprocess.run(CLI + ["token", "create", "--print-join-command", "--kubeconfig", kubeconfig],
+                             capture_output=True, text=True, env=_env(), timeout=60)
+        assert out.returncode == 0, out.stderr
+        words = shlex.split(out.stdout)
+        assert words[:2] == ["kubeplane", "node"] and words[words.index("--server") + 1] == server, words
+        token = words[words.index("--token") + 1]
+        token_id = token.split(".")[0]
+        assert words[words.index("--ca-cert-hash") + 1].startswith("sha256:")
+
+        def join(*args: str):
+            return CLI + words[1:] + ["--data-dir", node_dir, "--images-dir", image_archives["dir"],
+                                      "--node-ip", "127.0.0.1", "--kubelet-port", "0", *args]
+
+        # a bad token is refused, and nothing is left behind: its secret does not sign cluster-info ...
+        wrong = f"{token_id}.{'0123456789abcdef' if not token.endswith('0123456789abcdef') else 'fedcba9876543210'}"
+        bad = [w if w != token else wrong for w in join("--name", "bad-node")]
+        p = subprocess.run(bad, capture_output=True, text=True, env=_env(), timeout=120)
+        assert p.returncode == 1, p.stderr
+        assert p.stderr.splitlines()[-1] == (f"error: joining {server}: failed to verify JWS signature of received "
+                                             "cluster info object, can't trust this API Server")
+        # ... and a token the cluster does not know has no signature there
+        bad = [w if w != token else "zzzzzz.0123456789abcdef" for w in join("--name", "bad-node",
+                                                                            "--discovery-timeout", "2s")]
+        p = subprocess.run(bad, capture_output=True, text=True, env=_env(), timeout=120)
+        assert p.returncode == 1, p.stderr
+        assert p.stderr.splitlines()[-1] == (
+            f"error: joining {server}: could not discover the cluster at {server}: could not find a JWS signature "
+            'in the cluster-info ConfigMap for token ID "zzzzzz": the token id is invalid for this cluster or it '
+            'has expired ("kubeplane token create" on the control plane makes a new one)')
+        assert not os.path.exists(os.path.join(node_dir, "kubelet.kubeconfig"))
+        assert json.loads(_kubectl(kubeconfig, "get", "csr", "-o", "json").stdout)["items"] == []
+        assert _kubectl(kubeconfig, "get", "nodes", "-o", "name").stdout == ""
+
+        with open(tmp_path / "node.log", "ab") as log:
+            node = subprocess.Popen(join("--name", name), stdout=log, stderr=subprocess.STDOUT, env=_env())
+
+        def ready():
+            p = _kubectl(kubeconfig, "get", "node", name, "-o", "json", check=False)
+            return p.returncode == 0 and any(c["type"] == "Ready" and c["status"] == "True"
+                                             for c in json.loads(p.stdout)["status"].get("conditions", []))
+
+        _wait("the joined node Ready", lambda: ready() or node.poll() is not None, 120)
+        assert node.poll() is None, open(tmp_path / "node.log").read()[-3000:]
+
+        # its CSR, made with the token, was approved and signed: the node's own client certificate
+        csrs = json.loads(_kubectl(kubeconfig, "get", "csr", "-o", "json").stdout)["items"]
+        assert len(csrs) == 1, csrs
+        csr = csrs[0]
+        assert csr["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client-kubelet"
+        assert csr["spec"]["username"] == f"system:bootstrap:{token_id}"
+        assert "system:bootstrappers" in csr["spec"]["groups"]
+        assert [(c["type"], c["status"]) for c in csr["status"]["conditions"]] == [("Approved", "True")]
+        issued = base64.b64decode(csr["status"]["certificate"])
+        own = yaml.safe_load(open(os.path.join(node_dir, "kubelet.kubeconfig")))
+        assert own["clusters"][0]["cluster"]["server"] == server
+        assert base64.b64decode(own["users"][0]["user"]["client-certificate-data"]) == issued
+        cert = _certificate(issued)
+        assert _subject(cert) == (f"system:node:{name}", ["system:nodes"])
+        assert cert.issuer == ca.subject
+        cert.verify_directly_issued_by(ca)  # raises unless the cluster CA signed it
+        whoami = json.loads(_kubectl(os.path.join(node_dir, "kubelet.kubeconfig"), "auth", "whoami", "-o",
+                                     "json").stdout)["status"]["userInfo"]
+        assert whoami["username"] == f"system:node:{name}"
+        assert "system:nodes" in whoami["groups"]
+
+        # its pod CIDR from the node IPAM controller
+        assert json.loads(_kubectl(kubeconfig, "get", "node", name, "-o", "json").stdout)["spec"]["podCIDR"] == cidr
+
+        # the scheduler puts a pod there (the only node); it runs, and kubectl logs reads it through the node
+        _kubectl(kubeconfig, "apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "on-joined"}, "spec": {
+                "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                "command": ["sh", "-c", "echo hello from $(hostname)"]}]}}))
+
+        def phase():
+            return json.loads(_kubectl(kubeconfig, "get", "pod", "on-joined", "-o", "json").stdout)["status"] \
+                .get("phase")
+
+        assert _wait("the pod done", lambda: phase() in ("Succeeded", "Failed") and phase(), 120) == "Succeeded"
+        pod = json.loads(_kubectl(kubeconfig, "get", "pod", "on-joined", "-o", "json").stdout)
+        assert pod["spec"]["nodeName"] == name
+        assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
+        assert _kubectl(kubeconfig, "logs", "on-joined").stdout == "hello from on-joined\n"
+        _kubectl(kubeconfig, "delete", "pod", "on-joined", "--wait=true")
+
+        # started again with the same command, the node uses the kubeconfig it wrote: no second join
+        assert _stop(node) == 0
+        with open(tmp_path / "node.log", "ab") as log:
+            node = subprocess.Popen(join("--name", name), stdout=log, stderr=subprocess.STDOUT, env=_env())
+        running = f"node {name} running"
+        _wait("the node running again", lambda: open(tmp_path / "node.log").read().count(running) == 2
+              or node.poll() is not None, 90)
+        assert node.poll() is None, open(tmp_path / "node.log").read()[-3000:]
+        assert open(tmp_path / "node.log").read().count(f"node {name} joined {server}") == 1
+        assert len(json.loads(_kubectl(kubeconfig, "get", "csr", "-o", "json").stdout)["items"]) == 1
+        assert _stop(node) == 0
+        assert _stop(up) == 0
+    finally:
+        for proc in (node, up):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        _cleanup_node_dir(node_dir, AgentConfig(name=name, data_dir=node_dir).bridge)
