@@ -1080,6 +1080,7 @@ class ManagedNode:
             raise
 
     async def stop(self, *, remove_pods: bool = False) -> None:
+        owns_runtime = self.containerd is not None
         if self.agent is not None:
             await self.agent.stop()
             self.agent = None
@@ -1101,3 +1102,6 @@ class ManagedNode:
                                                         stdout=asyncio.subprocess.DEVNULL,
                                                         stderr=asyncio.subprocess.DEVNULL)
             await proc.wait()
+        if remove_pods and owns_runtime:
+            # every sandbox is gone (CNI DEL ran for each): portmap's shared chains, if no other node uses them
+            await asyncio.to_thread(cni.remove_unused_hostport_chains)
