@@ -224,12 +224,10 @@ async def terminate(proc: subprocess.Popen, timeout: float) -> None:
         await asyncio.to_thread(proc.wait)
 
 
-def kill_shims(address: str) -> int:
-    """SIGKILL the containerd shims (and so their containers) serving ``address``:
-    a containerd socket, or a directory below which such sockets are. The shims are
-    found by their command line, so also once the socket or the directory is gone."""
-    key = os.path.abspath(address).encode()
-    killed = 0
+def shims() -> list[tuple[int, list[bytes]]]:
+    """The containerd runc shims running on this host, with their command lines
+    (``-namespace NS -id ID -address SOCKET``; a pod's shim has its sandbox's id)."""
+    out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -238,10 +236,21 @@ def kill_shims(address: str) -> int:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and any(
-                a == key or a.startswith(key + b"/") for a in argv[1:]):
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2"):
+            out.append((int(pid), argv))
+    return out
+
+
+def kill_shims(address: str) -> int:
+    """SIGKILL the containerd shims (and so their containers) serving ``address``:
+    a containerd socket, or a directory below which such sockets are. The shims are
+    found by their command line, so also once the socket or the directory is gone."""
+    key = os.path.abspath(address).encode()
+    killed = 0
+    for pid, argv in shims():
+        if any(a == key or a.startswith(key + b"/") for a in argv[1:]):
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
                 killed += 1
             except ProcessLookupError:
                 pass
