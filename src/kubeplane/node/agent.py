@@ -48,6 +48,7 @@ from kubeplane.api.nodestatus import (KUBELET_VERSION, LEASE_DURATION_SECONDS, L
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
 from kubeplane.node import cni, host
+from kubeplane.node.cri import POD_UID_LABEL
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.node.images import ImageError, import_archive, is_archive
 
@@ -57,10 +58,6 @@ NODES = resource("nodes")
 PODS = resource("pods")
 LEASES = resource("leases")
 
-#: the CRI labels the runtime puts on sandboxes and containers (upstream's kuberuntime)
-POD_UID_LABEL = "io.kubernetes.pod.uid"
-POD_NAME_LABEL = "io.kubernetes.pod.name"
-POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
 #: upstream's nodeStatusMaxImages and MaxNamesPerImageInNodeStatus
 MAX_IMAGES = 50
 MAX_NAMES_PER_IMAGE = 5
