@@ -41,7 +41,10 @@ def _nft_ruleset() -> list[dict] | None:
         r = subprocess.run(["nft", "-j", "list", "ruleset"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return json.loads(r.stdout).get("nftables", []) if r.returncode == 0 else None
+    try:
+        return json.loads(r.stdout).get("nftables", []) if r.returncode == 0 else None
+    except ValueError:
+        return None  # an nft without JSON output
 
 
 def _tables_and_chains(items: list[dict]) -> tuple[set, set]:
