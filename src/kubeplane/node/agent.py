@@ -1024,7 +1024,9 @@ class ManagedNode:
 
     :meth:`stop` leaves the pods' containers running (their shims outlive
     containerd), so a node started again on the same data directory adopts
-    them; ``stop(remove_pods=True)`` removes every pod, shim and mount too.
+    them; ``stop(remove_pods=True)`` removes every pod, shim and mount too,
+    the bridge, and (with its own containerd) portmap's shared hostPort chains
+    once no pod uses them.
     """
 
     def __init__(self, client: Client, config: AgentConfig, *, cri_socket: str | None = None,
