@@ -247,6 +247,20 @@ async def _handshake_error(kubelet: KubeletClient, url: str, params: list[tuple[
         return backend_error(code, b"", pod_name)
 
 
+async def _pump_websocket(src: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+                          dst: web.WebSocketResponse | aiohttp.ClientWebSocketResponse) -> None:
+    """Forward ``src``'s data messages to ``dst`` until ``src`` closes, then close
+    ``dst`` with ``src``'s close code (either side is a server or a client WebSocket)."""
+    async for msg in src:
+        if msg.type == WSMsgType.BINARY:
+            await dst.send_bytes(msg.data)
+        elif msg.type == WSMsgType.TEXT:
+            await dst.send_str(msg.data)
+        elif msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING):
+            break
+    await dst.close(code=src.close_code or 1000)
+
+
 async def relay_websocket(request: web.Request, kubelet: KubeletClient, host: str, port: int,
                           path: str, params: list[tuple[str, str]], pod_name: str,
                           spdy_options: "SpdyOptions | None" = None) -> web.StreamResponse:
@@ -288,27 +302,9 @@ async def relay_websocket(request: web.Request, kubelet: KubeletClient, host: st
         await backend.close()
         raise
 
-    async def up() -> None:
-        async for msg in ws:
-            if msg.type == WSMsgType.BINARY:
-                await backend.send_bytes(msg.data)
-            elif msg.type == WSMsgType.TEXT:
-                await backend.send_str(msg.data)
-            elif msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING):
-                break
-        await backend.close(code=ws.close_code or 1000)
-
-    async def down() -> None:
-        async for msg in backend:
-            if msg.type == WSMsgType.BINARY:
-                await ws.send_bytes(msg.data)
-            elif msg.type == WSMsgType.TEXT:
-                await ws.send_str(msg.data)
-            elif msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING):
-                break
-        await ws.close(code=backend.close_code or 1000)
-
-    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+    # up: the client to the kubelet; down: the kubelet to the client
+    tasks = [asyncio.ensure_future(_pump_websocket(ws, backend)),
+             asyncio.ensure_future(_pump_websocket(backend, ws))]
     try:
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         if tasks[0] in done:

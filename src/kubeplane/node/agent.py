@@ -48,6 +48,7 @@ from kubeplane.api.nodestatus import (KUBELET_VERSION, LEASE_DURATION_SECONDS, L
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
 from kubeplane.node import cni, host
+from kubeplane.node.cri import POD_UID_LABEL
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.node.images import ImageError, import_archive, is_archive
 from kubeplane.node.logs import (DEFAULT_MAX_FILES as DEFAULT_LOG_MAX_FILES, DEFAULT_MAX_SIZE as DEFAULT_LOG_MAX_SIZE,
@@ -59,10 +60,6 @@ NODES = resource("nodes")
 PODS = resource("pods")
 LEASES = resource("leases")
 
-#: the CRI labels the runtime puts on sandboxes and containers (upstream's kuberuntime)
-POD_UID_LABEL = "io.kubernetes.pod.uid"
-POD_NAME_LABEL = "io.kubernetes.pod.name"
-POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
 #: upstream's nodeStatusMaxImages and MaxNamesPerImageInNodeStatus
 MAX_IMAGES = 50
 MAX_NAMES_PER_IMAGE = 5
@@ -1069,7 +1066,9 @@ class ManagedNode:
 
     :meth:`stop` leaves the pods' containers running (their shims outlive
     containerd), so a node started again on the same data directory adopts
-    them; ``stop(remove_pods=True)`` removes every pod, shim and mount too.
+    them; ``stop(remove_pods=True)`` removes every pod, shim and mount too,
+    the bridge, and (with its own containerd) portmap's shared hostPort chains
+    once no pod uses them.
     """
 
     def __init__(self, client: Client, config: AgentConfig, *, cri_socket: str | None = None,
@@ -1122,6 +1121,7 @@ class ManagedNode:
             raise
 
     async def stop(self, *, remove_pods: bool = False) -> None:
+        owns_runtime = self.containerd is not None
         if self.agent is not None:
             await self.agent.stop()
             self.agent = None
@@ -1143,3 +1143,6 @@ class ManagedNode:
                                                         stdout=asyncio.subprocess.DEVNULL,
                                                         stderr=asyncio.subprocess.DEVNULL)
             await proc.wait()
+        if remove_pods and owns_runtime:
+            # every sandbox is gone (CNI DEL ran for each): portmap's shared chains, if no other node uses them
+            await asyncio.to_thread(cni.remove_unused_hostport_chains)

@@ -40,6 +40,7 @@ from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.node import podstatus as ps
 from kubeplane.node import prober as prober_mod
+from kubeplane.node.cri import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIClient, CRIError, pb
 from kubeplane.node.logs import rotated_logs
 from kubeplane.node.podstatus import ContainerInfo, RuntimePod, SandboxInfo
@@ -50,11 +51,7 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-# -- labels and annotations, as upstream's kuberuntime sets them ---------------
-POD_NAME_LABEL = "io.kubernetes.pod.name"
-POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
-POD_UID_LABEL = "io.kubernetes.pod.uid"
-CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
+# -- annotations, as upstream's kuberuntime sets them (the labels: kubeplane.node.cri) --
 HASH_ANNOTATION = "io.kubernetes.container.hash"
 RESTART_COUNT_ANNOTATION = "io.kubernetes.container.restartCount"
 TERMINATION_MESSAGE_PATH_ANNOTATION = "io.kubernetes.container.terminationMessagePath"

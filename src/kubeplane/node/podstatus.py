@@ -462,6 +462,20 @@ def _go_list(names: list[str]) -> str:
     return "[" + " ".join(names) + "]"
 
 
+def _containers_condition(ctype: str, reason: str, unknown: list[str],
+                          state: str, not_done: list[str]) -> Obj:
+    """A condition that is True unless some containers have no status yet (``unknown``)
+    or are not yet ``state`` (``not_done``); upstream's message lists both groups."""
+    msgs = []
+    if unknown:
+        msgs.append(f"containers with unknown status: {_go_list(unknown)}")
+    if not_done:
+        msgs.append(f"containers with {state} status: {_go_list(not_done)}")
+    if msgs:
+        return {"type": ctype, "status": "False", "reason": reason, "message": ", ".join(msgs)}
+    return {"type": ctype, "status": "True"}
+
+
 def containers_ready_condition(pod: Obj, all_statuses: list[Obj], phase: str) -> Obj:
     spec = pod.get("spec") or {}
     by_name = {s["name"]: s for s in all_statuses}
@@ -475,15 +489,8 @@ def containers_ready_condition(pod: Obj, all_statuses: list[Obj], phase: str) ->
     if (phase == "Succeeded" and not unknown) or phase == "Failed":
         return {"type": "ContainersReady", "status": "False",
                 "reason": "PodFailed" if phase == "Failed" else "PodCompleted"}
-    msgs = []
-    if unknown:
-        msgs.append(f"containers with unknown status: {_go_list(unknown)}")
-    if unready:
-        msgs.append(f"containers with unready status: {_go_list(unready)}")
-    if msgs:
-        return {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady",
-                "message": ", ".join(msgs)}
-    return {"type": "ContainersReady", "status": "True"}
+    return _containers_condition("ContainersReady", "ContainersNotReady",
+                                 unknown, "unready", unready)
 
 
 def ready_condition(pod: Obj, conditions: list[Obj], all_statuses: list[Obj], phase: str) -> Obj:
@@ -523,15 +530,8 @@ def initialized_condition(pod: Obj, all_statuses: list[Obj], phase: str) -> Obj:
         return {"type": "Initialized", "status": "True", "reason": "PodCompleted"}
     if has_any_regular_container_started(spec, all_statuses):
         return {"type": "Initialized", "status": "True"}
-    msgs = []
-    if unknown:
-        msgs.append(f"containers with unknown status: {_go_list(unknown)}")
-    if incomplete:
-        msgs.append(f"containers with incomplete status: {_go_list(incomplete)}")
-    if msgs:
-        return {"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized",
-                "message": ", ".join(msgs)}
-    return {"type": "Initialized", "status": "True"}
+    return _containers_condition("Initialized", "ContainersNotInitialized",
+                                 unknown, "incomplete", incomplete)
 
 
 def sandbox_needs_replacing(rt: RuntimePod, pod: Obj) -> bool:

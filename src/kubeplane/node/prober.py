@@ -46,6 +46,7 @@ from urllib.parse import urljoin, urlsplit
 import grpc
 import grpc.aio
 
+from kubeplane.api.protobuf import encode_varint, iter_fields
 from kubeplane.node.cri.client import CRIError, pb
 from kubeplane.node.podstatus import container_should_restart, is_sidecar
 
@@ -418,77 +419,31 @@ async def probe_tcp(host: str, port: int, timeout: float) -> tuple[str, str]:
 _SERVING_STATUS = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 def encode_health_request(service: str) -> bytes:
     data = service.encode()
-    return b"\x0a" + _varint(len(data)) + data if data else b""
-
-
-def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if i >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
+    return encode_varint(1 << 3 | 2) + encode_varint(len(data)) + data if data else b""
 
 
 def decode_health_response(buf: bytes) -> int:
     """The ``status`` field of a HealthCheckResponse (unknown fields skipped)."""
-    i, status = 0, 0
-    while i < len(buf):
-        key, i = _read_varint(buf, i)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _read_varint(buf, i)
-            if field == 1:
-                status = value
-        elif wire == 2:
-            n, i = _read_varint(buf, i)
-            i += n
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
+    status = 0
+    for number, wire, value in iter_fields(buf):
+        if number == 1 and wire == 0:
+            status = int(value)
     return status
 
 
 def decode_health_request(buf: bytes) -> str:
     """The ``service`` of a HealthCheckRequest (for servers in tests and tools)."""
-    i, service = 0, ""
-    while i < len(buf):
-        key, i = _read_varint(buf, i)
-        if key & 7 == 2:
-            n, i = _read_varint(buf, i)
-            if key >> 3 == 1:
-                service = buf[i:i + n].decode()
-            i += n
-        elif key & 7 == 0:
-            _, i = _read_varint(buf, i)
-        else:
-            raise ValueError("unsupported wire type")
+    service = ""
+    for number, wire, value in iter_fields(buf):
+        if number == 1 and wire == 2:
+            service = bytes(value).decode()
     return service
 
 
 def encode_health_response(status: int) -> bytes:
-    return b"\x08" + _varint(status) if status else b""
+    return encode_varint(1 << 3) + encode_varint(status) if status else b""
 
 
 async def probe_grpc(host: str, service: str, port: int, timeout: float) -> tuple[str, str]:

@@ -39,15 +39,11 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from kubeplane.node.cri import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.streaming import channels, spdy
 
 log = logging.getLogger(__name__)
-
-POD_NAME = "io.kubernetes.pod.name"
-POD_NAMESPACE = "io.kubernetes.pod.namespace"
-POD_UID = "io.kubernetes.pod.uid"
-CONTAINER_NAME = "io.kubernetes.container.name"
 
 #: seconds an allowed (denied) authorization and an authenticated token are cached
 AUTHZ_ALLOW_TTL = 300.0
@@ -447,9 +443,9 @@ class KubeletServer:
     # -- finding pods and containers -------------------------------------
 
     async def find_sandbox(self, namespace: str, pod: str, uid: str | None = None) -> Any | None:
-        labels = {POD_NAMESPACE: namespace, POD_NAME: pod}
+        labels = {POD_NAMESPACE_LABEL: namespace, POD_NAME_LABEL: pod}
         if uid:
-            labels[POD_UID] = uid
+            labels[POD_UID_LABEL] = uid
         items = (await self.cri.runtime("ListPodSandbox", pb.ListPodSandboxRequest(
             filter=pb.PodSandboxFilter(label_selector=labels)))).items
         if not items:
@@ -462,9 +458,10 @@ class KubeletServer:
         sandbox = await self.find_sandbox(namespace, pod, uid)
         if sandbox is None:
             return []
-        pod_uid = sandbox.labels.get(POD_UID) or sandbox.metadata.uid
+        pod_uid = sandbox.labels.get(POD_UID_LABEL) or sandbox.metadata.uid
+        selector = {POD_UID_LABEL: pod_uid, CONTAINER_NAME_LABEL: container}
         items = (await self.cri.runtime("ListContainers", pb.ListContainersRequest(
-            filter=pb.ContainerFilter(label_selector={POD_UID: pod_uid, CONTAINER_NAME: container})))).containers
+            filter=pb.ContainerFilter(label_selector=selector)))).containers
         return sorted(items, key=lambda c: c.created_at, reverse=True)
 
     async def running_container(self, namespace: str, pod: str, container: str, uid: str | None = None) -> Any:

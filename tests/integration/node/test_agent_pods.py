@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import subprocess
 import time
 
 from kubeplane.node.cri.client import pb
@@ -195,6 +197,38 @@ def test_pods_beyond_max_pods_are_rejected(real_node, tmp_path_factory, image_ar
         small.stop()
         # gone for good: the scheduler must not place later pods on it
         real_node.kubectl("delete", "node", "small-0", "--ignore-not-found", check=False)
+
+
+def _nat_rules() -> str:
+    return subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True).stdout
+
+
+def test_a_node_removing_its_pods_removes_the_hostport_chains(real_node, tmp_path_factory, image_archives):
+    """portmap leaves the chains it shares between hostPorts; a node that removes
+    its pods and network when it stops removes them too (no other pod using them)."""
+    from conftest import RealNode
+
+    node = RealNode(real_node.cluster, str(tmp_path_factory.mktemp("hostport-node")), name="hostport-0",
+                    busybox_archive=image_archives["busybox"])
+    host_port = 32000 + os.getpid() % 700
+    try:
+        node.start()
+        body = json.loads(_pod("hostport", ["httpd", "-f", "-p", "8080"], grace=1,
+                               nodeName="hostport-0"))
+        body["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": host_port}]
+        real_node.kubectl("apply", "-f", "-", input=json.dumps(body))
+        _wait(real_node, "hostport", lambda p: p.get("status", {}).get("phase") == "Running")
+        rules = _nat_rules()
+        assert "-N CNI-HOSTPORT-DNAT" in rules and f"--dport {host_port}" in rules
+    finally:
+        node.stop()
+        real_node.kubectl("delete", "pod", "hostport", "--force", "--grace-period=0", "--ignore-not-found",
+                          check=False)
+        real_node.kubectl("delete", "node", "hostport-0", "--ignore-not-found", check=False)
+    rules = _nat_rules()
+    assert f"--dport {host_port}" not in rules
+    if "-N CNI-DN-" not in rules:  # no other node's pod on this host has a hostPort
+        assert "CNI-HOSTPORT" not in rules
 
 
 def test_kubectl_logs_and_exec_through_the_node(real_node):

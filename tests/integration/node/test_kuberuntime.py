@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from kubeplane.node import cni
 from kubeplane.node.cri.client import CRIClient, pb
 from kubeplane.node.kuberuntime import KubeRuntime
 
@@ -621,32 +622,17 @@ def _nat(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["iptables", "-t", "nat", *args], capture_output=True, text=True)
 
 
-def _remove_unused_portmap_chains() -> None:
-    """The portmap plugin leaves its shared chains behind; drop them when no pod uses them."""
-    if _nat("-S", "CNI-HOSTPORT-DNAT").stdout.strip() != "-N CNI-HOSTPORT-DNAT":
-        return  # absent, or some pod's hostPort is still in it
-    _nat("-D", "PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "CNI-HOSTPORT-DNAT")
-    _nat("-D", "OUTPUT", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "CNI-HOSTPORT-DNAT")
-    _nat("-D", "POSTROUTING", "-m", "comment", "--comment", "CNI portfwd requiring masquerade",
-         "-j", "CNI-HOSTPORT-MASQ")
-    for chain in ("CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-MASQ", "CNI-HOSTPORT-SETMARK"):
-        _nat("-F", chain)
-        _nat("-X", chain)
-
-
 async def test_host_port_reaches_the_pod(runtime, containerd):
     gateway = str(next(ipaddress.ip_network(containerd.pod_cidr).hosts()))
     host_port = 30000 + os.getpid() % 2000
     pod = make_pod("hostport", [{"name": "web", "command": ["sh", "-c", "echo hi > /tmp/index.html; "
                                                                        "exec httpd -f -p 8080 -h /tmp"],
                                  "ports": [{"containerPort": 8080, "hostPort": host_port, "protocol": "TCP"}]}])
-    had_chains = _nat("-S", "CNI-HOSTPORT-DNAT").returncode == 0
     try:
         body = await _get_through_host_port(runtime, pod, gateway, host_port)
     finally:
         await runtime.remove_pod(pod["metadata"]["uid"])
-        if not had_chains:
-            _remove_unused_portmap_chains()
+        cni.remove_unused_hostport_chains()  # portmap leaves its shared chains behind
     assert body.startswith(b"HTTP/1.") and body.endswith(b"hi\n")
     assert f"dport {host_port}" not in _nat("-S").stdout
 
