@@ -1462,6 +1462,18 @@ def _up_real_node(server, data_dir: str, mode: str, name: str | None, kubelet_po
     return _UpRealNode(server, config)
 
 
+def _check_log_size(ctx, param, value):
+    from kubeplane.api.quantity import parse_quantity
+
+    try:
+        size = parse_quantity(value)
+    except (ValueError, TypeError):
+        raise click.BadParameter(f"invalid quantity {value!r}") from None
+    if size <= 0:
+        raise click.BadParameter(f"{value!r}: must be more than 0")
+    return int(size)
+
+
 def _check_reserved(ctx, param, value):
     from kubeplane.node.host import parse_reserved
 
@@ -1604,11 +1616,18 @@ def _real_node_available() -> str | None:
               help="Image archives imported at start and when they appear; default: <data-dir>/images.")
 @click.option("--node-labels", default="", callback=_check_node_labels,
               help="Labels of the node: key=value[,key=value].")
+@click.option("--container-log-max-size", default="10Mi", show_default=True, callback=_check_log_size,
+              help="A container's log is rotated when it reaches this size (a quantity: 10Mi, 500Ki).")
+@click.option("--container-log-max-files", type=click.IntRange(min=2), default=5, show_default=True,
+              help="Log files kept per container, the current one included.")
+@click.option("--streaming-connection-idle-timeout", "streaming_idle_timeout", type=_Duration(), default="4h0m0s",
+              show_default=True, help="An exec, attach or port-forward with no data either way for this long is "
+                                      "closed.")
 @_real_node_option_decorators
 @_verbosity_option_decorators
 def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, node_name, data_dir, images_dir,
-         node_labels, node_ip, max_pods, system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr,
-         verbosity, verbose) -> None:
+         node_labels, container_log_max_size, container_log_max_files, streaming_idle_timeout, node_ip, max_pods,
+         system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr, verbosity, verbose) -> None:
     """Run a node: a kubelet running the pods bound to it in containers, through the CRI."""
     import os
 
@@ -1631,6 +1650,9 @@ def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, no
     joined = os.path.join(data_dir, "kubelet.kubeconfig")
     config = _real_node_config(name, data_dir, node_ip, max_pods, system_reserved, kubelet_port, pod_cidr,
                                images_dir, node_labels)
+    config.container_log_max_size = container_log_max_size
+    config.container_log_max_files = container_log_max_files
+    config.streaming_idle_timeout = streaming_idle_timeout
 
     async def go(stop: asyncio.Event) -> None:
         nonlocal kubeconfig

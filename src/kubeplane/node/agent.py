@@ -102,6 +102,8 @@ class AgentConfig:
     container_log_max_size: int = DEFAULT_LOG_MAX_SIZE
     container_log_max_files: int = DEFAULT_LOG_MAX_FILES
     container_log_monitor_interval: float = DEFAULT_LOG_MONITOR_INTERVAL
+    #: exec, attach and port-forward sessions idle for that long are closed (upstream's 4h)
+    streaming_idle_timeout: float = 4 * 3600.0
 
     @property
     def pods_dir(self) -> str:
@@ -523,7 +525,7 @@ class NodeAgent:
         address = cfg.kubelet_address or cfg.node_ip or "0.0.0.0"
         self.server = KubeletServer(self.cri, node_name=self.name, client=self.client, tls_cert_file=crt,
                                     tls_key_file=key, client_ca_file=client_ca, host=address,
-                                    port=cfg.kubelet_port)
+                                    port=cfg.kubelet_port, streaming_idle_timeout=cfg.streaming_idle_timeout)
         await self.server.start()
         self.kubelet_port = self.server.port
         log.info("node %s: kubelet API on %s:%d", self.name, address, self.kubelet_port)

@@ -165,6 +165,10 @@ def test_kubeplane_node_runs_pods_stops_and_adopts_them_again(tmp_path, image_ar
     (["--pod-cidr", "10.1.2.300/24"], "invalid CIDR address"),
     (["--name", "UPPER"], "invalid node name 'UPPER'"),
     (["--node-labels", "novalue"], "invalid label 'novalue'"),
+    (["--container-log-max-size", "0"], "'0': must be more than 0"),
+    (["--container-log-max-size", "lots"], "invalid quantity 'lots'"),
+    (["--container-log-max-files", "1"], "1 is not in the range x>=2"),
+    (["--streaming-connection-idle-timeout", "5x"], 'unknown unit "x" in duration "5x"'),
 ])
 def test_kubeplane_node_refuses_bad_flags(args, flag, tmp_path):
     out = subprocess.run(CLI + ["node", "--data-dir", str(tmp_path), *args], capture_output=True, text=True,
