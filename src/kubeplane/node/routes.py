@@ -37,6 +37,8 @@ ROUTE_PROTOCOL = 75
 #: the nftables table (families ip and ip6) holding the pods' masquerade rule
 NAT_TABLE = "kubeplane-pod-nat"
 
+#: what ``ip route`` says of a gateway not on any link of the node
+_UNREACHABLE = "Nexthop has invalid gateway"
 #: runs a command (argv, optional stdin); returns (exit code, stdout, stderr)
 Runner = Callable[[Sequence[str], bytes | None], Awaitable[tuple[int, str, str]]]
 
@@ -151,6 +153,7 @@ class PodRoutes:
         self._nat = ""          # the ruleset last applied
         self.synced = asyncio.Event()
         self.errors = 0
+        self._unreachable: set[tuple[str, str]] = set()
 
     async def start(self) -> None:
         from kubeplane.client.informer import SharedInformer
@@ -223,7 +226,14 @@ class PodRoutes:
             family = "-6" if ":" in cidr else "-4"
             rc, _, err = await self.run(["ip", family, "route", "replace", cidr, "via", gw,
                                          "proto", str(ROUTE_PROTOCOL)], None)
-            if rc != 0:
+            if rc != 0 and _UNREACHABLE in err:
+                # host-gw routing needs the nodes on one link: a node this one cannot
+                # reach directly (another network, a simulated node) gets no route
+                if (cidr, gw) not in self._unreachable:
+                    self._unreachable.add((cidr, gw))
+                    log.info("node %s: no route to pod CIDR %s: %s is not on a link of this node",
+                             self.node_name, cidr, gw)
+            elif rc != 0:
                 failed.append(f"{cidr} via {gw}: {err.strip()}")
         for cidr in sorted(set(have) - set(want)):
             family = "-6" if ":" in cidr else "-4"

@@ -52,9 +52,9 @@ def test_nat_ruleset_masquerades_only_what_leaves_the_pod_network():
 class FakeHost:
     """`ip route` and `nft` of a host, in memory."""
 
-    def __init__(self, routes=None, fail=()):
+    def __init__(self, routes=None, fail=None):
         self.routes = dict(routes or {})
-        self.fail = set(fail)
+        self.fail = dict(fail or {})
         self.nft: list[str] = []
         self.calls: list[list[str]] = []
 
@@ -71,7 +71,7 @@ class FakeHost:
         if verb == "replace":
             cidr, gw = argv[4], argv[6]
             if cidr in self.fail:
-                return 2, "", "Error: Nexthop has invalid gateway."
+                return 2, "", self.fail[cidr]
             self.routes[cidr] = gw
             return 0, "", ""
         if verb == "del":
@@ -101,9 +101,18 @@ async def test_sync_adds_changes_and_removes_routes_and_reapplies_nat_only_on_ch
 
 
 async def test_a_route_that_cannot_be_added_is_reported_and_the_others_still_made():
-    h = FakeHost(fail={"10.244.1.0/24"})
+    h = FakeHost(fail={"10.244.1.0/24": "RTNETLINK answers: File exists"})
     pr = r.PodRoutes(client=None, node_name="a", runner=h)
-    with pytest.raises(RuntimeError, match="10.244.1.0/24 via 192.168.1.2: Error: Nexthop has invalid gateway"):
+    with pytest.raises(RuntimeError, match="10.244.1.0/24 via 192.168.1.2: RTNETLINK answers: File exists"):
         await pr.sync([node("a", ["10.244.0.0/24"], ["192.168.1.1"]), node("b", ["10.244.1.0/24"], ["192.168.1.2"]),
                        node("c", ["10.244.2.0/24"], ["192.168.1.3"])])
     assert h.routes == {"10.244.2.0/24": "192.168.1.3"} and len(h.nft) == 1
+
+
+async def test_a_node_not_on_a_link_of_this_one_gets_no_route_and_no_error():
+    h = FakeHost(fail={"10.244.1.0/24": "Error: Nexthop has invalid gateway."})
+    pr = r.PodRoutes(client=None, node_name="a", runner=h)
+    nodes = [node("a", ["10.244.0.0/24"], ["192.168.1.1"]), node("sim", ["10.244.1.0/24"], ["10.0.0.1"])]
+    await pr.sync(nodes)
+    await pr.sync(nodes)
+    assert h.routes == {} and pr._unreachable == {("10.244.1.0/24", "10.0.0.1")}
