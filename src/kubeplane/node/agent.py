@@ -102,6 +102,8 @@ class AgentConfig:
     container_log_max_size: int = DEFAULT_LOG_MAX_SIZE
     container_log_max_files: int = DEFAULT_LOG_MAX_FILES
     container_log_monitor_interval: float = DEFAULT_LOG_MONITOR_INTERVAL
+    #: keep routes to the other nodes' pod CIDRs and the pods' masquerade (node/routes.py)
+    pod_routes: bool = True
     #: exec, attach and port-forward sessions idle for that long are closed (upstream's 4h)
     streaming_idle_timeout: float = 4 * 3600.0
 
@@ -380,6 +382,7 @@ class NodeAgent:
         self.server: Any = None
         self.stats: Any = None
         self.log_manager: ContainerLogManager | None = None
+        self.pod_routes: Any = None
         self._own_runtime = False
         self._lease_lock = asyncio.Lock()
 
@@ -426,6 +429,11 @@ class NodeAgent:
             self.cri, max_size=self.config.container_log_max_size, max_files=self.config.container_log_max_files,
             monitor_interval=self.config.container_log_monitor_interval)
         self.log_manager.start()
+        if self.config.pod_routes and self.config.cni_conf_dir:  # the node's pods are on its bridge network
+            from kubeplane.node.routes import PodRoutes
+
+            self.pod_routes = PodRoutes(self.client, self.name)
+            await self.pod_routes.start()
 
     async def stop(self) -> None:
         """Stop the agent; the pods' containers keep running (a restarted agent adopts them)."""
@@ -447,6 +455,12 @@ class NodeAgent:
         if self.log_manager is not None:
             await self.log_manager.stop()
             self.log_manager = None
+        if self.pod_routes is not None:
+            try:
+                await self.pod_routes.stop()
+            except Exception:  # noqa: BLE001
+                log.exception("removing the pod routes failed")
+            self.pod_routes = None
         if self.server is not None:
             await self.server.stop()
             self.server = None
