@@ -3,67 +3,22 @@ as a user runs them: separate processes, real containerd, real kubectl."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import yaml
 
-from kubeplane.node.containerd import ManagedContainerd, kill_shims, unmount_under
 from kubeplane.node.images import ImageConfig, build_busybox_image
 
-from conftest import BUSYBOX, PAUSE, free_bridge_and_cidr, node_kubeconfig
-
-CLI = [sys.executable, "-m", "kubeplane.cli.main"]
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.join(os.path.dirname(__file__), "..", "..", "..",
-                                                                 "src"), env.get("PYTHONPATH", "")] if p)
-    return env
-
-
-def _cleanup_node_dir(data_dir: str, bridge: str) -> None:
-    """Every pod the node left (its sandboxes through containerd, with CNI DEL), shims, mounts, the bridge."""
-    base = os.path.join(data_dir, "containerd")
-    if os.path.isdir(base):
-        ctd = ManagedContainerd(base, sandbox_image=PAUSE)
-        try:
-            asyncio.run(ctd.start())
-        except RuntimeError:
-            pass
-        asyncio.run(ctd.stop(remove_pods=True))
-        kill_shims(ctd.paths.socket)
-    unmount_under(data_dir)
-    subprocess.run(["ip", "link", "del", bridge], capture_output=True)
-    shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def _kubectl(kubeconfig: str, *args: str, check: bool = True, input: str | None = None):
-    p = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, *args], capture_output=True, text=True,
-                       timeout=60, input=input)
-    if check:
-        assert p.returncode == 0, p.stderr
-    return p
-
-
-def _wait(what: str, fn, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"{what}: not within {timeout:g}s (last: {last!r})")
+from conftest import BUSYBOX, free_bridge_and_cidr, node_kubeconfig
+from nodetest import CLI
+from nodetest import cleanup_node_dir as _cleanup_node_dir, cli_env as _env, kubectl as _kubectl
+from nodetest import start_up as _start_up, stop_process as _stop, wait_for as _wait
 
 
 def _pod_json(name: str) -> str:
@@ -80,17 +35,6 @@ def _running_container(kubeconfig: str, pod: str):
     if st.get("phase") != "Running":
         return None
     return st["containerStatuses"][0]["containerID"]
-
-
-def _stop(proc: subprocess.Popen, timeout: float = 60.0) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
 
 
 def test_kubeplane_node_runs_pods_stops_and_adopts_them_again(tmp_path, image_archives):
@@ -195,26 +139,6 @@ def test_images_import_errors(tmp_path):
     out = subprocess.run(CLI + ["images", "import", "--data-dir", str(tmp_path), str(tmp_path / "x.tar")],
                          capture_output=True, text=True, env=_env(), timeout=60)
     assert out.returncode == 1 and "no containerd at" in out.stderr
-
-
-def _start_up(tmp_path, *args: str, listen: str = "127.0.0.1:0"):
-    """``kubeplane up`` in a process of its own (memory storage, a free port, TLS as by default), its data
-    directory ``tmp_path/up``; (process, admin kubeconfig, log path) once the kubeconfig is there."""
-    data_dir = str(tmp_path / "up")
-    kubeconfig = str(tmp_path / "kubeconfig")
-    log_path = tmp_path / "up.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(CLI + ["up", "--storage", "memory", "--listen", listen, "--data-dir",
-                                       data_dir, "--kubeconfig", kubeconfig, "--metrics-listen", "", *args],
-                                stdout=log, stderr=subprocess.STDOUT, env=_env())
-    try:
-        _wait("the kubeconfig", lambda: os.path.exists(kubeconfig) or proc.poll() is not None, 120)
-        assert proc.poll() is None, log_path.read_text()[-3000:]
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    return proc, kubeconfig, log_path
 
 
 def test_up_runs_a_real_node(tmp_path, image_archives):
