@@ -47,7 +47,7 @@ from kubeplane.api.nodestatus import (KUBELET_VERSION, LEASE_DURATION_SECONDS, L
                                       node_conditions)
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
-from kubeplane.node import cni, host
+from kubeplane.node import admission, cni, host
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.node.images import ImageError, import_archive, is_archive
 
@@ -239,12 +239,11 @@ class _PodWorker:
         if self.finished:
             return False
         if not self.admitted:
-            reason = agent.admit(self)
+            reason = await agent.admit(self)
             if reason is not None:
                 await agent.reject(pod, *reason)
                 self.finished = self.terminated = True
                 return False
-            self.admitted = True
         agent.probes("add_pod", pod)
         status = await runtime.sync_pod(pod)
         if isinstance(status, dict):
@@ -348,6 +347,7 @@ class NodeAgent:
         self.stats: Any = None
         self._own_runtime = False
         self._lease_lock = asyncio.Lock()
+        self._admit_lock = asyncio.Lock()
 
     # -- life ------------------------------------------------------------------
 
@@ -872,20 +872,30 @@ class NodeAgent:
             if self._workers.get(w.uid) is w:
                 del self._workers[w.uid]
 
-    def admit(self, worker: "_PodWorker") -> tuple[str, str] | None:
-        """Whether a new pod may run here (upstream's admission: the pod count
-        against the pods allocatable); None, or (reason, message)."""
-        allocatable = ((self.node or {}).get("status") or {}).get("allocatable") or {}
+    async def admit(self, worker: "_PodWorker") -> tuple[str, str] | None:
+        """Whether a new pod may run here (upstream's predicate admission, see
+        :mod:`kubeplane.node.admission`) next to the pods admitted before and
+        still running; None (and the worker is admitted), or (reason, message).
+        Pods are admitted one at a time, as upstream's HandlePodAdditions."""
+        async with self._admit_lock:
+            rejected = await self._admission(worker)
+            if rejected is None:
+                worker.admitted = True
+            return rejected
+
+    async def _admission(self, worker: "_PodWorker") -> tuple[str, str] | None:
         try:
-            capacity = int(allocatable.get("pods", self.config.max_pods))
-        except (TypeError, ValueError):
-            capacity = self.config.max_pods
-        used = sum(1 for w in self._workers.values()
-                   if w is not worker and w.admitted and not w.finished and not w.removed)
-        if used + 1 > capacity:
-            return "OutOfpods", (f"Node didn't have enough resource: pods, requested: 1, used: {used}, "
-                                 f"capacity: {capacity}")
-        return None
+            # as upstream's node lister: the Node as it is now (taints and labels others set)
+            node = await self.client.get(NODES, self.name)
+        except StatusError as err:
+            log.warning("reading node %s for admitting %s: %s", self.name, pod_key(worker.pod), err.message)
+            node = self.node
+            if node is None:
+                return admission.INVALID_NODE_INFO, "Kubelet cannot get node info."
+        others = [w.pod for w in self._workers.values()
+                  if w is not worker and w.admitted and not w.finished and not w.removed and not w.terminated
+                  and not (w.pod.get("metadata") or {}).get("deletionTimestamp")]
+        return admission.admit(worker.pod, node, others)
 
     async def reject(self, pod: Obj, reason: str, message: str) -> None:
         """A pod this node will not run: Failed, with the reason (and a Warning event)."""

@@ -197,6 +197,39 @@ def test_pods_beyond_max_pods_are_rejected(real_node, tmp_path_factory, image_ar
         real_node.kubectl("delete", "node", "small-0", "--ignore-not-found", check=False)
 
 
+def test_pods_the_node_cannot_run_are_rejected(real_node):
+    """Bound to the node past the scheduler: admitted only when the node fits them (upstream's
+    predicate admission), else Failed with upstream's reason and message and a Warning event."""
+    node = json.loads(real_node.kubectl("get", "node", real_node.name, "-o", "json").stdout)
+    cores = int(node["status"]["allocatable"]["cpu"].removesuffix("m").split(".")[0])
+    milli = cores if node["status"]["allocatable"]["cpu"].endswith("m") else cores * 1000
+    cases = {
+        "too-big": ({"containers": [{"name": "main", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                     "command": ["sleep", "3600"],
+                                     "resources": {"requests": {"cpu": str(milli + 1000) + "m"}}}]},
+                    "OutOfcpu", f"Node didn't have enough resource: cpu, requested: {milli + 1000}, used: "),
+        "elsewhere": ({"nodeSelector": {"kubernetes.io/hostname": "no-such-host"}}, "NodeAffinity",
+                      "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"),
+    }
+    for name, (spec, _, _) in cases.items():
+        body = json.loads(_pod(name, ["sleep", "3600"], grace=1))
+        body["spec"].update(spec, nodeName=real_node.name)
+        real_node.kubectl("apply", "-f", "-", input=json.dumps(body))
+    try:
+        for name, (_, reason, message) in cases.items():
+            pod = _wait(real_node, name, lambda p: p.get("status", {}).get("phase") == "Failed")
+            assert pod["status"]["reason"] == reason
+            assert pod["status"]["message"].startswith("Pod was rejected: " + message)
+            assert _containers(real_node, pod["metadata"]["uid"]) == []
+            events = json.loads(real_node.kubectl(
+                "get", "events", "-n", "default", "--field-selector",
+                f"involvedObject.kind=Pod,involvedObject.name={name},reason={reason}", "-o", "json").stdout)
+            assert [e["type"] for e in events["items"]] == ["Warning"]
+            assert events["items"][0]["message"].startswith(message)
+    finally:
+        real_node.kubectl("delete", "pod", *cases, "--wait=true", timeout=90)
+
+
 def test_kubectl_logs_and_exec_through_the_node(real_node):
     """The API server reaches the node's kubelet API at its InternalIP and port."""
     real_node.kubectl("apply", "-f", "-", input=_pod("talker", ["sh", "-c", "echo started; sleep 3600"], grace=1))
