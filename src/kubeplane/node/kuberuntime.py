@@ -765,10 +765,16 @@ class KubeRuntime:
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _event(self, pod: Obj, type_: str, reason: str, message: str) -> None:
+    def _event(self, pod: Obj, type_: str, reason: str, message: str, container: str | None = None) -> None:
+        """An event about ``pod``, or about its container named ``container``
+        (the reference's fieldPath names it, as upstream's container references)."""
         if self.recorder is not None:
             try:
-                self.recorder.event(pod, type_, reason, message)
+                if container is None:
+                    self.recorder.event(pod, type_, reason, message)
+                else:
+                    self.recorder.event(pod, type_, reason, message,
+                                        field_path=ps.container_field_path(pod, container))
             except Exception:  # events are best effort
                 log.debug("event %s failed", reason, exc_info=True)
 
@@ -1208,6 +1214,7 @@ class KubeRuntime:
                            ) -> tuple[str, pb.Image | None, tuple[str, str] | None]:
         """upstream's EnsureImageExists: (image ref, image, (reason, message) on failure)."""
         image = container.get("image") or ""
+        cname = container.get("name") or ""
         uid = pod["metadata"]["uid"]
         policy = image_pull_policy(container)
         try:
@@ -1215,22 +1222,23 @@ class KubeRuntime:
         except CRIError as e:
             return "", None, ("ErrImageInspect", f"Failed to inspect image {image!r}: {go_grpc_error(e)}")
         if present is not None and policy != "Always":
-            self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine')
+            self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine',
+                        cname)
             return present.id, present, None
         if policy == "Never":
             msg = f'Container image "{image}" is not present with pull policy of Never'
-            self._event(pod, "Warning", "ErrImageNeverPull", msg)
+            self._event(pod, "Warning", "ErrImageNeverPull", msg, cname)
             return "", None, ("ErrImageNeverPull", msg)
         key = f"{uid}_{image}"
         state = self._state(uid)
         state.backoff_keys.add(key)
         if self.image_backoff.in_backoff_since_update(key, self.clock()):
             msg = f'Back-off pulling image "{image}"'
-            self._event(pod, "Normal", "BackOff", msg)
+            self._event(pod, "Normal", "BackOff", msg, cname)
             prev = state.pull_errors.get(key)
             return "", None, ("ImagePullBackOff", f"{msg}: {prev}" if prev else msg)
         state.pull_errors.pop(key, None)
-        self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
+        self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"', cname)
         started = time.monotonic()
         auths = pull_credentials(await self._pull_secrets(pod), image) or [None]
         err: CRIError | None = None
@@ -1247,14 +1255,14 @@ class KubeRuntime:
                 err = e
         if err is not None:
             text = go_grpc_error(err)
-            self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {text}')
+            self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {text}', cname)
             self.image_backoff.next(key, self.clock())
             state.pull_errors[key] = f"ErrImagePull: {text}"
             return "", None, ("ErrImagePull", text)
         took = time.monotonic() - started
         img = await self._image_status(ref or image)
         self._event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}" in {took:.3f}s. '
-                    f'Image size: {img.size if img else 0} bytes.')
+                    f'Image size: {img.size if img else 0} bytes.', cname)
         return ref or (img.id if img else image), img, None
 
     # -- containers ------------------------------------------------------------------
@@ -1454,44 +1462,44 @@ class KubeRuntime:
                 msg = (f"back-off {_duration(self.backoff.get(key))} restarting failed container={name} "
                        f"pod={format_pod(pod)}")
                 self._event(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
-                            f"{format_pod(pod)}")
+                            f"{format_pod(pod)}", name)
                 state.waiting[name] = ("CrashLoopBackOff", msg)
                 return False
             self.backoff.next(key, finished)
         restart_count = latest.restart_count + 1 if latest is not None else self._restart_count_from_logs(pod, name)
         image_ref, image, err = await self.ensure_image(pod, c, sb_config)
         if err is not None:
-            self._event(pod, "Warning", "Failed", f"Error: {err[0]}")
+            self._event(pod, "Warning", "Failed", f"Error: {err[0]}", name)
             state.waiting[name] = err
             return False
         try:
             cfg = await self.container_config(pod, c, restart_count, image_ref, pod_ips, image)
         except ConfigError as e:
-            self._event(pod, "Warning", "Failed", f"Error: {e}")
+            self._event(pod, "Warning", "Failed", f"Error: {e}", name)
             state.waiting[name] = ("CreateContainerConfigError", str(e))
             return False
         try:
             cid = (await self.cri.runtime("CreateContainer", pb.CreateContainerRequest(
                 pod_sandbox_id=sandbox_id, config=cfg, sandbox_config=sb_config))).container_id
         except CRIError as e:
-            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}")
+            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}", name)
             state.waiting[name] = ("CreateContainerError", e.details or str(e))
             return False
-        self._event(pod, "Normal", "Created", "Container created")
+        self._event(pod, "Normal", "Created", "Container created", name)
         try:
             await self.cri.runtime("StartContainer", pb.StartContainerRequest(container_id=cid))
         except CRIError as e:
-            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}")
+            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}", name)
             state.waiting[name] = ("RunContainerError", e.details or str(e))
             return False
-        self._event(pod, "Normal", "Started", "Container started")
+        self._event(pod, "Normal", "Started", "Container started", name)
         state.waiting.pop(name, None)
         post = (c.get("lifecycle") or {}).get("postStart")
         if post:
             full_id = f"{await self._runtime_name()}://{cid}"
             msg = await self.run_handler(pod, c, full_id, post, pod_ips, timeout=None)
             if msg is not None:
-                self._event(pod, "Warning", "FailedPostStartHook", msg)
+                self._event(pod, "Warning", "FailedPostStartHook", msg, name)
                 info = ContainerInfo(id=full_id, name=name, state=ps.RUNNING)
                 await self._kill_container(pod, info, c, self._grace(pod), message="FailedPostStartHook")
                 state.waiting[name] = ("PostStartHookError", msg)
@@ -1555,7 +1563,7 @@ class KubeRuntime:
         """upstream's killContainer: the preStop hook within the grace period, then
         StopContainer (the stop signal, SIGKILL after what remains of the grace)."""
         name = ci.name
-        self._event(pod, "Normal", "Killing", message or f"Stopping container {name}")
+        self._event(pod, "Normal", "Killing", message or f"Stopping container {name}", name)
         started = time.monotonic()
         pre_stop = (c or {}).get("lifecycle", {}).get("preStop") if c else None
         if pre_stop is None and ci.annotations.get(PRESTOP_ANNOTATION):
@@ -1572,7 +1580,7 @@ class KubeRuntime:
             except asyncio.TimeoutError:
                 msg = f"PreStop hook for Container {name!r} in Pod {format_pod(pod)!r} did not finish in {grace}s"
             if msg:
-                self._event(pod, "Warning", "FailedPreStopHook", msg)
+                self._event(pod, "Warning", "FailedPreStopHook", msg, name)
             grace = grace - int(time.monotonic() - started)
         grace = max(grace, MIN_GRACE_SECONDS)
         try:

@@ -358,6 +358,22 @@ async def events_of(client, pod: dict) -> list[tuple[str, str, str]]:
             if e["involvedObject"]["uid"] == pod["metadata"]["uid"]]
 
 
+async def test_container_events_name_the_container(with_api):
+    """Events about a container carry its fieldPath, as upstream's container references."""
+    from kubeplane.api.resources import resource
+
+    rt = with_api
+    pod = make_pod("refs", [{"name": "main", "command": ["true"]}],
+                   initContainers=[{"name": "setup", "command": ["true"]}], restartPolicy="Never")
+    await sync_until(rt, pod, lambda s: s["phase"] == "Succeeded")
+    await rt.recorder.flush(5)
+    items = (await rt.client.list(resource("events"), "default")).get("items") or []
+    got = {(e["involvedObject"].get("fieldPath"), e["reason"]) for e in items
+           if e["involvedObject"]["uid"] == pod["metadata"]["uid"]}
+    for path in ("spec.initContainers{setup}", "spec.containers{main}"):
+        assert {(path, "Pulled"), (path, "Created"), (path, "Started")} <= got, got
+
+
 async def test_env_from_configmaps_secrets_and_services(with_api):
     import base64
 
