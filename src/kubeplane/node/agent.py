@@ -99,6 +99,10 @@ class AgentConfig:
     images_poll_period: float = 2.0
     #: the CRI runtime's request timeout at start: how long to wait for it
     runtime_wait: float = 60.0
+    #: upstream's --cgroups-per-qos and --cgroup-root: each pod's cgroup under
+    #: <cgroup_root>/kubepods, the sandbox's cgroup parent
+    cgroups_per_qos: bool = True
+    cgroup_root: str = "/"
 
     @property
     def pods_dir(self) -> str:
@@ -346,6 +350,8 @@ class NodeAgent:
         self.server: Any = None
         self.stats: Any = None
         self._own_runtime = False
+        #: the pods' cgroups (None: the runtime places pods where it wants)
+        self.cgroups: Any = None
         self._lease_lock = asyncio.Lock()
         self._admit_lock = asyncio.Lock()
 
@@ -384,6 +390,7 @@ class NodeAgent:
     async def start_pods(self) -> None:
         """Run the pods bound to the node: the runtime, the pod informer, the relist."""
         if self.runtime is None:
+            self.cgroups = await self._pod_cgroups()
             self.runtime = self._make_runtime()
             self._own_runtime = True
         await self._start_pods()
@@ -508,6 +515,35 @@ class NodeAgent:
             log.warning("node %s: measuring usage: %s", self.name, err)
             return {}
 
+    async def _pod_cgroups(self) -> Any:
+        """The node's pod cgroups (upstream's container manager, cgroupfs driver);
+        None when the node does without: --cgroups-per-qos off, a runtime with
+        the systemd driver, or a host whose cgroups cannot be written."""
+        from kubeplane.node.cgroups import CgroupError, PodCgroups, node_allocatable_config, runtime_cgroup_driver
+
+        cfg = self.config
+        if not cfg.cgroups_per_qos:
+            return None
+        try:
+            st = await self.cri.runtime("Status", pb.StatusRequest(verbose=True))
+            driver = runtime_cgroup_driver(st.info)
+        except CRIError as err:
+            log.warning("node %s: the runtime's status: %s; assuming the cgroupfs driver", self.name, err)
+            driver = "cgroupfs"
+        if driver != "cgroupfs":
+            log.warning("node %s: the runtime uses the %s cgroup driver; pods get no pod cgroup of the node",
+                        self.name, driver)
+            return None
+        cap = host.measure_capacity(cfg.data_dir, cfg.max_pods, cfg.system_reserved)
+        try:
+            cgroups = PodCgroups(cfg.cgroup_root,
+                                 node_config=node_allocatable_config(cap.capacity, cfg.system_reserved))
+            await asyncio.to_thread(cgroups.setup)
+        except (CgroupError, OSError) as err:
+            log.warning("node %s: pods get no pod cgroup: %s", self.name, err)
+            return None
+        return cgroups
+
     def _make_runtime(self) -> Any:
         from kubeplane.node.kuberuntime import KubeRuntime
         from kubeplane.node.prober import ProbeManager
@@ -521,7 +557,7 @@ class NodeAgent:
         return KubeRuntime(self.cri, client=self.client, node_name=self.name, pods_dir=self.config.pods_dir,
                            logs_dir=self.config.logs_dir, volumes=self.volumes, prober=self.prober,
                            recorder=self.recorder, host_ips=host_ips,
-                           allocatable=dict(status.get("allocatable") or {}))
+                           allocatable=dict(status.get("allocatable") or {}), cgroups=self.cgroups)
 
     # -- the Node ------------------------------------------------------------------
 
@@ -1090,7 +1126,9 @@ class ManagedNode:
             raise
 
     async def stop(self, *, remove_pods: bool = False) -> None:
+        cgroups = None
         if self.agent is not None:
+            cgroups = self.agent.cgroups
             await self.agent.stop()
             self.agent = None
         if self.cri is not None:
@@ -1105,6 +1143,15 @@ class ManagedNode:
             from kubeplane.node.containerd import unmount_under
 
             unmount_under(self.config.data_dir)  # the pods' volumes
+        if remove_pods and cgroups is not None and self.cri_socket is None:
+            # the pods went with the node's containerd: their cgroups and the node's go too
+            try:
+                on_disk = set(os.listdir(self.config.pods_dir))
+            except OSError:
+                on_disk = set()
+            for uid in (set(cgroups.pods) | on_disk) & cgroups.pod_uids():
+                await asyncio.to_thread(cgroups.remove_pod, uid)
+            cgroups.remove_all()
         if remove_pods and self.config.cni_conf_dir:
             # the bridge the CNI configuration named (made by the first pod)
             proc = await asyncio.create_subprocess_exec("ip", "link", "del", self.config.bridge,

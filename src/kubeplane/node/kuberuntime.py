@@ -39,6 +39,7 @@ from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.node import podstatus as ps
 from kubeplane.node import prober as prober_mod
+from kubeplane.node.cgroups import QUOTA_PERIOD, CgroupError, milli_cpu_to_quota, milli_cpu_to_shares
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIClient, CRIError, pb
 from kubeplane.node.podstatus import ContainerInfo, RuntimePod, SandboxInfo
 from kubeplane.node.volumes import VolumeError
@@ -71,9 +72,6 @@ MIN_GRACE_SECONDS = 2
 MAX_TERMINATION_MESSAGE = 4096
 MAX_LOG_MESSAGE_LINES = 80
 MAX_LOG_MESSAGE_BYTES = 2048
-#: CPU shares / quota (upstream's cm helpers)
-MIN_SHARES, MAX_SHARES, SHARES_PER_CPU = 2, 262144, 1024
-QUOTA_PERIOD, MIN_QUOTA_PERIOD = 100000, 1000
 
 DEFAULT_MASKED_PATHS = [
     "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
@@ -268,19 +266,6 @@ def _q(resources: Obj | None, kind: str, name: str) -> Fraction | None:
         return parse_quantity(v)
     except (TypeError, ValueError):
         return None
-
-
-def milli_cpu_to_shares(milli: int) -> int:
-    if milli == 0:
-        return MIN_SHARES
-    shares = milli * SHARES_PER_CPU // 1000
-    return max(MIN_SHARES, min(MAX_SHARES, shares))
-
-
-def milli_cpu_to_quota(milli: int, period: int = QUOTA_PERIOD) -> int:
-    if milli == 0:
-        return 0
-    return max(MIN_QUOTA_PERIOD, milli * period // 1000)
 
 
 def oom_score_adj(pod: Obj, container: Obj, memory_capacity: int) -> int:
@@ -731,7 +716,9 @@ class KubeRuntime:
     ``volumes`` (a VolumeManager: ``setup(pod)``, ``mounts(pod, container)``,
     ``teardown(uid)``) and ``prober`` (``ready/started/liveness_failed(container_id)``,
     optionally ``run_handler``) are optional so the runtime works alone;
-    ``recorder`` is an EventRecorder (``event(obj, type, reason, message)``).
+    ``recorder`` is an EventRecorder (``event(obj, type, reason, message)``);
+    ``cgroups`` (a :class:`~kubeplane.node.cgroups.PodCgroups`) gives each pod
+    its cgroup, the sandbox's cgroup parent (None: the runtime's default place).
     """
 
     def __init__(self, cri: CRIClient, *, client: Any = None, node_name: str = "",
@@ -739,7 +726,7 @@ class KubeRuntime:
                  recorder: Any = None, host_ips: list[str] | None = None,
                  cluster_dns: list[str] | None = None, cluster_domain: str = "cluster.local",
                  resolv_conf: str = "/etc/resolv.conf", allocatable: dict[str, Any] | None = None,
-                 runtime_handler: str = "", clock: Callable[[], float] = time.time):
+                 runtime_handler: str = "", cgroups: Any = None, clock: Callable[[], float] = time.time):
         self.cri = cri
         self.client = client
         self.node_name = node_name
@@ -754,6 +741,7 @@ class KubeRuntime:
         self.resolv_conf = resolv_conf
         self.allocatable = dict(allocatable or {})
         self.runtime_handler = runtime_handler
+        self.cgroups = cgroups
         self.clock = clock
         self.backoff = Backoff(clock=clock)
         self.image_backoff = Backoff(clock=clock)
@@ -929,6 +917,7 @@ class KubeRuntime:
                 if rt.running() or any(s.ready for s in rt.sandboxes):
                     await self._kill_pod(pod, rt, self._grace(pod))
                     rt = await self.pod_runtime_status(uid)
+                await self._release_pod_cgroup(uid, rt)
                 return self.compute_status(pod, rt, terminal=True)
             if not deleting:
                 changed = await self._reconcile(pod, rt, state)
@@ -941,6 +930,8 @@ class KubeRuntime:
                 await self._kill_pod(pod, rt, self._grace(pod))
                 rt = await self.pod_runtime_status(uid)
                 status = self.compute_status({**pod, "status": status}, rt, terminal=True)
+            if status["phase"] in ("Succeeded", "Failed"):
+                await self._release_pod_cgroup(uid, rt)
             return status
 
     def _grace(self, pod: Obj) -> int:
@@ -958,6 +949,7 @@ class KubeRuntime:
         regular_names = {c["name"] for c in containers}
         alive = bool(rt.running()) or any(s.ready for s in rt.sandboxes)
         changed = False
+        self._ensure_pod_cgroup(pod)
         if ps.sandbox_needs_replacing(rt, pod):
             any_regular_created = any(c.name in regular_names for c in rt.containers)
             if rt.sandboxes and spec.get("restartPolicy") == "Never" and rt.containers:
@@ -1116,6 +1108,27 @@ class KubeRuntime:
 
     # -- sandboxes ---------------------------------------------------------------------
 
+    def _ensure_pod_cgroup(self, pod: Obj) -> None:
+        """The pod's cgroup exists, with its limits (upstream's syncPod does it
+        before anything else runs); CgroupError when it cannot be made."""
+        if self.cgroups is None:
+            return
+        # the pod's directory first: a cgroup left by a crash then belongs to a pod on disk (orphans)
+        os.makedirs(self.pod_dir(pod["metadata"]["uid"]), exist_ok=True)
+        try:
+            self.cgroups.ensure_pod(pod)
+        except CgroupError as e:
+            self._event(pod, "Warning", "FailedToCreatePodContainer", f"unable to ensure pod container exists: {e}")
+            raise
+
+    async def _release_pod_cgroup(self, uid: str, rt: RuntimePod) -> None:
+        """A pod that is done and runs nothing any more gives its cgroup back
+        (upstream's cleanup of the cgroups of pods that cannot be running)."""
+        if self.cgroups is None or rt.running() or any(s.ready for s in rt.sandboxes):
+            return
+        await asyncio.to_thread(self.cgroups.destroy, uid)
+        self.cgroups.forget(uid)
+
     def _sandbox_config(self, pod: Obj, attempt: int) -> pb.PodSandboxConfig:
         md = pod["metadata"]
         spec = pod.get("spec") or {}
@@ -1165,6 +1178,8 @@ class KubeRuntime:
         cfg.linux.security_context.CopyFrom(sc)
         for s in psc.get("sysctls") or []:
             cfg.linux.sysctls[s.get("name", "")] = str(s.get("value", ""))
+        if self.cgroups is not None:
+            cfg.linux.cgroup_parent = self.cgroups.pod_name(pod)
         return cfg
 
     async def _create_sandbox(self, pod: Obj, rt: RuntimePod, state: _PodState) -> str | None:
@@ -1674,6 +1689,9 @@ class KubeRuntime:
                     except CRIError as e:
                         if not e.not_found:
                             raise
+            if self.cgroups is not None:
+                await asyncio.to_thread(self.cgroups.destroy, uid)
+                self.cgroups.forget(uid)
             if self.volumes is not None:
                 await self.volumes.teardown(uid)
             d = self.pod_dir(uid)

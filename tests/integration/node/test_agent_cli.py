@@ -19,6 +19,7 @@ from kubeplane.node.containerd import ManagedContainerd, kill_shims, unmount_und
 from kubeplane.node.images import ImageConfig, build_busybox_image
 
 from conftest import BUSYBOX, PAUSE, free_bridge_and_cidr, node_kubeconfig
+from nodetest import own_cgroup_root, remove_cgroup_root
 
 CLI = [sys.executable, "-m", "kubeplane.cli.main"]
 
@@ -30,8 +31,9 @@ def _env() -> dict:
     return env
 
 
-def _cleanup_node_dir(data_dir: str, bridge: str) -> None:
-    """Every pod the node left (its sandboxes through containerd, with CNI DEL), shims, mounts, the bridge."""
+def _cleanup_node_dir(data_dir: str, bridge: str, cgroup_root: str) -> None:
+    """Every pod the node left (its sandboxes through containerd, with CNI DEL), shims, mounts, the bridge,
+    the pods' cgroups (under ``cgroup_root``)."""
     base = os.path.join(data_dir, "containerd")
     if os.path.isdir(base):
         ctd = ManagedContainerd(base, sandbox_image=PAUSE)
@@ -44,6 +46,7 @@ def _cleanup_node_dir(data_dir: str, bridge: str) -> None:
     unmount_under(data_dir)
     subprocess.run(["ip", "link", "del", bridge], capture_output=True)
     shutil.rmtree(data_dir, ignore_errors=True)
+    remove_cgroup_root(cgroup_root)
 
 
 def _kubectl(kubeconfig: str, *args: str, check: bool = True, input: str | None = None):
@@ -97,13 +100,14 @@ def test_kubeplane_node_runs_pods_stops_and_adopts_them_again(tmp_path, image_ar
 
     data_dir = str(tmp_path / "node")
     bridge, cidr = free_bridge_and_cidr()
+    cgroup_root = own_cgroup_root("cli-node")
     os.makedirs(os.path.join(data_dir, "images"))
     shutil.copy(image_archives["busybox"], os.path.join(data_dir, "images", "busybox.tar"))
     with Cluster(scheduler=True, controllers=True) as cluster:
         kc = node_kubeconfig(cluster, "cli-node", str(tmp_path / "node.kubeconfig"))
         cmd = CLI + ["node", "--kubeconfig", kc, "--name", "cli-node", "--data-dir", data_dir,
                      "--node-ip", "127.0.0.1", "--pod-cidr", cidr, "--kubelet-port", "0",
-                     "--node-labels", "tier=test"]
+                     "--node-labels", "tier=test", "--cgroup-root", cgroup_root]
         log = open(tmp_path / "node.log", "ab")
         procs = []
         try:
@@ -151,7 +155,7 @@ def test_kubeplane_node_runs_pods_stops_and_adopts_them_again(tmp_path, image_ar
             log.close()
             from kubeplane.node.agent import AgentConfig
 
-            _cleanup_node_dir(data_dir, AgentConfig(name="cli-node", data_dir=data_dir).bridge)
+            _cleanup_node_dir(data_dir, AgentConfig(name="cli-node", data_dir=data_dir).bridge, cgroup_root)
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
 
 
@@ -230,4 +234,5 @@ def test_up_runs_a_real_node(tmp_path, image_archives):
         log.close()
         from kubeplane.node.agent import AgentConfig
 
-        _cleanup_node_dir(node_dir, AgentConfig(name="up-real", data_dir=node_dir).bridge)
+        # kubeplane up's node has the default cgroup root
+        _cleanup_node_dir(node_dir, AgentConfig(name="up-real", data_dir=node_dir).bridge, "/kubepods")

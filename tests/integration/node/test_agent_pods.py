@@ -230,6 +230,34 @@ def test_pods_the_node_cannot_run_are_rejected(real_node):
         real_node.kubectl("delete", "pod", *cases, "--wait=true", timeout=90)
 
 
+def test_pods_get_their_cgroup_under_the_nodes_qos_hierarchy(real_node):
+    """The node's pods run in their pod cgroup, with the pod's limits, and it goes with the pod."""
+    import os
+
+    body = json.loads(_pod("limited", ["sleep", "3600"], grace=1))
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "50m", "memory": "16Mi"},
+                                                  "limits": {"memory": "40Mi"}}
+    real_node.kubectl("apply", "-f", "-", input=json.dumps(body))
+    pod = _wait(real_node, "limited", lambda p: p.get("status", {}).get("phase") == "Running")
+    uid = pod["metadata"]["uid"]
+    assert pod["status"]["qosClass"] == "Burstable"
+    pod_cgroup = f"{real_node.cgroup_root}/kubepods/burstable/pod{uid}"
+    (c,) = [c for c in _containers(real_node, uid) if c.state == pb.CONTAINER_RUNNING]
+    st = real_node.run(real_node.agent.cri.runtime("ContainerStatus", pb.ContainerStatusRequest(
+        container_id=c.id, verbose=True)))
+    pid = json.loads(st.info["info"])["pid"]
+    paths = dict(line.rstrip("\n").split(":", 2)[1:] for line in open(f"/proc/{pid}/cgroup"))
+    assert paths["memory"].startswith(pod_cgroup + "/") and paths["cpu"].startswith(pod_cgroup + "/")
+    memory = f"/sys/fs/cgroup/memory{pod_cgroup}"
+    assert open(f"{memory}/memory.limit_in_bytes").read().strip() == str(40 << 20)
+    assert open(f"/sys/fs/cgroup/cpu{pod_cgroup}/cpu.shares").read().strip() == "51"
+    real_node.kubectl("delete", "pod", "limited", "--wait=true", timeout=90)
+    deadline = time.monotonic() + 20
+    while os.path.exists(memory) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(os.path.exists(f"/sys/fs/cgroup/{c}{pod_cgroup}") for c in ("memory", "cpu", "pids", "systemd"))
+
+
 def test_kubectl_logs_and_exec_through_the_node(real_node):
     """The API server reaches the node's kubelet API at its InternalIP and port."""
     real_node.kubectl("apply", "-f", "-", input=_pod("talker", ["sh", "-c", "echo started; sleep 3600"], grace=1))
