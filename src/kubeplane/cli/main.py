@@ -1552,6 +1552,11 @@ _real_node_options = [
                  help="Port of the node's kubelet API (logs, exec, port-forward)."),
     click.option("--pod-cidr", default=None, callback=_check_cidr,
                  help="The node's pod CIDR; default: spec.podCIDR, which the node IPAM controller assigns."),
+    click.option("--cgroup-root", default="/", show_default=True,
+                 help="The cgroup the pods' cgroups go under (kubepods/...); nodes sharing a host "
+                      "need different ones."),
+    click.option("--cgroups-per-qos/--no-cgroups-per-qos", default=True, show_default=True,
+                 help="Give each pod a cgroup under the QoS hierarchy, its sandbox's cgroup parent."),
 ]
 
 
@@ -1568,14 +1573,15 @@ def _verbosity_option_decorators(f):
 
 
 def _real_node_config(name: str, data_dir: str, node_ip, max_pods, system_reserved, kubelet_port, pod_cidr,
-                      images_dir=None, labels=None):
+                      images_dir=None, labels=None, cgroup_root="/", cgroups_per_qos=True):
     import os
 
     from kubeplane.node.agent import AgentConfig
 
     return AgentConfig(name=name, data_dir=os.path.abspath(data_dir), node_ip=node_ip, max_pods=max_pods,
                        system_reserved=system_reserved, kubelet_port=kubelet_port, pod_cidr=pod_cidr,
-                       images_dir=os.path.abspath(images_dir) if images_dir else None, labels=labels or {})
+                       images_dir=os.path.abspath(images_dir) if images_dir else None, labels=labels or {},
+                       cgroup_root=cgroup_root, cgroups_per_qos=cgroups_per_qos)
 
 
 def _real_node_available() -> str | None:
@@ -1627,7 +1633,8 @@ def _real_node_available() -> str | None:
 @_verbosity_option_decorators
 def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, node_name, data_dir, images_dir,
          node_labels, container_log_max_size, container_log_max_files, streaming_idle_timeout, node_ip, max_pods,
-         system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr, verbosity, verbose) -> None:
+         system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr, cgroup_root, cgroups_per_qos,
+         verbosity, verbose) -> None:
     """Run a node: a kubelet running the pods bound to it in containers, through the CRI."""
     import os
 
@@ -1649,7 +1656,7 @@ def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, no
     os.makedirs(data_dir, mode=0o700, exist_ok=True)
     joined = os.path.join(data_dir, "kubelet.kubeconfig")
     config = _real_node_config(name, data_dir, node_ip, max_pods, system_reserved, kubelet_port, pod_cidr,
-                               images_dir, node_labels)
+                               images_dir, node_labels, cgroup_root, cgroups_per_qos)
     config.container_log_max_size = container_log_max_size
     config.container_log_max_files = container_log_max_files
     config.streaming_idle_timeout = streaming_idle_timeout

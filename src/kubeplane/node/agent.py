@@ -47,7 +47,7 @@ from kubeplane.api.nodestatus import (KUBELET_VERSION, LEASE_DURATION_SECONDS, L
                                       node_conditions)
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
-from kubeplane.node import cni, host
+from kubeplane.node import admission, cni, host
 from kubeplane.node.cri import POD_UID_LABEL
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.node.images import ImageError, import_archive, is_archive
@@ -106,6 +106,10 @@ class AgentConfig:
     pod_routes: bool = True
     #: exec, attach and port-forward sessions idle for that long are closed (upstream's 4h)
     streaming_idle_timeout: float = 4 * 3600.0
+    #: upstream's --cgroups-per-qos and --cgroup-root: each pod's cgroup under
+    #: <cgroup_root>/kubepods, the sandbox's cgroup parent
+    cgroups_per_qos: bool = True
+    cgroup_root: str = "/"
 
     @property
     def pods_dir(self) -> str:
@@ -256,12 +260,11 @@ class _PodWorker:
         if self.finished:
             return False
         if not self.admitted:
-            reason = agent.admit(self)
+            reason = await agent.admit(self)
             if reason is not None:
                 await agent.reject(pod, *reason)
                 self.finished = self.terminated = True
                 return False
-            self.admitted = True
         agent.probes("add_pod", pod)
         self._sync = asyncio.ensure_future(runtime.sync_pod(pod))
         try:
@@ -384,7 +387,10 @@ class NodeAgent:
         self.log_manager: ContainerLogManager | None = None
         self.pod_routes: Any = None
         self._own_runtime = False
+        #: the pods' cgroups (None: the runtime places pods where it wants)
+        self.cgroups: Any = None
         self._lease_lock = asyncio.Lock()
+        self._admit_lock = asyncio.Lock()
 
     # -- life ------------------------------------------------------------------
 
@@ -421,6 +427,7 @@ class NodeAgent:
     async def start_pods(self) -> None:
         """Run the pods bound to the node: the runtime, the pod informer, the relist."""
         if self.runtime is None:
+            self.cgroups = await self._pod_cgroups()
             self.runtime = self._make_runtime()
             self._own_runtime = True
         await self._start_pods()
@@ -563,6 +570,35 @@ class NodeAgent:
             log.warning("node %s: measuring usage: %s", self.name, err)
             return {}
 
+    async def _pod_cgroups(self) -> Any:
+        """The node's pod cgroups (upstream's container manager, cgroupfs driver);
+        None when the node does without: --cgroups-per-qos off, a runtime with
+        the systemd driver, or a host whose cgroups cannot be written."""
+        from kubeplane.node.cgroups import CgroupError, PodCgroups, node_allocatable_config, runtime_cgroup_driver
+
+        cfg = self.config
+        if not cfg.cgroups_per_qos:
+            return None
+        try:
+            st = await self.cri.runtime("Status", pb.StatusRequest(verbose=True))
+            driver = runtime_cgroup_driver(st.info)
+        except CRIError as err:
+            log.warning("node %s: the runtime's status: %s; assuming the cgroupfs driver", self.name, err)
+            driver = "cgroupfs"
+        if driver != "cgroupfs":
+            log.warning("node %s: the runtime uses the %s cgroup driver; pods get no pod cgroup of the node",
+                        self.name, driver)
+            return None
+        cap = host.measure_capacity(cfg.data_dir, cfg.max_pods, cfg.system_reserved)
+        try:
+            cgroups = PodCgroups(cfg.cgroup_root,
+                                 node_config=node_allocatable_config(cap.capacity, cfg.system_reserved))
+            await asyncio.to_thread(cgroups.setup)
+        except (CgroupError, OSError) as err:
+            log.warning("node %s: pods get no pod cgroup: %s", self.name, err)
+            return None
+        return cgroups
+
     def _make_runtime(self) -> Any:
         from kubeplane.node.kuberuntime import KubeRuntime
         from kubeplane.node.prober import ProbeManager
@@ -576,7 +612,7 @@ class NodeAgent:
         return KubeRuntime(self.cri, client=self.client, node_name=self.name, pods_dir=self.config.pods_dir,
                            logs_dir=self.config.logs_dir, volumes=self.volumes, prober=self.prober,
                            recorder=self.recorder, host_ips=host_ips,
-                           allocatable=dict(status.get("allocatable") or {}))
+                           allocatable=dict(status.get("allocatable") or {}), cgroups=self.cgroups)
 
     # -- the Node ------------------------------------------------------------------
 
@@ -927,20 +963,30 @@ class NodeAgent:
             if self._workers.get(w.uid) is w:
                 del self._workers[w.uid]
 
-    def admit(self, worker: "_PodWorker") -> tuple[str, str] | None:
-        """Whether a new pod may run here (upstream's admission: the pod count
-        against the pods allocatable); None, or (reason, message)."""
-        allocatable = ((self.node or {}).get("status") or {}).get("allocatable") or {}
+    async def admit(self, worker: "_PodWorker") -> tuple[str, str] | None:
+        """Whether a new pod may run here (upstream's predicate admission, see
+        :mod:`kubeplane.node.admission`) next to the pods admitted before and
+        still running; None (and the worker is admitted), or (reason, message).
+        Pods are admitted one at a time, as upstream's HandlePodAdditions."""
+        async with self._admit_lock:
+            rejected = await self._admission(worker)
+            if rejected is None:
+                worker.admitted = True
+            return rejected
+
+    async def _admission(self, worker: "_PodWorker") -> tuple[str, str] | None:
         try:
-            capacity = int(allocatable.get("pods", self.config.max_pods))
-        except (TypeError, ValueError):
-            capacity = self.config.max_pods
-        used = sum(1 for w in self._workers.values()
-                   if w is not worker and w.admitted and not w.finished and not w.removed)
-        if used + 1 > capacity:
-            return "OutOfpods", (f"Node didn't have enough resource: pods, requested: 1, used: {used}, "
-                                 f"capacity: {capacity}")
-        return None
+            # as upstream's node lister: the Node as it is now (taints and labels others set)
+            node = await self.client.get(NODES, self.name)
+        except StatusError as err:
+            log.warning("reading node %s for admitting %s: %s", self.name, pod_key(worker.pod), err.message)
+            node = self.node
+            if node is None:
+                return admission.INVALID_NODE_INFO, "Kubelet cannot get node info."
+        others = [w.pod for w in self._workers.values()
+                  if w is not worker and w.admitted and not w.finished and not w.removed and not w.terminated
+                  and not (w.pod.get("metadata") or {}).get("deletionTimestamp")]
+        return admission.admit(worker.pod, node, others)
 
     async def reject(self, pod: Obj, reason: str, message: str) -> None:
         """A pod this node will not run: Failed, with the reason (and a Warning event)."""
@@ -1138,7 +1184,9 @@ class ManagedNode:
 
     async def stop(self, *, remove_pods: bool = False) -> None:
         owns_runtime = self.containerd is not None
+        cgroups = None
         if self.agent is not None:
+            cgroups = self.agent.cgroups
             await self.agent.stop()
             self.agent = None
         if self.cri is not None:
@@ -1153,6 +1201,15 @@ class ManagedNode:
             from kubeplane.node.containerd import unmount_under
 
             unmount_under(self.config.data_dir)  # the pods' volumes
+        if remove_pods and cgroups is not None and self.cri_socket is None:
+            # the pods went with the node's containerd: their cgroups and the node's go too
+            try:
+                on_disk = set(os.listdir(self.config.pods_dir))
+            except OSError:
+                on_disk = set()
+            for uid in (set(cgroups.pods) | on_disk) & cgroups.pod_uids():
+                await asyncio.to_thread(cgroups.remove_pod, uid)
+            cgroups.remove_all()
         if remove_pods and self.config.cni_conf_dir:
             # the bridge the CNI configuration named (made by the first pod)
             proc = await asyncio.create_subprocess_exec("ip", "link", "del", self.config.bridge,

@@ -20,7 +20,7 @@ from kubeplane.node import cni
 from kubeplane.node.containerd import ManagedContainerd, shims
 from kubeplane.node.images import build_busybox_image, build_pause_image, import_archive
 
-from nodetest import BUSYBOX, PAUSE
+from nodetest import BUSYBOX, PAUSE, remove_cgroup_root, own_cgroup_root
 
 
 def _unique_bridge_and_cidr() -> tuple[str, str]:
@@ -194,6 +194,8 @@ class RealNode:
         if busybox_archive:
             shutil.copy(busybox_archive, os.path.join(images, "busybox.tar"))
         self.max_pods = max_pods
+        #: the node's pods' cgroups go under <cgroup_root>/kubepods
+        self.cgroup_root = own_cgroup_root(name)
         self.node = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"node-{name}", daemon=True)
@@ -211,7 +213,8 @@ class RealNode:
         from kubeplane.node.agent import AgentConfig
 
         return AgentConfig(name=self.name, data_dir=self.data_dir, node_ip="127.0.0.1", max_pods=self.max_pods,
-                           pod_cidr=self.pod_cidr, cni_bridge=self.bridge, kubelet_port=0)
+                           pod_cidr=self.pod_cidr, cni_bridge=self.bridge, kubelet_port=0,
+                           cgroup_root=self.cgroup_root)
 
     def start(self) -> "RealNode":
         self.run(self._start())
@@ -245,6 +248,7 @@ class RealNode:
             self._thread.join(10)
             self._loop.close()
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+            remove_cgroup_root(self.cgroup_root)
 
     def kubectl(self, *args: str, input: str | None = None, timeout: float = 60.0, check: bool = True):
         """The real kubectl as the cluster's admin; returns the CompletedProcess (text)."""

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from nodetest import CLI, cli_env, kubectl, start_up, stop_process, wait_for
+from nodetest import CLI, cli_env, kubectl, own_cgroup_root, start_up, stop_process, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -55,6 +55,8 @@ class Host:
         self.data_dir = os.path.join(hosts.base, self.name)
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(hosts.base, f"{self.name}.log")
+        #: the hosts share this machine's cgroups: each node has a root of its own
+        self.cgroup_root = own_cgroup_root(self.name)
 
     def run(self, *argv: str, **kw) -> subprocess.CompletedProcess:
         """A command in the host's network namespace."""
@@ -117,7 +119,7 @@ class Hosts:
         with open(h.log_path, "ab") as log:
             h.proc = subprocess.Popen(
                 ["nsenter", f"--net=/run/netns/{h.netns}", *CLI, *self.join, "--name", h.name, "--node-ip", h.ip,
-                 "--data-dir", h.data_dir, "--images-dir", self.image_dir],
+                 "--data-dir", h.data_dir, "--images-dir", self.image_dir, "--cgroup-root", h.cgroup_root],
                 stdout=log, stderr=subprocess.STDOUT, env=cli_env())
 
     def wait_ready(self, h: Host, timeout: float = 120) -> None:
@@ -166,7 +168,7 @@ class Hosts:
 
         bridge = AgentConfig(name=h.name, data_dir=h.data_dir).bridge
         code = (f"import sys; sys.path.insert(0, {HERE!r}); from nodetest import cleanup_node_dir; "
-                f"cleanup_node_dir({h.data_dir!r}, {bridge!r})")
+                f"cleanup_node_dir({h.data_dir!r}, {bridge!r}, {h.cgroup_root!r})")
         subprocess.run(["nsenter", f"--net=/run/netns/{h.netns}", sys.executable, "-c", code],
                        capture_output=True, env=cli_env(), timeout=180)
 

@@ -26,8 +26,9 @@ def cli_env() -> dict:
     return env
 
 
-def cleanup_node_dir(data_dir: str, bridge: str) -> None:
-    """Every pod the node left (its sandboxes through containerd, with CNI DEL), shims, mounts, the bridge."""
+def cleanup_node_dir(data_dir: str, bridge: str, cgroup_root: str | None = None) -> None:
+    """Every pod the node left (its sandboxes through containerd, with CNI DEL), shims, mounts, the bridge,
+    and the pods' cgroups under ``cgroup_root``."""
     from kubeplane.node.containerd import ManagedContainerd, kill_shims, unmount_under
 
     base = os.path.join(data_dir, "containerd")
@@ -42,6 +43,8 @@ def cleanup_node_dir(data_dir: str, bridge: str) -> None:
     unmount_under(data_dir)
     subprocess.run(["ip", "link", "del", bridge], capture_output=True)
     shutil.rmtree(data_dir, ignore_errors=True)
+    if cgroup_root:
+        remove_cgroup_root(cgroup_root)
 
 
 def kubectl(kubeconfig: str, *args: str, check: bool = True, input: str | None = None):
@@ -92,3 +95,22 @@ def start_up(tmp_path, *args: str, listen: str = "127.0.0.1:0"):
         proc.wait()
         raise
     return proc, kubeconfig, log_path
+
+
+def own_cgroup_root(name: str) -> str:
+    """A cgroup root of this test process's own (nodes of tests running side by side stay apart)."""
+    return f"/kubeplane-test-{os.getpid()}-{name}"
+
+
+def remove_cgroup_root(root: str) -> None:
+    """Remove the cgroups under ``root`` in every hierarchy (only empty ones can go: a
+    cgroup still holding a process stays, and the check that follows sees it)."""
+    from kubeplane.node.cgroups import mounted_hierarchies
+
+    for h in mounted_hierarchies():
+        top = os.path.join(h.path, root.strip("/"))
+        for d, _, _ in os.walk(top, topdown=False):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass

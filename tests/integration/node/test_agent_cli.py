@@ -19,6 +19,7 @@ from conftest import BUSYBOX, free_bridge_and_cidr, node_kubeconfig
 from nodetest import CLI
 from nodetest import cleanup_node_dir as _cleanup_node_dir, cli_env as _env, kubectl as _kubectl
 from nodetest import start_up as _start_up, stop_process as _stop, wait_for as _wait
+from nodetest import own_cgroup_root
 
 
 def _pod_json(name: str) -> str:
@@ -42,13 +43,14 @@ def test_kubeplane_node_runs_pods_stops_and_adopts_them_again(tmp_path, image_ar
 
     data_dir = str(tmp_path / "node")
     bridge, cidr = free_bridge_and_cidr()
+    cgroup_root = own_cgroup_root("cli-node")
     os.makedirs(os.path.join(data_dir, "images"))
     shutil.copy(image_archives["busybox"], os.path.join(data_dir, "images", "busybox.tar"))
     with Cluster(scheduler=True, controllers=True) as cluster:
         kc = node_kubeconfig(cluster, "cli-node", str(tmp_path / "node.kubeconfig"))
         cmd = CLI + ["node", "--kubeconfig", kc, "--name", "cli-node", "--data-dir", data_dir,
                      "--node-ip", "127.0.0.1", "--pod-cidr", cidr, "--kubelet-port", "0",
-                     "--node-labels", "tier=test"]
+                     "--node-labels", "tier=test", "--cgroup-root", cgroup_root]
         log = open(tmp_path / "node.log", "ab")
         procs = []
         try:
@@ -96,7 +98,7 @@ def test_kubeplane_node_runs_pods_stops_and_adopts_them_again(tmp_path, image_ar
             log.close()
             from kubeplane.node.agent import AgentConfig
 
-            _cleanup_node_dir(data_dir, AgentConfig(name="cli-node", data_dir=data_dir).bridge)
+            _cleanup_node_dir(data_dir, AgentConfig(name="cli-node", data_dir=data_dir).bridge, cgroup_root)
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
 
 
@@ -175,7 +177,8 @@ def test_up_runs_a_real_node(tmp_path, image_archives):
             proc.wait()
         from kubeplane.node.agent import AgentConfig
 
-        _cleanup_node_dir(node_dir, AgentConfig(name="up-real", data_dir=node_dir).bridge)
+        # kubeplane up's node has the default cgroup root
+        _cleanup_node_dir(node_dir, AgentConfig(name="up-real", data_dir=node_dir).bridge, "/kubepods")
 
 
 def test_up_real_node_on_without_node_cidrs_says_why(tmp_path):
@@ -229,6 +232,7 @@ def test_a_second_node_joins_with_a_bootstrap_token(tmp_path, image_archives):
 
     name = f"joined-{os.getpid() % 100000}"
     node_dir = str(tmp_path / "node")
+    cgroup_root = own_cgroup_root(name)
     _, cidr = free_bridge_and_cidr()
     up = node = None
     try:
@@ -254,7 +258,8 @@ def test_a_second_node_joins_with_a_bootstrap_token(tmp_path, image_archives):
 
         def join(*args: str):
             return CLI + words[1:] + ["--data-dir", node_dir, "--images-dir", image_archives["dir"],
-                                      "--node-ip", "127.0.0.1", "--kubelet-port", "0", *args]
+                                      "--node-ip", "127.0.0.1", "--kubelet-port", "0", "--cgroup-root", cgroup_root,
+                                      *args]
 
         # a bad token is refused, and nothing is left behind: its secret does not sign cluster-info ...
         wrong = f"{token_id}.{'0123456789abcdef' if not token.endswith('0123456789abcdef') else 'fedcba9876543210'}"
@@ -346,4 +351,4 @@ def test_a_second_node_joins_with_a_bootstrap_token(tmp_path, image_archives):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        _cleanup_node_dir(node_dir, AgentConfig(name=name, data_dir=node_dir).bridge)
+        _cleanup_node_dir(node_dir, AgentConfig(name=name, data_dir=node_dir).bridge, cgroup_root)
