@@ -992,6 +992,10 @@ class PortForwardTunnel:
         except (spdy.StreamReset, BrokenPipeError, ConnectionError):
             pass
         finally:
+            # nothing reads the client's streams any more: what still comes is
+            # dropped, not left to hold up the other connections of the session
+            data.discard()
+            err.discard()
             if reader is not None:
                 reader.cancel()
             for s in (data, err):
