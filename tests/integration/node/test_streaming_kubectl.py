@@ -26,7 +26,7 @@ from kubeplane.node.cri.client import CRIClient, pb
 from kubeplane.node.server import KubeletServer, ensure_serving_pair
 from kubeplane.testing import Cluster
 
-from _streaming import CRIPod
+from _streaming import CRIPod, held_streaming_bytes, rss_bytes
 
 KUBECTL = "/usr/bin/kubectl"
 NODE = "stream-n1"
@@ -379,3 +379,35 @@ async def test_kubectl_over_spdy(env):
     finally:
         p.terminate()
         await p.wait()
+
+
+@pytest.mark.parametrize("spdy", [True, False], ids=["spdy", "websocket"])
+async def test_kubectl_exec_whose_output_is_not_read(env, spdy):
+    """kubectl's output not read for a while: the API server and the kubelet
+    hold the process back (it blocks writing) instead of buffering its output;
+    reading afterwards gets all of it."""
+    total = 96 * 1024 * 1024
+    await env.pod("zeros", {"main": ["sleep", "3600"]})
+    p = await asyncio.create_subprocess_exec(
+        KUBECTL, "--kubeconfig", env.cluster.kubeconfig, "exec", "zeros", "--", "head", "-c", str(total),
+        "/dev/zero", env=kubectl_env(spdy), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        first = await asyncio.wait_for(p.stdout.readexactly(4096), 30)
+        rss0 = rss_bytes()
+        await asyncio.sleep(3.0)  # nothing read
+        held = held_streaming_bytes()
+        grown = rss_bytes() - rss0
+        assert held < 4 * 1024 * 1024, held
+        assert grown < 32 * 1024 * 1024, grown
+        got = len(first)
+        while chunk := await asyncio.wait_for(p.stdout.read(1 << 20), 30):
+            assert chunk == bytes(len(chunk))
+            got += len(chunk)
+        err = await p.stderr.read()
+        assert await asyncio.wait_for(p.wait(), 30) == 0, err
+        assert got == total
+    finally:
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
