@@ -460,6 +460,13 @@ def controller_roles() -> list[Obj]:
 #: provisioner does (an external provisioner upstream, with its own role).
 KUBEPLANE_PROVISIONER_ROLE = "kubeplane:local-provisioner"
 
+#: what a node's NetworkPolicy enforcement reads (kubeplane/node/netpol.py):
+#: every pod (the peers' addresses and named ports), namespace (their labels)
+#: and policy, which the Node authorizer has no opinion on. Upstream's policy
+#: agents (Calico's, kube-router) read the same with a ServiceAccount of theirs
+#: on every node; here the nodes' own identities are bound (group system:nodes).
+KUBEPLANE_NODE_NETWORK_POLICY_ROLE = "kubeplane:node-network-policy"
+
 
 def kubeplane_roles() -> list[Obj]:
     return [_role(KUBEPLANE_PROVISIONER_ROLE, [
@@ -468,6 +475,9 @@ def kubeplane_roles() -> list[Obj]:
         r(READ, "storage.k8s.io", "storageclasses"),
         r("create,delete,get,list,patch,update,watch", "storage.k8s.io", "csistoragecapacities"),
         EVENTS,
+    ]), _role(KUBEPLANE_NODE_NETWORK_POLICY_ROLE, [
+        r("list,watch", "", "pods,namespaces"),
+        r("list,watch", "networking.k8s.io", "networkpolicies"),
     ])]
 
 
@@ -506,6 +516,8 @@ def cluster_role_bindings() -> list[Obj]:
     for role in controller_roles():
         name = role["metadata"]["name"]
         out.append(_binding(name, name, [service_account("kube-system", name[len(prefix):])]))
+    out.append(_binding(KUBEPLANE_NODE_NETWORK_POLICY_ROLE, KUBEPLANE_NODE_NETWORK_POLICY_ROLE,
+                        [group("system:nodes")]))
     return out + _controller_manager_bindings() + node_bootstrap_bindings()
 
 

@@ -104,6 +104,8 @@ class AgentConfig:
     container_log_monitor_interval: float = DEFAULT_LOG_MONITOR_INTERVAL
     #: keep routes to the other nodes' pod CIDRs and the pods' masquerade (node/routes.py)
     pod_routes: bool = True
+    #: enforce the NetworkPolicies on the node's pods (node/netpol.py)
+    network_policy: bool = True
     #: exec, attach and port-forward sessions idle for that long are closed (upstream's 4h)
     streaming_idle_timeout: float = 4 * 3600.0
     #: upstream's --cgroups-per-qos and --cgroup-root: each pod's cgroup under
@@ -386,6 +388,7 @@ class NodeAgent:
         self.stats: Any = None
         self.log_manager: ContainerLogManager | None = None
         self.pod_routes: Any = None
+        self.network_policy: Any = None
         self._own_runtime = False
         #: the pods' cgroups (None: the runtime places pods where it wants)
         self.cgroups: Any = None
@@ -441,6 +444,11 @@ class NodeAgent:
 
             self.pod_routes = PodRoutes(self.client, self.name)
             await self.pod_routes.start()
+        if self.config.network_policy and self.config.cni_conf_dir:
+            from kubeplane.node.netpol import NetworkPolicyController
+
+            self.network_policy = NetworkPolicyController(self.client, self.name)
+            await self.network_policy.start()
 
     async def stop(self) -> None:
         """Stop the agent; the pods' containers keep running (a restarted agent adopts them)."""
@@ -468,6 +476,12 @@ class NodeAgent:
             except Exception:  # noqa: BLE001
                 log.exception("removing the pod routes failed")
             self.pod_routes = None
+        if self.network_policy is not None:
+            try:
+                await self.network_policy.stop()
+            except Exception:  # noqa: BLE001
+                log.exception("removing the network policy rules failed")
+            self.network_policy = None
         if self.server is not None:
             await self.server.stop()
             self.server = None

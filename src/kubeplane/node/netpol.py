@@ -1,0 +1,680 @@
+"""NetworkPolicy enforcement on a node, in nftables.
+
+The node reads every NetworkPolicy, Pod and Namespace (informers) and, for each
+pod of its own with an IP, works out what the policies let in and out
+(:func:`compute`), as the NetworkPolicy API defines it:
+
+* a pod is isolated for ingress (egress) when a policy of its namespace
+  selects it whose policy types hold Ingress (Egress); without ``policyTypes``
+  a policy is of type Ingress, and of type Egress too when it has egress rules;
+* an isolated pod's allowed traffic is the union of the rules of every
+  policy selecting it for that direction; an isolated pod with no rule allows
+  nothing (default deny);
+* a rule matches its peers (``from``/``to``; empty or missing: any address) and
+  its ports (empty or missing: any protocol and port); a peer is the pods of
+  the policy's namespace matching ``podSelector``, every pod of the namespaces
+  matching ``namespaceSelector``, the matching pods of the matching namespaces
+  when both are given, or an ``ipBlock`` (its CIDR without its ``except``);
+* a port is a number (up to ``endPort`` when given) or a name, resolved on the
+  destination pod's container ports of that name and protocol (TCP when not
+  given): the pod itself for ingress, each peer pod for egress (an address
+  that is not a pod has no named port);
+* replies of allowed connections pass (conntrack), as does the traffic
+  between a pod and its own node: the node's own traffic to its pods and theirs
+  to it never reaches the forward hook, which is the only one filtered.
+
+The choices NetworkPolicy leaves to implementations: ``ipBlock`` matches the
+address a packet has whatever it is, a pod's included (pod traffic is not
+NATed between pods here, so a pod's IP is what the rule sees, as with Calico
+and kube-router); host-network pods are neither selected nor selectable by
+pod selectors (their address is their node's); connections established before
+a policy changes keep going (conntrack lets their packets through).
+
+The rules (:func:`ruleset`) go into the node's own table, ``inet
+kubeplane-netpol-<hash of the node name>``: a ``forward`` chain, after any
+destination NAT (which happens in prerouting: a Service's traffic is filtered
+with the endpoint's address and port), first lets established and related
+packets through, then sends a packet from an egress-isolated local pod to that
+pod's egress chain and one to an ingress-isolated local pod to its ingress
+chain (verdict maps keyed by the pod's IP). Those chains return for what a rule
+allows and drop the rest, so a packet between two pods of the node passes the
+source's egress and then the destination's ingress. Pods on the same bridge
+are seen there because bridged IP traffic goes through the IP hooks
+(``net.bridge.bridge-nf-call-iptables``, which the controller turns on).
+
+Changes are applied in one ``nft -f -`` transaction that touches only the
+chains and map elements that changed; the whole table is written again at the
+start and every resync period, and removed when the controller stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ipaddress
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from kubeplane.api.resources import resource
+from kubeplane.api.selectors import LabelSelector, label_selector_from_dict
+from kubeplane.client.interface import Client, Obj
+from kubeplane.node.routes import Runner, run_command
+
+log = logging.getLogger(__name__)
+
+NETWORK_POLICIES = resource("networkpolicies", "networking.k8s.io")
+PODS = resource("pods")
+NAMESPACES = resource("namespaces")
+
+TABLE_PREFIX = "kubeplane-netpol-"
+INGRESS = "Ingress"
+EGRESS = "Egress"
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+#: the sysctls that make bridged IP traffic (pod to pod on one bridge) go through the IP hooks
+BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def table_name(node_name: str) -> str:
+    """The node's table: named after the node, so nodes sharing a network namespace keep theirs apart."""
+    return TABLE_PREFIX + hashlib.sha256(node_name.encode()).hexdigest()[:10]
+
+
+# ------------------------------------------------------------------ the rules
+
+
+@dataclass(frozen=True, order=True)
+class PortRange:
+    """A protocol's destination ports ``first``..``last``."""
+
+    protocol: str  # TCP, UDP, SCTP
+    first: int = 0
+    last: int = 65535
+
+    @property
+    def all_ports(self) -> bool:
+        return self.first <= 1 and self.last >= 65535
+
+
+@dataclass(frozen=True)
+class Allow:
+    """What one rule lets through: packets with a peer address in ``peers``
+    (None: any) and a protocol and destination port in ``ports`` (None: any
+    protocol, any port)."""
+
+    peers: tuple[Network, ...] | None = None
+    ports: tuple[PortRange, ...] | None = None
+
+    def matches(self, peer: str, protocol: str, port: int | None) -> bool:
+        if self.peers is not None:
+            ip = ipaddress.ip_address(peer)
+            if not any(ip.version == n.version and ip in n for n in self.peers):
+                return False
+        if self.ports is None:
+            return True
+        return port is not None and any(p.protocol == protocol and p.first <= port <= p.last for p in self.ports)
+
+
+@dataclass
+class LocalPod:
+    """A pod of this node and what it may receive and send: ``ingress`` or
+    ``egress`` None when the pod is not isolated that way, else its rules (an
+    empty tuple: nothing is allowed)."""
+
+    key: str
+    ips: tuple[str, ...]
+    ingress: tuple[Allow, ...] | None = None
+    egress: tuple[Allow, ...] | None = None
+    policies: tuple[str, ...] = ()
+
+    def allows(self, direction: str, peer: str, protocol: str = "TCP", port: int | None = None) -> bool:
+        """Whether a new connection of ``protocol`` to ``port`` from (ingress)
+        or to (egress) ``peer`` passes this pod's side of the policies."""
+        rules = self.ingress if direction == INGRESS else self.egress
+        return rules is None or any(a.matches(peer, protocol, port) for a in rules)
+
+
+def _meta(obj: Obj) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _labels(obj: Obj) -> Mapping[str, str]:
+    return _meta(obj).get("labels") or {}
+
+
+def pod_ips(pod: Obj) -> tuple[str, ...]:
+    """The pod's IPs (``status.podIPs``, else ``status.podIP``), valid ones only."""
+    status = pod.get("status") or {}
+    raw = [p.get("ip") for p in status.get("podIPs") or [] if isinstance(p, dict)]
+    if not raw and status.get("podIP"):
+        raw = [status["podIP"]]
+    out = []
+    for ip in raw:
+        try:
+            out.append(str(ipaddress.ip_address(ip)))
+        except (TypeError, ValueError):
+            continue
+    return tuple(dict.fromkeys(out))
+
+
+def _networked(pod: Obj) -> bool:
+    """A pod with IPs of its own on the pod network, not finished."""
+    spec = pod.get("spec") or {}
+    if spec.get("hostNetwork"):
+        return False
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    return bool(pod_ips(pod))
+
+
+def policy_types(policy: Obj) -> set[str]:
+    """``spec.policyTypes``, or its default: Ingress, and Egress when the policy has egress rules."""
+    spec = policy.get("spec") or {}
+    given = spec.get("policyTypes")
+    if given:
+        return {t for t in given if t in (INGRESS, EGRESS)}
+    return {INGRESS, EGRESS} if spec.get("egress") else {INGRESS}
+
+
+def _selector(sel: Any) -> LabelSelector:
+    """A required selector: missing is the empty one (every object), as Go's zero value."""
+    try:
+        return label_selector_from_dict(sel if isinstance(sel, dict) else {})
+    except Exception:  # noqa: BLE001 - an invalid selector (validation refuses them) selects nothing
+        return label_selector_from_dict(None)
+
+
+def _optional_selector(sel: Any) -> LabelSelector | None:
+    if sel is None:
+        return None
+    return _selector(sel)
+
+
+def ip_block(block: Mapping[str, Any]) -> list[Network]:
+    """An ipBlock's addresses: its CIDR without the CIDRs of ``except``."""
+    try:
+        nets: list[Network] = [ipaddress.ip_network(block.get("cidr", ""), strict=False)]
+    except (TypeError, ValueError):
+        return []
+    for raw in block.get("except") or []:
+        try:
+            ex = ipaddress.ip_network(raw, strict=False)
+        except (TypeError, ValueError):
+            continue
+        out: list[Network] = []
+        for n in nets:
+            if n.version != ex.version or not n.overlaps(ex):
+                out.append(n)
+            elif ex.supernet_of(n):  # type: ignore[arg-type]
+                continue
+            else:
+                out.extend(n.address_exclude(ex))  # type: ignore[arg-type]
+        nets = out
+    return nets
+
+
+def collapse(nets: Iterable[Network]) -> tuple[Network, ...]:
+    """Disjoint, merged networks (IPv4 first)."""
+    v4 = [n for n in nets if n.version == 4]
+    v6 = [n for n in nets if n.version == 6]
+    return tuple(ipaddress.collapse_addresses(v4)) + tuple(ipaddress.collapse_addresses(v6))
+
+
+def _host_nets(ips: Iterable[str]) -> list[Network]:
+    return [ipaddress.ip_network(ip) for ip in ips]
+
+
+def merge_ports(ports: Iterable[PortRange]) -> tuple[PortRange, ...]:
+    """Per protocol, overlapping or adjacent ranges merged."""
+    out: list[PortRange] = []
+    for p in sorted(set(ports)):
+        last = out[-1] if out else None
+        if last is not None and last.protocol == p.protocol and p.first <= last.last + 1:
+            out[-1] = PortRange(p.protocol, last.first, max(last.last, p.last))
+        else:
+            out.append(p)
+    return tuple(out)
+
+
+def container_ports(pod: Obj) -> list[Mapping[str, Any]]:
+    """The ports of the pod's containers (sidecars included, restartPolicy Always init containers)."""
+    spec = pod.get("spec") or {}
+    containers = list(spec.get("containers") or [])
+    containers += [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    return [p for c in containers for p in c.get("ports") or [] if isinstance(p, dict)]
+
+
+def resolve_named_port(pod: Obj, name: str, protocol: str) -> int | None:
+    for p in container_ports(pod):
+        if p.get("name") == name and (p.get("protocol") or "TCP") == protocol:
+            try:
+                return int(p["containerPort"])
+            except (KeyError, TypeError, ValueError):
+                return None
+    return None
+
+
+@dataclass
+class _Ports:
+    """A rule's ports: numbered ones, and named ones (name, protocol) to resolve on the destination."""
+
+    any: bool
+    numbered: list[PortRange] = field(default_factory=list)
+    named: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _rule_ports(rule: Mapping[str, Any]) -> _Ports:
+    ports = rule.get("ports") or []
+    if not ports:
+        return _Ports(any=True)
+    out = _Ports(any=False)
+    for p in ports:
+        protocol = p.get("protocol") or "TCP"
+        if protocol not in PROTOCOLS:
+            continue
+        port = p.get("port")
+        if port is None:
+            out.numbered.append(PortRange(protocol))
+        elif isinstance(port, str) and not port.isdigit():
+            out.named.append((port, protocol))
+        else:
+            try:
+                first = int(port)
+                last = int(p["endPort"]) if p.get("endPort") is not None else first
+            except (TypeError, ValueError):
+                continue
+            if last >= first:
+                out.numbered.append(PortRange(protocol, first, last))
+    return out
+
+
+class _Cluster:
+    """The pods and namespaces a computation reads, indexed."""
+
+    def __init__(self, pods: Sequence[Obj], namespaces: Sequence[Obj]) -> None:
+        self.pods = [p for p in pods if _networked(p)]
+        self.by_ns: dict[str, list[Obj]] = {}
+        for p in self.pods:
+            self.by_ns.setdefault(_meta(p).get("namespace") or "", []).append(p)
+        self.ns_labels: dict[str, Mapping[str, str]] = {
+            _meta(n).get("name") or "": _labels(n) for n in namespaces}
+
+    def labels_of_namespace(self, ns: str) -> Mapping[str, str]:
+        # a namespace not (yet) known has at least the label the API server gives every namespace
+        return self.ns_labels.get(ns) or {"kubernetes.io/metadata.name": ns}
+
+    def peer_pods(self, peer: Mapping[str, Any], policy_ns: str) -> list[Obj]:
+        pod_sel = _optional_selector(peer.get("podSelector"))
+        ns_sel = _optional_selector(peer.get("namespaceSelector"))
+        if pod_sel is None and ns_sel is None:
+            return []
+        if ns_sel is None:
+            candidates = self.by_ns.get(policy_ns, [])
+        else:
+            candidates = [p for ns, pods in self.by_ns.items() if ns_sel.matches(self.labels_of_namespace(ns))
+                          for p in pods]
+        if pod_sel is None:
+            return list(candidates)
+        return [p for p in candidates if pod_sel.matches(_labels(p))]
+
+
+def _ingress_allows(rule: Mapping[str, Any], pod: Obj, policy_ns: str, cluster: _Cluster) -> list[Allow]:
+    peers = rule.get("from") or []
+    nets: list[Network] = []
+    for peer in peers:
+        if peer.get("ipBlock"):
+            nets.extend(ip_block(peer["ipBlock"]))
+        else:
+            nets.extend(_host_nets(ip for p in cluster.peer_pods(peer, policy_ns) for ip in pod_ips(p)))
+    peer_nets = collapse(nets) if peers else None
+    if peer_nets == ():
+        return []
+    ports = _rule_ports(rule)
+    if ports.any:
+        return [Allow(peer_nets, None)]
+    ranges = list(ports.numbered)
+    for name, protocol in ports.named:  # named on the destination: this pod
+        number = resolve_named_port(pod, name, protocol)
+        if number is not None:
+            ranges.append(PortRange(protocol, number, number))
+    return [Allow(peer_nets, merge_ports(ranges))] if ranges else []
+
+
+def _egress_allows(rule: Mapping[str, Any], policy_ns: str, cluster: _Cluster) -> list[Allow]:
+    peers = rule.get("to") or []
+    nets: list[Network] = []
+    peer_pods: list[Obj] = []
+    for peer in peers:
+        if peer.get("ipBlock"):
+            nets.extend(ip_block(peer["ipBlock"]))
+        else:
+            found = cluster.peer_pods(peer, policy_ns)
+            peer_pods.extend(found)
+            nets.extend(_host_nets(ip for p in found for ip in pod_ips(p)))
+    peer_nets = collapse(nets) if peers else None
+    ports = _rule_ports(rule)
+    if ports.any:
+        return [Allow(peer_nets, None)] if peer_nets != () else []
+    out: list[Allow] = []
+    if ports.numbered and peer_nets != ():
+        out.append(Allow(peer_nets, merge_ports(ports.numbered)))
+    if ports.named:
+        # named on the destination: each peer pod (every pod when the rule names no peer)
+        dests = peer_pods if peers else cluster.pods
+        by_port: dict[PortRange, list[str]] = {}
+        for pod in dests:
+            for name, protocol in ports.named:
+                number = resolve_named_port(pod, name, protocol)
+                if number is not None:
+                    by_port.setdefault(PortRange(protocol, number, number), []).extend(pod_ips(pod))
+        for port, ips in sorted(by_port.items()):
+            out.append(Allow(collapse(_host_nets(ips)), (port,)))
+    return out
+
+
+def compute(policies: Sequence[Obj], pods: Sequence[Obj], namespaces: Sequence[Obj],
+            node_name: str) -> dict[str, LocalPod]:
+    """For every pod of ``node_name`` on the pod network: its isolation and allowed traffic."""
+    cluster = _Cluster(pods, namespaces)
+    by_ns: dict[str, list[Obj]] = {}
+    for pol in policies:
+        by_ns.setdefault(_meta(pol).get("namespace") or "", []).append(pol)
+    for pols in by_ns.values():
+        pols.sort(key=lambda p: _meta(p).get("name") or "")
+    out: dict[str, LocalPod] = {}
+    for pod in cluster.pods:
+        if (pod.get("spec") or {}).get("nodeName") != node_name:
+            continue
+        ns = _meta(pod).get("namespace") or ""
+        key = f"{ns}/{_meta(pod).get('name') or ''}"
+        local = LocalPod(key, pod_ips(pod))
+        ingress: list[Allow] | None = None
+        egress: list[Allow] | None = None
+        names = []
+        for pol in by_ns.get(ns, []):
+            spec = pol.get("spec") or {}
+            if not _selector(spec.get("podSelector")).matches(_labels(pod)):
+                continue
+            names.append(_meta(pol).get("name") or "")
+            types = policy_types(pol)
+            if INGRESS in types:
+                ingress = ingress if ingress is not None else []
+                for rule in spec.get("ingress") or []:
+                    ingress.extend(_ingress_allows(rule, pod, ns, cluster))
+            if EGRESS in types:
+                egress = egress if egress is not None else []
+                for rule in spec.get("egress") or []:
+                    egress.extend(_egress_allows(rule, ns, cluster))
+        local.ingress = _dedup(ingress)
+        local.egress = _dedup(egress)
+        local.policies = tuple(names)
+        out[key] = local
+    return out
+
+
+def _dedup(allows: list[Allow] | None) -> tuple[Allow, ...] | None:
+    if allows is None:
+        return None
+    if any(a.peers is None and a.ports is None for a in allows):
+        return (Allow(),)  # one rule allows everything
+    return tuple(dict.fromkeys(allows))
+
+
+# ------------------------------------------------------------------ nftables
+
+
+def _addr(net: Network) -> str:
+    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
+
+
+def _port_clause(ranges: Sequence[PortRange]) -> str:
+    protocol = ranges[0].protocol.lower()
+    if any(r.all_ports for r in ranges):
+        return f"meta l4proto {protocol}"
+    items = ", ".join(str(r.first) if r.first == r.last else f"{r.first}-{r.last}" for r in ranges)
+    return f"meta l4proto {protocol} th dport {{ {items} }}"
+
+
+def allow_rules(allow: Allow, direction: str) -> list[str]:
+    """The nft rules (``... return``) of one Allow in a pod's chain."""
+    where = "saddr" if direction == INGRESS else "daddr"
+    if allow.peers is None:
+        addrs = [""]
+    else:
+        addrs = []
+        for family, version in (("ip", 4), ("ip6", 6)):
+            nets = [_addr(n) for n in allow.peers if n.version == version]
+            if nets:
+                addrs.append(f"{family} {where} {{ {', '.join(nets)} }}")
+    if allow.ports is None:
+        ports = [""]
+    else:
+        ports = [_port_clause([p for p in allow.ports if p.protocol == proto])
+                 for proto in PROTOCOLS if any(p.protocol == proto for p in allow.ports)]
+    return [" ".join(part for part in (a, p, "return") if part) for a in addrs for p in ports]
+
+
+def chain_name(direction: str, key: str) -> str:
+    return ("in-" if direction == INGRESS else "out-") + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Ruleset:
+    """The node's table as data: each pod chain's rules and each verdict map's
+    elements (``{pod IP: chain}``)."""
+
+    chains: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    maps: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+MAPS = {("ingress", 4): ("ingress4", "ipv4_addr"), ("ingress", 6): ("ingress6", "ipv6_addr"),
+        ("egress", 4): ("egress4", "ipv4_addr"), ("egress", 6): ("egress6", "ipv6_addr")}
+
+
+def ruleset(local: Mapping[str, LocalPod]) -> Ruleset:
+    rs = Ruleset(maps={name: {} for name, _ in MAPS.values()})
+    for key in sorted(local):
+        pod = local[key]
+        for direction, rules, which in ((INGRESS, pod.ingress, "ingress"), (EGRESS, pod.egress, "egress")):
+            if rules is None:
+                continue
+            name = chain_name(direction, key)
+            body = [r for a in rules for r in allow_rules(a, direction)]
+            rs.chains[name] = tuple(dict.fromkeys(body)) + ("counter drop",)
+            for ip in pod.ips:
+                version = ipaddress.ip_address(ip).version
+                rs.maps[MAPS[(which, version)][0]][ip] = name
+    return rs
+
+
+def _forward_chain() -> list[str]:
+    return [
+        "  chain forward {",
+        "    type filter hook forward priority filter; policy accept;",
+        "    ct state established,related accept",
+        "    ip saddr vmap @egress4",
+        "    ip6 saddr vmap @egress6",
+        "    ip daddr vmap @ingress4",
+        "    ip6 daddr vmap @ingress6",
+        "  }",
+    ]
+
+
+def full_ruleset(rs: Ruleset, table: str) -> str:
+    """One transaction replacing the table whole."""
+    lines = [f"table inet {table} {{}}", f"delete table inet {table}", f"table inet {table} {{"]
+    for name, addr_type in MAPS.values():
+        lines.append(f"  map {name} {{")
+        lines.append(f"    type {addr_type} : verdict;")
+        elements = rs.maps.get(name) or {}
+        if elements:
+            lines.append("    elements = { " + ", ".join(f"{ip} : jump {c}" for ip, c in sorted(elements.items())) + " }")
+        lines.append("  }")
+    for name, body in sorted(rs.chains.items()):
+        lines.append(f"  chain {name} {{")
+        lines.extend(f"    {rule}" for rule in body)
+        lines.append("  }")
+    lines.extend(_forward_chain())
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def delete_ruleset(table: str) -> str:
+    return f"table inet {table} {{}}\ndelete table inet {table}\n"
+
+
+def incremental_ruleset(old: Ruleset, new: Ruleset, table: str) -> str:
+    """One transaction turning ``old`` into ``new``: new and changed chains
+    (re)written, map elements moved, chains no longer used deleted. Empty when
+    nothing changed."""
+    lines: list[str] = []
+    for name, body in sorted(new.chains.items()):
+        if old.chains.get(name) == body:
+            continue
+        lines.append(f"add chain inet {table} {name}" if name not in old.chains
+                     else f"flush chain inet {table} {name}")
+        lines.extend(f"add rule inet {table} {name} {rule}" for rule in body)
+    for name in sorted(new.maps):
+        before, after = old.maps.get(name) or {}, new.maps[name]
+        gone = sorted(ip for ip, c in before.items() if after.get(ip) != c)
+        added = sorted(ip for ip, c in after.items() if before.get(ip) != c)
+        if gone:
+            lines.append(f"delete element inet {table} {name} {{ {', '.join(gone)} }}")
+        if added:
+            lines.append(f"add element inet {table} {name} {{ "
+                         + ", ".join(f"{ip} : jump {after[ip]}" for ip in added) + " }")
+    for name in sorted(set(old.chains) - set(new.chains)):
+        lines.append(f"delete chain inet {table} {name}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+# ------------------------------------------------------------------ controller
+
+
+class NetworkPolicyController:
+    """Keeps this node's NetworkPolicy table from the NetworkPolicies, Pods and
+    Namespaces of the cluster.
+
+    ``runner`` runs ``nft`` and ``sysctl`` (tests run them in a network
+    namespace); ``min_interval`` bounds how often changes are applied (events
+    in between are applied together), ``resync_period`` how long the table may
+    go without being written whole."""
+
+    def __init__(self, client: Client, node_name: str, *, runner: Runner | None = None,
+                 resync_period: float = 60.0, min_interval: float = 0.2) -> None:
+        self.client = client
+        self.node_name = node_name
+        self.table = table_name(node_name)
+        self.run: Runner = runner or run_command
+        self.resync_period = resync_period
+        self.min_interval = min_interval
+        self._informers: dict[str, Any] = {}
+        self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        self._applied: Ruleset | None = None
+        self._last_full = 0.0
+        self.synced = asyncio.Event()
+        self.errors = 0
+        self.syncs = 0
+        #: the last computation (pod key -> LocalPod), for status and debugging
+        self.local: dict[str, LocalPod] = {}
+
+    async def start(self) -> None:
+        from kubeplane.client.informer import SharedInformer
+
+        await self._bridge_sysctls()
+        for kind, res in (("networkpolicies", NETWORK_POLICIES), ("pods", PODS), ("namespaces", NAMESPACES)):
+            inf = SharedInformer(self.client, res)
+            inf.add_event_handler(self._changed, lambda o, n: self._changed(n), self._changed)
+            inf.start()
+            self._informers[kind] = inf
+        self._task = asyncio.create_task(self._loop(), name=f"network-policy:{self.node_name}")
+
+    def _changed(self, obj: Obj) -> None:
+        self._wake.set()
+
+    async def _bridge_sysctls(self) -> None:
+        for name in BRIDGE_SYSCTLS:
+            rc, out, _ = await self.run(["sysctl", "-n", name], None)
+            if rc == 0 and out.strip() == "1":
+                continue
+            rc, _, err = await self.run(["sysctl", "-qw", f"{name}=1"], None)
+            if rc != 0:
+                log.warning("node %s: cannot set %s (pods of one bridge are not filtered between them): %s",
+                            self.node_name, name, err.strip())
+
+    async def stop(self, *, clean: bool = True) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        informers, self._informers = self._informers, {}
+        for inf in informers.values():
+            await inf.stop()
+        if clean:
+            await self.cleanup()
+
+    async def cleanup(self) -> None:
+        """Remove the node's table."""
+        await self.run(["nft", "-f", "-"], delete_ruleset(self.table).encode())
+        self._applied = None
+
+    def _ready(self) -> bool:
+        return bool(self._informers) and all(inf.has_synced() for inf in self._informers.values())
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.resync_period)
+            except asyncio.TimeoutError:
+                pass
+            if not self._ready():
+                await asyncio.sleep(0.05)
+                self._wake.set()
+                continue
+            await asyncio.sleep(self.min_interval)  # events close together are applied together
+            self._wake.clear()
+            try:
+                await self.sync()
+                self.synced.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - keep the last rules; retry on the next change or resync
+                self.errors += 1
+                self._applied = None  # the next attempt writes the table whole
+                log.warning("node %s: applying network policies: %s", self.node_name, err)
+                await asyncio.sleep(1.0)
+                self._wake.set()
+
+    async def sync(self) -> None:
+        inf = self._informers
+        self.local = compute(inf["networkpolicies"].indexer.list(), inf["pods"].indexer.list(),
+                             inf["namespaces"].indexer.list(), self.node_name)
+        await self.apply(ruleset(self.local))
+
+    async def apply(self, rs: Ruleset) -> None:
+        now = time.monotonic()
+        full = self._applied is None or now - self._last_full >= self.resync_period
+        text = full_ruleset(rs, self.table) if full else incremental_ruleset(self._applied, rs, self.table)
+        if text:
+            rc, _, err = await self.run(["nft", "-f", "-"], text.encode())
+            if rc != 0 and not full:  # the table changed under us: write it whole
+                text, full = full_ruleset(rs, self.table), True
+                rc, _, err = await self.run(["nft", "-f", "-"], text.encode())
+            if rc != 0:
+                raise RuntimeError(f"nft: {err.strip()}")
+            self.syncs += 1
+        if full:
+            self._last_full = now
+        self._applied = rs
+
+
+__all__ = ["Allow", "EGRESS", "INGRESS", "LocalPod", "NetworkPolicyController", "PortRange", "Ruleset", "TABLE_PREFIX",
+           "allow_rules", "chain_name", "compute", "delete_ruleset", "full_ruleset", "incremental_ruleset", "ip_block",
+           "policy_types", "resolve_named_port", "ruleset", "table_name"]
