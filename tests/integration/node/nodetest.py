@@ -114,3 +114,24 @@ def remove_cgroup_root(root: str) -> None:
                 os.rmdir(d)
             except OSError:
                 pass
+
+
+def netns_sh(*argv: str, check: bool = True, netns: str | None = None,
+             timeout: float = 20) -> subprocess.CompletedProcess:
+    """Run a command (in network namespace ``netns`` when given); raise on failure when ``check``."""
+    if netns:
+        argv = ("ip", "netns", "exec", netns, *argv)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)}: {p.stderr or p.stdout}")
+    return p
+
+
+def in_netns(netns: str):
+    """A command runner (as kubeplane.node.routes' ``Runner``) running in network namespace ``netns``."""
+    async def run(argv, stdin=None):
+        proc = await asyncio.create_subprocess_exec("ip", "netns", "exec", netns, *argv, stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate(stdin)
+        return proc.returncode, out.decode(), err.decode()
+    return run

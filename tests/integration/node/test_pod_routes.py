@@ -13,6 +13,7 @@ import time
 import pytest
 
 from kubeplane.node.routes import PodRoutes, ROUTE_PROTOCOL, nat_table
+from nodetest import in_netns, netns_sh as sh
 
 TAG = f"{os.getpid() % 100000}"
 HOSTS = {"a": ("192.168.77.1", "10.244.1"), "b": ("192.168.77.2", "10.244.2")}
@@ -21,15 +22,6 @@ OUTSIDE = "192.168.77.100"
 
 def ns(name: str) -> str:
     return f"kpr{TAG}{name}"
-
-
-def sh(*argv: str, check: bool = True, netns: str | None = None, timeout: float = 20) -> subprocess.CompletedProcess:
-    if netns:
-        argv = ("ip", "netns", "exec", netns, *argv)
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{' '.join(argv)}: {p.stderr or p.stdout}")
-    return p
 
 
 @pytest.fixture
@@ -85,15 +77,6 @@ def proxier_client(cluster, tmp_path):
     write_kubeconfig(path, cluster.url, ca_data=own.ca_pem, client_cert_data=pki.cert_pem(cert),
                      client_key_data=pki.key_pem(key))
     return HttpClient.from_kubeconfig(path)
-
-
-def in_netns(netns: str):
-    async def run(argv, stdin=None):
-        proc = await asyncio.create_subprocess_exec("ip", "netns", "exec", netns, *argv, stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        out, err = await proc.communicate(stdin)
-        return proc.returncode, out.decode(), err.decode()
-    return run
 
 
 PEER_SERVER = ("import socket,sys\n"
