@@ -200,6 +200,85 @@ async def test_policies_isolate_and_allow_pods_on_the_node(network, cluster, tmp
     assert table_name(NODE) not in sh("nft", "list", "tables", netns=ns("node")).stdout
 
 
+def _policy_sets():
+    """Policies through the features the rules have (dual-stack peers, ipBlock
+    except, ranges, SCTP and UDP, named ports both ways), one step after another."""
+    def pod(name, ips, labels, node=NODE, ports=()):
+        return {"metadata": {"name": name, "namespace": NS_A, "labels": labels},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "ports": list(ports)}]},
+                "status": {"phase": "Running", "podIP": ips[0], "podIPs": [{"ip": ip} for ip in ips]}}
+    pods = [pod("web", ["10.1.0.2", "fd00::2"], {"app": "web"}, ports=[{"name": "http", "containerPort": 8080},
+                                                                          {"name": "q", "containerPort": 9000,
+                                                                           "protocol": "SCTP"}]),
+            pod("cl", ["10.1.0.3", "fd00::3"], {"role": "client"}),
+            pod("far", ["10.2.0.3"], {"role": "client"}, node="elsewhere",
+                ports=[{"name": "http", "containerPort": 8081}])]
+    ns_objs = [{"metadata": {"name": NS_A, "labels": {"kubernetes.io/metadata.name": NS_A}}}]
+    web = {"matchLabels": {"app": "web"}}
+    clients = {"podSelector": {"matchLabels": {"role": "client"}}}
+    steps = [
+        [],
+        [netpol("deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]})],
+        [netpol("deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+         netpol("web", {"podSelector": web, "ingress": [
+             {"from": [clients, {"ipBlock": {"cidr": "192.168.0.0/16", "except": ["192.168.4.0/22"]}},
+                       {"ipBlock": {"cidr": "2001:db8::/32", "except": ["2001:db8:1::/48"]}}],
+              "ports": [{"port": "http"}, {"protocol": "SCTP", "port": "q"}, {"protocol": "UDP", "port": 5000,
+                                                                              "endPort": 5100}]}]}),
+         netpol("out", {"podSelector": clients["podSelector"], "policyTypes": ["Egress"], "egress": [
+             {"ports": [{"port": "http"}]}, {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [
+                 {"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]})],
+        [netpol("web", {"podSelector": web, "ingress": [{"from": [clients]}]})],
+        [],
+    ]
+    return [(policies, pods, ns_objs) for policies in steps]
+
+
+async def test_rules_load_and_changes_leave_what_a_whole_write_does(tmp_path):
+    """Each step's table written whole, and reached by changes from the step
+    before, lists the same in the kernel."""
+    from kubeplane.node import netpol
+
+    node = ns("nft")
+    sh("ip", "netns", "add", node)
+    try:
+        run = in_netns(node)
+        table = netpol.table_name(NODE)
+        before = None
+        listings = []
+        for policies, pods, namespaces in _policy_sets():
+            rs = netpol.ruleset(netpol.compute(policies, pods, namespaces, NODE))
+            if before is not None:
+                text = netpol.incremental_ruleset(before, rs, table)
+                if text:
+                    rc, _, err = await run(["nft", "-f", "-"], text.encode())
+                    assert rc == 0, err + text
+            else:
+                rc, _, err = await run(["nft", "-f", "-"], netpol.full_ruleset(rs, table).encode())
+                assert rc == 0, err
+            changed = sh("nft", "list", "table", "inet", table, netns=node).stdout
+            rc, _, err = await run(["nft", "-f", "-"], netpol.full_ruleset(rs, table).encode())
+            assert rc == 0, err
+            whole = sh("nft", "list", "table", "inet", table, netns=node).stdout
+            assert sorted(changed.splitlines()) == sorted(whole.splitlines())
+            before = rs
+            listings.append(whole)
+        rich = listings[2]
+        # (as the kernel lists them: adjacent networks merged into ranges)
+        for expected in ("ct state established,related accept", "sctp dport 9000 return",
+                         "udp dport 5000-5100 return", "192.168.0.0/22, 192.168.8.0-192.168.255.255",
+                         "2001:db8::/48, 2001:db8:2::-2001:db8:ffff:ffff:ffff:ffff:ffff:ffff",
+                         "ip daddr 10.2.0.3 tcp dport 8081 return"):
+            assert expected in rich, (expected, rich)
+        assert "192.168.4.0" not in rich and "2001:db8:1::" not in rich  # the excepts
+        assert "jump" not in listings[-1]
+        rc, _, err = await run(["nft", "-f", "-"], netpol.delete_ruleset(table).encode())
+        assert rc == 0, err
+        assert table not in sh("nft", "list", "tables", netns=node).stdout
+    finally:
+        subprocess.run(["ip", "netns", "del", node], capture_output=True)
+
+
 async def ignore_missing(coro) -> None:
     from kubeplane.api.errors import StatusError
     try:

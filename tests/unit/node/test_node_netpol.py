@@ -238,3 +238,31 @@ def test_ruleset_chains_maps_and_incremental_changes():
     back = incremental_ruleset(Ruleset(maps={m: {} for m in rs.maps}), rs, table).splitlines()
     assert back[0].startswith(f"add chain inet {table} ")
     assert f"add element inet {table} ingress4 {{ 10.0.0.10 : jump {cin} }}" in back
+
+
+async def test_controller_applies_whole_then_changes_and_rewrites_when_a_change_fails():
+    from kubeplane.node.netpol import NetworkPolicyController
+
+    sent: list[str] = []
+    fail = []
+
+    async def runner(argv, stdin=None):
+        assert list(argv) == ["nft", "-f", "-"]
+        sent.append(stdin.decode())
+        return (1, "", "Error: No such file or directory") if fail and fail.pop() else (0, "", "")
+
+    ctl = NetworkPolicyController(None, NODE, runner=runner, resync_period=3600)
+    deny = ruleset(local([policy("deny", {"podSelector": {}})]))
+    await ctl.apply(deny)
+    assert sent[-1] == full_ruleset(deny, ctl.table)
+    await ctl.apply(deny)
+    assert len(sent) == 1  # nothing changed, nothing sent
+    open_again = ruleset(local([]))
+    await ctl.apply(open_again)
+    assert sent[-1] == incremental_ruleset(deny, open_again, ctl.table)
+    fail.append(True)  # the table was removed behind the controller's back: the change fails
+    await ctl.apply(deny)
+    assert sent[-2] == incremental_ruleset(open_again, deny, ctl.table)
+    assert sent[-1] == full_ruleset(deny, ctl.table)
+    await ctl.cleanup()
+    assert sent[-1] == f"table inet {ctl.table} {{}}\ndelete table inet {ctl.table}\n"
