@@ -466,6 +466,9 @@ KUBEPLANE_PROVISIONER_ROLE = "kubeplane:local-provisioner"
 #: agents (Calico's, kube-router) read the same with a ServiceAccount of theirs
 #: on every node; here the nodes' own identities are bound (group system:nodes).
 KUBEPLANE_NODE_NETWORK_POLICY_ROLE = "kubeplane:node-network-policy"
+#: what a node's pod routes read (kubeplane/node/routes.py): every Node's pod
+#: CIDR and address, where the Node authorizer lets a node read only its own
+KUBEPLANE_NODE_ROUTES_ROLE = "kubeplane:node-pod-routes"
 
 
 def kubeplane_roles() -> list[Obj]:
@@ -478,7 +481,7 @@ def kubeplane_roles() -> list[Obj]:
     ]), _role(KUBEPLANE_NODE_NETWORK_POLICY_ROLE, [
         r("list,watch", "", "pods,namespaces"),
         r("list,watch", "networking.k8s.io", "networkpolicies"),
-    ])]
+    ]), _role(KUBEPLANE_NODE_ROUTES_ROLE, [r("list,watch", "", "nodes")])]
 
 
 #: the kube-system ServiceAccount the local volume provisioner acts as
@@ -516,8 +519,8 @@ def cluster_role_bindings() -> list[Obj]:
     for role in controller_roles():
         name = role["metadata"]["name"]
         out.append(_binding(name, name, [service_account("kube-system", name[len(prefix):])]))
-    out.append(_binding(KUBEPLANE_NODE_NETWORK_POLICY_ROLE, KUBEPLANE_NODE_NETWORK_POLICY_ROLE,
-                        [group("system:nodes")]))
+    for role in (KUBEPLANE_NODE_NETWORK_POLICY_ROLE, KUBEPLANE_NODE_ROUTES_ROLE):
+        out.append(_binding(role, role, [group("system:nodes")]))
     return out + _controller_manager_bindings() + node_bootstrap_bindings()
 
 

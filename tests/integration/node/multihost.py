@@ -193,6 +193,14 @@ class Hosts:
             return pod if ok else None
         return wait_for(f"pod {name} Ready", ready, timeout)
 
+    def http_get(self, pod: str, ip: str, port: int = 80, timeout: int = 2) -> str | None:
+        """The body pod ``pod`` gets from ``http://ip:port/`` (None: no answer within ``timeout``
+        seconds). With nc: busybox's wget crashes with a timeout (-T) in some builds."""
+        p = self.exec(pod, "sh", "-c", f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w {timeout} {ip} {port}",
+                      check=False)
+        head, sep, body = p.stdout.replace("\r\n", "\n").partition("\n\n")
+        return body if p.returncode == 0 and sep and head.startswith("HTTP/1.") else None
+
     def exec(self, pod: str, *cmd: str, namespace: str = "default", check: bool = True,
              timeout: float = 60) -> subprocess.CompletedProcess:
         p = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, "exec", "-n", namespace, pod, "--", *cmd],
