@@ -260,6 +260,34 @@ async def test_union_node_first_then_rbac(graph):
         await cache.stop()
 
 
+async def test_nodes_read_what_their_network_policies_and_pod_routes_need_through_the_bootstrap_policy(graph):
+    from kubeplane.apiserver.bootstrappolicy import policy
+
+    store, g = graph
+    cache = PolicyCache(store)
+    await cache.start()
+    try:
+        roles, bindings = policy()
+        for obj in roles + bindings:
+            kind = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"
+            await store.create(f"/registry/rbac.authorization.k8s.io/{kind}/{obj['metadata']['name']}", obj)
+        assert await cache.wait_for_revision(store.revision)
+        union = UnionAuthorizer(NodeAuthorizer(g, node_rules()), RBACAuthorizer(cache))
+        for verb in ("list", "watch"):
+            assert union.authorize(attrs(N1, verb, "pods"))[0] is Decision.ALLOW  # every pod, no field selector
+            assert union.authorize(attrs(N1, verb, "namespaces"))[0] is Decision.ALLOW
+            assert union.authorize(attrs(N1, verb, "networkpolicies", group="networking.k8s.io"))[0] is Decision.ALLOW
+            assert union.authorize(attrs(N1, verb, "nodes"))[0] is Decision.ALLOW
+        # reading, no more: no other pod's object by name, no writes, nothing else
+        assert union.authorize(attrs(N1, "get", "pods", ns="a", name="theirs"))[0] is Decision.NO_OPINION
+        assert union.authorize(attrs(N1, "update", "networkpolicies", ns="a", name="p",
+                                     group="networking.k8s.io"))[0] is Decision.NO_OPINION
+        assert union.authorize(attrs(N1, "list", "secrets"))[0] is Decision.NO_OPINION
+        assert union.authorize(attrs(ALICE, "list", "pods"))[0] is Decision.NO_OPINION
+    finally:
+        await cache.stop()
+
+
 class _Failing:
     """A watch whose next read raises ``exc`` (then it is closed)."""
 
