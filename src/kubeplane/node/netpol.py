@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import ipaddress
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -76,6 +77,8 @@ PROTOCOLS = ("TCP", "UDP", "SCTP")
 BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+#: addresses first..last (as integers) of IP version 4 or 6: (version, first, last)
+Span = tuple[int, int, int]
 
 
 def table_name(node_name: str) -> str:
@@ -102,16 +105,17 @@ class PortRange:
 @dataclass(frozen=True)
 class Allow:
     """What one rule lets through: packets with a peer address in ``peers``
-    (None: any) and a protocol and destination port in ``ports`` (None: any
-    protocol, any port)."""
+    (sorted, disjoint spans; None: any) and a protocol and destination port in
+    ``ports`` (None: any protocol, any port)."""
 
-    peers: tuple[Network, ...] | None = None
+    peers: tuple[Span, ...] | None = None
     ports: tuple[PortRange, ...] | None = None
 
     def matches(self, peer: str, protocol: str, port: int | None) -> bool:
         if self.peers is not None:
             ip = ipaddress.ip_address(peer)
-            if not any(ip.version == n.version and ip in n for n in self.peers):
+            n = int(ip)
+            if not any(v == ip.version and first <= n <= last for v, first, last in self.peers):
                 return False
         if self.ports is None:
             return True
@@ -216,15 +220,30 @@ def ip_block(block: Mapping[str, Any]) -> list[Network]:
     return nets
 
 
-def collapse(nets: Iterable[Network]) -> tuple[Network, ...]:
-    """Disjoint, merged networks (IPv4 first)."""
-    v4 = [n for n in nets if n.version == 4]
-    v6 = [n for n in nets if n.version == 6]
-    return tuple(ipaddress.collapse_addresses(v4)) + tuple(ipaddress.collapse_addresses(v6))
+def net_span(net: Network) -> Span:
+    return net.version, int(net.network_address), int(net.broadcast_address)
 
 
-def _host_nets(ips: Iterable[str]) -> list[Network]:
-    return [ipaddress.ip_network(ip) for ip in ips]
+def ip_span(ip: str) -> Span:
+    addr = ipaddress.ip_address(ip)
+    return addr.version, int(addr), int(addr)
+
+
+def merge_spans(spans: Iterable[Span]) -> tuple[Span, ...]:
+    """Sorted, disjoint spans, overlapping and adjacent ones merged (IPv4 first)."""
+    out: list[Span] = []
+    for v, first, last in sorted(spans):
+        if out and out[-1][0] == v and first <= out[-1][2] + 1:
+            if last > out[-1][2]:
+                out[-1] = (v, out[-1][1], last)
+        else:
+            out.append((v, first, last))
+    return tuple(out)
+
+
+def collapse(nets: Iterable[Network]) -> tuple[Span, ...]:
+    """Networks as sorted, disjoint, merged spans."""
+    return merge_spans(net_span(n) for n in nets)
 
 
 def merge_ports(ports: Iterable[PortRange]) -> tuple[PortRange, ...]:
@@ -296,17 +315,40 @@ class _Cluster:
 
     def __init__(self, pods: Sequence[Obj], namespaces: Sequence[Obj]) -> None:
         self.pods = [p for p in pods if _networked(p)]
+        #: each pod's addresses as spans (by id: pods are not hashable)
+        self.spans: dict[int, list[Span]] = {id(p): [ip_span(ip) for ip in pod_ips(p)] for p in self.pods}
         self.by_ns: dict[str, list[Obj]] = {}
         for p in self.pods:
             self.by_ns.setdefault(_meta(p).get("namespace") or "", []).append(p)
         self.ns_labels: dict[str, Mapping[str, str]] = {
             _meta(n).get("name") or "": _labels(n) for n in namespaces}
+        #: what a rule resolves to whatever pod it is for, once per computation
+        self._memo: dict[tuple[str, int], Any] = {}
+        self._peers: dict[tuple[str, str], list[Obj]] = {}
+
+    def once(self, what: str, rule: Mapping[str, Any], fn: Any) -> Any:
+        key = (what, id(rule))  # the rule objects outlive the computation
+        if key not in self._memo:
+            self._memo[key] = fn()
+        return self._memo[key]
 
     def labels_of_namespace(self, ns: str) -> Mapping[str, str]:
         # a namespace not (yet) known has at least the label the API server gives every namespace
         return self.ns_labels.get(ns) or {"kubernetes.io/metadata.name": ns}
 
+    def pod_spans(self, pods: Iterable[Obj]) -> list[Span]:
+        return [sp for p in pods for sp in self.spans[id(p)]]
+
     def peer_pods(self, peer: Mapping[str, Any], policy_ns: str) -> list[Obj]:
+        """The pods a pod peer (podSelector, namespaceSelector or both) selects, once per
+        computation for peers alike (a namespaceSelector's whatever the policy's namespace)."""
+        key = (json.dumps(peer, sort_keys=True), policy_ns if peer.get("namespaceSelector") is None else "")
+        found = self._peers.get(key)
+        if found is None:
+            found = self._peers[key] = self._peer_pods(peer, policy_ns)
+        return found
+
+    def _peer_pods(self, peer: Mapping[str, Any], policy_ns: str) -> list[Obj]:
         pod_sel = _optional_selector(peer.get("podSelector"))
         ns_sel = _optional_selector(peer.get("namespaceSelector"))
         if pod_sel is None and ns_sel is None:
@@ -321,15 +363,19 @@ class _Cluster:
         return [p for p in candidates if pod_sel.matches(_labels(p))]
 
 
-def _ingress_allows(rule: Mapping[str, Any], pod: Obj, policy_ns: str, cluster: _Cluster) -> list[Allow]:
+def _ingress_peers(rule: Mapping[str, Any], policy_ns: str, cluster: _Cluster) -> tuple[Span, ...] | None:
     peers = rule.get("from") or []
-    nets: list[Network] = []
+    spans: list[Span] = []
     for peer in peers:
         if peer.get("ipBlock"):
-            nets.extend(ip_block(peer["ipBlock"]))
+            spans.extend(net_span(n) for n in ip_block(peer["ipBlock"]))
         else:
-            nets.extend(_host_nets(ip for p in cluster.peer_pods(peer, policy_ns) for ip in pod_ips(p)))
-    peer_nets = collapse(nets) if peers else None
+            spans.extend(cluster.pod_spans(cluster.peer_pods(peer, policy_ns)))
+    return merge_spans(spans) if peers else None
+
+
+def _ingress_allows(rule: Mapping[str, Any], pod: Obj, policy_ns: str, cluster: _Cluster) -> list[Allow]:
+    peer_nets = cluster.once("from", rule, lambda: _ingress_peers(rule, policy_ns, cluster))
     if peer_nets == ():
         return []
     ports = _rule_ports(rule)
@@ -345,16 +391,16 @@ def _ingress_allows(rule: Mapping[str, Any], pod: Obj, policy_ns: str, cluster: 
 
 def _egress_allows(rule: Mapping[str, Any], policy_ns: str, cluster: _Cluster) -> list[Allow]:
     peers = rule.get("to") or []
-    nets: list[Network] = []
+    spans: list[Span] = []
     peer_pods: list[Obj] = []
     for peer in peers:
         if peer.get("ipBlock"):
-            nets.extend(ip_block(peer["ipBlock"]))
+            spans.extend(net_span(n) for n in ip_block(peer["ipBlock"]))
         else:
             found = cluster.peer_pods(peer, policy_ns)
             peer_pods.extend(found)
-            nets.extend(_host_nets(ip for p in found for ip in pod_ips(p)))
-    peer_nets = collapse(nets) if peers else None
+            spans.extend(cluster.pod_spans(found))
+    peer_nets = merge_spans(spans) if peers else None
     ports = _rule_ports(rule)
     if ports.any:
         return [Allow(peer_nets, None)] if peer_nets != () else []
@@ -364,14 +410,14 @@ def _egress_allows(rule: Mapping[str, Any], policy_ns: str, cluster: _Cluster) -
     if ports.named:
         # named on the destination: each peer pod (every pod when the rule names no peer)
         dests = peer_pods if peers else cluster.pods
-        by_port: dict[PortRange, list[str]] = {}
+        by_port: dict[PortRange, list[Span]] = {}
         for pod in dests:
             for name, protocol in ports.named:
                 number = resolve_named_port(pod, name, protocol)
                 if number is not None:
-                    by_port.setdefault(PortRange(protocol, number, number), []).extend(pod_ips(pod))
-        for port, ips in sorted(by_port.items()):
-            out.append(Allow(collapse(_host_nets(ips)), (port,)))
+                    by_port.setdefault(PortRange(protocol, number, number), []).extend(cluster.spans[id(pod)])
+        for port, found in sorted(by_port.items()):
+            out.append(Allow(merge_spans(found), (port,)))
     return out
 
 
@@ -407,7 +453,7 @@ def compute(policies: Sequence[Obj], pods: Sequence[Obj], namespaces: Sequence[O
             if EGRESS in types:
                 egress = egress if egress is not None else []
                 for rule in spec.get("egress") or []:
-                    egress.extend(_egress_allows(rule, ns, cluster))
+                    egress.extend(cluster.once("egress", rule, lambda: _egress_allows(rule, ns, cluster)))
         local.ingress = _dedup(ingress)
         local.egress = _dedup(egress)
         local.policies = tuple(names)
@@ -426,8 +472,17 @@ def _dedup(allows: list[Allow] | None) -> tuple[Allow, ...] | None:
 # ------------------------------------------------------------------ nftables
 
 
-def _addr(net: Network) -> str:
-    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
+def _addr(span: Span) -> str:
+    """A span in nft's words: an address, a network, or a range."""
+    v, first, last = span
+    make = ipaddress.IPv4Address if v == 4 else ipaddress.IPv6Address
+    if first == last:
+        return str(make(first))
+    size = last - first + 1
+    if size & (size - 1) == 0 and first % size == 0:
+        bits = 32 if v == 4 else 128
+        return f"{make(first)}/{bits - size.bit_length() + 1}"
+    return f"{make(first)}-{make(last)}"
 
 
 def _port_clause(ranges: Sequence[PortRange]) -> str:
@@ -446,7 +501,7 @@ def allow_rules(allow: Allow, direction: str) -> list[str]:
     else:
         addrs = []
         for family, version in (("ip", 4), ("ip6", 6)):
-            nets = [_addr(n) for n in allow.peers if n.version == version]
+            nets = [_addr(sp) for sp in allow.peers if sp[0] == version]
             if nets:
                 addrs.append(f"{family} {where} {{ {', '.join(nets)} }}")
     if allow.ports is None:
@@ -476,13 +531,18 @@ MAPS = {("ingress", 4): ("ingress4", "ipv4_addr"), ("ingress", 6): ("ingress6", 
 
 def ruleset(local: Mapping[str, LocalPod]) -> Ruleset:
     rs = Ruleset(maps={name: {} for name, _ in MAPS.values()})
+    rendered: dict[tuple[Allow, str], list[str]] = {}  # pods selected alike share their rules
     for key in sorted(local):
         pod = local[key]
         for direction, rules, which in ((INGRESS, pod.ingress, "ingress"), (EGRESS, pod.egress, "egress")):
             if rules is None:
                 continue
             name = chain_name(direction, key)
-            body = [r for a in rules for r in allow_rules(a, direction)]
+            body = []
+            for a in rules:
+                if (a, direction) not in rendered:
+                    rendered[(a, direction)] = allow_rules(a, direction)
+                body.extend(rendered[(a, direction)])
             rs.chains[name] = tuple(dict.fromkeys(body)) + ("counter drop",)
             for ip in pod.ips:
                 version = ipaddress.ip_address(ip).version

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from kubeplane.node.netpol import (EGRESS, INGRESS, Allow, PortRange, Ruleset, allow_rules, chain_name, compute,
-                                   full_ruleset, incremental_ruleset, ip_block, policy_types, ruleset, table_name)
+from kubeplane.node.netpol import (EGRESS, INGRESS, Allow, PortRange, Ruleset, allow_rules, chain_name, collapse,
+                                   compute, full_ruleset, incremental_ruleset, ip_block, policy_types, ruleset, table_name)
 
 NODE = "n1"
 
@@ -108,9 +108,11 @@ def test_ip_block_with_except():
     assert srv.allows(INGRESS, "172.16.0.1") and srv.allows(INGRESS, "172.16.2.1")
     assert not srv.allows(INGRESS, "172.16.1.9") and not srv.allows(INGRESS, "172.16.2.200")
     assert not srv.allows(INGRESS, "172.17.0.1")
-    # the networks are disjoint and merged (nftables sets need no overlap)
+    # the spans are disjoint and merged (nftables sets take no overlap)
     peers = srv.ingress[0].peers
-    assert all(not a.overlaps(b) for i, a in enumerate(peers) for b in peers[i + 1:])
+    assert all(a[2] + 1 < b[1] for a, b in zip(peers, peers[1:]))
+    assert allow_rules(srv.ingress[0], INGRESS) == [
+        "ip saddr { 172.16.0.0/24, 172.16.2.0/25, 172.16.3.0-172.16.255.255 } return"]
 
 
 def test_ports_numbers_ranges_protocols_and_named_ports():
@@ -194,7 +196,7 @@ def test_dual_stack_pods():
 
 
 def test_rules_render_per_family_and_protocol():
-    a = Allow(peers=(ipaddress.ip_network("10.0.0.1/32"), ipaddress.ip_network("fd00::/64")),
+    a = Allow(peers=collapse([ipaddress.ip_network("10.0.0.1/32"), ipaddress.ip_network("fd00::/64")]),
               ports=(PortRange("TCP", 80, 80), PortRange("TCP", 100, 200), PortRange("UDP")))
     assert allow_rules(a, INGRESS) == [
         "ip saddr { 10.0.0.1 } meta l4proto tcp th dport { 80, 100-200 } return",
