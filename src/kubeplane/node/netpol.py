@@ -73,6 +73,8 @@ TABLE_PREFIX = "kubeplane-netpol-"
 INGRESS = "Ingress"
 EGRESS = "Egress"
 PROTOCOLS = ("TCP", "UDP", "SCTP")
+#: failed writes are retried, backing off up to this many seconds
+RETRY_MAX = 30.0
 #: the sysctls that make bridged IP traffic (pod to pod on one bridge) go through the IP hooks
 BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
 
@@ -658,10 +660,13 @@ class NetworkPolicyController:
 
     async def _bridge_sysctls(self) -> None:
         for name in BRIDGE_SYSCTLS:
-            rc, out, _ = await self.run(["sysctl", "-n", name], None)
-            if rc == 0 and out.strip() == "1":
-                continue
-            rc, _, err = await self.run(["sysctl", "-qw", f"{name}=1"], None)
+            try:
+                rc, out, _ = await self.run(["sysctl", "-n", name], None)
+                if rc == 0 and out.strip() == "1":
+                    continue
+                rc, _, err = await self.run(["sysctl", "-qw", f"{name}=1"], None)
+            except OSError as exc:  # no sysctl command
+                rc, err = 1, str(exc)
             if rc != 0:
                 log.warning("node %s: cannot set %s (pods of one bridge are not filtered between them): %s",
                             self.node_name, name, err.strip())
@@ -689,6 +694,7 @@ class NetworkPolicyController:
         return bool(self._informers) and all(inf.has_synced() for inf in self._informers.values())
 
     async def _loop(self) -> None:
+        failures, last_error = 0, ""
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), self.resync_period)
@@ -705,12 +711,19 @@ class NetworkPolicyController:
                 self.synced.set()
             except asyncio.CancelledError:
                 raise
-            except Exception as err:  # noqa: BLE001 - keep the last rules; retry on the next change or resync
+            except Exception as err:  # noqa: BLE001 - keep the last rules; retry, backing off
                 self.errors += 1
+                failures += 1
                 self._applied = None  # the next attempt writes the table whole
-                log.warning("node %s: applying network policies: %s", self.node_name, err)
-                await asyncio.sleep(1.0)
+                if str(err) != last_error:  # the same failure again is not logged again
+                    last_error = str(err)
+                    log.warning("node %s: applying network policies: %s", self.node_name, err)
+                await asyncio.sleep(min(RETRY_MAX, 0.5 * 2 ** min(failures, 10)))
                 self._wake.set()
+            else:
+                if last_error:
+                    log.info("node %s: network policies applied again", self.node_name)
+                failures, last_error = 0, ""
 
     async def sync(self) -> None:
         inf = self._informers
