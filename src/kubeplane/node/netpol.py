@@ -727,9 +727,15 @@ class NetworkPolicyController:
 
     async def sync(self) -> None:
         inf = self._informers
-        self.local = compute(inf["networkpolicies"].indexer.list(), inf["pods"].indexer.list(),
-                             inf["namespaces"].indexer.list(), self.node_name)
-        await self.apply(ruleset(self.local))
+        # on snapshots of the stores (their objects are replaced, never changed), off the event loop
+        policies, pods, namespaces = (inf[k].indexer.list() for k in ("networkpolicies", "pods", "namespaces"))
+
+        def work() -> tuple[dict[str, LocalPod], Ruleset]:
+            local = compute(policies, pods, namespaces, self.node_name)
+            return local, ruleset(local)
+
+        self.local, rs = await asyncio.to_thread(work)
+        await self.apply(rs)
 
     async def apply(self, rs: Ruleset) -> None:
         now = time.monotonic()
