@@ -403,7 +403,7 @@ async def serve_spdy(request: web.Request, kubelet: KubeletClient, host: str, po
     kubelet is spoken to over its WebSocket. Port-forward's SPDY session goes
     through as it is (the kubelet tunnels SPDY); an exec's or attach's SPDY
     streams become the channels of ``v5.channel.k8s.io``."""
-    from kubeplane.streaming import channels, spdy
+    from kubeplane.streaming import channels
 
     offered = [v.strip() for h in request.headers.getall("X-Stream-Protocol-Version", []) for v in h.split(",")
                if v.strip()]
