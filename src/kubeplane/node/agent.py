@@ -602,8 +602,16 @@ class NodeAgent:
     def _make_runtime(self) -> Any:
         from kubeplane.node.kuberuntime import KubeRuntime
         from kubeplane.node.prober import ProbeManager
-        from kubeplane.node.volumes import VolumeManager
+        from kubeplane.node.volumes import VolumeManager, make_rshared
 
+        # as the kubelet does to its root directory: the pods' volumes on a shared mount, so
+        # that mountPropagation HostToContainer and Bidirectional can be honoured
+        os.makedirs(self.config.pods_dir, exist_ok=True)
+        try:
+            make_rshared(self.config.pods_dir)
+        except OSError as err:
+            log.warning("node %s: %s is not on a shared mount (%s): mountPropagation other than None "
+                        "will fail", self.name, self.config.pods_dir, err)
         self.volumes = VolumeManager(self.client, self.config.pods_dir, node_name=self.name,
                                      recorder=self.recorder)
         self.prober = ProbeManager(self.cri, self.wake_pod, recorder=self.recorder)
