@@ -1629,11 +1629,14 @@ def _real_node_available() -> str | None:
 @click.option("--streaming-connection-idle-timeout", "streaming_idle_timeout", type=_Duration(), default="4h0m0s",
               show_default=True, help="An exec, attach or port-forward with no data either way for this long is "
                                       "closed.")
+@click.option("--pod-routes/--no-pod-routes", default=True, show_default=True,
+              help="Route the other nodes' pod CIDRs through them (the nodes share a link) and masquerade what "
+                   "the pods send outside the pods' networks.")
 @_real_node_option_decorators
 @_verbosity_option_decorators
 def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, node_name, data_dir, images_dir,
-         node_labels, container_log_max_size, container_log_max_files, streaming_idle_timeout, node_ip, max_pods,
-         system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr, cgroup_root, cgroups_per_qos,
+         node_labels, container_log_max_size, container_log_max_files, streaming_idle_timeout, pod_routes, node_ip,
+         max_pods, system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr, cgroup_root, cgroups_per_qos,
          verbosity, verbose) -> None:
     """Run a node: a kubelet running the pods bound to it in containers, through the CRI."""
     import os
@@ -1660,6 +1663,7 @@ def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, no
     config.container_log_max_size = container_log_max_size
     config.container_log_max_files = container_log_max_files
     config.streaming_idle_timeout = streaming_idle_timeout
+    config.pod_routes = pod_routes
 
     async def go(stop: asyncio.Event) -> None:
         nonlocal kubeconfig
