@@ -524,6 +524,9 @@ def node_bootstrap_bindings() -> list[Obj]:
                  [group(DEFAULT_NODE_TOKEN_GROUP)]),
         _binding("kubeplane:node-autoapprove-certificate-rotation",
                  "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", [group("system:nodes")]),
+        # a node runs the Service proxy inside its agent, under its own identity (kubeadm gives
+        # kube-proxy a ServiceAccount of its own instead): it reads what kube-proxy reads
+        _binding("kubeplane:node-proxier", "system:node-proxier", [group("system:nodes")]),
     ]
 
 
