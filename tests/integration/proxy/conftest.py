@@ -2,9 +2,10 @@
 
 ``topology`` makes, for the test module:
 
-* a network namespace ``node`` with a bridge (the pods' gateway, ``10.77.0.1/24``)
+* a network namespace ``node`` with a bridge (the pods' gateway, ``10.77.0.1/24``
+  and ``fd00:77::1/64``)
   and a second interface (``192.168.77.1/24``, the default route), forwarding on;
-* three pod namespaces ``pod1``..``pod3`` (``10.77.0.11``..``13``), each a veth
+* three pod namespaces ``pod1``..``pod3`` (``10.77.0.11``..``13``, ``fd00:77::11``..``13``), each a veth
   on the bridge (in hairpin mode, as the bridge CNI plugin sets it up), each running ``busybox httpd`` on port 80 that answers its
   pod's name.
 
@@ -25,6 +26,7 @@ import pytest
 
 BUSYBOX = shutil.which("busybox") or "/bin/busybox"
 BRIDGE_IP = "10.77.0.1"
+BRIDGE_IP6 = "fd00:77::1"
 EXT_IP = "192.168.77.1"
 
 
@@ -35,7 +37,8 @@ def _sh(*args: str) -> None:
 @dataclass
 class Topology:
     node: str
-    pods: dict[str, str] = field(default_factory=dict)  # netns -> IP
+    pods: dict[str, str] = field(default_factory=dict)  # pod -> IPv4 address
+    pods6: dict[str, str] = field(default_factory=dict)  # pod -> IPv6 address
     node_ips: tuple[str, ...] = (BRIDGE_IP, EXT_IP)
 
     @property
@@ -84,6 +87,7 @@ def topology():
         _sh(*node, "ip", "link", "set", "lo", "up")
         _sh(*node, "ip", "link", "add", "br0", "type", "bridge")
         _sh(*node, "ip", "addr", "add", f"{BRIDGE_IP}/24", "dev", "br0")
+        _sh(*node, "ip", "-6", "addr", "add", f"{BRIDGE_IP6}/64", "dev", "br0", "nodad")
         _sh(*node, "ip", "link", "set", "br0", "up")
         # a second address and the default route: one end of a veth pair (no dummy driver everywhere)
         _sh(*node, "ip", "link", "add", "ext0", "type", "veth", "peer", "name", "ext1")
@@ -91,7 +95,8 @@ def topology():
         _sh(*node, "ip", "link", "set", "ext1", "up")
         _sh(*node, "ip", "link", "set", "ext0", "up")
         _sh(*node, "ip", "route", "add", "default", "dev", "ext0")
-        _sh(*node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        _sh(*node, "ip", "-6", "route", "add", "default", "dev", "ext0")
+        _sh(*node, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
         for i in (1, 2, 3):
             pod = f"pod{i}"
             ns = topo.pod_ns(pod)
@@ -111,6 +116,10 @@ def topology():
             _sh(*pod_cmd, "ip", "addr", "add", f"{ip}/24", "dev", "eth0")
             _sh(*pod_cmd, "ip", "link", "set", "eth0", "up")
             _sh(*pod_cmd, "ip", "route", "add", "default", "via", BRIDGE_IP)
+            ip6 = f"fd00:77::{10 + i}"
+            _sh(*pod_cmd, "ip", "-6", "addr", "add", f"{ip6}/64", "dev", "eth0", "nodad")
+            _sh(*pod_cmd, "ip", "-6", "route", "add", "default", "via", BRIDGE_IP6)
+            topo.pods6[pod] = ip6
             root = os.path.join(docroot, pod)
             os.makedirs(root, exist_ok=True)
             with open(os.path.join(root, "index.html"), "w") as f:

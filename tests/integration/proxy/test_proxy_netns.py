@@ -208,3 +208,33 @@ async def test_deleting_the_service_removes_its_rules_and_stopping_removes_the_t
     await env.proxy.stop()
     code, out = await env.topo.nft("list", "tables")
     assert code == 0 and "kube-proxy" not in out
+
+
+async def test_ipv6_services_are_programmed_in_the_ip6_table(topology):
+    """The ip6 family's proxier, fed a dual-stack Service and an IPv6 EndpointSlice (the test API
+    server's Service range is IPv4 only, so the objects are handed to the proxier directly)."""
+    from kubeplane.proxy import Proxier
+
+    v6 = Proxier("ipv6", ProxyConfig(node_name=NODE, families=("ipv4", "ipv6"), command_prefix=topology.prefix))
+    v6.on_service({"metadata": {"namespace": NS, "name": "v6"},
+                   "spec": {"clusterIP": "10.96.9.9", "clusterIPs": ["10.96.9.9", "fd00:96::9"],
+                            "ipFamilies": ["IPv4", "IPv6"], "ports": [{"port": 80, "protocol": "TCP"}]}})
+    v6.on_slice({"metadata": {"namespace": NS, "name": "v6-x", "labels": {"kubernetes.io/service-name": "v6"}},
+                 "addressType": "IPv6", "ports": [{"name": "", "port": 80, "protocol": "TCP"}],
+                 "endpoints": [{"addresses": [topology.pods6[p]], "conditions": {"ready": True}}
+                               for p in ("pod1", "pod2")]})
+    v6.set_initialized()
+    try:
+        assert await v6.sync(), v6.last_error
+        seen = set()
+        for _ in range(20):
+            code, body = await topology.get("http://[fd00:96::9]/")
+            assert code == 0, body
+            seen.add(body)
+        assert seen == {"pod1", "pod2"}
+        code, out = await topology.nft("list", "table", "ip6", "kube-proxy")
+        assert code == 0 and "dnat ip6 to numgen random mod 2 map { 0 : fd00:77::11 . 80" in out
+    finally:
+        assert await v6.cleanup()
+    code, out = await topology.nft("list", "tables")
+    assert "ip6 kube-proxy" not in out
