@@ -119,6 +119,7 @@ class Endpoint:
     serving: bool = True
     terminating: bool = False
     zone_hints: frozenset[str] = frozenset()
+    node_hints: frozenset[str] = frozenset()
 
     def __str__(self) -> str:
         return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
@@ -236,9 +237,12 @@ def endpoints_by_port(service: tuple[str, str], slices: list[Obj], family: str,
                 ready = cond.get("ready") is not False
                 serving = cond.get("serving") is not False
                 terminating = cond.get("terminating") is True
-                zones = frozenset(z.get("name", "") for z in ((ep.get("hints") or {}).get("forZones") or []))
+                hints = ep.get("hints") or {}
+                zones = frozenset(z.get("name", "") for z in hints.get("forZones") or [])
+                nodes = frozenset(n.get("name", "") for n in hints.get("forNodes") or [])
                 e = Endpoint(ip=ip, port=int(num), is_local=bool(node_name) and ep.get("nodeName") == node_name,
-                             ready=ready, serving=serving, terminating=terminating, zone_hints=zones)
+                             ready=ready, serving=serving, terminating=terminating, zone_hints=zones,
+                             node_hints=nodes)
                 key = str(e)
                 if key not in eps or not terminating:
                     eps[key] = e
@@ -255,24 +259,36 @@ class Categorized:
     has_any: bool = False
 
 
-def _topology_zone(endpoints: list[Endpoint], zone: str) -> bool:
-    """Zone hints apply when every ready endpoint has some and one names this node's zone."""
+def topology_mode(endpoints: list[Endpoint], node: str, zone: str) -> str:
+    """``PreferSameNode`` when every ready endpoint has node hints and one names this node, else
+    ``PreferSameZone`` when every ready endpoint has zone hints and one names this node's zone,
+    else "" (every endpoint), as upstream's topologyModeFromHints."""
     ready = [e for e in endpoints if e.ready]
-    if not ready or not zone:
-        return False
-    if any(not e.zone_hints for e in ready):
-        return False
-    return any(zone in e.zone_hints for e in ready)
+    if not ready:
+        return ""
+    if all(e.node_hints for e in ready) and any(node in e.node_hints for e in ready):
+        return "PreferSameNode"
+    if zone and all(e.zone_hints for e in ready) and any(zone in e.zone_hints for e in ready):
+        return "PreferSameZone"
+    return ""
 
 
-def categorize_endpoints(endpoints: list[Endpoint], svc: ServicePort, zone: str = "") -> Categorized:
+def _available(e: Endpoint, mode: str, node: str, zone: str) -> bool:
+    if mode == "PreferSameNode":
+        return node in e.node_hints
+    if mode == "PreferSameZone":
+        return zone in e.zone_hints
+    return True
+
+
+def categorize_endpoints(endpoints: list[Endpoint], svc: ServicePort, zone: str = "", node: str = "") -> Categorized:
     out = Categorized()
     if not endpoints:
         return out
-    use_zone = False
+    mode = ""
     if svc.uses_cluster_endpoints:
-        use_zone = _topology_zone(endpoints, zone)
-        out.cluster = [e for e in endpoints if e.ready and (not use_zone or zone in e.zone_hints)]
+        mode = topology_mode(endpoints, node, zone)
+        out.cluster = [e for e in endpoints if e.ready and _available(e, mode, node, zone)]
         if not out.cluster:
             out.cluster = [e for e in endpoints if e.serving and e.terminating]
         out.has_any = bool(out.cluster)
@@ -296,7 +312,7 @@ def categorize_endpoints(endpoints: list[Endpoint], svc: ServicePort, zone: str 
     if not svc.uses_cluster_endpoints:
         out.reachable = out.local
         return out
-    if not use_zone and not terminating_fallback:
+    if not mode and not terminating_fallback:
         out.reachable = out.cluster
         return out
     merged = {str(e): e for e in out.cluster}

@@ -206,6 +206,8 @@ class Proxier:
         cidrs = [c for c in config.local_cidrs if _cidr_family(c) == family]
         self.local_cidrs = cidrs
         self.node_ip = next((ip for ip in config.node_ips if _ip_family(ip) == family), None)
+        #: the node's topology.kubernetes.io/zone (set_zone follows the Node)
+        self.zone = config.zone
         # what the informers said
         self._services: dict[tuple[str, str], dict] = {}
         self._slices: dict[tuple[str, str], dict[str, dict]] = {}
@@ -271,6 +273,16 @@ class Proxier:
                 del self._slices[key]
         self._changed(key)
 
+    def set_zone(self, zone: str) -> None:
+        """The node's zone changed: every service's endpoints may differ (a full sync)."""
+        if zone == self.zone:
+            return
+        self.zone = zone
+        self._need_full = True
+        self._dirty.update(self._services)
+        if self.initialized:
+            self.runner.run()
+
     def set_initialized(self) -> None:
         """Services and EndpointSlices are all known: syncs may start."""
         self.initialized = True
@@ -298,7 +310,7 @@ class Proxier:
         port = str(svc.port)
         name = str(svc.name)
         base = svc.chain_base
-        cat = categorize_endpoints(endpoints, svc, self.config.zone)
+        cat = categorize_endpoints(endpoints, svc, self.zone, self.config.node_name)
         affinity = svc.session_affinity_client_ip
 
         def chain(n: str) -> list[Rule]:

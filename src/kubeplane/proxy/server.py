@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 SERVICES = resource("services")
 ENDPOINT_SLICES = resource("endpointslices", "discovery.k8s.io")
+NODES = resource("nodes")
+ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
 class ServiceProxy:
@@ -71,6 +73,13 @@ class ServiceProxy:
         for p in self.proxiers:
             p.on_slice_deleted(sl)
 
+    def _on_node(self, node: dict, new: dict | None = None) -> None:
+        """Its own Node: the zone label decides which endpoints topology hints give this node."""
+        node = new if new is not None else node
+        zone = ((node.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL, "")
+        for p in self.proxiers:
+            p.set_zone(zone)
+
     # -- life
 
     async def start(self, *, sync_timeout: float = 60.0) -> None:
@@ -80,10 +89,13 @@ class ServiceProxy:
             self._factory = SharedInformerFactory(self.client)
         services = self._factory.informer_for(SERVICES, label_selector=INFORMER_LABEL_SELECTOR)
         slices = self._factory.informer_for(ENDPOINT_SLICES, label_selector=INFORMER_LABEL_SELECTOR)
+        # its own Node, for its zone (upstream's NodeTopologyConfig); the first syncs do not wait for it
+        nodes = self._factory.informer_for(NODES, field_selector=f"metadata.name={self.config.node_name}")
         self._informers = [services, slices]
         regs = [services.add_event_handler(self._on_service, self._on_service_update, self._on_service_deleted),
                 slices.add_event_handler(self._on_slice, self._on_slice_update, self._on_slice_deleted)]
-        self._registrations = list(zip(self._informers, regs))
+        node_reg = nodes.add_event_handler(self._on_node, self._on_node, None)
+        self._registrations = list(zip(self._informers, regs)) + [(nodes, node_reg)]
         self._factory.start()
         loop = asyncio.get_running_loop()
         for p in self.proxiers:

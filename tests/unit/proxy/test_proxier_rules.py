@@ -298,3 +298,59 @@ async def test_the_runner_batches_changes_within_min_interval():
         assert len(calls) == 2 and calls[1] - calls[0] >= 0.19  # the burst: one more, min_interval later
     finally:
         task.cancel()
+
+
+def _hinted(name: str, *endpoints: tuple) -> dict:
+    """endpoints: (ip, zone, node hint or None)."""
+    sl = eps(name, *[(ip, True) for ip, _, _ in endpoints])
+    for ep, (_, zone, node) in zip(sl["endpoints"], endpoints):
+        ep["hints"] = {"forZones": [{"name": zone}]}
+        if node:
+            ep["hints"]["forNodes"] = [{"name": node}]
+    return sl
+
+
+async def test_topology_hints_pick_this_zones_endpoints_and_follow_the_nodes_zone():
+    p, fake = make()
+    p.on_service(svc("t", "172.30.0.7"))
+    p.on_slice(_hinted("t", ("10.0.1.1", "zone-a", None), ("10.0.1.2", "zone-b", None)))
+    await synced(p)
+    assert "10.0.1.2" in fake.chain_rules(chain_of("t"))[0]  # the node's zone is unknown: every endpoint
+    p.set_zone("zone-a")
+    await synced(p)
+    assert p.syncs[-1].full
+    rule = fake.chain_rules(chain_of("t"))[0]
+    assert "10.0.1.1 . 80" in rule and "10.0.1.2" not in rule
+    p.set_zone("zone-c")  # no endpoint hinted for it: hints are ignored
+    await synced(p)
+    assert "10.0.1.2" in fake.chain_rules(chain_of("t"))[0]
+
+
+async def test_node_hints_prefer_this_nodes_endpoints():
+    p, fake = make(zone="zone-a")
+    p.on_service(svc("n", "172.30.0.8"))
+    p.on_slice(_hinted("n", ("10.0.1.1", "zone-a", "elsewhere"), ("10.0.1.2", "zone-a", NODE)))
+    await synced(p)
+    rule = fake.chain_rules(chain_of("n"))[0]
+    assert "10.0.1.2 . 80" in rule and "10.0.1.1" not in rule
+
+
+async def test_each_family_takes_its_own_cluster_ip_and_slices():
+    fake4, fake6 = FakeNFTables("ip"), FakeNFTables("ip6")
+    cfg = ProxyConfig(node_name=NODE, families=("ipv4", "ipv6"))
+    v4 = Proxier("ipv4", cfg, nftables=fake4, local_addresses=lambda: [])
+    v6 = Proxier("ipv6", cfg, nftables=fake6, local_addresses=lambda: [])
+    s = svc("d", "172.30.0.10")
+    s["spec"]["clusterIPs"] = ["172.30.0.10", "fd00:96::10"]
+    s6 = eps("d", ("fd00:1::1", True), slice_name="d-6")
+    s6["addressType"] = "IPv6"
+    for p in (v4, v6):
+        p.on_service(s)
+        p.on_slice(eps("d", ("10.0.1.1", True), slice_name="d-4"))
+        p.on_slice(s6)
+        await synced(p)
+    assert fake4.map_elements("service-ips") == {"172.30.0.10 . tcp . 80": f"goto {chain_of('d')}"}
+    assert fake6.map_elements("service-ips") == {"fd00:96::10 . tcp . 80": f"goto {chain_of('d')}"}
+    assert fake6.chain_rules(chain_of("d")) == [
+        "meta l4proto tcp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd00:1::1 . 80 }"]
+    assert "ip6 daddr != ::1" in " ".join(fake6.chain_rules("services"))
