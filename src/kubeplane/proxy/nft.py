@@ -264,7 +264,15 @@ class NFTables:
             *self.command, *args,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        out, err = await proc.communicate(stdin)
+        try:
+            out, err = await proc.communicate(stdin)
+        except BaseException:
+            # cancelled (the proxy stops): end nft and wait for it, so that no transaction of it
+            # lands after what the caller does next (deleting the table)
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            raise
         if proc.returncode != 0:
             msg = err.decode(errors="replace").strip()
             raise NFTError(msg or f"nft exited with {proc.returncode}",
@@ -423,6 +431,8 @@ class FakeNFTables:
                     self.elements[obj.name] = {}
                 elif type(old) is not type(obj) or old.type != obj.type:
                     raise NFTError(f"Error: Could not process rule: File exists (set {obj.name})")
+                else:
+                    self.sets[obj.name] = obj  # the kernel updates a set's timeout in place
                 return
             if obj.name not in self.sets:
                 raise NFTError(f"Error: No such file or directory (set {obj.name})", not_found=True)
