@@ -10,6 +10,7 @@ import sys
 from kubeplane.testing import Cluster
 
 from helpers import eventually_sync, node_kubeconfig
+from netns_topology import topology  # noqa: F401 - the fixture
 
 CLI = [sys.executable, "-m", "kubeplane.cli.main"]
 

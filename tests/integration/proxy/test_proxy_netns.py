@@ -19,6 +19,7 @@ from kubeplane.proxy import ProxyConfig, ServiceProxy
 from kubeplane.testing import Cluster
 
 from helpers import eventually
+from netns_topology import topology  # noqa: F401 - the fixture
 
 SERVICES = resource("services")
 SLICES = resource("endpointslices", "discovery.k8s.io")

@@ -1,5 +1,8 @@
 """A node and its pods in network namespaces, for the Service proxy's tests.
 
+(Not a conftest.py: other integration tests import their conftest by name.
+The tests here import the fixture from this module.)
+
 ``topology`` makes, for the test module:
 
 * a network namespace ``node`` with a bridge (the pods' gateway, ``10.77.0.1/24``
@@ -17,6 +20,7 @@ own network and ruleset are never touched.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import shutil
 import subprocess
@@ -28,6 +32,7 @@ BUSYBOX = shutil.which("busybox") or "/bin/busybox"
 BRIDGE_IP = "10.77.0.1"
 BRIDGE_IP6 = "fd00:77::1"
 EXT_IP = "192.168.77.1"
+_SERIAL = itertools.count()
 
 
 def _sh(*args: str) -> None:
@@ -72,14 +77,14 @@ class Topology:
 
 
 @pytest.fixture(scope="module")
-def topology():
+def topology(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.fail("the proxy's network tests need root (network namespaces, nftables)")
-    tag = f"kpx{os.getpid() % 100000}"
+    tag = f"kpx{os.getpid() % 100000}-{next(_SERIAL)}"
     topo = Topology(node=tag)
     made: list[str] = []
     procs: list[subprocess.Popen] = []
-    docroot = f"/run/{tag}-www"
+    docroot = str(tmp_path_factory.mktemp("www"))
     try:
         _sh("ip", "netns", "add", topo.node)
         made.append(topo.node)
