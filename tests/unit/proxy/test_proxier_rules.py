@@ -354,3 +354,69 @@ async def test_each_family_takes_its_own_cluster_ip_and_slices():
     assert fake6.chain_rules(chain_of("d")) == [
         "meta l4proto tcp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd00:1::1 . 80 }"]
     assert "ip6 daddr != ::1" in " ".join(fake6.chain_rules("services"))
+
+
+BASE_TABLE = """\
+chain cluster-ips-check
+  ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"
+chain filter-forward
+  ct state new jump service-endpoints-check
+  ct state new jump cluster-ips-check
+chain filter-input
+  ct state new jump nodeport-endpoints-check
+  ct state new jump service-endpoints-check
+chain filter-output
+  ct state new jump service-endpoints-check
+  ct state new jump cluster-ips-check
+chain filter-output-pre-dnat
+  ct state new jump firewall-check
+chain filter-prerouting-pre-dnat
+  ct state new jump firewall-check
+chain firewall-check
+  ip daddr . meta l4proto . th dport vmap @firewall-ips
+chain masquerading
+  mark and 0x004000 != 0 mark set mark xor 0x004000 masquerade fully-random
+  ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random
+chain nat-output
+  jump services
+chain nat-postrouting
+  jump masquerading
+chain nat-prerouting
+  jump services
+chain nodeport-endpoints-check
+  ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports
+chain reject-chain
+  reject
+chain service-endpoints-check
+  ip daddr . meta l4proto . th dport vmap @no-endpoint-services
+chain services
+  ip daddr . meta l4proto . th dport vmap @service-ips
+  fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports
+set cluster-ips
+map firewall-ips
+set hairpin-connections
+map no-endpoint-nodeports
+map no-endpoint-services
+map service-ips
+map service-nodeports"""
+
+
+async def test_the_fixed_part_of_the_table_is_upstreams():
+    p, fake = make()
+    await synced(p)
+    assert fake.dump() == BASE_TABLE
+    hooks = {n: (c.type, c.hook, c.priority) for n, c in fake.chains.items() if c.type}
+    assert hooks == {
+        "filter-prerouting-pre-dnat": ("filter", "prerouting", -110), "filter-output-pre-dnat": ("filter", "output", -110),
+        "filter-input": ("filter", "input", 0), "filter-forward": ("filter", "forward", 0),
+        "filter-output": ("filter", "output", 0), "nat-prerouting": ("nat", "prerouting", -100),
+        "nat-output": ("nat", "output", -100), "nat-postrouting": ("nat", "postrouting", 100)}
+    # services come and go: the fixed part stays as it was
+    p.on_service(svc("a", "172.30.0.1", node_port=30001, type="NodePort"))
+    p.on_slice(eps("a", ("10.0.1.1", True)))
+    await synced(p)
+    p.on_service_deleted(svc("a", "172.30.0.1"))
+    await synced(p)
+    p.clock = lambda: 1e9  # the stale chains' second has passed
+    await synced(p)
+    assert fake.dump() == BASE_TABLE
