@@ -51,7 +51,7 @@ from typing import Any, Callable, Sequence
 
 from kubeplane.proxy import nft
 from kubeplane.proxy.model import (Endpoint, ServicePort, categorize_endpoints, endpoints_by_port,
-                                   service_ports)
+                                   service_ports, slice_service)
 from kubeplane.proxy.nft import Chain, Element, Map, Rule, Set, Table
 from kubeplane.proxy.runner import BoundedFrequencyRunner
 
@@ -171,10 +171,6 @@ class ServiceRules:
     elements: list[Element] = field(default_factory=list)
     affinity_sets: list[Set] = field(default_factory=list)
 
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, ServiceRules) and self.chains == other.chains
-                and self.elements == other.elements and self.affinity_sets == other.affinity_sets)
-
 
 @dataclass
 class SyncResult:
@@ -252,8 +248,6 @@ class Proxier:
         self._changed(key)
 
     def on_slice(self, slice_: dict) -> None:
-        from kubeplane.proxy.model import slice_service
-
         key = slice_service(slice_)
         if key is None:
             return
@@ -261,8 +255,6 @@ class Proxier:
         self._changed(key)
 
     def on_slice_deleted(self, slice_: dict) -> None:
-        from kubeplane.proxy.model import slice_service
-
         key = slice_service(slice_)
         if key is None:
             return
