@@ -468,7 +468,16 @@ def kubeplane_roles() -> list[Obj]:
         r(READ, "storage.k8s.io", "storageclasses"),
         r("create,delete,get,list,patch,update,watch", "storage.k8s.io", "csistoragecapacities"),
         EVENTS,
+    ]), _role(KUBEPLANE_NODE_PROXIER_ROLE, [
+        # what the Service proxy reads beyond what the Node authorizer grants a node (Services,
+        # its own Node, events): system:node-proxier's would also open every Node to every node
+        r("list,watch", "discovery.k8s.io", "endpointslices"),
     ])]
+
+
+#: a node runs the Service proxy inside its agent, under its own identity (kubeadm gives
+#: kube-proxy a ServiceAccount of its own instead)
+KUBEPLANE_NODE_PROXIER_ROLE = "kubeplane:node-proxier"
 
 
 #: the kube-system ServiceAccount the local volume provisioner acts as
@@ -524,9 +533,7 @@ def node_bootstrap_bindings() -> list[Obj]:
                  [group(DEFAULT_NODE_TOKEN_GROUP)]),
         _binding("kubeplane:node-autoapprove-certificate-rotation",
                  "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", [group("system:nodes")]),
-        # a node runs the Service proxy inside its agent, under its own identity (kubeadm gives
-        # kube-proxy a ServiceAccount of its own instead): it reads what kube-proxy reads
-        _binding("kubeplane:node-proxier", "system:node-proxier", [group("system:nodes")]),
+        _binding(KUBEPLANE_NODE_PROXIER_ROLE, KUBEPLANE_NODE_PROXIER_ROLE, [group("system:nodes")]),
     ]
 
 

@@ -54,4 +54,6 @@ def test_kubeplane_proxy_programs_the_namespace_as_the_node_and_removes_its_tabl
                 proc.wait()
             log.close()
         listed = _nft(topology, "list", "tables")
-        assert listed.returncode == 0 and "kube-proxy" not in listed.stdout, (tmp_path / "proxy.log").read_text()
+        text = (tmp_path / "proxy.log").read_text()
+        assert listed.returncode == 0 and "kube-proxy" not in listed.stdout, text
+        assert "forbidden" not in text.lower(), text  # Services, EndpointSlices and its own Node: all allowed
