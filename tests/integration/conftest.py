@@ -110,7 +110,8 @@ def start_server(tmp: Path, storage: str = "memory", extra: list[str] | None = N
     log_path = tmp / "server.log"
     logf = open(log_path, "ab")
     # `up` serves the components' metrics on 127.0.0.1:10259 by default: tests take a free port.
-    own = ["--metrics-listen", "127.0.0.1:0"] if command == "up" else []
+    # It runs a real node where the host can: these tests want simulated nodes only.
+    own = ["--metrics-listen", "127.0.0.1:0", "--real-node", "off"] if command == "up" else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "kubeplane.cli.main", command, "--listen", "127.0.0.1:0",
          "--kubeconfig", str(kubeconfig), "--storage", storage, "--data-dir", str(data_dir), *own,

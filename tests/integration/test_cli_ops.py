@@ -40,7 +40,7 @@ def test_second_server_on_a_data_dir_is_refused(tmp_path):
         before = first.kubeconfig.read_text()
         other_kc = tmp_path / "other-kubeconfig"
         for command in ("apiserver", "up"):
-            extra = ["--nodes", "0", "--metrics-listen", ""] if command == "up" else []
+            extra = ["--nodes", "0", "--metrics-listen", "", "--real-node", "off"] if command == "up" else []
             p = run(command, "--data-dir", str(first.data_dir), "--listen", "127.0.0.1:0",
                     "--kubeconfig", str(other_kc), *extra)
             assert p.returncode == 1, p.stderr
@@ -72,7 +72,7 @@ def test_busy_port_is_one_line_and_exit_1(tmp_path):
         assert p.returncode == 1
         assert p.stderr == f"error: listen tcp 127.0.0.1:{port}: bind: address already in use\n"
         # The components' metrics address too (up stops its API server again and leaves no kubeconfig).
-        p = run("up", "--storage", "memory", "--listen", "127.0.0.1:0", "--nodes", "0",
+        p = run("up", "--storage", "memory", "--listen", "127.0.0.1:0", "--nodes", "0", "--real-node", "off",
                 "--metrics-listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "up"))
         assert p.returncode == 1
         assert p.stderr.splitlines()[-1] == f"error: listen tcp 127.0.0.1:{port}: bind: address already in use"

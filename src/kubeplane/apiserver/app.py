@@ -264,7 +264,9 @@ class APIServer:
         site = BoundedSockSite(self._runner, sock, ssl_context=ssl_context,
                                handshake_timeout=cfg.limits.header_timeout)
         await site.start()
-        self.url = f"{'https' if ssl_context is not None else 'http'}://{address}"
+        # listening on every address: clients are told the advertised one (which the serving
+        # certificate covers), as kubeadm's kubeconfigs name the advertise address
+        self.url = f"{'https' if ssl_context is not None else 'http'}://{self._client_address(host, bound_port)}"
         await self._start_kubernetes_service(host, bound_port)
         if self.security is not None and cfg.component_kubeconfigs:
             self.security.write_component_kubeconfigs(self.url)
@@ -285,25 +287,29 @@ class APIServer:
         await keeper.start()
         self._started.append(keeper)
 
+    def _client_address(self, host: str, port: int) -> str:
+        """HOST:PORT clients reach this server at: the listen address, or when
+        that is every address, the advertised one (loopback if the host has none)."""
+        import ipaddress
+
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            return format_address(host, port)
+        if not ip.is_unspecified:
+            return format_address(host, port)
+        from kubeplane.apiserver.kubernetesservice import advertise_address
+
+        public = advertise_address(self.config.advertise_address, host)
+        return format_address(public or ("::1" if ip.version == 6 else "127.0.0.1"), port)
+
     async def _publish_cluster_info(self, host: str, port: int) -> None:
         """kube-public/cluster-info for token discovery: this server's URL (its
         advertised address when it listens on every address) and CA."""
         from kubeplane.apiserver.clusterinfo import publish_cluster_info
-        from kubeplane.apiserver.kubernetesservice import advertise_address
 
-        import ipaddress
-
-        url = self.url
-        try:
-            unspecified = ipaddress.ip_address(host).is_unspecified
-        except ValueError:
-            unspecified = False
-        if unspecified:
-            public = advertise_address(self.config.advertise_address, host)
-            if public:
-                url = f"https://{format_address(public, port)}"
         ca = self.security.server_ca_pem
-        await publish_cluster_info(self.registry, url, ca.encode() if isinstance(ca, str) else ca)
+        await publish_cluster_info(self.registry, self.url, ca.encode() if isinstance(ca, str) else ca)
 
     def admin_credentials(self) -> dict[str, Any]:
         """What a kubeconfig for the cluster's admin carries (keyword

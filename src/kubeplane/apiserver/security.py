@@ -104,7 +104,7 @@ class Security:
             else:
                 server_ca = b""
         else:
-            crt, key = own.serving_pair(pki.serving_names(host))
+            crt, key = own.serving_pair(pki.serving_names(host, *public_names(cfg, host)))
             server_ca = own.ca_pem
         client_ca = cfg.client_ca_file or own.ca_file
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -187,6 +187,21 @@ def _loaded_once(path: str):
         return key[0]
 
     return load
+
+
+def public_names(cfg: "APIServerConfig", host: str) -> tuple[str, ...]:
+    """The address clients elsewhere reach the server at, which its serving
+    certificate covers too: ``--advertise-address``, or, when it listens on
+    every address, the host's address (the one the ``kubernetes`` endpoints and
+    cluster-info name)."""
+    from kubeplane.apiserver.kubernetesservice import advertise_address
+
+    if cfg.advertise_address:
+        return (cfg.advertise_address,)
+    if host in ("0.0.0.0", "::"):
+        public = advertise_address(None, host)
+        return (public,) if public else ()
+    return ()
 
 
 def _issued_by(cert, issuer) -> bool:

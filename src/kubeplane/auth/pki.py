@@ -161,9 +161,10 @@ def _general_names(names: tuple[str, ...]) -> list["x509.GeneralName"]:
     return out
 
 
-def serving_names(host: str) -> tuple[str, ...]:
-    """The listen host (unless it is a wildcard address) and the defaults."""
-    names = list(DEFAULT_SERVING_NAMES)
+def serving_names(host: str, *extra: str) -> tuple[str, ...]:
+    """The listen host (unless it is a wildcard address; then the host name),
+    ``extra`` names (the advertised address) and the defaults."""
+    names = [*(e for e in extra if e), *DEFAULT_SERVING_NAMES]
     if host and host not in ("0.0.0.0", "::"):
         names.insert(0, host)
     else:

@@ -170,7 +170,9 @@ class RealNode:
         cmd = [sys.executable, "-m", "kubeplane.cli.main", "node", "--kubeconfig", self.kubeconfig,
                "--name", self.name, "--data-dir", self.data_dir, "--images-dir", self.images_dir,
                "--max-pods", str(self.max_pods), "--pod-cidr", self.pod_cidr or free_pod_cidr(),
-               "--kubelet-port", str(self.kubelet_port or free_port()), *self.extra_args]
+               "--kubelet-port", str(self.kubelet_port or free_port()),
+               "--no-proxy",  # pod start-up needs no Service rules: the host's ruleset stays as it is
+               *self.extra_args]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
@@ -212,28 +214,22 @@ class RealNode:
             await self.remove_sandboxes()
         except Exception:  # noqa: BLE001 - what is left is removed below
             pass
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(asyncio.to_thread(self.proc.wait), timeout)
-            except asyncio.TimeoutError:
-                self.proc.kill()
-                await asyncio.to_thread(self.proc.wait)
+        if self.proc is not None:
+            from kubeplane.node.containerd import terminate
+
+            await terminate(self.proc, timeout)
         self.cleanup()
 
     def cleanup(self) -> None:
         from kubeplane.node.containerd import kill_shims, unmount_under
 
-        # containerd, and the shims that outlive it (found by the socket path in
-        # their command line: the socket file itself is gone once containerd stopped)
-        left = node_processes(None, self.data_dir)
-        for pid in left.containerd + left.shims:
+        # containerd, and the shims that outlive it (the socket is gone once containerd stopped)
+        for pid in node_processes(None, self.data_dir).containerd:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        for sock in _find(self.data_dir, "containerd.sock"):
-            kill_shims(sock)
+        kill_shims(self.data_dir)
         for bridge in _bridges(self.data_dir):
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
         unmount_under(self.data_dir)

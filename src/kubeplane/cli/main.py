@@ -538,7 +538,8 @@ _CONTROLLER_FLAGS = (
      "The period after pod start during which readiness changes will be treated as initial readiness."),
     # -- security --
     ("--allocate-node-cidrs", "allocate_node_cidrs", "flag", False,
-     "Should CIDRs for Pods be allocated and set on the nodes (from --cluster-cidr)."),
+     "Should CIDRs for Pods be allocated and set on the nodes (from --cluster-cidr); "
+     "--allocate-node-cidrs=false turns it off."),
     ("--cluster-cidr", "cluster_cidr", "cidrs", "",
      "CIDR Range for Pods in cluster (one, or an IPv4 and an IPv6 one comma-separated for dual stack). "
      "Requires --allocate-node-cidrs."),
@@ -553,8 +554,18 @@ _CONTROLLER_FLAGS = (
 _POSITIVE_CONTROLLER_FLAGS = frozenset({"node_monitor_period", "hpa_sync_period"})
 
 
-def _controller_flag_options(fn):
-    """The flags of :data:`_CONTROLLER_FLAGS`, kept in the context (see :func:`_controller_flag_values`)."""
+#: ``kubeplane up`` allocates node pod CIDRs (upstream's kube-controller-manager
+#: only with --allocate-node-cidrs): from 10.244.0.0/16, as kubeadm clusters with
+#: flannel and kind do, a /24 for each node
+_UP_CONTROLLER_DEFAULTS = {"allocate_node_cidrs": True, "cluster_cidr": "10.244.0.0/16"}
+
+
+def _controller_flag_options(fn=None, *, defaults: dict | None = None):
+    """The flags of :data:`_CONTROLLER_FLAGS`, kept in the context (see :func:`_controller_flag_values`);
+    ``defaults``: other defaults than upstream's, by field."""
+    if fn is None:
+        return lambda f: _controller_flag_options(f, defaults=defaults)
+    defaults = defaults or {}
 
     def store(field: str, kind: str = ""):
         def callback(ctx: click.Context, param: click.Parameter, value):
@@ -574,12 +585,14 @@ def _controller_flag_options(fn):
         return callback
 
     for flag, field, kind, default, text in reversed(_CONTROLLER_FLAGS):
-        if kind == "flag":
-            fn = click.option(flag, is_flag=True, default=default, callback=store(field), expose_value=False,
-                              help=text)(fn)
+        default = defaults.get(field, default)
+        if kind == "flag":  # a Go bool flag: --flag, --flag=true, --flag=false
+            fn = click.option(flag, type=bool, is_flag=False, flag_value=True, default=default, metavar="[=BOOL]",
+                              callback=store(field), expose_value=False,
+                              help=f"{text}  [default: {str(default).lower()}]")(fn)
         elif kind == "cidrs":
-            fn = click.option(flag, default=default, callback=store(field, kind), expose_value=False,
-                              help=text)(fn)
+            fn = click.option(flag, default=default, show_default=bool(default), callback=store(field, kind),
+                              expose_value=False, help=text)(fn)
         elif kind == "duration":
             fn = click.option(flag, type=_Duration(), default=default, show_default=True, callback=store(field),
                               expose_value=False, help=text)(fn)
@@ -604,7 +617,7 @@ def _controller_flag_argv() -> list[str]:
         if field in values:
             v = values[field]
             if kind == "flag":
-                out += [flag] if v else []
+                out.append(f"{flag}={'true' if v else 'false'}")
                 continue
             out += [flag, f"{v:g}s" if kind == "duration" else f"{v:g}" if kind == "float" else str(v)]
     return out
@@ -627,16 +640,14 @@ _COMPONENTS_METRICS_HELP = ("HOST:PORT where the scheduler's and controllers' /m
 @click.option("--metrics-listen", default="127.0.0.1:10259", show_default=True, callback=_check_listen,
               help=_COMPONENTS_METRICS_HELP + " With --split the second process serves them.")
 @_controllers_option
-@_controller_flag_options
+@_controller_flag_options(defaults=_UP_CONTROLLER_DEFAULTS)
 # -- agent --
-@click.option("--real-node", type=click.Choice(["auto", "on", "off"]), default="off", show_default=True,
+@click.option("--real-node", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Also run one real node (pods in containers, through its own containerd under "
-                   "<data-dir>/node): on, off, or auto (when this host can: root, containerd, runc, CNI plugins).")
+                   "<data-dir>/node; its pod CIDR from the node IPAM controller, see --cluster-cidr): auto (when "
+                   "this host can: root, containerd, runc, CNI plugins), on (fail if it cannot) or off.")
 @click.option("--real-node-name", default=None, callback=lambda ctx, param, value: _check_node_name(ctx, param, value),
               help="Name of the real node; default: the hostname.")
-@click.option("--real-node-pod-cidr", default="10.42.0.0/24", show_default=True,
-              callback=lambda ctx, param, value: _check_cidr(ctx, param, value),
-              help="The real node's pod CIDR (its pods' bridge network).")
 @click.option("--real-node-kubelet-port", type=click.IntRange(min=0, max=65535), default=10250, show_default=True,
               help="Port of the real node's kubelet API (0: a free one).")
 # -- end agent --
@@ -644,8 +655,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
        history_bytes: int, event_ttl: float, verbosity: int, verbose: bool, node_count: int, node_cpu: str,
        node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int,
        scheduler_config: str | None, split: bool, metrics_listen: str,
-       controller_selection: tuple[str, ...], real_node: str = "off", real_node_name: str | None = None,
-       real_node_pod_cidr: str | None = None, real_node_kubelet_port: int = 10250) -> None:
+       controller_selection: tuple[str, ...], real_node: str = "auto", real_node_name: str | None = None,
+       real_node_kubelet_port: int = 10250) -> None:
     """Run a whole cluster: API server, scheduler, controllers, simulated nodes (one process,
     or two with --split)."""
     import os
@@ -673,8 +684,8 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                        in_process=[namespace_controller] if split else [])
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
     published = KubeconfigFile(kubeconfig)
-    real = _up_real_node(server, data_dir, real_node, real_node_name, real_node_pod_cidr,  # -- agent --
-                         real_node_kubelet_port)
+    real = _up_real_node(server, data_dir, real_node, real_node_name, real_node_kubelet_port,  # -- agent --
+                         controller_selection)
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
@@ -1407,19 +1418,36 @@ class _UpRealNode:
             self.client = None
 
 
-def _up_real_node(server, data_dir: str, mode: str, name: str | None, pod_cidr: str | None,
-                  kubelet_port: int = 10250):
+def _node_cidrs_unassigned(controller_selection: tuple[str, ...]) -> str | None:
+    """Why the node IPAM controller of ``up`` assigns no pod CIDRs (None: it does)."""
+    from kubeplane.cluster import CONTROLLERS
+    from kubeplane.controllers.manager import select_controllers
+
+    flags = _controller_flag_values()
+    if not any(d.name == "node-ipam-controller" for d in select_controllers(CONTROLLERS, controller_selection)):
+        return "no pod CIDR for it: the node-ipam-controller is not enabled (--controllers)"
+    if not flags.get("allocate_node_cidrs") or not flags.get("cluster_cidr"):
+        return "no pod CIDR for it: the node IPAM controller assigns none without --allocate-node-cidrs and " \
+               "--cluster-cidr"
+    return None
+
+
+def _up_real_node(server, data_dir: str, mode: str, name: str | None, kubelet_port: int = 10250,
+                  controller_selection: tuple[str, ...] = ("*",)):
+    """The real node of ``up`` (None: none). Its pod CIDR is the one the node
+    IPAM controller assigns. ``auto``: one when the host can run it, else one
+    log line why not; ``on``: that reason is an error."""
     import os
 
     from kubeplane.node.agent import default_node_name
 
     if mode == "off":
         return None
-    why = _real_node_available()
+    why = _real_node_available() or _node_cidrs_unassigned(controller_selection)
     if why:
         if mode == "on":
             _fail(f"--real-node on: {why}")
-        log.info("no real node: %s", why)
+        log.info("no real node (--real-node auto): %s", why)
         return None
     # the API server on loopback (the default): the node's addresses and kubelet API stay there too
     import ipaddress
@@ -1430,8 +1458,20 @@ def _up_real_node(server, data_dir: str, mode: str, name: str | None, pod_cidr: 
     except ValueError:
         node_ip = "127.0.0.1" if host == "localhost" else None
     config = _real_node_config(name or default_node_name(), os.path.join(data_dir, "node"), node_ip, 110, {},
-                               kubelet_port, pod_cidr)
+                               kubelet_port, None)
     return _UpRealNode(server, config)
+
+
+def _check_log_size(ctx, param, value):
+    from kubeplane.api.quantity import parse_quantity
+
+    try:
+        size = parse_quantity(value)
+    except (ValueError, TypeError):
+        raise click.BadParameter(f"invalid quantity {value!r}") from None
+    if size <= 0:
+        raise click.BadParameter(f"{value!r}: must be more than 0")
+    return int(size)
 
 
 def _check_reserved(ctx, param, value):
@@ -1512,6 +1552,11 @@ _real_node_options = [
                  help="Port of the node's kubelet API (logs, exec, port-forward)."),
     click.option("--pod-cidr", default=None, callback=_check_cidr,
                  help="The node's pod CIDR; default: spec.podCIDR, which the node IPAM controller assigns."),
+    click.option("--cgroup-root", default="/", show_default=True,
+                 help="The cgroup the pods' cgroups go under (kubepods/...); nodes sharing a host "
+                      "need different ones."),
+    click.option("--cgroups-per-qos/--no-cgroups-per-qos", default=True, show_default=True,
+                 help="Give each pod a cgroup under the QoS hierarchy, its sandbox's cgroup parent."),
 ]
 
 
@@ -1528,14 +1573,15 @@ def _verbosity_option_decorators(f):
 
 
 def _real_node_config(name: str, data_dir: str, node_ip, max_pods, system_reserved, kubelet_port, pod_cidr,
-                      images_dir=None, labels=None):
+                      images_dir=None, labels=None, cgroup_root="/", cgroups_per_qos=True):
     import os
 
     from kubeplane.node.agent import AgentConfig
 
     return AgentConfig(name=name, data_dir=os.path.abspath(data_dir), node_ip=node_ip, max_pods=max_pods,
                        system_reserved=system_reserved, kubelet_port=kubelet_port, pod_cidr=pod_cidr,
-                       images_dir=os.path.abspath(images_dir) if images_dir else None, labels=labels or {})
+                       images_dir=os.path.abspath(images_dir) if images_dir else None, labels=labels or {},
+                       cgroup_root=cgroup_root, cgroups_per_qos=cgroups_per_qos)
 
 
 def _real_node_available() -> str | None:
@@ -1612,6 +1658,8 @@ def _proxy_option_decorators(f):
 @click.option("--token", default=None, help="A bootstrap token (abcdef.0123456789abcdef) to join with.")
 @click.option("--ca-cert-hash", default=None,
               help="sha256:<hex> of the cluster CA's public key, checked when joining.")
+@click.option("--discovery-timeout", type=_Duration(), default="5m0s", show_default=True,
+              help="How long a join waits for the cluster-info ConfigMap signed for its token.")
 @click.option("--name", "node_name", default=None, callback=_check_node_name,
               help="Node name; default: the hostname.")
 @click.option("--data-dir", default="/var/lib/kubeplane/node", show_default=True, callback=_check_not_empty,
@@ -1620,15 +1668,22 @@ def _proxy_option_decorators(f):
               help="Image archives imported at start and when they appear; default: <data-dir>/images.")
 @click.option("--node-labels", default="", callback=_check_node_labels,
               help="Labels of the node: key=value[,key=value].")
+@click.option("--container-log-max-size", default="10Mi", show_default=True, callback=_check_log_size,
+              help="A container's log is rotated when it reaches this size (a quantity: 10Mi, 500Ki).")
+@click.option("--container-log-max-files", type=click.IntRange(min=2), default=5, show_default=True,
+              help="Log files kept per container, the current one included.")
+@click.option("--streaming-connection-idle-timeout", "streaming_idle_timeout", type=_Duration(), default="4h0m0s",
+              show_default=True, help="An exec, attach or port-forward with no data either way for this long is "
+                                      "closed.")
 @_real_node_option_decorators
 @click.option("--proxy/--no-proxy", "run_proxy", default=True, show_default=True,
               help="Run the Service proxy (nftables rules for Services, as kube-proxy) in the node.")
 @_proxy_option_decorators
 @_verbosity_option_decorators
-def node(kubeconfig, context, server, token, ca_cert_hash, node_name, data_dir, images_dir, node_labels,
-         node_ip, max_pods, system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr, run_proxy,
-         min_sync_period, sync_period, local_cidrs, nodeport_addresses, ip_families, verbosity,
-         verbose) -> None:
+def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, node_name, data_dir, images_dir,
+         node_labels, container_log_max_size, container_log_max_files, streaming_idle_timeout, node_ip, max_pods,
+         system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr, cgroup_root, cgroups_per_qos, run_proxy,
+         min_sync_period, sync_period, local_cidrs, nodeport_addresses, ip_families, verbosity, verbose) -> None:
     """Run a node: a kubelet running the pods bound to it in containers, through the CRI."""
     import os
     import shutil
@@ -1651,7 +1706,10 @@ def node(kubeconfig, context, server, token, ca_cert_hash, node_name, data_dir, 
     os.makedirs(data_dir, mode=0o700, exist_ok=True)
     joined = os.path.join(data_dir, "kubelet.kubeconfig")
     config = _real_node_config(name, data_dir, node_ip, max_pods, system_reserved, kubelet_port, pod_cidr,
-                               images_dir, node_labels)
+                               images_dir, node_labels, cgroup_root, cgroups_per_qos)
+    config.container_log_max_size = container_log_max_size
+    config.container_log_max_files = container_log_max_files
+    config.streaming_idle_timeout = streaming_idle_timeout
     if run_proxy:
         from kubeplane.proxy import ProxyConfig
 
@@ -1670,7 +1728,8 @@ def node(kubeconfig, context, server, token, ca_cert_hash, node_name, data_dir, 
             except ImportError:
                 _fail("this kubeplane cannot join with a bootstrap token: give --kubeconfig")
             try:
-                await join(server, token, name, joined, ca_cert_hash=ca_cert_hash)
+                await join(server, token, name, joined, ca_cert_hash=ca_cert_hash,
+                           discovery_timeout=discovery_timeout)
             except JoinError as err:
                 _fail(f"joining {server}: {err}")
             log.info("node %s joined %s: its kubeconfig is %s", name, server, joined)

@@ -85,7 +85,10 @@ async def discover(server: str, token: str, ca_cert_hashes: Sequence[str] = (), 
                 ca = ca_from_cluster_info(cm, token, ca_cert_hashes)
                 if ca is not None:
                     return ca
-                last = f"there is no JWS signed token in the {bt.CLUSTER_INFO} ConfigMap"
+                # as kubeadm: the bootstrap signer may not have signed for a new token yet
+                last = (f"could not find a JWS signature in the {bt.CLUSTER_INFO} ConfigMap for token ID "
+                        f"\"{token.split('.')[0]}\": the token id is invalid for this cluster or it has expired "
+                        f"(\"kubeplane token create\" on the control plane makes a new one)")
             except StatusError as err:
                 last = err.message
             except (OSError, asyncio.TimeoutError) as err:
@@ -147,9 +150,12 @@ async def request_certificate(server: str, token: str, ca_pem: bytes, node_name:
 
 
 async def join(server: str, token: str, node_name: str, kubeconfig_path: str, *,
-               ca_cert_hashes: Sequence[str] = (), ca_cert_hash: str | None = None, timeout: float = 300.0) -> str:
+               ca_cert_hashes: Sequence[str] = (), ca_cert_hash: str | None = None, timeout: float = 300.0,
+               discovery_timeout: float | None = None) -> str:
     """Discovery, TLS bootstrap and the node's kubeconfig at ``kubeconfig_path``
-    (mode 0600). ``ca_cert_hash``: one pin, the same as ``ca_cert_hashes=[it]``."""
+    (mode 0600). ``ca_cert_hash``: one pin, the same as ``ca_cert_hashes=[it]``.
+    ``discovery_timeout`` (default ``timeout``): how long discovery waits for a
+    cluster-info signed for the token; ``timeout``: how long the certificate may take."""
     from kubeplane.client.kubeconfig import write_kubeconfig
 
     if ca_cert_hash:
@@ -160,7 +166,8 @@ async def join(server: str, token: str, node_name: str, kubeconfig_path: str, *,
     for h in ca_cert_hashes:
         if not h.lower().startswith("sha256:") or len(h) != 7 + 64:
             raise JoinError(f'invalid --ca-cert-hash "{h}": the format is sha256:<64 hex digits>')
-    ca = await discover(server, token, ca_cert_hashes, timeout=timeout)
+    ca = await discover(server, token, ca_cert_hashes, timeout=timeout if discovery_timeout is None
+                        else discovery_timeout)
     cert, key = await request_certificate(server, token, ca, node_name, timeout=timeout)
     write_kubeconfig(kubeconfig_path, server, ca_data=ca, client_cert_data=cert, client_key_data=key)
     return kubeconfig_path

@@ -49,9 +49,12 @@ from kubeplane.api.nodestatus import (KUBELET_VERSION, LEASE_DURATION_SECONDS, L
                                       node_conditions)
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
-from kubeplane.node import cni, host
+from kubeplane.node import admission, cni, host
+from kubeplane.node.cri import POD_UID_LABEL
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.node.images import ImageError, import_archive, is_archive
+from kubeplane.node.logs import (DEFAULT_MAX_FILES as DEFAULT_LOG_MAX_FILES, DEFAULT_MAX_SIZE as DEFAULT_LOG_MAX_SIZE,
+                                 DEFAULT_MONITOR_INTERVAL as DEFAULT_LOG_MONITOR_INTERVAL, ContainerLogManager)
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +62,6 @@ NODES = resource("nodes")
 PODS = resource("pods")
 LEASES = resource("leases")
 
-#: the CRI labels the runtime puts on sandboxes and containers (upstream's kuberuntime)
-POD_UID_LABEL = "io.kubernetes.pod.uid"
-POD_NAME_LABEL = "io.kubernetes.pod.name"
-POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
 #: upstream's nodeStatusMaxImages and MaxNamesPerImageInNodeStatus
 MAX_IMAGES = 50
 MAX_NAMES_PER_IMAGE = 5
@@ -101,6 +100,18 @@ class AgentConfig:
     images_poll_period: float = 2.0
     #: the CRI runtime's request timeout at start: how long to wait for it
     runtime_wait: float = 60.0
+    #: container log rotation (upstream's containerLogMaxSize, containerLogMaxFiles)
+    container_log_max_size: int = DEFAULT_LOG_MAX_SIZE
+    container_log_max_files: int = DEFAULT_LOG_MAX_FILES
+    container_log_monitor_interval: float = DEFAULT_LOG_MONITOR_INTERVAL
+    #: keep routes to the other nodes' pod CIDRs and the pods' masquerade (node/routes.py)
+    pod_routes: bool = True
+    #: exec, attach and port-forward sessions idle for that long are closed (upstream's 4h)
+    streaming_idle_timeout: float = 4 * 3600.0
+    #: upstream's --cgroups-per-qos and --cgroup-root: each pod's cgroup under
+    #: <cgroup_root>/kubepods, the sandbox's cgroup parent
+    cgroups_per_qos: bool = True
+    cgroup_root: str = "/"
     #: run the Service proxy (kubeplane.proxy) with this configuration; node name, node IP and
     #: (as --cluster-cidr) the pod CIDR are filled in when left empty. None: no proxy
     proxy: Any = None
@@ -183,12 +194,19 @@ class _PodWorker:
         self.wake = asyncio.Event()
         self.wake.set()
         self.task: asyncio.Task | None = None
+        #: the runtime sync under way, cancelled when the pod's termination is requested
+        self._sync: asyncio.Future | None = None
         self.failures = 0
         #: admitted to run here (a pod that already started here was, before a restart)
         st = pod.get("status") or {}
         self.admitted = bool(st.get("startTime")) or st.get("phase") in TERMINAL_PHASES
 
     def update(self, pod: Obj) -> None:
+        if self.removed or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            # termination requested: a sync under way (an image pull, a postStart hook)
+            # is cut short, as upstream's pod workers cancel the sync's context
+            if self._sync is not None and not self._sync.done():
+                self._sync.cancel()
         self.pod = pod
         self.wake.set()
 
@@ -239,28 +257,48 @@ class _PodWorker:
                 self.terminated = True
                 if isinstance(status, dict):
                     await agent.status.set(pod, status)
+            # as upstream's status manager: the pod goes from the API only once nothing
+            # of it runs and its volumes are unmounted
+            await self._release_volumes()
             await agent.status.finish_deletion(pod)
             return False
         if self.finished:
             return False
         if not self.admitted:
-            reason = agent.admit(self)
+            reason = await agent.admit(self)
             if reason is not None:
                 await agent.reject(pod, *reason)
                 self.finished = self.terminated = True
                 return False
-            self.admitted = True
         agent.probes("add_pod", pod)
-        status = await runtime.sync_pod(pod)
+        self._sync = asyncio.ensure_future(runtime.sync_pod(pod))
+        try:
+            status = await self._sync
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._sync.cancelled() and task is not None and not task.cancelling():
+                log.info("pod %s (%s): sync cut short, the pod is terminating", pod_key(pod), self.uid)
+                return False  # the next step terminates it
+            raise
+        finally:
+            if not self._sync.done():
+                self._sync.cancel()
+            self._sync = None
         if isinstance(status, dict):
             agent.probes("update_pod_status", pod, status)
             await agent.status.set(pod, status)
             if status.get("phase") in TERMINAL_PHASES:
                 # the runtime tore a pod in a terminal phase down (sandbox stopped);
-                # its exited containers stay until the pod is deleted
+                # its exited containers stay until the pod is deleted, its volumes go
                 self.terminated = True
                 self.finished = True
+                await self._release_volumes()
         return False
+
+    async def _release_volumes(self) -> None:
+        volumes = getattr(self.agent.runtime, "volumes", None)
+        if volumes is not None:
+            await volumes.teardown(self.uid)
 
 
 class StatusManager:
@@ -353,8 +391,13 @@ class NodeAgent:
         #: the Service proxy (config.proxy)
         self.service_proxy: Any = None
         self.stats: Any = None
+        self.log_manager: ContainerLogManager | None = None
+        self.pod_routes: Any = None
         self._own_runtime = False
+        #: the pods' cgroups (None: the runtime places pods where it wants)
+        self.cgroups: Any = None
         self._lease_lock = asyncio.Lock()
+        self._admit_lock = asyncio.Lock()
 
     # -- life ------------------------------------------------------------------
 
@@ -406,10 +449,20 @@ class NodeAgent:
     async def start_pods(self) -> None:
         """Run the pods bound to the node: the runtime, the pod informer, the relist."""
         if self.runtime is None:
+            self.cgroups = await self._pod_cgroups()
             self.runtime = self._make_runtime()
             self._own_runtime = True
         await self._start_pods()
         self._spawn(self._relist_loop(), "pleg")
+        self.log_manager = ContainerLogManager(
+            self.cri, max_size=self.config.container_log_max_size, max_files=self.config.container_log_max_files,
+            monitor_interval=self.config.container_log_monitor_interval)
+        self.log_manager.start()
+        if self.config.pod_routes and self.config.cni_conf_dir:  # the node's pods are on its bridge network
+            from kubeplane.node.routes import PodRoutes
+
+            self.pod_routes = PodRoutes(self.client, self.name)
+            await self.pod_routes.start()
 
     async def stop(self) -> None:
         """Stop the agent; the pods' containers keep running (a restarted agent adopts them)."""
@@ -428,6 +481,15 @@ class NodeAgent:
             except Exception:  # noqa: BLE001
                 log.exception("node agent task failed")
         self._workers.clear()
+        if self.log_manager is not None:
+            await self.log_manager.stop()
+            self.log_manager = None
+        if self.pod_routes is not None:
+            try:
+                await self.pod_routes.stop()
+            except Exception:  # noqa: BLE001
+                log.exception("removing the pod routes failed")
+            self.pod_routes = None
         if self.server is not None:
             await self.server.stop()
             self.server = None
@@ -509,7 +571,7 @@ class NodeAgent:
         address = cfg.kubelet_address or cfg.node_ip or "0.0.0.0"
         self.server = KubeletServer(self.cri, node_name=self.name, client=self.client, tls_cert_file=crt,
                                     tls_key_file=key, client_ca_file=client_ca, host=address,
-                                    port=cfg.kubelet_port)
+                                    port=cfg.kubelet_port, streaming_idle_timeout=cfg.streaming_idle_timeout)
         await self.server.start()
         self.kubelet_port = self.server.port
         log.info("node %s: kubelet API on %s:%d", self.name, address, self.kubelet_port)
@@ -533,6 +595,35 @@ class NodeAgent:
             log.warning("node %s: measuring usage: %s", self.name, err)
             return {}
 
+    async def _pod_cgroups(self) -> Any:
+        """The node's pod cgroups (upstream's container manager, cgroupfs driver);
+        None when the node does without: --cgroups-per-qos off, a runtime with
+        the systemd driver, or a host whose cgroups cannot be written."""
+        from kubeplane.node.cgroups import CgroupError, PodCgroups, node_allocatable_config, runtime_cgroup_driver
+
+        cfg = self.config
+        if not cfg.cgroups_per_qos:
+            return None
+        try:
+            st = await self.cri.runtime("Status", pb.StatusRequest(verbose=True))
+            driver = runtime_cgroup_driver(st.info)
+        except CRIError as err:
+            log.warning("node %s: the runtime's status: %s; assuming the cgroupfs driver", self.name, err)
+            driver = "cgroupfs"
+        if driver != "cgroupfs":
+            log.warning("node %s: the runtime uses the %s cgroup driver; pods get no pod cgroup of the node",
+                        self.name, driver)
+            return None
+        cap = host.measure_capacity(cfg.data_dir, cfg.max_pods, cfg.system_reserved)
+        try:
+            cgroups = PodCgroups(cfg.cgroup_root,
+                                 node_config=node_allocatable_config(cap.capacity, cfg.system_reserved))
+            await asyncio.to_thread(cgroups.setup)
+        except (CgroupError, OSError) as err:
+            log.warning("node %s: pods get no pod cgroup: %s", self.name, err)
+            return None
+        return cgroups
+
     def _make_runtime(self) -> Any:
         from kubeplane.node.kuberuntime import KubeRuntime
         from kubeplane.node.prober import ProbeManager
@@ -546,7 +637,7 @@ class NodeAgent:
         return KubeRuntime(self.cri, client=self.client, node_name=self.name, pods_dir=self.config.pods_dir,
                            logs_dir=self.config.logs_dir, volumes=self.volumes, prober=self.prober,
                            recorder=self.recorder, host_ips=host_ips,
-                           allocatable=dict(status.get("allocatable") or {}))
+                           allocatable=dict(status.get("allocatable") or {}), cgroups=self.cgroups)
 
     # -- the Node ------------------------------------------------------------------
 
@@ -897,20 +988,30 @@ class NodeAgent:
             if self._workers.get(w.uid) is w:
                 del self._workers[w.uid]
 
-    def admit(self, worker: "_PodWorker") -> tuple[str, str] | None:
-        """Whether a new pod may run here (upstream's admission: the pod count
-        against the pods allocatable); None, or (reason, message)."""
-        allocatable = ((self.node or {}).get("status") or {}).get("allocatable") or {}
+    async def admit(self, worker: "_PodWorker") -> tuple[str, str] | None:
+        """Whether a new pod may run here (upstream's predicate admission, see
+        :mod:`kubeplane.node.admission`) next to the pods admitted before and
+        still running; None (and the worker is admitted), or (reason, message).
+        Pods are admitted one at a time, as upstream's HandlePodAdditions."""
+        async with self._admit_lock:
+            rejected = await self._admission(worker)
+            if rejected is None:
+                worker.admitted = True
+            return rejected
+
+    async def _admission(self, worker: "_PodWorker") -> tuple[str, str] | None:
         try:
-            capacity = int(allocatable.get("pods", self.config.max_pods))
-        except (TypeError, ValueError):
-            capacity = self.config.max_pods
-        used = sum(1 for w in self._workers.values()
-                   if w is not worker and w.admitted and not w.finished and not w.removed)
-        if used + 1 > capacity:
-            return "OutOfpods", (f"Node didn't have enough resource: pods, requested: 1, used: {used}, "
-                                 f"capacity: {capacity}")
-        return None
+            # as upstream's node lister: the Node as it is now (taints and labels others set)
+            node = await self.client.get(NODES, self.name)
+        except StatusError as err:
+            log.warning("reading node %s for admitting %s: %s", self.name, pod_key(worker.pod), err.message)
+            node = self.node
+            if node is None:
+                return admission.INVALID_NODE_INFO, "Kubelet cannot get node info."
+        others = [w.pod for w in self._workers.values()
+                  if w is not worker and w.admitted and not w.finished and not w.removed and not w.terminated
+                  and not (w.pod.get("metadata") or {}).get("deletionTimestamp")]
+        return admission.admit(worker.pod, node, others)
 
     async def reject(self, pod: Obj, reason: str, message: str) -> None:
         """A pod this node will not run: Failed, with the reason (and a Warning event)."""
@@ -1052,7 +1153,9 @@ class ManagedNode:
 
     :meth:`stop` leaves the pods' containers running (their shims outlive
     containerd), so a node started again on the same data directory adopts
-    them; ``stop(remove_pods=True)`` removes every pod, shim and mount too.
+    them; ``stop(remove_pods=True)`` removes every pod, shim and mount too,
+    the bridge, and (with its own containerd) portmap's shared hostPort chains
+    once no pod uses them.
     """
 
     def __init__(self, client: Client, config: AgentConfig, *, cri_socket: str | None = None,
@@ -1105,7 +1208,10 @@ class ManagedNode:
             raise
 
     async def stop(self, *, remove_pods: bool = False) -> None:
+        owns_runtime = self.containerd is not None
+        cgroups = None
         if self.agent is not None:
+            cgroups = self.agent.cgroups
             await self.agent.stop()
             self.agent = None
         if self.cri is not None:
@@ -1120,9 +1226,21 @@ class ManagedNode:
             from kubeplane.node.containerd import unmount_under
 
             unmount_under(self.config.data_dir)  # the pods' volumes
+        if remove_pods and cgroups is not None and self.cri_socket is None:
+            # the pods went with the node's containerd: their cgroups and the node's go too
+            try:
+                on_disk = set(os.listdir(self.config.pods_dir))
+            except OSError:
+                on_disk = set()
+            for uid in (set(cgroups.pods) | on_disk) & cgroups.pod_uids():
+                await asyncio.to_thread(cgroups.remove_pod, uid)
+            cgroups.remove_all()
         if remove_pods and self.config.cni_conf_dir:
             # the bridge the CNI configuration named (made by the first pod)
             proc = await asyncio.create_subprocess_exec("ip", "link", "del", self.config.bridge,
                                                         stdout=asyncio.subprocess.DEVNULL,
                                                         stderr=asyncio.subprocess.DEVNULL)
             await proc.wait()
+        if remove_pods and owns_runtime:
+            # every sandbox is gone (CNI DEL ran for each): portmap's shared chains, if no other node uses them
+            await asyncio.to_thread(cni.remove_unused_hostport_chains)

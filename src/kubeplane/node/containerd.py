@@ -30,6 +30,8 @@ DISABLED_PLUGINS = (
     "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
     "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing",
 )
+#: how much of the end of containerd's log ``tail_log`` reads
+TAIL_LOG_BYTES = 64 * 1024
 
 
 def find_cni_bin_dir() -> str:
@@ -172,11 +174,19 @@ disabled_plugins = [{disabled}]
                 await asyncio.sleep(0.05)
 
     def tail_log(self, lines: int = 5) -> str:
+        """The last ``lines`` lines of the daemon's log, from at most its last 64 KiB."""
         try:
             with open(self.paths.log, "rb") as f:
-                return b" | ".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+                size = f.seek(0, os.SEEK_END)
+                start = max(0, size - TAIL_LOG_BYTES)
+                f.seek(start)
+                data = f.read(TAIL_LOG_BYTES)
         except OSError:
             return ""
+        found = data.splitlines()
+        if start and found:
+            found = found[1:]  # the first line read is (likely) cut
+        return b" | ".join(found[-lines:]).decode(errors="replace")
 
     async def remove_all_pods(self) -> None:
         """Stop and remove every pod sandbox (the CNI DEL of each included)."""
@@ -200,13 +210,8 @@ disabled_plugins = [{disabled}]
         """Stop the daemon; with ``remove_pods`` also every pod, shim and mount it made."""
         if remove_pods and self.proc is not None and self.proc.poll() is None:
             await self.remove_all_pods()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(asyncio.to_thread(self.proc.wait), timeout)
-            except asyncio.TimeoutError:
-                self.proc.kill()
-                await asyncio.to_thread(self.proc.wait)
+        if self.proc is not None:
+            await terminate(self.proc, timeout)
         if remove_pods:
             kill_shims(self.paths.socket)
             unmount_under(self.paths.base)
@@ -217,9 +222,22 @@ disabled_plugins = [{disabled}]
         shutil.rmtree(self.paths.base, ignore_errors=True)
 
 
-def kill_shims(address: str) -> int:
-    """SIGKILL the containerd shims (and so their containers) serving ``address``."""
-    killed = 0
+async def terminate(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM ``proc`` if it still runs; SIGKILL it after ``timeout`` seconds; reap it."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.to_thread(proc.wait), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await asyncio.to_thread(proc.wait)
+
+
+def shims() -> list[tuple[int, list[bytes]]]:
+    """The containerd runc shims running on this host, with their command lines
+    (``-namespace NS -id ID -address SOCKET``; a pod's shim has its sandbox's id)."""
+    out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -228,9 +246,21 @@ def kill_shims(address: str) -> int:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and address.encode() in argv:
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2"):
+            out.append((int(pid), argv))
+    return out
+
+
+def kill_shims(address: str) -> int:
+    """SIGKILL the containerd shims (and so their containers) serving ``address``:
+    a containerd socket, or a directory below which such sockets are. The shims are
+    found by their command line, so also once the socket or the directory is gone."""
+    key = os.path.abspath(address).encode()
+    killed = 0
+    for pid, argv in shims():
+        if any(a == key or a.startswith(key + b"/") for a in argv[1:]):
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
                 killed += 1
             except ProcessLookupError:
                 pass

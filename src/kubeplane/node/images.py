@@ -177,10 +177,18 @@ async def import_archive(address: str, path: str, *, namespace: str = CRI_NAMESP
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise ImageError(f"importing {path}: timed out after {timeout:g}s") from None
+    except BaseException as e:
+        # a timeout, and also a cancellation (the agent stopping): ctr must not
+        # outlive the import it was started for
+        if proc.returncode is None:
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+            await asyncio.shield(proc.wait())
+        if isinstance(e, asyncio.TimeoutError):
+            raise ImageError(f"importing {path}: timed out after {timeout:g}s") from None
+        raise
     if proc.returncode != 0:
         msg = (err or out).decode(errors="replace").strip().splitlines()
         raise ImageError(f"importing {path}: {msg[-1] if msg else f'ctr exited {proc.returncode}'}")

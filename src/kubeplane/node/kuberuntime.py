@@ -20,6 +20,7 @@ back-off timers live in memory, as in the kubelet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import base64
 import json
 import logging
@@ -39,7 +40,10 @@ from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.node import podstatus as ps
 from kubeplane.node import prober as prober_mod
+from kubeplane.node.cri import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
+from kubeplane.node.cgroups import QUOTA_PERIOD, CgroupError, milli_cpu_to_quota, milli_cpu_to_shares
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIClient, CRIError, pb
+from kubeplane.node.logs import rotated_logs
 from kubeplane.node.podstatus import ContainerInfo, RuntimePod, SandboxInfo
 from kubeplane.node.volumes import VolumeError
 from kubeplane.registry.strategies import pod_qos_class
@@ -48,11 +52,7 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-# -- labels and annotations, as upstream's kuberuntime sets them ---------------
-POD_NAME_LABEL = "io.kubernetes.pod.name"
-POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
-POD_UID_LABEL = "io.kubernetes.pod.uid"
-CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
+# -- annotations, as upstream's kuberuntime sets them (the labels: kubeplane.node.cri) --
 HASH_ANNOTATION = "io.kubernetes.container.hash"
 RESTART_COUNT_ANNOTATION = "io.kubernetes.container.restartCount"
 TERMINATION_MESSAGE_PATH_ANNOTATION = "io.kubernetes.container.terminationMessagePath"
@@ -71,9 +71,6 @@ MIN_GRACE_SECONDS = 2
 MAX_TERMINATION_MESSAGE = 4096
 MAX_LOG_MESSAGE_LINES = 80
 MAX_LOG_MESSAGE_BYTES = 2048
-#: CPU shares / quota (upstream's cm helpers)
-MIN_SHARES, MAX_SHARES, SHARES_PER_CPU = 2, 262144, 1024
-QUOTA_PERIOD, MIN_QUOTA_PERIOD = 100000, 1000
 
 DEFAULT_MASKED_PATHS = [
     "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
@@ -268,19 +265,6 @@ def _q(resources: Obj | None, kind: str, name: str) -> Fraction | None:
         return parse_quantity(v)
     except (TypeError, ValueError):
         return None
-
-
-def milli_cpu_to_shares(milli: int) -> int:
-    if milli == 0:
-        return MIN_SHARES
-    shares = milli * SHARES_PER_CPU // 1000
-    return max(MIN_SHARES, min(MAX_SHARES, shares))
-
-
-def milli_cpu_to_quota(milli: int, period: int = QUOTA_PERIOD) -> int:
-    if milli == 0:
-        return 0
-    return max(MIN_QUOTA_PERIOD, milli * period // 1000)
 
 
 def oom_score_adj(pod: Obj, container: Obj, memory_capacity: int) -> int:
@@ -731,7 +715,9 @@ class KubeRuntime:
     ``volumes`` (a VolumeManager: ``setup(pod)``, ``mounts(pod, container)``,
     ``teardown(uid)``) and ``prober`` (``ready/started/liveness_failed(container_id)``,
     optionally ``run_handler``) are optional so the runtime works alone;
-    ``recorder`` is an EventRecorder (``event(obj, type, reason, message)``).
+    ``recorder`` is an EventRecorder (``event(obj, type, reason, message)``);
+    ``cgroups`` (a :class:`~kubeplane.node.cgroups.PodCgroups`) gives each pod
+    its cgroup, the sandbox's cgroup parent (None: the runtime's default place).
     """
 
     def __init__(self, cri: CRIClient, *, client: Any = None, node_name: str = "",
@@ -739,7 +725,7 @@ class KubeRuntime:
                  recorder: Any = None, host_ips: list[str] | None = None,
                  cluster_dns: list[str] | None = None, cluster_domain: str = "cluster.local",
                  resolv_conf: str = "/etc/resolv.conf", allocatable: dict[str, Any] | None = None,
-                 runtime_handler: str = "", clock: Callable[[], float] = time.time):
+                 runtime_handler: str = "", cgroups: Any = None, clock: Callable[[], float] = time.time):
         self.cri = cri
         self.client = client
         self.node_name = node_name
@@ -754,21 +740,28 @@ class KubeRuntime:
         self.resolv_conf = resolv_conf
         self.allocatable = dict(allocatable or {})
         self.runtime_handler = runtime_handler
+        self.cgroups = cgroups
         self.clock = clock
         self.backoff = Backoff(clock=clock)
         self.image_backoff = Backoff(clock=clock)
         self.memory_capacity = host_memory_bytes()
         self.runtime_name = ""
         self._pods: dict[str, _PodState] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, list] = {}   # uid -> [lock, holders and waiters]
         self._service_cache: dict[str, tuple[float, list[Obj]]] = {}
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _event(self, pod: Obj, type_: str, reason: str, message: str) -> None:
+    def _event(self, pod: Obj, type_: str, reason: str, message: str, container: str | None = None) -> None:
+        """An event about ``pod``, or about its container named ``container``
+        (the reference's fieldPath names it, as upstream's container references)."""
         if self.recorder is not None:
             try:
-                self.recorder.event(pod, type_, reason, message)
+                if container is None:
+                    self.recorder.event(pod, type_, reason, message)
+                else:
+                    self.recorder.event(pod, type_, reason, message,
+                                        field_path=ps.container_field_path(pod, container))
             except Exception:  # events are best effort
                 log.debug("event %s failed", reason, exc_info=True)
 
@@ -778,11 +771,21 @@ class KubeRuntime:
             st = self._pods[uid] = _PodState()
         return st
 
-    def _lock(self, uid: str) -> asyncio.Lock:
-        lk = self._locks.get(uid)
-        if lk is None:
-            lk = self._locks[uid] = asyncio.Lock()
-        return lk
+    @contextlib.asynccontextmanager
+    async def _lock(self, uid: str):
+        """The pod's lock: one sync, termination or removal of a pod at a time. It is
+        forgotten once nobody holds or waits for it."""
+        entry = self._locks.get(uid)
+        if entry is None:
+            entry = self._locks[uid] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0 and self._locks.get(uid) is entry:
+                del self._locks[uid]
 
     async def _runtime_name(self) -> str:
         if not self.runtime_name:
@@ -923,6 +926,7 @@ class KubeRuntime:
                 if rt.running() or any(s.ready for s in rt.sandboxes):
                     await self._kill_pod(pod, rt, self._grace(pod))
                     rt = await self.pod_runtime_status(uid)
+                await self._release_pod_cgroup(uid, rt)
                 return self.compute_status(pod, rt, terminal=True)
             if not deleting:
                 changed = await self._reconcile(pod, rt, state)
@@ -935,6 +939,8 @@ class KubeRuntime:
                 await self._kill_pod(pod, rt, self._grace(pod))
                 rt = await self.pod_runtime_status(uid)
                 status = self.compute_status({**pod, "status": status}, rt, terminal=True)
+            if status["phase"] in ("Succeeded", "Failed"):
+                await self._release_pod_cgroup(uid, rt)
             return status
 
     def _grace(self, pod: Obj) -> int:
@@ -952,6 +958,7 @@ class KubeRuntime:
         regular_names = {c["name"] for c in containers}
         alive = bool(rt.running()) or any(s.ready for s in rt.sandboxes)
         changed = False
+        self._ensure_pod_cgroup(pod)
         if ps.sandbox_needs_replacing(rt, pod):
             any_regular_created = any(c.name in regular_names for c in rt.containers)
             if rt.sandboxes and spec.get("restartPolicy") == "Never" and rt.containers:
@@ -1110,6 +1117,27 @@ class KubeRuntime:
 
     # -- sandboxes ---------------------------------------------------------------------
 
+    def _ensure_pod_cgroup(self, pod: Obj) -> None:
+        """The pod's cgroup exists, with its limits (upstream's syncPod does it
+        before anything else runs); CgroupError when it cannot be made."""
+        if self.cgroups is None:
+            return
+        # the pod's directory first: a cgroup left by a crash then belongs to a pod on disk (orphans)
+        os.makedirs(self.pod_dir(pod["metadata"]["uid"]), exist_ok=True)
+        try:
+            self.cgroups.ensure_pod(pod)
+        except CgroupError as e:
+            self._event(pod, "Warning", "FailedToCreatePodContainer", f"unable to ensure pod container exists: {e}")
+            raise
+
+    async def _release_pod_cgroup(self, uid: str, rt: RuntimePod) -> None:
+        """A pod that is done and runs nothing any more gives its cgroup back
+        (upstream's cleanup of the cgroups of pods that cannot be running)."""
+        if self.cgroups is None or rt.running() or any(s.ready for s in rt.sandboxes):
+            return
+        await asyncio.to_thread(self.cgroups.destroy, uid)
+        self.cgroups.forget(uid)
+
     def _sandbox_config(self, pod: Obj, attempt: int) -> pb.PodSandboxConfig:
         md = pod["metadata"]
         spec = pod.get("spec") or {}
@@ -1159,6 +1187,8 @@ class KubeRuntime:
         cfg.linux.security_context.CopyFrom(sc)
         for s in psc.get("sysctls") or []:
             cfg.linux.sysctls[s.get("name", "")] = str(s.get("value", ""))
+        if self.cgroups is not None:
+            cfg.linux.cgroup_parent = self.cgroups.pod_name(pod)
         return cfg
 
     async def _create_sandbox(self, pod: Obj, rt: RuntimePod, state: _PodState) -> str | None:
@@ -1208,6 +1238,7 @@ class KubeRuntime:
                            ) -> tuple[str, pb.Image | None, tuple[str, str] | None]:
         """upstream's EnsureImageExists: (image ref, image, (reason, message) on failure)."""
         image = container.get("image") or ""
+        cname = container.get("name") or ""
         uid = pod["metadata"]["uid"]
         policy = image_pull_policy(container)
         try:
@@ -1215,22 +1246,23 @@ class KubeRuntime:
         except CRIError as e:
             return "", None, ("ErrImageInspect", f"Failed to inspect image {image!r}: {go_grpc_error(e)}")
         if present is not None and policy != "Always":
-            self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine')
+            self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine',
+                        cname)
             return present.id, present, None
         if policy == "Never":
             msg = f'Container image "{image}" is not present with pull policy of Never'
-            self._event(pod, "Warning", "ErrImageNeverPull", msg)
+            self._event(pod, "Warning", "ErrImageNeverPull", msg, cname)
             return "", None, ("ErrImageNeverPull", msg)
         key = f"{uid}_{image}"
         state = self._state(uid)
         state.backoff_keys.add(key)
         if self.image_backoff.in_backoff_since_update(key, self.clock()):
             msg = f'Back-off pulling image "{image}"'
-            self._event(pod, "Normal", "BackOff", msg)
+            self._event(pod, "Normal", "BackOff", msg, cname)
             prev = state.pull_errors.get(key)
             return "", None, ("ImagePullBackOff", f"{msg}: {prev}" if prev else msg)
         state.pull_errors.pop(key, None)
-        self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
+        self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"', cname)
         started = time.monotonic()
         auths = pull_credentials(await self._pull_secrets(pod), image) or [None]
         err: CRIError | None = None
@@ -1247,14 +1279,14 @@ class KubeRuntime:
                 err = e
         if err is not None:
             text = go_grpc_error(err)
-            self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {text}')
+            self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {text}', cname)
             self.image_backoff.next(key, self.clock())
             state.pull_errors[key] = f"ErrImagePull: {text}"
             return "", None, ("ErrImagePull", text)
         took = time.monotonic() - started
         img = await self._image_status(ref or image)
         self._event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}" in {took:.3f}s. '
-                    f'Image size: {img.size if img else 0} bytes.')
+                    f'Image size: {img.size if img else 0} bytes.', cname)
         return ref or (img.id if img else image), img, None
 
     # -- containers ------------------------------------------------------------------
@@ -1454,44 +1486,44 @@ class KubeRuntime:
                 msg = (f"back-off {_duration(self.backoff.get(key))} restarting failed container={name} "
                        f"pod={format_pod(pod)}")
                 self._event(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
-                            f"{format_pod(pod)}")
+                            f"{format_pod(pod)}", name)
                 state.waiting[name] = ("CrashLoopBackOff", msg)
                 return False
             self.backoff.next(key, finished)
         restart_count = latest.restart_count + 1 if latest is not None else self._restart_count_from_logs(pod, name)
         image_ref, image, err = await self.ensure_image(pod, c, sb_config)
         if err is not None:
-            self._event(pod, "Warning", "Failed", f"Error: {err[0]}")
+            self._event(pod, "Warning", "Failed", f"Error: {err[0]}", name)
             state.waiting[name] = err
             return False
         try:
             cfg = await self.container_config(pod, c, restart_count, image_ref, pod_ips, image)
         except ConfigError as e:
-            self._event(pod, "Warning", "Failed", f"Error: {e}")
+            self._event(pod, "Warning", "Failed", f"Error: {e}", name)
             state.waiting[name] = ("CreateContainerConfigError", str(e))
             return False
         try:
             cid = (await self.cri.runtime("CreateContainer", pb.CreateContainerRequest(
                 pod_sandbox_id=sandbox_id, config=cfg, sandbox_config=sb_config))).container_id
         except CRIError as e:
-            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}")
+            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}", name)
             state.waiting[name] = ("CreateContainerError", e.details or str(e))
             return False
-        self._event(pod, "Normal", "Created", "Container created")
+        self._event(pod, "Normal", "Created", "Container created", name)
         try:
             await self.cri.runtime("StartContainer", pb.StartContainerRequest(container_id=cid))
         except CRIError as e:
-            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}")
+            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}", name)
             state.waiting[name] = ("RunContainerError", e.details or str(e))
             return False
-        self._event(pod, "Normal", "Started", "Container started")
+        self._event(pod, "Normal", "Started", "Container started", name)
         state.waiting.pop(name, None)
         post = (c.get("lifecycle") or {}).get("postStart")
         if post:
             full_id = f"{await self._runtime_name()}://{cid}"
             msg = await self.run_handler(pod, c, full_id, post, pod_ips, timeout=None)
             if msg is not None:
-                self._event(pod, "Warning", "FailedPostStartHook", msg)
+                self._event(pod, "Warning", "FailedPostStartHook", msg, name)
                 info = ContainerInfo(id=full_id, name=name, state=ps.RUNNING)
                 await self._kill_container(pod, info, c, self._grace(pod), message="FailedPostStartHook")
                 state.waiting[name] = ("PostStartHookError", msg)
@@ -1511,11 +1543,12 @@ class KubeRuntime:
                     if not e.not_found:
                         log.info("remove container %s: %s", ci.id, e)
                         continue
-                if ci.log_path:  # its log goes with it, as upstream's container GC removes it
-                    try:
-                        os.unlink(ci.log_path)
-                    except OSError:
-                        pass
+                if ci.log_path:  # its logs go with it, rotated ones too, as upstream's container GC
+                    for path in [ci.log_path, *rotated_logs(ci.log_path)]:
+                        try:
+                            os.unlink(path)
+                        except OSError:
+                            pass
         # sandboxes replaced by a newer one and holding no container go (upstream's evictSandboxes)
         used = {ci.sandbox_id for ci in rt.containers}
         for sb in rt.sandboxes[1:]:
@@ -1555,7 +1588,7 @@ class KubeRuntime:
         """upstream's killContainer: the preStop hook within the grace period, then
         StopContainer (the stop signal, SIGKILL after what remains of the grace)."""
         name = ci.name
-        self._event(pod, "Normal", "Killing", message or f"Stopping container {name}")
+        self._event(pod, "Normal", "Killing", message or f"Stopping container {name}", name)
         started = time.monotonic()
         pre_stop = (c or {}).get("lifecycle", {}).get("preStop") if c else None
         if pre_stop is None and ci.annotations.get(PRESTOP_ANNOTATION):
@@ -1572,7 +1605,7 @@ class KubeRuntime:
             except asyncio.TimeoutError:
                 msg = f"PreStop hook for Container {name!r} in Pod {format_pod(pod)!r} did not finish in {grace}s"
             if msg:
-                self._event(pod, "Warning", "FailedPreStopHook", msg)
+                self._event(pod, "Warning", "FailedPreStopHook", msg, name)
             grace = grace - int(time.monotonic() - started)
         grace = max(grace, MIN_GRACE_SECONDS)
         try:
@@ -1666,6 +1699,9 @@ class KubeRuntime:
                     except CRIError as e:
                         if not e.not_found:
                             raise
+            if self.cgroups is not None:
+                await asyncio.to_thread(self.cgroups.destroy, uid)
+                self.cgroups.forget(uid)
             if self.volumes is not None:
                 await self.volumes.teardown(uid)
             d = self.pod_dir(uid)
@@ -1689,4 +1725,4 @@ class KubeRuntime:
                     self.image_backoff.forget(k)
             self.backoff.gc()
             self.image_backoff.gc()
-        self._locks.pop(uid, None)
+

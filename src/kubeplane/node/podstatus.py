@@ -110,6 +110,23 @@ def is_sidecar(container: Obj) -> bool:
     return container.get("restartPolicy") == "Always"
 
 
+#: the pod spec's container lists, and how an object reference names a container of each
+_CONTAINER_LISTS = (("containers", "spec.containers{%s}"), ("initContainers", "spec.initContainers{%s}"),
+                    ("ephemeralContainers", "spec.ephemeralContainers{%s}"))
+
+
+def container_field_path(pod: Obj, name: str) -> str:
+    """The ``fieldPath`` of an event's involvedObject naming the container
+    ``name`` of ``pod`` (upstream's GenerateContainerRef): ``spec.containers{name}``,
+    ``spec.initContainers{name}`` or ``spec.ephemeralContainers{name}``; empty
+    when the pod has no container of that name."""
+    spec = pod.get("spec") or {}
+    for key, fmt in _CONTAINER_LISTS:
+        if any(c.get("name") == name for c in spec.get(key) or ()):
+            return fmt % name
+    return ""
+
+
 def _rule_matches(rule: Obj, exit_code: int) -> bool:
     codes = rule.get("exitCodes") or {}
     values = codes.get("values") or []
@@ -462,6 +479,20 @@ def _go_list(names: list[str]) -> str:
     return "[" + " ".join(names) + "]"
 
 
+def _containers_condition(ctype: str, reason: str, unknown: list[str],
+                          state: str, not_done: list[str]) -> Obj:
+    """A condition that is True unless some containers have no status yet (``unknown``)
+    or are not yet ``state`` (``not_done``); upstream's message lists both groups."""
+    msgs = []
+    if unknown:
+        msgs.append(f"containers with unknown status: {_go_list(unknown)}")
+    if not_done:
+        msgs.append(f"containers with {state} status: {_go_list(not_done)}")
+    if msgs:
+        return {"type": ctype, "status": "False", "reason": reason, "message": ", ".join(msgs)}
+    return {"type": ctype, "status": "True"}
+
+
 def containers_ready_condition(pod: Obj, all_statuses: list[Obj], phase: str) -> Obj:
     spec = pod.get("spec") or {}
     by_name = {s["name"]: s for s in all_statuses}
@@ -475,15 +506,8 @@ def containers_ready_condition(pod: Obj, all_statuses: list[Obj], phase: str) ->
     if (phase == "Succeeded" and not unknown) or phase == "Failed":
         return {"type": "ContainersReady", "status": "False",
                 "reason": "PodFailed" if phase == "Failed" else "PodCompleted"}
-    msgs = []
-    if unknown:
-        msgs.append(f"containers with unknown status: {_go_list(unknown)}")
-    if unready:
-        msgs.append(f"containers with unready status: {_go_list(unready)}")
-    if msgs:
-        return {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady",
-                "message": ", ".join(msgs)}
-    return {"type": "ContainersReady", "status": "True"}
+    return _containers_condition("ContainersReady", "ContainersNotReady",
+                                 unknown, "unready", unready)
 
 
 def ready_condition(pod: Obj, conditions: list[Obj], all_statuses: list[Obj], phase: str) -> Obj:
@@ -523,15 +547,8 @@ def initialized_condition(pod: Obj, all_statuses: list[Obj], phase: str) -> Obj:
         return {"type": "Initialized", "status": "True", "reason": "PodCompleted"}
     if has_any_regular_container_started(spec, all_statuses):
         return {"type": "Initialized", "status": "True"}
-    msgs = []
-    if unknown:
-        msgs.append(f"containers with unknown status: {_go_list(unknown)}")
-    if incomplete:
-        msgs.append(f"containers with incomplete status: {_go_list(incomplete)}")
-    if msgs:
-        return {"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized",
-                "message": ", ".join(msgs)}
-    return {"type": "Initialized", "status": "True"}
+    return _containers_condition("Initialized", "ContainersNotInitialized",
+                                 unknown, "incomplete", incomplete)
 
 
 def sandbox_needs_replacing(rt: RuntimePod, pod: Obj) -> bool:

@@ -46,8 +46,9 @@ from urllib.parse import urljoin, urlsplit
 import grpc
 import grpc.aio
 
+from kubeplane.api.protobuf import encode_varint, iter_fields
 from kubeplane.node.cri.client import CRIError, pb
-from kubeplane.node.podstatus import container_should_restart, is_sidecar
+from kubeplane.node.podstatus import container_field_path, container_should_restart, is_sidecar
 
 log = logging.getLogger(__name__)
 
@@ -418,77 +419,31 @@ async def probe_tcp(host: str, port: int, timeout: float) -> tuple[str, str]:
 _SERVING_STATUS = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 def encode_health_request(service: str) -> bytes:
     data = service.encode()
-    return b"\x0a" + _varint(len(data)) + data if data else b""
-
-
-def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if i >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
+    return encode_varint(1 << 3 | 2) + encode_varint(len(data)) + data if data else b""
 
 
 def decode_health_response(buf: bytes) -> int:
     """The ``status`` field of a HealthCheckResponse (unknown fields skipped)."""
-    i, status = 0, 0
-    while i < len(buf):
-        key, i = _read_varint(buf, i)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _read_varint(buf, i)
-            if field == 1:
-                status = value
-        elif wire == 2:
-            n, i = _read_varint(buf, i)
-            i += n
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
+    status = 0
+    for number, wire, value in iter_fields(buf):
+        if number == 1 and wire == 0:
+            status = int(value)
     return status
 
 
 def decode_health_request(buf: bytes) -> str:
     """The ``service`` of a HealthCheckRequest (for servers in tests and tools)."""
-    i, service = 0, ""
-    while i < len(buf):
-        key, i = _read_varint(buf, i)
-        if key & 7 == 2:
-            n, i = _read_varint(buf, i)
-            if key >> 3 == 1:
-                service = buf[i:i + n].decode()
-            i += n
-        elif key & 7 == 0:
-            _, i = _read_varint(buf, i)
-        else:
-            raise ValueError("unsupported wire type")
+    service = ""
+    for number, wire, value in iter_fields(buf):
+        if number == 1 and wire == 2:
+            service = bytes(value).decode()
     return service
 
 
 def encode_health_response(status: int) -> bytes:
-    return b"\x08" + _varint(status) if status else b""
+    return encode_varint(1 << 3) + encode_varint(status) if status else b""
 
 
 async def probe_grpc(host: str, service: str, port: int, timeout: float) -> tuple[str, str]:
@@ -688,6 +643,8 @@ class _Worker:
         finally:
             if self.container_id:
                 self.results.remove(self.container_id)
+                if not self.stopped:  # ended on its own: the container is done for good
+                    self.m._ended[(self.uid, self.container.get("name", ""), self.kind)] = self.container_id
             self.m._remove_worker(self)
 
     async def _sleep(self, seconds: float) -> None:
@@ -814,6 +771,8 @@ class ProbeManager:
         self._rand = rand
         self.start = now()
         self._workers: dict[tuple[str, str, str], _Worker] = {}
+        #: (uid, container, kind) -> the container a worker ended with (not restarted for it)
+        self._ended: dict[tuple[str, str, str], str] = {}
         self._statuses: dict[str, dict] = {}
         #: what the manager knows of each container, by the CRI's (bare) container id
         self._known: dict[str, _Known] = {}
@@ -841,6 +800,11 @@ class ProbeManager:
                 if w is not None:
                     w.pod = pod
                     continue
+                ended = self._ended.get(key)
+                if ended is not None:
+                    if ended == self._container_id(uid, c.get("name", "")):
+                        continue  # its worker ended with this very container: nothing to probe
+                    del self._ended[key]
                 w = _Worker(self, kind, pod, c)
                 self._workers[key] = w
                 w.task = asyncio.get_running_loop().create_task(
@@ -863,11 +827,22 @@ class ProbeManager:
         for cid, k in list(self._known.items()):
             if k.uid == uid:
                 del self._known[cid]
+        for key in [k for k in self._ended if k[0] == uid]:
+            del self._ended[key]
+
+    def _container_id(self, uid: str, name: str) -> str:
+        status = self._statuses.get(uid) or {}
+        for field in ("containerStatuses", "initContainerStatuses"):
+            c = _find_status(status.get(field), name)
+            if c and c.get("containerID"):
+                return strip_runtime(c["containerID"])
+        return ""
 
     def cleanup_pods(self, desired: Iterable[str]) -> None:
         """Stop the workers of every pod whose uid is not in ``desired``."""
         keep = set(desired)
-        for uid in {u for (u, _, _) in self._workers} | set(self._statuses) | {k.uid for k in self._known.values()}:
+        for uid in ({u for (u, _, _) in self._workers} | set(self._statuses) | {k.uid for k in self._known.values()}
+                    | {u for (u, _, _) in self._ended}):
             if uid not in keep:
                 self.remove_pod(uid)
 
@@ -1048,10 +1023,11 @@ class ProbeManager:
 
     # -- running one probe
 
-    def _event(self, pod: dict, type_: str, reason: str, message: str) -> None:
+    def _event(self, pod: dict, type_: str, reason: str, message: str, container: str) -> None:
+        """An event about the container ``container`` of ``pod``."""
         if self.recorder is not None:
             try:
-                self.recorder.event(pod, type_, reason, message)
+                self.recorder.event(pod, type_, reason, message, field_path=container_field_path(pod, container))
             except Exception:
                 log.exception("recording a probe event failed")
 
@@ -1066,15 +1042,15 @@ class ProbeManager:
                 error = e
         else:
             self._event(pod, "Warning", "Unhealthy",
-                        f"{kind} probe errored and resulted in unknown state: {error}")
+                        f"{kind} probe errored and resulted in unknown state: {error}", container.get("name", ""))
             raise error  # type: ignore[misc]
         if result == Result.SUCCESS:
             return SUCCESS
         if result == Result.WARNING:
-            self._event(pod, "Warning", "ProbeWarning", f"{kind} probe warning: {output}")
+            self._event(pod, "Warning", "ProbeWarning", f"{kind} probe warning: {output}", container.get("name", ""))
             return SUCCESS
         if result == Result.FAILURE:
-            self._event(pod, "Warning", "Unhealthy", f"{kind} probe failed: {output}")
+            self._event(pod, "Warning", "Unhealthy", f"{kind} probe failed: {output}", container.get("name", ""))
         return FAILURE
 
     async def run_probe(self, spec: dict, pod: dict, status: dict, container: dict, cid: str) -> tuple[str, str]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
-import json
 import logging
 import os
 import ssl
@@ -39,15 +38,11 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from kubeplane.node.cri import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.streaming import channels, spdy
 
 log = logging.getLogger(__name__)
-
-POD_NAME = "io.kubernetes.pod.name"
-POD_NAMESPACE = "io.kubernetes.pod.namespace"
-POD_UID = "io.kubernetes.pod.uid"
-CONTAINER_NAME = "io.kubernetes.container.name"
 
 #: seconds an allowed (denied) authorization and an authenticated token are cached
 AUTHZ_ALLOW_TTL = 300.0
@@ -55,6 +50,8 @@ AUTHZ_DENY_TTL = 30.0
 TOKEN_TTL = 120.0
 #: how often a followed log checks whether its container still runs
 FOLLOW_POLL = 0.1
+#: upstream's --streaming-connection-idle-timeout default
+STREAMING_IDLE_TIMEOUT = 4 * 3600.0
 
 _SUBRESOURCES = (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"), ("/spec", "spec"),
                  ("/pods", "pods"), ("/healthz", "healthz"), ("/configz", "configz"),
@@ -244,24 +241,51 @@ class LogRenderer:
         return self.remaining is not None and self.remaining <= 0
 
 
+#: the block size ``tail_offset`` reads a log file backwards in
+TAIL_BLOCK = 64 * 1024
+
+
 def tail_offset(path: str, lines: int) -> int:
     """The file offset where the last ``lines`` log lines start (a line of
-    partial entries counts once)."""
+    partial entries counts once).
+
+    The file is read backwards from its end, a block at a time, until enough
+    lines are found: a tail of a big log reads only about what it returns.
+    """
     with open(path, "rb") as f:
-        data = f.read()
-    starts: list[int] = []
-    line_start = True
-    pos = 0
-    for raw in data.split(b"\n"):
-        e = parse_log_line(raw) if raw else None
-        if e is not None:
-            if line_start:
-                starts.append(pos)
-            line_start = not e.partial
-        pos += len(raw) + 1
-    if lines == 0:
-        return len(data)
-    return starts[-lines] if len(starts) >= lines else 0
+        size = f.seek(0, os.SEEK_END)
+        if lines == 0:
+            return size
+        found = 0
+        # the offset of the entry after the one at hand (the last one seen):
+        # it starts a line when the entry before it is not partial
+        later: int | None = None
+        pos = size  # the offset of buf[0]
+        buf = b""
+        end = 0  # where the raw line at hand ends in buf (without its newline)
+        while True:
+            nl = buf.rfind(b"\n", 0, end)
+            if nl < 0 and pos > 0:
+                # the line at hand starts before buf: read the block before it
+                n = min(TAIL_BLOCK, pos)
+                pos -= n
+                f.seek(pos)
+                buf = f.read(n) + buf[:end]
+                end = len(buf)
+                continue
+            raw = buf[nl + 1:end]
+            e = parse_log_line(raw) if raw else None
+            if e is not None:
+                if later is not None and not e.partial:
+                    found += 1
+                    if found == lines:
+                        return later
+                later = pos + nl + 1
+            if nl < 0:  # the first line of the file
+                if later is not None and found + 1 == lines:
+                    return later
+                return 0
+            end = nl
 
 
 # -- the server --------------------------------------------------------------
@@ -273,7 +297,7 @@ class KubeletServer:
     def __init__(self, cri: CRIClient, *, node_name: str, client: Any = None,
                  tls_cert_file: str | None = None, tls_key_file: str | None = None,
                  client_ca_file: str | None = None, host: str = "0.0.0.0", port: int = 10250,
-                 authorize: bool = True) -> None:
+                 authorize: bool = True, streaming_idle_timeout: float = STREAMING_IDLE_TIMEOUT) -> None:
         self.cri = cri
         self.node_name = node_name
         self.client = client
@@ -281,6 +305,9 @@ class KubeletServer:
         self.host, self.port = host, port
         #: False: every request is allowed (no authentication, for a server on loopback in tests)
         self.authorize = authorize
+        #: an exec, attach or port-forward with no data either way for that long is closed
+        #: (upstream's --streaming-connection-idle-timeout)
+        self.streaming_idle_timeout = streaming_idle_timeout
         self._token_cache: dict[str, tuple[float, User | None]] = {}
         self._authz_cache: dict[tuple, tuple[float, bool, str]] = {}
         self._runner: web.AppRunner | None = None
@@ -442,9 +469,9 @@ class KubeletServer:
     # -- finding pods and containers -------------------------------------
 
     async def find_sandbox(self, namespace: str, pod: str, uid: str | None = None) -> Any | None:
-        labels = {POD_NAMESPACE: namespace, POD_NAME: pod}
+        labels = {POD_NAMESPACE_LABEL: namespace, POD_NAME_LABEL: pod}
         if uid:
-            labels[POD_UID] = uid
+            labels[POD_UID_LABEL] = uid
         items = (await self.cri.runtime("ListPodSandbox", pb.ListPodSandboxRequest(
             filter=pb.PodSandboxFilter(label_selector=labels)))).items
         if not items:
@@ -457,9 +484,10 @@ class KubeletServer:
         sandbox = await self.find_sandbox(namespace, pod, uid)
         if sandbox is None:
             return []
-        pod_uid = sandbox.labels.get(POD_UID) or sandbox.metadata.uid
+        pod_uid = sandbox.labels.get(POD_UID_LABEL) or sandbox.metadata.uid
+        selector = {POD_UID_LABEL: pod_uid, CONTAINER_NAME_LABEL: container}
         items = (await self.cri.runtime("ListContainers", pb.ListContainersRequest(
-            filter=pb.ContainerFilter(label_selector={POD_UID: pod_uid, CONTAINER_NAME: container})))).containers
+            filter=pb.ContainerFilter(label_selector=selector)))).containers
         return sorted(items, key=lambda c: c.created_at, reverse=True)
 
     async def running_container(self, namespace: str, pod: str, container: str, uid: str | None = None) -> Any:
@@ -496,9 +524,11 @@ class KubeletServer:
         offset = tail_offset(path, opts.tail_lines) if opts.tail_lines is not None else 0
         follow = opts.follow and not opts.previous
         pending = b""
-        with open(path, "rb") as f:
+        f = open(path, "rb")
+        try:
             f.seek(offset)
             last_check = 0.0
+            draining = False
             while True:
                 chunk = f.read(65536)
                 if chunk:
@@ -518,6 +548,21 @@ class KubeletServer:
                     continue
                 if not follow:
                     break
+                if _rotated_away(f, path):
+                    # the log manager renamed the file and the runtime reopened the log: once
+                    # what the runtime wrote to the old file up to its switch is read, on with
+                    # the new one
+                    if not draining:
+                        draining = True
+                        await asyncio.sleep(FOLLOW_POLL)
+                        continue
+                    draining = False
+                    f.close()
+                    try:
+                        f = open(path, "rb")
+                    except FileNotFoundError:
+                        f = open(os.devnull, "rb")
+                    continue
                 now = time.monotonic()
                 if now - last_check > 0.5:
                     last_check = now
@@ -527,6 +572,8 @@ class KubeletServer:
                         f.seek(-1, os.SEEK_CUR)
                         continue
                 await asyncio.sleep(FOLLOW_POLL)
+        finally:
+            f.close()
         await resp.write_eof()
         return resp
 
@@ -563,21 +610,43 @@ class KubeletServer:
             url = (await self.cri.runtime("Exec", pb.ExecRequest(
                 container_id=c.id, cmd=command, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr))).url
         backend = await RemoteCommand.dial(url, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty)
-        ws = web.WebSocketResponse(protocols=(protocol,), autoping=True, max_msg_size=0)
+        ws = _StreamSocket(protocols=(protocol,), autoping=True, max_msg_size=0)
         try:
             await ws.prepare(request)
         except BaseException:
             await backend.close()
             raise
-        task = asyncio.current_task()
-        if task is not None:
-            self._sessions.add(task)
         try:
-            await backend.bridge(ws, v5=protocol == channels.V5)
+            await self._session(ws, backend.bridge(ws, v5=protocol == channels.V5))
         finally:
-            if task is not None:
-                self._sessions.discard(task)
+            await backend.close()
         return ws
+
+    async def _session(self, ws: "_StreamSocket", work: Any) -> None:
+        """Run a streaming session, closed when idle for ``streaming_idle_timeout``."""
+        task = asyncio.ensure_future(work)
+        self._sessions.add(task)
+        try:
+            while True:
+                left = ws.last_activity + self.streaming_idle_timeout - time.monotonic()
+                if left <= 0:
+                    log.info("closing a streaming connection idle for %.0fs", self.streaming_idle_timeout)
+                    task.cancel()
+                    break
+                done, _ = await asyncio.wait({task}, timeout=left)
+                if done:
+                    break
+            try:
+                await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise
+        finally:
+            self._sessions.discard(task)
+            if not task.done():
+                task.cancel()
+            if not ws.closed:
+                await ws.close(code=1000)
 
     async def port_forward(self, request: web.Request) -> web.StreamResponse:
         """kubectl's SPDY session tunnelled in a WebSocket, or (``v4.channel.k8s.io``
@@ -596,20 +665,23 @@ class KubeletServer:
         sandbox = await self.find_sandbox(mi["namespace"], mi["pod"], mi.get("uid"))
         if sandbox is None or sandbox.state != pb.SANDBOX_READY:
             raise not_found(f'pod not found ("{mi["pod"]}")')
-        ws = web.WebSocketResponse(protocols=(protocol,) if protocol else (), autoping=True, max_msg_size=0)
+        ws = _StreamSocket(protocols=(protocol,) if protocol else (), autoping=True, max_msg_size=0)
         await ws.prepare(request)
-        task = asyncio.current_task()
-        if task is not None:
-            self._sessions.add(task)
-        try:
-            if protocol == channels.PORT_FORWARD_TUNNEL:
-                await PortForwardTunnel(self.cri, sandbox.id).serve(ws)
-            else:
-                await serve_port_channels(self.cri, sandbox.id, ws, ports)
-        finally:
-            if task is not None:
-                self._sessions.discard(task)
+        if protocol == channels.PORT_FORWARD_TUNNEL:
+            await self._session(ws, PortForwardTunnel(self.cri, sandbox.id).serve(ws))
+        else:
+            await self._session(ws, serve_port_channels(self.cri, sandbox.id, ws, ports))
         return ws
+
+
+def _rotated_away(f: Any, path: str) -> bool:
+    """Whether ``path`` now names another file than the open ``f`` (log rotation)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False  # renamed, the new one not made yet: look again
+    own = os.fstat(f.fileno())
+    return (st.st_ino, st.st_dev) != (own.st_ino, own.st_dev)
 
 
 def _flag(q: Any, name: str) -> bool:
@@ -635,6 +707,23 @@ def _websocket_protocol(request: web.Request, supported: tuple[str, ...], *, all
     if allow_none and not offered:
         return ""
     raise bad_request(f"requested protocol(s) are not supported: {offered}; supports {list(supported)}")
+
+
+class _StreamSocket(web.WebSocketResponse):
+    """A streaming session's WebSocket, which notes when data last went either way."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.last_activity = time.monotonic()
+
+    async def send_bytes(self, data: bytes, *args: Any, **kw: Any) -> None:
+        self.last_activity = time.monotonic()
+        await super().send_bytes(data, *args, **kw)
+
+    async def receive(self, *args: Any, **kw: Any) -> Any:
+        msg = await super().receive(*args, **kw)
+        self.last_activity = time.monotonic()
+        return msg
 
 
 class _WSWriter:
@@ -716,8 +805,10 @@ class RemoteCommand:
                    if ch in self.streams]
         outputs.append(asyncio.ensure_future(relay_error()))
         client = asyncio.ensure_future(from_client())
+        done_out = asyncio.gather(*outputs)
+        # cancelled with its outputs when the session ends early: its outcome is not wanted then
+        done_out.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
-            done_out = asyncio.gather(*outputs)
             await asyncio.wait({done_out, client}, return_when=asyncio.FIRST_COMPLETED)
             if done_out.done():
                 done_out.result()
@@ -900,6 +991,10 @@ class PortForwardTunnel:
         except (spdy.StreamReset, BrokenPipeError, ConnectionError):
             pass
         finally:
+            # nothing reads the client's streams any more: what still comes is
+            # dropped, not left to hold up the other connections of the session
+            data.discard()
+            err.discard()
             if reader is not None:
                 reader.cancel()
             for s in (data, err):

@@ -1,12 +1,14 @@
 """A real container runtime for the node tests: containerd with its own directories.
 
 The session's containerd, its pods, shims, mounts, bridge and CNI state are
-all removed afterwards, also when a test fails.
+all removed afterwards, also when a test fails; so are the nftables tables and
+chains the CNI plugins (portmap, through iptables) made and left.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -15,11 +17,11 @@ import threading
 import pytest
 
 from kubeplane.node import cni
-from kubeplane.node.containerd import ManagedContainerd
+from kubeplane.node.containerd import ManagedContainerd, shims
 from kubeplane.node.images import build_busybox_image, build_pause_image, import_archive
 
 from helpers import node_kubeconfig  # noqa: F401 - the node tests import it from here
-from nodetest import BUSYBOX, PAUSE
+from nodetest import BUSYBOX, PAUSE, remove_cgroup_root, own_cgroup_root
 
 
 def _unique_bridge_and_cidr() -> tuple[str, str]:
@@ -31,6 +33,80 @@ def _unique_bridge_and_cidr() -> tuple[str, str]:
         if f"10.250.{n}." not in routes:
             return f"kpt{os.getpid()}"[:15], f"10.250.{n}.0/24"
     raise RuntimeError("no free 10.250.x.0/24 for the test bridge")
+
+
+# -- the host's nftables: what the session's pods made is removed at its end ---------
+
+def _nft_ruleset() -> list[dict] | None:
+    try:
+        r = subprocess.run(["nft", "-j", "list", "ruleset"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    try:
+        return json.loads(r.stdout).get("nftables", []) if r.returncode == 0 else None
+    except ValueError:
+        return None  # an nft without JSON output
+
+
+def _tables_and_chains(items: list[dict]) -> tuple[set, set]:
+    tables = {(x["table"]["family"], x["table"]["name"]) for x in items if "table" in x}
+    chains = {(x["chain"]["family"], x["chain"]["table"], x["chain"]["name"]) for x in items if "chain" in x}
+    return tables, chains
+
+
+def _live_sandboxes() -> set[str]:
+    """The ids the running containerd shims serve (a pod's shim has its sandbox's id)."""
+    return {argv[argv.index(b"-id") + 1].decode() for _pid, argv in shims() if b"-id" in argv[:-1]}
+
+
+def _remove_leaked_hostport_chains(new_chains: set[str]) -> None:
+    """portmap's chains of single pods (CNI-DN-*) made during the session whose pod
+    sandbox is gone (its CNI DEL never ran), and the rules that lead to them."""
+    for tool in ("iptables", "ip6tables"):
+        rules = cni.nat_rules(tool)
+        if rules is None:
+            continue
+        live = _live_sandboxes()
+        for chain in {r[1] for r in rules if r[:1] == ["-N"]} & new_chains:
+            if not chain.startswith(cni.HOSTPORT_POD_CHAIN_PREFIX):
+                continue
+            into = [r for r in rules if r[:1] == ["-A"] and r[-2:] == ["-j", chain]]
+            if any(sandbox in " ".join(r) for r in into for sandbox in live):
+                continue  # a running pod's (of another node on this host)
+            for r in into:
+                cni.run_nat(tool, "-D", *r[1:])
+            cni.run_nat(tool, "-F", chain)
+            cni.run_nat(tool, "-X", chain)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_nftables():
+    """Snapshot the host's nftables tables and chains; at the end of the session
+    (after every other fixture) remove the CNI chains made since and left
+    unused, and the tables and base chains made since that hold no rule."""
+    before = _nft_ruleset()
+    yield
+    if before is None:
+        return  # no nft on this host
+    old_tables, old_chains = _tables_and_chains(before)
+    now = _nft_ruleset() or []
+    _remove_leaked_hostport_chains({c for _f, _t, c in _tables_and_chains(now)[1] - old_chains})
+    cni.remove_unused_hostport_chains()
+    now = _nft_ruleset() or []
+    tables, _chains = _tables_and_chains(now)
+    ruled = {(x["rule"]["family"], x["rule"]["table"], x["rule"]["chain"]) for x in now if "rule" in x}
+    # tables holding a rule, a set, a map, a flowtable... are in use: left alone
+    in_use = {(f, t) for f, t, _c in ruled} | {
+        (v["family"], v["table"]) for x in now for k, v in x.items()
+        if k not in ("table", "chain", "rule", "metainfo") and isinstance(v, dict) and "table" in v}
+    for family, name in tables - old_tables - in_use:
+        subprocess.run(["nft", "delete", "table", family, name], capture_output=True)
+    # base chains iptables-nft added to tables that were there (the kernel refuses a chain with rules)
+    base = {(x["chain"]["family"], x["chain"]["table"], x["chain"]["name"]) for x in now
+            if "chain" in x and "hook" in x["chain"]}
+    for family, table, chain in base - old_chains - ruled:
+        if (family, table) in old_tables:
+            subprocess.run(["nft", "delete", "chain", family, table, chain], capture_output=True)
 
 
 @pytest.fixture(scope="session")
@@ -106,6 +182,8 @@ class RealNode:
         if busybox_archive:
             shutil.copy(busybox_archive, os.path.join(images, "busybox.tar"))
         self.max_pods = max_pods
+        #: the node's pods' cgroups go under <cgroup_root>/kubepods
+        self.cgroup_root = own_cgroup_root(name)
         self.node = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"node-{name}", daemon=True)
@@ -123,7 +201,8 @@ class RealNode:
         from kubeplane.node.agent import AgentConfig
 
         return AgentConfig(name=self.name, data_dir=self.data_dir, node_ip="127.0.0.1", max_pods=self.max_pods,
-                           pod_cidr=self.pod_cidr, cni_bridge=self.bridge, kubelet_port=0)
+                           pod_cidr=self.pod_cidr, cni_bridge=self.bridge, kubelet_port=0,
+                           cgroup_root=self.cgroup_root)
 
     def start(self) -> "RealNode":
         self.run(self._start())
@@ -157,6 +236,7 @@ class RealNode:
             self._thread.join(10)
             self._loop.close()
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+            remove_cgroup_root(self.cgroup_root)
 
     def kubectl(self, *args: str, input: str | None = None, timeout: float = 60.0, check: bool = True):
         """The real kubectl as the cluster's admin; returns the CompletedProcess (text)."""

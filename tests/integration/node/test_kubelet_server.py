@@ -10,10 +10,11 @@ import aiohttp
 import pytest
 
 from kubeplane.node.cri.client import CRIClient, pb
+from kubeplane.node.logs import ContainerLogManager, rotated_logs
 from kubeplane.node.server import KubeletServer
 from kubeplane.streaming import channels, spdy
 
-from _streaming import cri_pod
+from _streaming import cri_pod, held_streaming_bytes, rss_bytes
 
 
 @pytest.fixture
@@ -173,6 +174,45 @@ async def test_container_logs_follow_ends_with_the_container(kubelet, tmp_path):
         assert loop.time() - t0 > 0.5
 
 
+async def test_a_follow_goes_on_across_log_rotation(kubelet, tmp_path):
+    """The runtime reopens a rotated log (CRI ReopenContainerLog); a follower reads the
+    old file to its end, then the new one: every line once, in order."""
+    server, cri = kubelet
+    n = 3000
+    script = f"i=0; while [ $i -lt {n} ]; do echo line-$i; i=$((i+1)); [ $((i % 100)) = 0 ] && sleep 0.05; done"
+    async with cri_pod(cri, "rot", str(tmp_path)) as pod:
+        cid = await pod.container("main", ["sh", "-c", script])
+        follow = asyncio.create_task(_logs(server, "/containerLogs/default/rot/main?follow=true"))
+        manager = ContainerLogManager(cri, max_size=1, max_files=3)
+        rotations = 0
+        for _ in range(6):
+            await asyncio.sleep(0.25)
+            rotations += len(await manager.rotate_running())
+        code, text = await asyncio.wait_for(follow, 30)
+        assert rotations >= 3
+        assert code == 200 and text.split() == [f"line-{i}" for i in range(n)]
+        path = (await cri.runtime("ContainerStatus", pb.ContainerStatusRequest(container_id=cid))).status.log_path
+        rotated = rotated_logs(path)
+        assert len(rotated) == 2 and rotated[0].endswith(".gz")
+
+
+async def test_an_idle_streaming_session_is_closed_and_a_busy_one_is_not(kubelet, tmp_path):
+    server, cri = kubelet
+    server.streaming_idle_timeout = 1.0
+    loop = asyncio.get_running_loop()
+    async with cri_pod(cri, "idle", str(tmp_path)) as pod:
+        await pod.container("main", ["sleep", "60"])
+        t0 = loop.time()
+        stdout, _, status, _ = await asyncio.wait_for(
+            _session(server, "/exec/default/idle/main?command=sleep&command=30&output=1", [channels.V5]), 10)
+        assert 0.9 < loop.time() - t0 < 5 and status is None
+        # output every 0.3 s keeps a session of 2.5 s open past the 1 s timeout
+        q = "command=sh&command=-c&command=for+i+in+1+2+3+4+5+6+7+8%3B+do+echo+%24i%3B+sleep+0.3%3B+done&output=1"
+        stdout, _, status, _ = await asyncio.wait_for(_session(server, f"/exec/default/idle/main?{q}",
+                                                               [channels.V5]), 10)
+        assert stdout.split() == [str(i).encode() for i in range(1, 9)] and status["status"] == "Success"
+
+
 async def _tunnel(server, path):
     """A SPDY client session tunnelled through a WebSocket, as kubectl's port-forward dials."""
     http = aiohttp.ClientSession()
@@ -224,3 +264,31 @@ async def test_port_forward_to_httpd(kubelet, tmp_path):
                 await session.open_stream({"port": ["x"], "streamtype": ["data"]})
         finally:
             await close()
+
+
+async def test_a_stalled_reader_holds_the_process_back(kubelet, tmp_path):
+    """An exec whose output is not read: the kubelet stops reading the runtime's
+    stream (the process blocks writing) instead of buffering its output."""
+    server, cri = kubelet
+    total = 96 * 1024 * 1024
+    async with cri_pod(cri, "zero", str(tmp_path)) as pod:
+        await pod.container("main", ["sleep", "60"])
+        async with aiohttp.ClientSession() as http:
+            q = f"command=head&command=-c&command={total}&command=/dev/zero&output=1"
+            async with http.ws_connect(f"http://127.0.0.1:{server.port}/exec/default/zero/main?{q}",
+                                       protocols=[channels.V5], max_msg_size=0) as ws:
+                rss0 = rss_bytes()
+                await asyncio.sleep(2.0)  # nothing read
+                held = held_streaming_bytes()
+                grown = rss_bytes() - rss0
+                assert held < 4 * 1024 * 1024, held
+                assert grown < 32 * 1024 * 1024, grown
+                got, status = 0, None
+                async for msg in ws:
+                    ch, data = msg.data[0], msg.data[1:]
+                    if ch == channels.STDOUT:
+                        assert data == bytes(len(data))
+                        got += len(data)
+                    elif ch == channels.ERROR:
+                        status = json.loads(data)
+                assert got == total and status["status"] == "Success"

@@ -119,3 +119,46 @@ def test_a_running_container_sees_its_config_map_and_labels_change(real_node):
             time.sleep(0.3)
     finally:
         real_node.kubectl("delete", "pod", "live", "--wait=false", check=False)
+
+
+def _pod_volume_state(node, uid: str) -> tuple[bool, list[str]]:
+    import os
+
+    pod_dir = os.path.join(node.data_dir, "pods", uid)
+    with open("/proc/self/mounts") as f:
+        mounts = [line.split()[1] for line in f if line.split()[1].startswith(pod_dir + "/")]
+    return os.path.exists(os.path.join(pod_dir, "volumes")), mounts
+
+
+def test_volumes_are_unmounted_before_a_deleted_pod_leaves_and_when_a_pod_ends(real_node):
+    spec = {"containers": [{"name": "main", "image": BUSYBOX, "imagePullPolicy": "Never",
+                            "command": ["sh", "-c", "exec sleep 60"],
+                            "volumeMounts": [{"name": "mem", "mountPath": "/mem"}, {"name": "cfg", "mountPath": "/cfg"}]}],
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "mem", "emptyDir": {"medium": "Memory"}},
+                        {"name": "cfg", "configMap": {"name": "unmount-cfg"}}]}
+    once = json.loads(json.dumps(spec))
+    once["restartPolicy"] = "Never"
+    once["containers"][0]["command"] = ["true"]
+    manifests = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unmount-cfg"}, "data": {"a": "1"}},
+                 {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unmount"}, "spec": spec},
+                 {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unmount-once"}, "spec": once}]
+    real_node.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
+    try:
+        real_node.kubectl("wait", "--for=condition=Ready", "pod/unmount", "--timeout=90s")
+        uid = json.loads(real_node.kubectl("get", "pod", "unmount", "-o", "json").stdout)["metadata"]["uid"]
+        exists, mounts = _pod_volume_state(real_node, uid)
+        assert exists and len(mounts) >= 2
+        real_node.kubectl("delete", "pod", "unmount", "--wait=true", "--timeout=60s")
+        # gone from the API: nothing of its volumes is left mounted
+        assert _pod_volume_state(real_node, uid) == (False, [])
+        # a pod that ended keeps its record, not its volumes
+        real_node.kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/unmount-once", "--timeout=90s")
+        uid = json.loads(real_node.kubectl("get", "pod", "unmount-once", "-o", "json").stdout)["metadata"]["uid"]
+        deadline = time.monotonic() + 10
+        while _pod_volume_state(real_node, uid) != (False, []):
+            assert time.monotonic() < deadline, _pod_volume_state(real_node, uid)
+            time.sleep(0.2)
+    finally:
+        real_node.kubectl("delete", "pod", "unmount", "unmount-once", "--wait=false", check=False)
+        real_node.kubectl("delete", "configmap", "unmount-cfg", check=False)

@@ -43,6 +43,21 @@ def test_serving_certificate_is_reissued_for_a_new_listen_address(tmp_path):
     assert pki.covers(pki.load_cert(crt), ("10.1.2.3", "127.0.0.1", "localhost"))
 
 
+def test_listening_on_every_address_the_certificate_covers_the_advertised_one(tmp_path):
+    import socket
+
+    from kubeplane.apiserver.app import APIServerConfig
+    from kubeplane.apiserver.security import public_names
+
+    assert public_names(APIServerConfig(data_dir=str(tmp_path), advertise_address="192.0.2.7"), "127.0.0.1") == \
+        ("192.0.2.7",)
+    assert public_names(APIServerConfig(data_dir=str(tmp_path)), "127.0.0.1") == ()
+    names = pki.serving_names("0.0.0.0", "192.0.2.7")
+    assert names[:2] == (socket.gethostname(), "192.0.2.7") and "127.0.0.1" in names
+    crt, _ = pki.ensure_pki(str(tmp_path)).serving_pair(names)
+    assert pki.covers(pki.load_cert(crt), ("192.0.2.7", "127.0.0.1", "kubernetes.default.svc"))
+
+
 def test_client_certificate_names_user_and_groups(tmp_path):
     p = pki.ensure_pki(str(tmp_path))
     cert_pem, key_pem = p.client_pair("admin", "kubeplane-admin", ("system:masters",))

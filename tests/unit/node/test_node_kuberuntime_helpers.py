@@ -208,3 +208,20 @@ async def test_remove_container_gives_up_on_a_container_that_stays_running(tmp_p
     with pytest.raises(CRIError, match="still running"):
         await rt._remove_container("abc", wait=0.3)
     assert 2 <= cri.calls.count("RemoveContainer") <= 5
+
+
+async def test_a_pod_lock_is_shared_by_waiters_and_forgotten_when_unused(tmp_path):
+    import asyncio
+
+    rt = kr.KubeRuntime(None, pods_dir=str(tmp_path / "p"), logs_dir=str(tmp_path / "l"))
+    order = []
+
+    async def user(name, hold):
+        async with rt._lock("u"):
+            order.append(f"{name}+")
+            await asyncio.sleep(hold)
+            order.append(f"{name}-")
+
+    await asyncio.gather(user("a", 0.05), user("b", 0.01), user("c", 0.0))
+    assert order == ["a+", "a-", "b+", "b-", "c+", "c-"]   # one at a time, never two locks
+    assert rt._locks == {}

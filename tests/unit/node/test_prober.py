@@ -338,9 +338,12 @@ class Changes:
 class Events:
     def __init__(self):
         self.items: list[tuple[str, str, str]] = []
+        #: the involvedObject fieldPath of each item
+        self.field_paths: list[str] = []
 
-    def event(self, obj, type_, reason, message):
+    def event(self, obj, type_, reason, message, *, field_path=""):
         self.items.append((type_, reason, message))
+        self.field_paths.append(field_path)
 
 
 def _rfc3339(t: float) -> str:
@@ -409,6 +412,9 @@ async def test_readiness_initial_failure_then_ready(manager, http_server):
     await _until(lambda: not manager.ready("containerd://a1"))
     assert len(http_server.requests) - n >= 3
     assert ("Warning", "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 500") in manager.events.items
+    # about the container, as upstream's container references
+    i = manager.events.items.index(("Warning", "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 500"))
+    assert manager.events.field_paths[i] == "spec.containers{web}"
 
 
 async def test_thresholds(manager, http_server):
@@ -547,6 +553,34 @@ async def test_worker_ends_with_the_pod(manager, http_server):
     assert manager.worker_count() == 1 and manager.result(READINESS, "h2") == FAILURE
     manager.update_pod_status(pod2, _status(("app", "containerd://h2"), running=False, phase="Failed"))
     await _until(lambda: manager.worker_count() == 0)
+
+
+async def test_a_worker_that_ended_is_not_started_again_for_the_same_container(manager, http_server):
+    """The agent adds the pod on every sync, and syncs on every probe change: a worker
+    ended with its container (restartPolicy Never) must not come back for it, else
+    each new worker's initial result would wake a sync that starts the next one."""
+    c = {"name": "app", "readinessProbe": _http_probe(http_server.port)}
+    pod = _pod([c], restart="Never")
+    manager.add_pod(pod)
+    manager.update_pod_status(pod, _status(("app", "containerd://e1")))
+    await _until(lambda: manager.ready("e1"))
+    done = _status(("app", "containerd://e1"), running=False, exit_code=1)
+    manager.update_pod_status(pod, done)
+    await _until(lambda: manager.worker_count() == 0)
+    before = len(manager.changes.uids)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 0.5
+    while loop.time() < deadline:   # what the agent's pod worker does on each change
+        manager.add_pod(pod)
+        manager.update_pod_status(pod, done)
+        await asyncio.sleep(0.005)
+    assert manager.worker_count() == 0 and len(manager.changes.uids) - before == 0
+    # a new container of the same name is probed again
+    manager.update_pod_status(pod, _status(("app", "containerd://e2")))
+    manager.add_pod(pod)
+    await _until(lambda: manager.ready("e2"))
+    manager.remove_pod(pod)
+    assert not manager._ended
 
 
 async def test_deletion_makes_liveness_succeed_and_stop(manager, http_server):
