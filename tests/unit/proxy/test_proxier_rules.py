@@ -420,3 +420,28 @@ async def test_the_fixed_part_of_the_table_is_upstreams():
     p.clock = lambda: 1e9  # the stale chains' second has passed
     await synced(p)
     assert fake.dump() == BASE_TABLE
+
+
+async def test_load_balancer_ips_source_ranges_and_external_ips():
+    p, fake = make(node_ips=["192.168.1.5"])
+    s = svc("lb", "172.30.0.11", node_port=30011, type="LoadBalancer", externalIPs=["203.0.113.7"],
+            loadBalancerSourceRanges=["192.168.1.0/24", " 198.51.100.0/24"])
+    s["status"] = {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}, {"ip": "203.0.113.11", "ipMode": "Proxy"}]}}
+    p.on_service(s)
+    p.on_slice(eps("lb", ("10.0.1.1", True)))
+    await synced(p)
+    ext, fw = chain_of("lb", "external-"), chain_of("lb", "firewall-")
+    assert fake.map_elements("service-ips") == {
+        "172.30.0.11 . tcp . 80": f"goto {chain_of('lb')}",
+        "203.0.113.7 . tcp . 80": f"goto {ext}",
+        "203.0.113.10 . tcp . 80": f"goto {ext}"}  # an ingress of ipMode Proxy is the load balancer's business
+    assert fake.map_elements("firewall-ips") == {"203.0.113.10 . tcp . 80": f"goto {fw}"}
+    # the node is in a source range: its own traffic to the VIP (which it may hold) stays allowed
+    assert fake.chain_rules(fw) == ["ip saddr != { 192.168.1.0/24, 198.51.100.0/24, 203.0.113.10 } drop"]
+    # no endpoints: every external address rejects
+    p.on_slice_deleted(eps("lb"))
+    await synced(p)
+    assert fake.map_elements("no-endpoint-services") == {
+        "172.30.0.11 . tcp . 80": "goto reject-chain", "203.0.113.7 . tcp . 80": "goto reject-chain",
+        "203.0.113.10 . tcp . 80": "goto reject-chain"}
+    assert fake.map_elements("service-ips") == {}
