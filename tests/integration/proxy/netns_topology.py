@@ -66,11 +66,11 @@ class Topology:
             raise
         return proc.returncode, out.decode(errors="replace").strip()
 
-    async def get(self, url: str, *, source: str | None = None) -> tuple[int, str]:
+    async def get(self, url: str, *, source: str | None = None, timeout: float = 10.0) -> tuple[int, str]:
         """``wget -qO- url`` from the node's namespace, or from pod ``source``'s."""
         netns = self.node if source is None else self.pod_ns(source)
         # (no -T: this busybox's wget crashes with it; run() times out instead)
-        return await self.run(netns, BUSYBOX, "wget", "-qO-", url)
+        return await self.run(netns, BUSYBOX, "wget", "-qO-", url, timeout=timeout)
 
     async def nft(self, *args: str) -> tuple[int, str]:
         return await self.run(self.node, "nft", *args)
@@ -129,6 +129,10 @@ def topology(tmp_path_factory):
             os.makedirs(root, exist_ok=True)
             with open(os.path.join(root, "index.html"), "w") as f:
                 f.write(pod + "\n")
+            os.makedirs(os.path.join(root, "cgi-bin"))
+            with open(os.path.join(root, "cgi-bin", "client"), "w") as f:  # the client's address, as seen
+                f.write('#!/bin/sh\nprintf "Content-Type: text/plain\\r\\n\\r\\n%s\\n" "$REMOTE_ADDR"\n')
+            os.chmod(os.path.join(root, "cgi-bin", "client"), 0o755)
             procs.append(subprocess.Popen([*pod_cmd, BUSYBOX, "httpd", "-f", "-p", "80", "-h", root],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             topo.pods[pod] = ip

@@ -239,3 +239,30 @@ async def test_ipv6_services_are_programmed_in_the_ip6_table(topology):
         assert await v6.cleanup()
     code, out = await topology.nft("list", "tables")
     assert "ip6 kube-proxy" not in out
+
+
+async def test_external_traffic_policy_local_keeps_the_client_address_cluster_masquerades(env):
+    pod3 = env.topo.pods["pod3"]
+    node_ip = env.topo.node_ips[0]
+    cluster = await env.service("etp-cluster", type="NodePort")
+    await env.slice("etp-cluster", {"pod1": True}, local=True)
+    local = await env.service("etp-local", type="NodePort", externalTrafficPolicy="Local")
+    await env.slice("etp-local", {"pod1": True}, local=True)
+    remote = await env.service("etp-remote", type="NodePort", externalTrafficPolicy="Local")
+    await env.slice("etp-remote", {"pod2": True}, local=False)  # its only endpoint is on another node
+    await env.synced_with(remote)
+
+    async def client_seen(svc) -> str:
+        url = f"http://{node_ip}:{svc['spec']['ports'][0]['nodePort']}/cgi-bin/client"
+        code, body = await env.topo.get(url, source="pod3")
+        assert code == 0, body
+        return body.removeprefix("[::ffff:").removesuffix("]")  # httpd listens on IPv6: mapped addresses
+
+    assert await eventually(lambda: client_seen(cluster)) == node_ip  # Cluster: masqueraded, may cross nodes
+    assert await client_seen(local) == pod3  # Local: the client's own address reaches the pod
+    # Local with no endpoint on this node: dropped (not rejected), the client waits
+    with pytest.raises(asyncio.TimeoutError):
+        await env.topo.get(f"http://{node_ip}:{remote['spec']['ports'][0]['nodePort']}/", source="pod3", timeout=3)
+    # while its ClusterIP still reaches the remote endpoint
+    code, body = await env.topo.get(f"http://{remote['spec']['clusterIP']}/")
+    assert (code, body) == (0, "pod2")
