@@ -266,3 +266,16 @@ async def test_external_traffic_policy_local_keeps_the_client_address_cluster_ma
     # while its ClusterIP still reaches the remote endpoint
     code, body = await env.topo.get(f"http://{remote['spec']['clusterIP']}/")
     assert (code, body) == (0, "pod2")
+
+
+async def test_internal_traffic_policy_local_uses_only_this_nodes_endpoints(env):
+    local = await env.service("itp-local", internalTrafficPolicy="Local")
+    await env.slice("itp-local", {"pod1": True, "pod2": True}, local=True)
+    remote = await env.service("itp-remote", internalTrafficPolicy="Local")
+    await env.slice("itp-remote", {"pod2": True}, local=False)
+    await env.synced_with(remote)
+    ip = local["spec"]["clusterIP"]
+    await eventually(lambda: env.topo.get(f"http://{ip}/"), what="the ClusterIP answers")
+    assert set(await env.hits(f"http://{ip}/", 10)) == {"pod1", "pod2"}  # both are this node's
+    with pytest.raises(asyncio.TimeoutError):  # no endpoint on this node: dropped
+        await env.topo.get(f"http://{remote['spec']['clusterIP']}/", timeout=3)
