@@ -1603,6 +1603,52 @@ def _real_node_available() -> str | None:
     return None
 
 
+def _check_cidrs(ctx, param, value):
+    import ipaddress
+
+    out = []
+    for item in (value or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item == "primary" and param.name == "nodeport_addresses":
+            out.append(item)
+            continue
+        try:
+            out.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise click.BadParameter(f"invalid CIDR address: {item}") from None
+    if "primary" in out and len(out) > 1:
+        raise click.BadParameter("'primary' cannot be combined with CIDRs")
+    return out
+
+
+def _proxy_families(value: str) -> tuple[str, ...]:
+    return {"ipv4": ("ipv4",), "ipv6": ("ipv6",), "dual": ("ipv4", "ipv6")}[value]
+
+
+_proxy_options = [
+    click.option("--proxy-min-sync-period", "min_sync_period", type=click.FloatRange(min=0), default=1.0,
+                 show_default=True, help="Seconds between two syncs of the Service rules at least."),
+    click.option("--proxy-sync-period", "sync_period", type=click.FloatRange(min=0.1), default=30.0,
+                 show_default=True, help="Seconds after which a failed sync is retried; a sync runs that often."),
+    click.option("--cluster-cidr", "local_cidrs", default="", callback=_check_cidrs,
+                 help="The pods' addresses (CIDR[,CIDR]): ClusterIP traffic from elsewhere is masqueraded; "
+                      "default for a node: its pod CIDR."),
+    click.option("--nodeport-addresses", default="", callback=_check_cidrs,
+                 help="Where NodePorts answer: CIDRs whose local addresses do, or 'primary' (the node IPs); "
+                      "default: every local address but loopback."),
+    click.option("--ip-families", "ip_families", type=click.Choice(["ipv4", "ipv6", "dual"]), default="ipv4",
+                 show_default=True, help="The nftables tables made: ip, ip6 or both."),
+]
+
+
+def _proxy_option_decorators(f):
+    for opt in reversed(_proxy_options):
+        f = opt(f)
+    return f
+
+
 @main.command("node")
 @click.option("--kubeconfig", "kubeconfig", default=None,
               help="Kubeconfig of the node (its identity: system:node:<name>); default: "
@@ -1633,13 +1679,18 @@ def _real_node_available() -> str | None:
               help="Route the other nodes' pod CIDRs through them (the nodes share a link) and masquerade what "
                    "the pods send outside the pods' networks.")
 @_real_node_option_decorators
+@click.option("--proxy/--no-proxy", "run_proxy", default=True, show_default=True,
+              help="Run the Service proxy (nftables rules for Services, as kube-proxy) in the node.")
+@_proxy_option_decorators
 @_verbosity_option_decorators
 def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, node_name, data_dir, images_dir,
          node_labels, container_log_max_size, container_log_max_files, streaming_idle_timeout, pod_routes, node_ip,
          max_pods, system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr, cgroup_root, cgroups_per_qos,
-         verbosity, verbose) -> None:
+         run_proxy, min_sync_period, sync_period, local_cidrs, nodeport_addresses, ip_families, verbosity,
+         verbose) -> None:
     """Run a node: a kubelet running the pods bound to it in containers, through the CRI."""
     import os
+    import shutil
 
     from kubeplane.node.agent import DEFAULT_SANDBOX_IMAGE, ManagedNode, default_node_name
 
@@ -1664,6 +1715,15 @@ def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, no
     config.container_log_max_files = container_log_max_files
     config.streaming_idle_timeout = streaming_idle_timeout
     config.pod_routes = pod_routes
+    if run_proxy:
+        from kubeplane.proxy import ProxyConfig
+
+        if shutil.which("nft") is None:
+            _fail("nft not found: install nftables (or give --no-proxy)")
+        config.proxy = ProxyConfig(node_name=name, node_ips=[node_ip] if node_ip else [],
+                                   families=_proxy_families(ip_families), min_sync_period=min_sync_period,
+                                   sync_period=sync_period, local_cidrs=local_cidrs,
+                                   nodeport_addresses=nodeport_addresses)
 
     async def go(stop: asyncio.Event) -> None:
         nonlocal kubeconfig
@@ -1701,6 +1761,54 @@ def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, no
         finally:
             if started:
                 await managed.stop()
+            await client.close()
+
+    _run(go)
+
+
+@main.command("proxy")
+@client_options
+@click.option("--node-name", default=None, callback=_check_node_name,
+              help="The node this proxy runs on (endpoints there are local); default: the hostname.")
+@click.option("--node-ip", "node_ips", multiple=True, callback=lambda c, p, v: [_check_node_ip(c, p, x) for x in v],
+              help="An address of the node (repeatable; for loadBalancerSourceRanges and 'primary').")
+@click.option("--netns", default=None,
+              help="Program this network namespace (ip netns exec NAME nft ...) instead of the process's own.")
+@click.option("--keep-rules/--no-keep-rules", default=False, show_default=True,
+              help="Leave the nftables tables in place when stopping.")
+@_proxy_option_decorators
+def proxy(kubeconfig, context, verbosity, verbose, node_name, node_ips, netns, keep_rules, min_sync_period,
+          sync_period, local_cidrs, nodeport_addresses, ip_families) -> None:
+    """Run the Service proxy: nftables rules for the cluster's Services on this node (kube-proxy)."""
+    import shutil
+
+    from kubeplane.node.agent import default_node_name
+    from kubeplane.proxy import ProxyConfig, ServiceProxy
+
+    _setup_logging(verbosity, verbose)
+    if shutil.which("nft") is None:
+        _fail("nft not found: install nftables")
+    config = ProxyConfig(node_name=node_name or default_node_name(), node_ips=list(node_ips),
+                         families=_proxy_families(ip_families), min_sync_period=min_sync_period,
+                         sync_period=sync_period, local_cidrs=local_cidrs, nodeport_addresses=nodeport_addresses,
+                         command_prefix=["ip", "netns", "exec", netns] if netns else [],
+                         keep_rules_on_stop=keep_rules)
+
+    async def go(stop: asyncio.Event) -> None:
+        client = _http_client(kubeconfig, context)
+        service_proxy = ServiceProxy(client, config)
+        started = False
+        try:
+            if not await _wait_for_api(client, stop, "proxy"):
+                return
+            if not await _start_retrying("proxy", service_proxy.start, stop):
+                return
+            started = True
+            log.info("proxy for node %s running", config.node_name)
+            await stop.wait()
+        finally:
+            if started:
+                await service_proxy.stop()
             await client.close()
 
     _run(go)

@@ -27,7 +27,9 @@ runtime:
   containers that changed on their own, and removes the sandboxes and
   containers of pods that are gone from the API (orphans);
 - imports every image archive of its images directory at start and when
-  one appears there (as k3s's agent/images).
+  one appears there (as k3s's agent/images);
+- with ``proxy`` configured, runs the Service proxy (:mod:`kubeplane.proxy`,
+  kube-proxy's nftables mode) and removes its rules when it stops.
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ class AgentConfig:
     #: <cgroup_root>/kubepods, the sandbox's cgroup parent
     cgroups_per_qos: bool = True
     cgroup_root: str = "/"
+    #: run the Service proxy (kubeplane.proxy) with this configuration; node name, node IP and
+    #: (as --cluster-cidr) the pod CIDR are filled in when left empty. None: no proxy
+    proxy: Any = None
 
     @property
     def pods_dir(self) -> str:
@@ -383,6 +388,8 @@ class NodeAgent:
         self._started = False
         #: the kubelet API (logs, exec, attach, port-forward) and the usage measurements
         self.server: Any = None
+        #: the Service proxy (config.proxy)
+        self.service_proxy: Any = None
         self.stats: Any = None
         self.log_manager: ContainerLogManager | None = None
         self.pod_routes: Any = None
@@ -422,7 +429,22 @@ class NodeAgent:
         await self._set_pod_cidr_from(self.node)
         if self.pod_cidr is None:
             self._spawn(self._pod_cidr_loop(), "pod-cidr")
+        if self.config.proxy is not None:
+            await self._start_proxy()
         self._started = True
+
+    async def _start_proxy(self) -> None:
+        import dataclasses
+
+        from kubeplane.proxy import ServiceProxy
+
+        cfg = self.config.proxy
+        node_ips = cfg.node_ips or [a["address"] for a in (self.node or {}).get("status", {}).get("addresses") or []
+                                    if a.get("type") == "InternalIP"]
+        local = cfg.local_cidrs or ([self.pod_cidr] if self.pod_cidr else [])
+        self.service_proxy = ServiceProxy(self.client, dataclasses.replace(
+            cfg, node_name=cfg.node_name or self.name, node_ips=node_ips, local_cidrs=local))
+        await self.service_proxy.start()
 
     async def start_pods(self) -> None:
         """Run the pods bound to the node: the runtime, the pod informer, the relist."""
@@ -471,6 +493,9 @@ class NodeAgent:
         if self.server is not None:
             await self.server.stop()
             self.server = None
+        if self.service_proxy is not None:  # its rules go with it
+            await self.service_proxy.stop()
+            self.service_proxy = None
         for part in (self.prober, self.volumes, self.recorder):
             closer = getattr(part, "stop", None) or getattr(part, "close", None)
             if closer is not None:

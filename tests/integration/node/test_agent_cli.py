@@ -50,7 +50,8 @@ def test_kubeplane_node_runs_pods_stops_and_adopts_them_again(tmp_path, image_ar
         kc = node_kubeconfig(cluster, "cli-node", str(tmp_path / "node.kubeconfig"))
         cmd = CLI + ["node", "--kubeconfig", kc, "--name", "cli-node", "--data-dir", data_dir,
                      "--node-ip", "127.0.0.1", "--pod-cidr", cidr, "--kubelet-port", "0",
-                     "--node-labels", "tier=test", "--cgroup-root", cgroup_root]
+                     "--node-labels", "tier=test", "--cgroup-root", cgroup_root,
+                     "--no-proxy"]  # the Service proxy would program the host's nftables: its tests use netns
         log = open(tmp_path / "node.log", "ab")
         procs = []
         try:
