@@ -105,3 +105,42 @@ def test_a_service_reaches_pods_on_both_hosts_by_cluster_ip_and_node_port(hosts)
     assert ready == [kept]
     hosts.kubectl("delete", "deployment", "spread", "--wait=false")
     hosts.kubectl("delete", "service", "spread")
+
+
+def test_a_host_whose_node_stops_loses_its_pods_to_the_other_and_the_service_keeps_answering(hosts):
+    """Last of the module: it stops h2's node (and starts it again at the end)."""
+    import json
+
+    h1, h2 = hosts.hosts
+    tolerations = [{"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute",
+                    "tolerationSeconds": 1} for t in ("not-ready", "unreachable")]
+    deployment, service = _web_deployment("moving", 2, tolerations=tolerations)
+    deployment["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["whenUnsatisfiable"] = "ScheduleAnyway"
+    hosts.apply(deployment, service, client_pod("client-moving", h1.name))
+    until("a ready pod on each host", lambda: set(_ready_pods(hosts, "moving").values()) == {h1.name, h2.name}, 120)
+    until("client running", lambda: hosts.get("pod", "client-moving")["status"].get("phase") == "Running", 90)
+    cluster_ip = hosts.get("service", "moving")["spec"]["clusterIP"]
+
+    def via_cluster_ip():
+        return hosts.exec("client-moving", "wget", "-qO-", f"http://{cluster_ip}/", check=False).stdout.strip()
+
+    hosts.stop_node(h2)
+    try:
+        def ready_condition():
+            node = hosts.get("node", h2.name)
+            return next(c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready")
+        until("h2 no longer Ready", lambda: ready_condition() == "Unknown", 60)
+        # its pod evicted after the 1 s toleration, the Deployment's second pod runs on h1
+        until("both ready pods on h1", lambda: list(_ready_pods(hosts, "moving").values()) == [h1.name] * 2, 120)
+        names = set(_ready_pods(hosts, "moving"))
+        until("the Service answering from h1's pods only", lambda: _answers(via_cluster_ip, 10) <= names
+              and _answers(via_cluster_ip, 10), 30)
+        node = hosts.get("node", h2.name)
+        assert {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"} in [
+            {k: t[k] for k in ("key", "effect")} for t in node["spec"].get("taints") or []]
+    finally:
+        hosts.start_node(h2)
+        hosts.wait_ready(h2)
+        hosts.kubectl("delete", "deployment", "moving", "--wait=false")
+        hosts.kubectl("delete", "service", "moving")
+    assert json.loads(hosts.kubectl("get", "node", h2.name, "-o", "json").stdout)["spec"].get("taints") is None
