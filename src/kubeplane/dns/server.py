@@ -386,6 +386,10 @@ class DNSServer:
                 await asyncio.wait_for(writer.drain(), self.tcp_idle_timeout)
         except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
             pass
+        except asyncio.CancelledError:
+            # stopping: the connection task ends here (asyncio's stream callback
+            # would log a cancelled connection task as an error)
+            pass
         finally:
             self._tcp_writers.discard(writer)
             if task is not None:

@@ -12,26 +12,7 @@ from kubeplane.client.informer import Indexer
 from kubeplane.dns import records as rec
 from kubeplane.dns.records import ClusterRecords
 
-
-def svc(name, ns="app", *, ip="10.96.0.20", ports=(("http", 80, "TCP"),), type_="ClusterIP", **spec):
-    s = {"type": type_, "ports": [{"name": n, "port": p, "protocol": pr} for n, p, pr in ports], **spec}
-    if ip is not None:
-        s["clusterIP"] = ip
-        s["clusterIPs"] = [ip] if ip != "None" else ["None"]
-    return {"metadata": {"name": name, "namespace": ns, "resourceVersion": "1"}, "spec": s}
-
-
-def eslice(name, service, ns="app", *, endpoints, ports=(("http", 8080, "TCP"),), family="IPv4"):
-    return {"metadata": {"name": name, "namespace": ns, "labels": {"kubernetes.io/service-name": service}},
-            "addressType": family, "endpoints": endpoints,
-            "ports": [{"name": n, "port": p, "protocol": pr} for n, p, pr in ports]}
-
-
-def ep(ip, hostname=None, ready=True):
-    out = {"addresses": [ip], "conditions": {"ready": ready}}
-    if hostname:
-        out["hostname"] = hostname
-    return out
+from fake_dns import endpoint as ep, endpoint_slice as eslice, service as svc
 
 
 def ns(name):
