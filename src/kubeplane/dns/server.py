@@ -196,17 +196,26 @@ class DNSServer:
     # -- lifecycle
 
     async def start(self) -> None:
+        """Bind UDP, then TCP on the same port; a busy address fails with a
+        one-line :class:`~kubeplane.startup.StartupError`."""
+        from kubeplane.startup import StartupError, listen_error
+
         loop = asyncio.get_running_loop()
         for attempt in range(20):
-            transport, _ = await loop.create_datagram_endpoint(lambda: _UDP(self), local_addr=(self.host, self.port))
+            try:
+                transport, _ = await loop.create_datagram_endpoint(lambda: _UDP(self),
+                                                                   local_addr=(self.host, self.port))
+            except OSError as exc:
+                raise StartupError(listen_error(self.host, self.port, exc).replace("listen tcp", "listen udp",
+                                                                                   1)) from None
             port = transport.get_extra_info("sockname")[1]
             try:
                 self._tcp_server = await asyncio.start_server(self._tcp_client, self.host, port, backlog=128,
                                                               reuse_address=True)
-            except OSError:
+            except OSError as exc:
                 transport.close()
                 if self.port != 0 or attempt == 19:
-                    raise
+                    raise StartupError(listen_error(self.host, port, exc)) from None
                 continue  # the free UDP port is taken for TCP: try another
             self._udp_transport = transport  # type: ignore[assignment]
             self.port = port
