@@ -34,6 +34,7 @@ nothing is listed per query. An answer is built from at most
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import time
 from dataclasses import dataclass, field
@@ -171,6 +172,12 @@ class Answer:
     #: an ExternalName's target outside the cluster domain, whose records of
     #: the asked type the server looks up upstream and appends
     chase: dns.name.Name | None = None
+    #: ``namespace/service`` when the answer depends only on that Service, its
+    #: EndpointSlices and the namespaces (see :meth:`ClusterRecords.depends_on`);
+    #: None: on anything
+    dep: str | None = None
+    #: an in-cluster ExternalName target's records were added
+    followed: bool = False
 
 
 @dataclass(slots=True)
@@ -217,6 +224,17 @@ class ClusterRecords:
         stores = (self.services, self.slices, self.namespaces, self.pods)
         return tuple(s.version if s is not None else 0 for s in stores) + (len(self.dns_ips),)
 
+    def namespaces_version(self) -> int:
+        """Changes whenever a namespace came or went (or changed)."""
+        return self.namespaces.version if self.namespaces is not None else 0
+
+    def depends_on(self, dep: str) -> tuple[Any, ...]:
+        """The stored objects an answer with ``Answer.dep == dep`` was made
+        from: the Service and its EndpointSlices. The stores replace an object
+        on every change, so the same objects (by identity) mean the same answer
+        (given the same namespaces)."""
+        return (self.services.get_by_key(dep), *self.slices.by_index(SLICES_BY_SERVICE, dep))
+
     def serial(self) -> int:
         """The SOA serial: the time of the last change seen (as CoreDNS's)."""
         v = self.version()
@@ -242,7 +260,7 @@ class ClusterRecords:
     # -- building blocks
 
     def _name(self, text: str) -> dns.name.Name:
-        return dns.name.from_text(text)
+        return _name_of(text)
 
     def _rrset(self, name: dns.name.Name, rdatas: list[Any]) -> dns.rrset.RRset:
         return dns.rrset.from_rdata_list(name, self.ttl, rdatas)
@@ -311,7 +329,12 @@ class ClusterRecords:
             return self.nxdomain()
         if len(segs) == 1:
             return self.nodata()
-        name, rest = segs[-2], segs[:-2]
+        answer = self._service_of(qname, qtype, ns, segs[-2], segs[:-2])
+        if answer.dep is None and answer.chase is None and not answer.followed:
+            answer.dep = f"{ns}/{segs[-2]}"
+        return answer
+
+    def _service_of(self, qname: dns.name.Name, qtype: int, ns: str, name: str, rest: list[str]) -> Answer:
         endpoint = port = proto = None
         if len(rest) == 1:
             endpoint = rest[0]
@@ -405,6 +428,7 @@ class ClusterRecords:
             chased = self._zone(target, qtype) if target != qname else Answer()
             if chased.rcode == dns.rcode.NOERROR:
                 out.answer += [rr for rr in chased.answer if rr.rdtype != T_CNAME]
+            out.followed = True  # the answer depends on the target too
         else:
             out.chase = target
         return out
@@ -465,6 +489,12 @@ class ClusterRecords:
         if not names:
             return None
         return Answer(answer=[self._rrset(qname, [PTR(IN, T_PTR, self._name(n)) for n in names])])
+
+
+@functools.lru_cache(maxsize=8192)
+def _name_of(text: str) -> dns.name.Name:
+    """A name from its text (names are immutable: the parsed ones are kept)."""
+    return dns.name.from_text(text)
 
 
 def _port_matches(port: str | None, proto: str | None, name: str, protocol: str) -> bool:

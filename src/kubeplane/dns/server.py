@@ -15,8 +15,11 @@ Wire handling is dnspython's. Bounds:
 * A packet that does not parse is answered FORMERR when its header can be
   read and it is a query, and dropped otherwise; responses sent to the
   server are dropped.
-* Local answers are kept (keyed by the question's bytes) until the records
-  change, so repeated questions cost a dictionary look-up.
+* Local answers are kept, keyed by the question's bytes, for as long as what
+  they were made from is unchanged: for a Service's names, the Service's and
+  its EndpointSlices' stored objects and the namespaces; for other names,
+  every store. Repeated questions cost a dictionary look-up, and a change
+  elsewhere in the cluster leaves them cached.
 """
 
 from __future__ import annotations
@@ -187,8 +190,8 @@ class DNSServer:
         self._tcp_writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._forwarding = 0
-        self._cache: dict[tuple[bytes, int], bytes] = {}
-        self._cache_version: tuple[int, ...] = ()
+        #: (question bytes after the ID, UDP?) -> (answer after the ID, dependency, its state)
+        self._cache: dict[tuple[bytes, int], tuple[bytes, str | None, Any]] = {}
         #: counters by outcome, for metrics and tests
         self.stats: dict[str, int] = {"queries": 0, "forwarded": 0, "dropped": 0, "formerr": 0, "servfail": 0,
                                       "truncated": 0, "tcp_refused": 0}
@@ -256,14 +259,12 @@ class DNSServer:
     def answer_now(self, wire: bytes, *, udp: bool) -> bytes | _Pending | None:
         """The answer when it needs no upstream; else what :meth:`finish` completes."""
         self.stats["queries"] += 1
-        version = self.records.version()
-        if version != self._cache_version:
-            self._cache.clear()
-            self._cache_version = version
         key = (wire[2:], 1 if udp else 0)
         hit = self._cache.get(key)
         if hit is not None:
-            return wire[:2] + hit
+            if self._fresh(hit[1], hit[2]):
+                return wire[:2] + hit[0]
+            del self._cache[key]
         try:
             query = dns.message.from_wire(wire)
         except dns.message.ShortHeader:
@@ -286,11 +287,28 @@ class DNSServer:
             self.stats["servfail"] += 1
             return self._render(self._reply(query, dns.rcode.SERVFAIL), max_size)
         if isinstance(result, tuple):
-            out, cacheable = result
-            if cacheable and len(self._cache) < self.cache_size:
-                self._cache[key] = out[2:]
+            out, dep = result
+            if self.cache_size > 0:
+                if len(self._cache) >= self.cache_size:
+                    self._cache.clear()
+                self._cache[key] = (out[2:], dep, self._state(dep))
             return out
         return result
+
+    def _state(self, dep: str | None) -> Any:
+        """What a cached answer depends on, now (see :meth:`ClusterRecords.depends_on`)."""
+        if dep is None:
+            return self.records.version()
+        return (self.records.namespaces_version(), self.records.depends_on(dep))
+
+    def _fresh(self, dep: str | None, state: Any) -> bool:
+        if dep is None:
+            return state == self.records.version()
+        ns_version, objs = state
+        if ns_version != self.records.namespaces_version():
+            return False
+        now = self.records.depends_on(dep)
+        return len(now) == len(objs) and all(a is b for a, b in zip(now, objs))
 
     def _reply(self, query: dns.message.Message, rcode: int) -> dns.message.Message:
         resp = dns.message.make_response(query, recursion_available=True, our_payload=OUR_PAYLOAD)
@@ -303,24 +321,24 @@ class DNSServer:
             self.stats["truncated"] += 1
         return wire
 
-    def _answer(self, query: dns.message.Message, wire: bytes, max_size: int) -> tuple[bytes, bool] | _Pending:
+    def _answer(self, query: dns.message.Message, wire: bytes, max_size: int) -> tuple[bytes, str | None] | _Pending:
         if query.opcode() != dns.opcode.QUERY:
-            return self._render(self._reply(query, dns.rcode.NOTIMP), max_size), True
+            return self._render(self._reply(query, dns.rcode.NOTIMP), max_size), None
         if query.edns > 0:
-            return self._render(self._reply(query, dns.rcode.BADVERS), max_size), True
+            return self._render(self._reply(query, dns.rcode.BADVERS), max_size), None
         if len(query.question) != 1:
             self.stats["formerr"] += 1
-            return self._render(self._reply(query, dns.rcode.FORMERR), max_size), True
+            return self._render(self._reply(query, dns.rcode.FORMERR), max_size), None
         q = query.question[0]
         in_zone = self.records.in_zone(q.name)
         if in_zone and (q.rdclass != dns.rdataclass.IN or q.rdtype in (dns.rdatatype.AXFR, dns.rdatatype.IXFR)):
-            return self._render(self._reply(query, dns.rcode.REFUSED), max_size), True
+            return self._render(self._reply(query, dns.rcode.REFUSED), max_size), None
         answer = self.records.resolve(q.name, q.rdtype) if q.rdclass == dns.rdataclass.IN else None
         if answer is None:
             return _Pending(query, wire, None, max_size)
         if answer.chase is not None:
             return _Pending(query, wire, answer, max_size)
-        return self._render(self._local(query, answer), max_size), True
+        return self._render(self._local(query, answer), max_size), answer.dep
 
     def _local(self, query: dns.message.Message, answer: Answer) -> dns.message.Message:
         resp = self._reply(query, answer.rcode)

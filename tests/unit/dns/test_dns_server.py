@@ -222,3 +222,36 @@ async def test_forwards_are_bounded(stores, upstream):
         assert not upstream.questions
     finally:
         await srv.stop()
+
+
+async def test_a_change_elsewhere_keeps_cached_answers(server, stores):
+    services, slices, namespaces = stores
+    records = server.records
+    q = dns.message.make_query("web.app.svc.cluster.local", T.A).to_wire()
+    first = server.answer_now(q, udp=True)
+    calls = []
+    real = records.resolve
+    records.resolve = lambda *a: calls.append(a) or real(*a)
+    try:
+        # another Service and another Service's slice change: web's answer comes from the cache
+        services.add(service("other", ip="10.96.0.99"))
+        slices.add(endpoint_slice("many-1", "many", endpoints=[endpoint("10.42.1.1")]))
+        assert server.answer_now(q, udp=True)[2:] == first[2:] and not calls
+        # web's own slice changes: resolved again
+        slices.add(endpoint_slice("web-1", "web", endpoints=[endpoint("10.42.2.1")]))
+        server.answer_now(q, udp=True)
+        assert len(calls) == 1
+        # a namespace change: resolved again
+        namespaces.add({"metadata": {"name": "other"}})
+        server.answer_now(q, udp=True)
+        assert len(calls) == 2
+        # a name that is not a Service's depends on everything
+        v = dns.message.make_query("dns-version.cluster.local", T.TXT).to_wire()
+        server.answer_now(v, udp=True)
+        server.answer_now(v, udp=True)
+        assert len(calls) == 3
+        services.add(service("third", ip="10.96.0.98"))
+        server.answer_now(v, udp=True)
+        assert len(calls) == 4
+    finally:
+        records.resolve = real
