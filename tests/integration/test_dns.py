@@ -73,7 +73,8 @@ async def dns_server(cluster, client, upstream, tmp_path):
     resolv.write_text("search example.net\nnameserver 127.0.0.1\n")
     component = ClusterDNS(client, DNSConfig(listen="127.0.0.1:0", resolv_conf=str(resolv),
                                              upstream_port=upstream.port, forward_timeout=1.0,
-                                             advertise_address="192.0.2.53", service_interval=0.2))
+                                             advertise_address="192.0.2.53", service_interval=0.2,
+                                             metrics_listen="127.0.0.1:0"))
     await component.start()
     yield component
     await component.stop()
@@ -170,13 +171,16 @@ async def test_changes_are_served_within_a_second(cluster, client, dns_server):
 async def test_kube_dns_service_is_kept(cluster, client, dns_server):
     svc = await client.get(resource("services"), "kube-dns", "kube-system")
     assert svc["spec"]["clusterIP"] == "10.96.0.10"
+    metrics_port = int(dns_server.metrics.url.rsplit(":", 1)[1])
     assert [(p["name"], p["port"], p["protocol"], p["targetPort"]) for p in svc["spec"]["ports"]] == [
-        ("dns", 53, "UDP", dns_server.port), ("dns-tcp", 53, "TCP", dns_server.port)]
+        ("dns", 53, "UDP", dns_server.port), ("dns-tcp", 53, "TCP", dns_server.port),
+        ("metrics", 9153, "TCP", metrics_port)]
     assert svc["metadata"]["labels"]["k8s-app"] == "kube-dns" and "selector" not in svc["spec"]
+    assert svc["metadata"]["annotations"] == {"prometheus.io/port": "9153", "prometheus.io/scrape": "true"}
     es = await client.get(resource("endpointslices"), "kube-dns", "kube-system")
     assert es["endpoints"][0]["addresses"] == ["192.0.2.53"]
     assert {(p["name"], p["port"], p["protocol"]) for p in es["ports"]} == {
-        ("dns", dns_server.port, "UDP"), ("dns-tcp", dns_server.port, "TCP")}
+        ("dns", dns_server.port, "UDP"), ("dns-tcp", dns_server.port, "TCP"), ("metrics", metrics_port, "TCP")}
     # the kube-dns Service answers for itself, and ns.dns.<zone> is its address
     assert texts(await ask(dns_server, f"kube-dns.kube-system.svc.{ZONE}")) == ["10.96.0.10"]
     assert texts(await ask(dns_server, f"ns.dns.{ZONE}")) == ["10.96.0.10"]
@@ -192,6 +196,24 @@ async def test_kube_dns_service_is_kept(cluster, client, dns_server):
 
     assert (await eventually(back, what="the kube-dns EndpointSlice back"))["endpoints"][0]["addresses"] == \
         ["192.0.2.53"]
+
+
+async def test_metrics(cluster, dns_server):
+    import aiohttp
+
+    await ask(dns_server, f"kubernetes.default.svc.{ZONE}")
+    await ask(dns_server, f"kubernetes.default.svc.{ZONE}")
+    await ask(dns_server, f"nope.default.svc.{ZONE}", T.AAAA, tcp=True)
+    async with aiohttp.ClientSession() as session:
+        async with session.get(dns_server.metrics.url + "/metrics") as resp:
+            text = await resp.text()
+        async with session.get(dns_server.metrics.url + "/healthz") as resp:
+            assert resp.status == 200
+    server = f'server="dns://127.0.0.1:{dns_server.port}"'
+    assert f'coredns_dns_requests_total{{family="1",proto="udp",{server},type="A",zone="."}} 2.0' in text, text
+    assert f'coredns_dns_requests_total{{family="1",proto="tcp",{server},type="AAAA",zone="."}} 1.0' in text
+    assert f'coredns_dns_responses_total{{rcode="NXDOMAIN",{server},zone="."}} 1.0' in text
+    assert f'coredns_cache_hits_total{{{server},type="success"}} 1.0' in text
 
 
 async def _answered(server, name, *, tcp=False, count=1):

@@ -672,6 +672,10 @@ def _dns_options(default_addr: str):
             click.option("--dns-advertise-address", default=None, callback=_check_advertisable,
                          help="The address the kube-dns endpoints list (default: the --dns-addr host, or the "
                               "host's when that is 0.0.0.0)."),
+            click.option("--dns-metrics-addr", default="", callback=_check_dns_addr,
+                         help="HOST:PORT of the DNS server's /metrics (CoreDNS's metric names) and /healthz; "
+                              "empty: none. At the --dns-addr host (or 0.0.0.0) it is the kube-dns Service's "
+                              "metrics port (9153)."),
         ]
         for opt in reversed(opts):
             f = opt(f)
@@ -680,12 +684,12 @@ def _dns_options(default_addr: str):
 
 
 def _dns_config(dns_addr: str, cluster_domain: str, resolv_conf: str, pods: str, advertise: str | None,
-                service_cidr: str):
+                metrics_addr: str, service_cidr: str):
     from kubeplane.dns.component import DNSConfig
     from kubeplane.dns.kubedns import kube_dns_ip
 
     return DNSConfig(listen=dns_addr, cluster_domain=cluster_domain, service_ip=kube_dns_ip(service_cidr),
-                     resolv_conf=resolv_conf, pods=pods, advertise_address=advertise)
+                     resolv_conf=resolv_conf, pods=pods, advertise_address=advertise, metrics_listen=metrics_addr)
 
 
 #: the HorizontalPodAutoscaler controller's flags (kube-controller-manager's) and
@@ -720,7 +724,7 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
        controller_selection: tuple[str, ...], real_node: str = "auto", real_node_name: str | None = None,
        real_node_kubelet_port: int = 10250, dns_addr: str = "", cluster_domain: str = "cluster.local",
        dns_resolv_conf: str = "/etc/resolv.conf", dns_pods: str = "insecure",
-       dns_advertise_address: str | None = None) -> None:
+       dns_advertise_address: str | None = None, dns_metrics_addr: str = "") -> None:
     """Run a whole cluster: API server, scheduler, controllers, simulated nodes and cluster DNS
     (one process, or two with --split)."""
     import os
@@ -753,7 +757,7 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
         from kubeplane.registry.servicealloc import DEFAULT_SERVICE_CIDR
 
         dns_config = _dns_config(dns_addr, cluster_domain, dns_resolv_conf, dns_pods, dns_advertise_address,
-                                 server.config.service_cluster_ip_range or DEFAULT_SERVICE_CIDR)
+                                 dns_metrics_addr, server.config.service_cluster_ip_range or DEFAULT_SERVICE_CIDR)
     real = _up_real_node(server, data_dir, real_node, real_node_name, real_node_kubelet_port,  # -- agent --
                          controller_selection,
                          cluster_dns=[dns_config.service_ip] if dns_config and dns_config.service_ip else [],
@@ -1263,7 +1267,7 @@ def nodes(kubeconfig: str | None, context: str | None, verbosity: int, verbose: 
               help="The cluster's Service range: the kube-dns Service gets its tenth address.")
 def dns_command(kubeconfig: str | None, context: str | None, verbosity: int, verbose: bool, dns_addr: str,
                 cluster_domain: str, dns_resolv_conf: str, dns_pods: str, dns_advertise_address: str | None,
-                service_cluster_ip_range: str) -> None:
+                dns_metrics_addr: str, service_cluster_ip_range: str) -> None:
     """Run the cluster DNS server against any Kubernetes API server (and keep its kube-dns Service)."""
     from kubeplane.dns.component import ClusterDNS
 
@@ -1271,7 +1275,7 @@ def dns_command(kubeconfig: str | None, context: str | None, verbosity: int, ver
     if not dns_addr:
         raise click.UsageError("--dns-addr must not be empty here")
     config = _dns_config(dns_addr, cluster_domain, dns_resolv_conf, dns_pods, dns_advertise_address,
-                         service_cluster_ip_range)
+                         dns_metrics_addr, service_cluster_ip_range)
     client = _http_client(kubeconfig, context)
 
     async def go(stop: asyncio.Event) -> None:

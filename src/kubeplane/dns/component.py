@@ -47,6 +47,8 @@ class DNSConfig:
     service_interval: float = 10.0
     sync_timeout: float = 30.0
     max_tcp: int = 128
+    #: HOST:PORT of /metrics (CoreDNS's names) and /healthz; empty: none
+    metrics_listen: str = ""
 
 
 class ClusterDNS:
@@ -61,6 +63,7 @@ class ClusterDNS:
         self.records: ClusterRecords | None = None
         self.server: DNSServer | None = None
         self.keeper: KubeDNSService | None = None
+        self.metrics: Any = None
 
     @property
     def host(self) -> str:
@@ -99,15 +102,47 @@ class ClusterDNS:
             log.warning("DNS: no nameserver in %s: names outside %s are answered SERVFAIL", cfg.resolv_conf,
                         cfg.cluster_domain)
         server.forwarder = Forwarder(servers, timeout=cfg.forward_timeout)
+        metrics_port = None
+        if cfg.metrics_listen:
+            metrics_port = await self._start_metrics(cfg.metrics_listen)
         if cfg.service_ip:
             self.keeper = KubeDNSService(self.client, service_ip=cfg.service_ip, port=server.port,
                                          address=endpoint_address(server.host, cfg.advertise_address),
-                                         interval=cfg.service_interval)
+                                         interval=cfg.service_interval, metrics_port=metrics_port)
             await self.keeper.start()
             if self.keeper.cluster_ip and self.keeper.cluster_ip != cfg.service_ip:
                 self.records.dns_ips = [self.keeper.cluster_ip]
 
+    async def _start_metrics(self, listen: str) -> int | None:
+        """Serve /metrics; the port the kube-dns endpoints list for it (None
+        when it is served at another address than DNS)."""
+        import ipaddress
+
+        from prometheus_client import CollectorRegistry
+
+        from kubeplane.apiserver.app import parse_listen
+        from kubeplane.cluster import Exposition, MetricsServer
+        from kubeplane.dns.metrics import DNSCollector
+        from kubeplane.scheduler.metrics import metrics_app
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(DNSCollector(lambda: self.server))
+        self.metrics = MetricsServer(metrics_app(Exposition(registry), health_check=lambda: self.server is not None),
+                                     listen, "DNS metrics")
+        await self.metrics.start()
+        host, _ = parse_listen(listen)
+        port = int(self.metrics.url.rsplit(":", 1)[1])
+        dns_host = self.server.host if self.server is not None else ""
+        try:
+            same = host == dns_host or ipaddress.ip_address(host).is_unspecified
+        except ValueError:
+            same = False
+        return port if same else None
+
     async def stop(self) -> None:
+        if self.metrics is not None:
+            await self.metrics.stop()
+            self.metrics = None
         if self.keeper is not None:
             await self.keeper.stop()
             self.keeper = None

@@ -4,8 +4,9 @@ Service (:mod:`kubeplane.apiserver.kubernetesservice`).
 
 The Service has kubeadm's fixed ClusterIP, the tenth address of the service
 range (10.96.0.10 for 10.96.0.0/12), which kubelets get as ``--cluster-dns``,
-and kubeadm's ports ``dns`` (53/UDP) and ``dns-tcp`` (53/TCP), targeting the
-port the server listens on. The server is no pod, so the Service has no
+and kubeadm's ports ``dns`` (53/UDP), ``dns-tcp`` (53/TCP) and, when the
+server serves metrics, ``metrics`` (9153/TCP), targeting the ports the server
+listens on. The server is no pod, so the Service has no
 selector (the endpoint controllers leave it alone) and its EndpointSlice and
 Endpoints (both named ``kube-dns``) list the address the server is reached
 at. A server on a loopback address gets no endpoints: no endpoint may be a
@@ -34,6 +35,8 @@ SLICES = resource("endpointslices")
 NAME = "kube-dns"
 NAMESPACE = "kube-system"
 DNS_PORT = 53
+#: kubeadm's metrics port of the kube-dns Service (CoreDNS's prometheus plugin)
+METRICS_PORT = 9153
 #: kubeadm's labels of the kube-dns Service
 LABELS = {"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true", "kubernetes.io/name": "KubeDNS"}
 #: kubeadm's DNS Service address: this offset into the service range
@@ -69,10 +72,12 @@ class KubeDNSService:
     """Creates and repairs the kube-dns Service and its endpoints over ``client``."""
 
     def __init__(self, client: Any, *, service_ip: str, port: int, address: str | None,
-                 interval: float = 10.0) -> None:
+                 interval: float = 10.0, metrics_port: int | None = None) -> None:
         self.client = client
         self.service_ip = service_ip
         self.port = port
+        #: the port /metrics is served on at the same address (None: no metrics port)
+        self.metrics_port = metrics_port
         self.address = address
         self.interval = interval
         #: the ClusterIP the Service has (another one when someone made it before)
@@ -81,17 +86,23 @@ class KubeDNSService:
 
     def _ports(self, target: bool) -> list[Obj]:
         out = []
-        for name, proto in (("dns", "UDP"), ("dns-tcp", "TCP")):
-            p: Obj = {"name": name, "port": DNS_PORT if target else self.port, "protocol": proto}
+        ports = [("dns", "UDP", DNS_PORT, self.port), ("dns-tcp", "TCP", DNS_PORT, self.port)]
+        if self.metrics_port is not None:
+            ports.append(("metrics", "TCP", METRICS_PORT, self.metrics_port))
+        for name, proto, port, backend in ports:
+            p: Obj = {"name": name, "port": port if target else backend, "protocol": proto}
             if target:
-                p["targetPort"] = self.port
+                p["targetPort"] = backend
             out.append(p)
         return out
 
     def service(self) -> Obj:
+        md: Obj = {"name": NAME, "namespace": NAMESPACE, "labels": dict(LABELS)}
+        if self.metrics_port is not None:
+            md["annotations"] = {"prometheus.io/port": str(METRICS_PORT), "prometheus.io/scrape": "true"}
         return {
             "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": dict(LABELS)},
+            "metadata": md,
             "spec": {"type": "ClusterIP", "clusterIP": self.service_ip, "clusterIPs": [self.service_ip],
                      "sessionAffinity": "None", "ipFamilyPolicy": "SingleStack", "ports": self._ports(True)},
         }

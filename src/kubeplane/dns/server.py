@@ -25,6 +25,7 @@ Wire handling is dnspython's. Bounds:
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
 import struct
@@ -64,6 +65,18 @@ def _header_reply(wire: bytes, rcode: int) -> bytes | None:
     opcode_bits = flags & 0x7800
     rd = flags & 0x0100
     return struct.pack("!HHHHHH", ident, _QR | opcode_bits | rd | 0x0080 | (rcode & 0xF), 0, 0, 0, 0)
+
+
+#: the query types counted by name (others: "other"), as CoreDNS's metrics do
+_COUNTED_TYPES = frozenset(dns.rdatatype.from_text(t) for t in (
+    "A", "AAAA", "CNAME", "MX", "NS", "PTR", "SOA", "SRV", "TXT", "ANY", "HTTPS", "SVCB", "CAA", "DS", "DNSKEY",
+    "NAPTR", "AXFR", "IXFR"))
+
+
+def _type_label(query: dns.message.Message) -> str:
+    if len(query.question) != 1 or query.question[0].rdtype not in _COUNTED_TYPES:
+        return "other"
+    return dns.rdatatype.to_text(query.question[0].rdtype)
 
 
 class Forwarder:
@@ -161,13 +174,15 @@ class _Pending:
     """A question that needs the upstreams: forwarded whole, or an
     ExternalName answer whose target's records are looked up."""
 
-    __slots__ = ("query", "wire", "answer", "max_size")
+    __slots__ = ("query", "wire", "answer", "max_size", "udp", "qtype")
 
     def __init__(self, query: dns.message.Message, wire: bytes, answer: Answer | None, max_size: int) -> None:
         self.query = query
         self.wire = wire
         self.answer = answer
         self.max_size = max_size
+        self.udp = True
+        self.qtype = "other"
 
 
 class DNSServer:
@@ -194,7 +209,10 @@ class DNSServer:
         self._cache: dict[tuple[bytes, int], tuple[bytes, str | None, Any]] = {}
         #: counters by outcome, for metrics and tests
         self.stats: dict[str, int] = {"queries": 0, "forwarded": 0, "dropped": 0, "formerr": 0, "servfail": 0,
-                                      "truncated": 0, "tcp_refused": 0}
+                                      "truncated": 0, "tcp_refused": 0, "cache_hits": 0, "cache_misses": 0}
+        #: answered requests by (protocol, query type) and responses by rcode (see :mod:`kubeplane.dns.metrics`)
+        self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.responses: collections.Counter[str] = collections.Counter()
 
     # -- lifecycle
 
@@ -263,8 +281,12 @@ class DNSServer:
         hit = self._cache.get(key)
         if hit is not None:
             if self._fresh(hit[1], hit[2]):
-                return wire[:2] + hit[0]
+                self.stats["cache_hits"] += 1
+                out = wire[:2] + hit[0]
+                self._count(udp, hit[3], out)
+                return out
             del self._cache[key]
+        self.stats["cache_misses"] += 1
         try:
             query = dns.message.from_wire(wire)
         except dns.message.ShortHeader:
@@ -280,20 +302,30 @@ class DNSServer:
         max_size = 65535
         if udp:
             max_size = max(CLASSIC_UDP, min(query.payload, MAX_UDP_PAYLOAD)) if query.edns >= 0 else CLASSIC_UDP
+        qtype = _type_label(query)
         try:
             result = self._answer(query, wire, max_size)
         except Exception:  # noqa: BLE001 - a failing question must not stop the server
             log.exception("answering %s failed", query.question)
             self.stats["servfail"] += 1
-            return self._render(self._reply(query, dns.rcode.SERVFAIL), max_size)
+            out = self._render(self._reply(query, dns.rcode.SERVFAIL), max_size)
+            self._count(udp, qtype, out)
+            return out
         if isinstance(result, tuple):
             out, dep = result
             if self.cache_size > 0:
                 if len(self._cache) >= self.cache_size:
                     self._cache.clear()
-                self._cache[key] = (out[2:], dep, self._state(dep))
+                self._cache[key] = (out[2:], dep, self._state(dep), qtype)
+            self._count(udp, qtype, out)
             return out
+        result.udp = udp
+        result.qtype = qtype
         return result
+
+    def _count(self, udp: bool, qtype: str, out: bytes) -> None:
+        self.requests["udp" if udp else "tcp", qtype] += 1
+        self.responses[dns.rcode.to_text(out[3] & 0x0F)] += 1
 
     def _state(self, dep: str | None) -> Any:
         """What a cached answer depends on, now (see :meth:`ClusterRecords.depends_on`)."""
@@ -350,6 +382,12 @@ class DNSServer:
 
     async def finish(self, pending: _Pending) -> bytes | None:
         """Completes a question through the upstreams."""
+        out = await self._finish(pending)
+        if out is not None:
+            self._count(pending.udp, pending.qtype, out)
+        return out
+
+    async def _finish(self, pending: _Pending) -> bytes | None:
         if self.forwarder is None or self._forwarding >= self.max_forwards:
             return self._servfail(pending)
         self._forwarding += 1
