@@ -688,7 +688,11 @@ def _dns_config(dns_addr: str, cluster_domain: str, resolv_conf: str, pods: str,
     from kubeplane.dns.component import DNSConfig
     from kubeplane.dns.kubedns import kube_dns_ip
 
-    return DNSConfig(listen=dns_addr, cluster_domain=cluster_domain, service_ip=kube_dns_ip(service_cidr),
+    try:
+        service_ip = kube_dns_ip(service_cidr)
+    except ValueError as err:
+        raise click.UsageError(f"{err}: give a larger --service-cluster-ip-range, or --dns-addr \"\"") from None
+    return DNSConfig(listen=dns_addr, cluster_domain=cluster_domain, service_ip=service_ip,
                      resolv_conf=resolv_conf, pods=pods, advertise_address=advertise, metrics_listen=metrics_addr)
 
 

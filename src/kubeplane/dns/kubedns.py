@@ -48,6 +48,8 @@ def kube_dns_ip(service_cidr: str) -> str:
     from kubeplane.registry.servicealloc import parse_service_cidr
 
     net = parse_service_cidr(service_cidr)
+    if net.num_addresses <= SERVICE_IP_OFFSET + (1 if net.version == 4 else 0):
+        raise ValueError(f"the service range {service_cidr} has no tenth address for the kube-dns Service")
     return str(net[SERVICE_IP_OFFSET])
 
 

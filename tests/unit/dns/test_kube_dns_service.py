@@ -35,6 +35,8 @@ def test_kube_dns_ip_is_the_tenth_address():
     assert kube_dns_ip("10.96.0.0/12") == "10.96.0.10"
     assert kube_dns_ip("10.43.0.0/16") == "10.43.0.10"
     assert kube_dns_ip("fd00:10:96::/112") == "fd00:10:96::a"
+    with pytest.raises(ValueError, match="no tenth address"):
+        kube_dns_ip("10.96.0.0/29")
 
 
 def test_endpoint_address():
