@@ -281,8 +281,8 @@ class ClusterRecords:
 
     def _addresses(self, qname: dns.name.Name, qtype: int, ips: list[str]) -> Answer:
         """A and/or AAAA records of ``ips`` for the question; NODATA when none fits."""
-        v4 = [A(IN, T_A, ip) for ip in ips if ":" not in ip]
-        v6 = [AAAA(IN, T_AAAA, ip) for ip in ips if ":" in ip]
+        v4 = [_a(ip) for ip in ips if ":" not in ip]
+        v6 = [_aaaa(ip) for ip in ips if ":" in ip]
         out = Answer()
         if qtype in (T_A, T_ANY) and v4:
             out.answer.append(self._rrset(qname, v4))
@@ -489,6 +489,17 @@ class ClusterRecords:
         if not names:
             return None
         return Answer(answer=[self._rrset(qname, [PTR(IN, T_PTR, self._name(n)) for n in names])])
+
+
+@functools.lru_cache(maxsize=65536)
+def _a(ip: str) -> A:
+    """An A record's data (immutable: the made ones are kept)."""
+    return A(IN, T_A, ip)
+
+
+@functools.lru_cache(maxsize=65536)
+def _aaaa(ip: str) -> AAAA:
+    return AAAA(IN, T_AAAA, ip)
 
 
 @functools.lru_cache(maxsize=8192)

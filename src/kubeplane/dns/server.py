@@ -73,6 +73,10 @@ _COUNTED_TYPES = frozenset(dns.rdatatype.from_text(t) for t in (
     "NAPTR", "AXFR", "IXFR"))
 
 
+#: the header's rcode values (4 bits) as text
+_RCODE_TEXT = tuple(dns.rcode.to_text(i) for i in range(16))
+
+
 def _type_label(query: dns.message.Message) -> str:
     if len(query.question) != 1 or query.question[0].rdtype not in _COUNTED_TYPES:
         return "other"
@@ -325,7 +329,7 @@ class DNSServer:
 
     def _count(self, udp: bool, qtype: str, out: bytes) -> None:
         self.requests["udp" if udp else "tcp", qtype] += 1
-        self.responses[dns.rcode.to_text(out[3] & 0x0F)] += 1
+        self.responses[_RCODE_TEXT[out[3] & 0x0F]] += 1
 
     def _state(self, dep: str | None) -> Any:
         """What a cached answer depends on, now (see :meth:`ClusterRecords.depends_on`)."""
