@@ -24,6 +24,7 @@ from kubeplane.dns.records import ClusterRecords
 from kubeplane.dns.server import DNSServer, Forwarder
 
 from fake_dns import FakeUpstream, endpoint, endpoint_slice, service
+from helpers import eventually
 
 
 @pytest.fixture
@@ -185,15 +186,16 @@ async def test_tcp_limits(server):
     assert await asyncio.wait_for(reader.read(), 3) == b""
     writer.close()
     # beyond max_tcp connections, new ones are closed at once
+    server.tcp_idle_timeout = 30.0  # the held connections stay while the fifth is tried
     held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(4)]
-    await asyncio.sleep(0.05)
+    await eventually(lambda: len(server._tcp_writers) == 4, what="four connections accepted")
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     assert await asyncio.wait_for(reader.read(), 3) == b""
     writer.close()
+    assert server.stats["tcp_refused"] == 1
     for _r, w in held:
         w.close()
-    assert server.stats["tcp_refused"] >= 1
-    await asyncio.sleep(0.05)
+    await eventually(lambda: not server._tcp_writers, what="the held connections closed")
     # several questions on one connection
     q1 = dns.message.make_query("web.app.svc.cluster.local", T.A).to_wire()
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
