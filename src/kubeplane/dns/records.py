@@ -222,7 +222,7 @@ class ClusterRecords:
     def version(self) -> tuple[int, ...]:
         """Changes whenever any store the answers come from changed."""
         stores = (self.services, self.slices, self.namespaces, self.pods)
-        return tuple(s.version if s is not None else 0 for s in stores) + (len(self.dns_ips),)
+        return tuple(s.version if s is not None else 0 for s in stores) + tuple(self.dns_ips)
 
     def namespaces_version(self) -> int:
         """Changes whenever a namespace came or went (or changed)."""

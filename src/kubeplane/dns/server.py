@@ -393,6 +393,8 @@ class DNSServer:
 
     async def _finish(self, pending: _Pending) -> bytes | None:
         if self.forwarder is None or self._forwarding >= self.max_forwards:
+            if pending.answer is not None:  # an ExternalName's CNAME is still the answer
+                return self._render(self._local(pending.query, pending.answer), pending.max_size)
             return self._servfail(pending)
         self._forwarding += 1
         try:

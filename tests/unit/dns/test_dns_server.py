@@ -221,6 +221,9 @@ async def test_forwards_are_bounded(stores, upstream):
     await srv.start()
     try:
         assert (await udp(srv, "www.example.org")).rcode() == dns.rcode.SERVFAIL
+        # an ExternalName is answered with its CNAME alone
+        r = await udp(srv, "ext.app.svc.cluster.local")
+        assert r.rcode() == dns.rcode.NOERROR and texts(r) == ["www.example.org."]
         assert not upstream.questions
     finally:
         await srv.stop()
