@@ -74,6 +74,15 @@ class ClusterDNS:
         return self.server.port if self.server else 0
 
     async def start(self) -> None:
+        """Start everything; on a failure (a busy address: StartupError) what
+        was started is stopped again."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
         from kubeplane.apiserver.app import parse_listen
 
         cfg = self.config
