@@ -784,8 +784,12 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
             if dns_config is not None:
                 from kubeplane.dns.component import ClusterDNS
 
-                await comps.start(ClusterDNS(InProcessClient(server.registry, field_manager="kubeplane-dns"),
-                                             dns_config))
+                cluster_dns = ClusterDNS(InProcessClient(server.registry, field_manager="kubeplane-dns"), dns_config)
+                await comps.start(cluster_dns)
+                if real is not None and cluster_dns.keeper is not None and cluster_dns.keeper.address is None:
+                    log.warning("cluster DNS listens on %s:%d, which the real node's pods cannot reach (the "
+                                "kube-dns Service has no endpoints): give --dns-addr an address they reach, such "
+                                "as 0.0.0.0:10053", cluster_dns.host, cluster_dns.port)
             if real is not None:  # -- agent --
                 await real.start()
             # Written last and atomically: the kubeconfig appearing means the cluster is usable.
