@@ -105,8 +105,7 @@ class ClusterDNS:
         await server.start()
         self.server = server
         # never forward to this server itself (a resolv.conf naming it would loop)
-        servers = [(ip, cfg.upstream_port) for ip in upstreams
-                   if not (ip == server.host and cfg.upstream_port == server.port)]
+        servers = [(ip, cfg.upstream_port) for ip in upstreams if not _is_self(ip, cfg.upstream_port, server)]
         if not servers:
             log.warning("DNS: no nameserver in %s: names outside %s are answered SERVFAIL", cfg.resolv_conf,
                         cfg.cluster_domain)
@@ -160,3 +159,18 @@ class ClusterDNS:
             self.server = None
         if self._own_factory:
             await self.factory.stop()
+
+
+def _is_self(ip: str, port: int, server: DNSServer) -> bool:
+    """Whether ``ip:port`` reaches ``server`` (its address, or on every
+    address one of the loopback ones)."""
+    import ipaddress
+
+    if port != server.port:
+        return False
+    if ip == server.host:
+        return True
+    try:
+        return ipaddress.ip_address(server.host).is_unspecified and ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return False

@@ -51,3 +51,14 @@ async def test_a_busy_address_fails_and_cleans_up(inprocess_client):
         with pytest.raises(StartupError, match=f"listen tcp 127.0.0.1:{port}: bind: address already in use"):
             await comp.start()
     assert comp.server is None and not any(inf.started for inf in comp.factory.informers)
+
+
+def test_a_resolv_conf_naming_the_server_itself_is_no_upstream():
+    from kubeplane.dns.component import _is_self
+
+    class S:
+        host, port = "127.0.0.1", 53
+
+    assert _is_self("127.0.0.1", 53, S) and not _is_self("127.0.0.1", 5353, S) and not _is_self("192.0.2.1", 53, S)
+    S.host = "0.0.0.0"
+    assert _is_self("127.0.0.53", 53, S) and not _is_self("192.0.2.1", 53, S)
