@@ -115,6 +115,11 @@ class AgentConfig:
     #: run the Service proxy (kubeplane.proxy) with this configuration; node name, node IP and
     #: (as --cluster-cidr) the pod CIDR are filled in when left empty. None: no proxy
     proxy: Any = None
+    #: the kubelet's --cluster-dns (the kube-dns Service's ClusterIP), --cluster-domain
+    #: and --resolv-conf: what the pods' resolv.conf is made of
+    cluster_dns: list[str] = field(default_factory=list)
+    cluster_domain: str = "cluster.local"
+    resolv_conf: str = "/etc/resolv.conf"
 
     @property
     def pods_dir(self) -> str:
@@ -645,6 +650,8 @@ class NodeAgent:
         return KubeRuntime(self.cri, client=self.client, node_name=self.name, pods_dir=self.config.pods_dir,
                            logs_dir=self.config.logs_dir, volumes=self.volumes, prober=self.prober,
                            recorder=self.recorder, host_ips=host_ips,
+                           cluster_dns=self.config.cluster_dns, cluster_domain=self.config.cluster_domain,
+                           resolv_conf=self.config.resolv_conf,
                            allocatable=dict(status.get("allocatable") or {}), cgroups=self.cgroups)
 
     # -- the Node ------------------------------------------------------------------

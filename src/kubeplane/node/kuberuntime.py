@@ -571,24 +571,12 @@ def pod_hostname(pod: Obj, cluster_domain: str) -> tuple[str, str]:
     return name, domain
 
 
-def parse_resolv_conf(path: str) -> tuple[list[str], list[str], list[str]]:
-    servers, searches, options = [], [], []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.split("#", 1)[0].strip()
-                if not line:
-                    continue
-                fields = line.split()
-                if fields[0] == "nameserver" and len(fields) > 1:
-                    servers.append(fields[1])
-                elif fields[0] in ("search", "domain"):
-                    searches = fields[1:]
-                elif fields[0] == "options":
-                    options.extend(fields[1:])
-    except OSError:
-        pass
-    return servers, searches, options
+#: upstream's pod DNS limits (pkg/apis/core/validation: MaxDNSNameservers,
+#: MaxDNSSearchPaths, MaxDNSSearchListChars) and a DNS-1123 subdomain's length
+MAX_DNS_NAMESERVERS = 3
+MAX_DNS_SEARCH_PATHS = 32
+MAX_DNS_SEARCH_LIST_CHARS = 2048
+MAX_SEARCH_PATH_LENGTH = 253
 
 
 def _dedupe(xs: list[str]) -> list[str]:
@@ -600,36 +588,81 @@ def _dedupe(xs: list[str]) -> list[str]:
     return out
 
 
-def dns_config(pod: Obj, cluster_dns: list[str], cluster_domain: str, resolv_conf: str) -> pb.DNSConfig:
-    """upstream's dns Configurer.GetPodDNS."""
+def _merge_dns_options(existing: list[str], extra: list[Obj]) -> list[str]:
+    """upstream's mergeDNSOptions: the pod's dnsConfig options replace those of the same name."""
+    by_name: dict[str, str] = {}
+    for o in existing:
+        name, _, value = o.partition(":")
+        by_name[name] = value
+    for o in extra:
+        if isinstance(o, dict) and o.get("name"):
+            by_name[o["name"]] = o.get("value") or ""
+    return [f"{k}:{v}" if v else k for k, v in by_name.items()]
+
+
+def _fit_searches(searches: list[str]) -> tuple[list[str], bool]:
+    """upstream's formDNSSearchFitsLimits: at most 32 paths, none longer than
+    253 characters, the line at most 2048 characters (paths dropped from the end)."""
+    exceeded = len(searches) > MAX_DNS_SEARCH_PATHS
+    searches = searches[:MAX_DNS_SEARCH_PATHS]
+    kept = [s for s in searches if len(s) <= MAX_SEARCH_PATH_LENGTH]
+    exceeded = exceeded or len(kept) != len(searches)
+    while kept and len(" ".join(kept)) > MAX_DNS_SEARCH_LIST_CHARS:
+        kept.pop()
+        exceeded = True
+    return kept, exceeded
+
+
+def dns_config(pod: Obj, cluster_dns: list[str], cluster_domain: str, resolv_conf: str,
+               warn: Callable[[str, str], None] | None = None, node_ips: list[str] | None = None) -> pb.DNSConfig:
+    """upstream's dns Configurer.GetPodDNS: the pod's resolv.conf by its
+    dnsPolicy (ClusterFirst, ClusterFirstWithHostNet, Default, None) and
+    dnsConfig, within the limits. ``warn(reason, message)`` receives the pod
+    events upstream records (MissingClusterDNS, DNSConfigForming)."""
+    from kubeplane.dns.resolvconf import read_resolv_conf
+
     spec = pod.get("spec") or {}
     ns = (pod.get("metadata") or {}).get("namespace", "")
     policy = spec.get("dnsPolicy") or "ClusterFirst"
-    host_servers, host_searches, host_options = parse_resolv_conf(resolv_conf)
+    host = read_resolv_conf(resolv_conf) if resolv_conf else None
+    servers = list(host.nameservers) if host else []
+    searches = list(host.searches) if host else []
+    options = list(host.options) if host else []
     if policy == "ClusterFirst" and spec.get("hostNetwork"):
-        policy = "Default"
+        policy = "Default"  # a host-network pod resolves as its node
     if policy in ("ClusterFirst", "ClusterFirstWithHostNet") and not cluster_dns:
-        policy = "Default"  # no cluster DNS configured: the host's resolver, as upstream falls back
+        if warn is not None:
+            warn("MissingClusterDNS", f'pod: "{format_pod(pod)}". kubelet does not have ClusterDNS IP configured '
+                                      'and cannot create Pod using "ClusterFirst" policy. Falling back to '
+                                      '"Default" policy.')
+        policy = "Default"
     if policy == "None":
         servers, searches, options = [], [], []
     elif policy == "Default":
-        servers, searches, options = host_servers, host_searches, host_options
+        if not resolv_conf:
+            # --resolv-conf "": the node's own resolver, and no search path
+            servers = ["::1" if ":" in ip else "127.0.0.1" for ip in node_ips or []] or ["127.0.0.1"]
+            searches = ["."]
     else:
         servers = list(cluster_dns)
-        searches = [f"{ns}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] + host_searches
+        if cluster_domain:
+            searches = _dedupe([f"{ns}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] + searches)
         options = ["ndots:5"]
     cfg = spec.get("dnsConfig") or {}
     if cfg:
         servers = _dedupe(servers + list(cfg.get("nameservers") or []))
         searches = _dedupe(searches + list(cfg.get("searches") or []))
-        opts: dict[str, str] = {}
-        for o in options:
-            opts[o.partition(":")[0]] = o
-        for o in cfg.get("options") or []:
-            if isinstance(o, dict) and o.get("name"):
-                opts[o["name"]] = o["name"] + (f":{o['value']}" if o.get("value") else "")
-        options = list(opts.values())
-    return pb.DNSConfig(servers=servers[:3], searches=searches[:32], options=options)
+        options = _merge_dns_options(options, list(cfg.get("options") or []))
+    if len(servers) > MAX_DNS_NAMESERVERS:
+        servers = servers[:MAX_DNS_NAMESERVERS]
+        if warn is not None:
+            warn("DNSConfigForming", "Nameserver limits were exceeded, some nameservers have been omitted, the "
+                                     f"applied nameserver line is: {' '.join(servers)}")
+    searches, exceeded = _fit_searches(searches)
+    if exceeded and warn is not None:
+        warn("DNSConfigForming", "Search Line limits were exceeded, some search paths have been omitted, the "
+                                 f"applied search line is: {' '.join(searches)}")
+    return pb.DNSConfig(servers=servers, searches=searches, options=options)
 
 
 # -- CRI → runtime view ---------------------------------------------------------------
@@ -1157,7 +1190,9 @@ class KubeRuntime:
             metadata=pb.PodSandboxMetadata(name=md["name"], uid=md["uid"], namespace=md.get("namespace", ""),
                                            attempt=attempt),
             hostname=hostname, log_directory=self.pod_log_dir(pod),
-            dns_config=dns_config(pod, self.cluster_dns, self.cluster_domain, self.resolv_conf),
+            dns_config=dns_config(pod, self.cluster_dns, self.cluster_domain, self.resolv_conf,
+                                  warn=lambda reason, message: self._event(pod, "Warning", reason, message),
+                                  node_ips=self.host_ips),
             labels=labels, annotations={k: str(v) for k, v in (md.get("annotations") or {}).items()})
         protos = {"TCP": pb.TCP, "UDP": pb.UDP, "SCTP": pb.SCTP}
         for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):

@@ -170,6 +170,12 @@ def test_up_runs_a_real_node(tmp_path, image_archives):
         assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(cidr)
         # the API server reaches the node's kubelet API (on loopback, as itself)
         assert _kubectl(kubeconfig, "exec", "up-pod", "--", "echo", "hi").stdout == "hi\n"
+        # the kubelet got the kube-dns Service's address: the pod's resolv.conf names it (ClusterFirst)
+        resolv = _kubectl(kubeconfig, "exec", "up-pod", "--", "cat", "/etc/resolv.conf").stdout.splitlines()
+        assert "nameserver 10.96.0.10" in resolv, resolv
+        assert any(line.startswith("search default.svc.cluster.local svc.cluster.local cluster.local")
+                   for line in resolv), resolv
+        assert "options ndots:5" in resolv, resolv
         _kubectl(kubeconfig, "delete", "pod", "up-pod", "--wait=true")
         assert _stop(proc) == 0
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from multihost import Hosts, client_pod, until, web_pod
+from multihost import KUBE_DNS_IP, Hosts, client_pod, until, web_pod
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,31 @@ def test_pods_reach_each_other_by_ip_across_hosts(hosts):
     out = until("the answer across hosts", lambda: hosts.exec("client-h1", "wget", "-qO-",
                                                               f"http://{ip}/", check=False).stdout)
     assert out.strip() == "web-h2"
+
+
+def test_pods_resolve_services_through_cluster_dns(hosts):
+    """A pod's resolv.conf names the kube-dns Service; the Service proxy of its host takes the
+    question to the DNS server of the control plane, which answers from the Services."""
+    h1, h2 = hosts.hosts
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web-dns"},
+           "spec": {"selector": {"app": "web-dns"}, "ports": [{"name": "http", "port": 80}]}}
+    hosts.apply(svc, web_pod("web-dns-h2", h2.name, labels={"app": "web-dns"}), client_pod("dns-client-h1", h1.name))
+    cluster_ip = hosts.get("service", "web-dns")["spec"]["clusterIP"]
+    until("client running", lambda: hosts.get("pod", "dns-client-h1")["status"].get("phase") == "Running", 90)
+    resolv = hosts.exec("dns-client-h1", "cat", "/etc/resolv.conf").stdout.splitlines()
+    assert f"nameserver {KUBE_DNS_IP}" in resolv and "options ndots:5" in resolv, resolv
+    assert any(line.startswith("search default.svc.cluster.local svc.cluster.local cluster.local")
+               for line in resolv), resolv
+    out = until("the Service's name through cluster DNS", lambda: (lambda p: p.stdout if cluster_ip in p.stdout
+                                                                  else None)(
+        hosts.exec("dns-client-h1", "nslookup", "web-dns.default.svc.cluster.local", check=False)), 60)
+    assert "web-dns.default.svc.cluster.local" in out
+    # and the answer is the way to the pod: the Service by its name's address
+    ready = hosts.wait_pod_ready("web-dns-h2")
+    assert ready["spec"]["nodeName"] == h2.name
+    got = until("the Service by its resolved address", lambda: hosts.exec(
+        "dns-client-h1", "wget", "-qO-", f"http://{cluster_ip}/", check=False).stdout, 60)
+    assert got.strip() == "web-dns-h2"
 
 
 def _web_deployment(name: str, replicas: int, **extra) -> list[dict]:
@@ -143,4 +168,6 @@ def test_a_host_whose_node_stops_loses_its_pods_to_the_other_and_the_service_kee
         hosts.wait_ready(h2)
         hosts.kubectl("delete", "deployment", "moving", "--wait=false")
         hosts.kubectl("delete", "service", "moving")
-    assert json.loads(hosts.kubectl("get", "node", h2.name, "-o", "json").stdout)["spec"].get("taints") is None
+    # back and Ready, the node loses the taint at the node lifecycle controller's next pass (every 5 s)
+    until("h2's unreachable taint removed", lambda: json.loads(
+        hosts.kubectl("get", "node", h2.name, "-o", "json").stdout)["spec"].get("taints") is None, 30)
