@@ -57,6 +57,39 @@ def test_pods_resolve_services_through_cluster_dns(hosts):
     assert got.strip() == "web-dns-h2"
 
 
+def test_a_service_and_a_stateful_set_pod_by_name_from_the_other_host(hosts):
+    """``wget http://<svc>.<ns>.svc.cluster.local`` and a StatefulSet pod by its stable name
+    (``<pod>.<service>.<ns>.svc.cluster.local``), from a pod on the other host."""
+    from nodetest import BUSYBOX
+
+    h1, h2 = hosts.hosts
+    script = "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 80 -h /www"
+    labels = {"app": "stable"}
+    hosts.apply(
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "stable"},
+         "spec": {"clusterIP": "None", "selector": labels, "ports": [{"name": "http", "port": 80}]}},
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "stable"},
+         "spec": {"serviceName": "stable", "replicas": 1, "selector": {"matchLabels": labels}, "template": {
+             "metadata": {"labels": labels},
+             "spec": {"nodeSelector": {"kubernetes.io/hostname": h2.name}, "terminationGracePeriodSeconds": 1,
+                      "containers": [{"name": "web", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                      "command": ["sh", "-c", script], "ports": [{"containerPort": 80}],
+                                      "readinessProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 1}}]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "named"},
+         "spec": {"selector": labels, "ports": [{"port": 80}]}},
+        client_pod("name-client-h1", h1.name))
+    hosts.wait_pod_ready("stable-0")
+    assert hosts.get("pod", "stable-0")["spec"]["nodeName"] == h2.name
+    until("client running", lambda: hosts.get("pod", "name-client-h1")["status"].get("phase") == "Running", 90)
+    for url in ("http://stable-0.stable.default.svc.cluster.local/", "http://named.default.svc.cluster.local/",
+                "http://named/"):  # the last through the search path
+        got = until(f"{url} from h1", lambda url=url: hosts.exec("name-client-h1", "wget", "-qO-", url,
+                                                                  check=False).stdout, 60)
+        assert got.strip() == "stable-0", url
+    hosts.kubectl("delete", "statefulset", "stable", "--wait=false")
+    hosts.kubectl("delete", "service", "stable", "named")
+
+
 def _web_deployment(name: str, replicas: int, **extra) -> list[dict]:
     from nodetest import BUSYBOX
 
