@@ -44,7 +44,7 @@ from kubeplane.node.cri import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPA
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIClient, CRIError, pb
 from kubeplane.node.logs import rotated_logs
 from kubeplane.node.podstatus import ContainerInfo, RuntimePod, SandboxInfo
-from kubeplane.node.volumes import VolumeError
+from kubeplane.node.volumes import VolumeError, expand
 from kubeplane.registry.strategies import pod_qos_class
 
 log = logging.getLogger(__name__)
@@ -423,31 +423,6 @@ def verify_run_as_non_root(pod: Obj, container: Obj, image: pb.Image | None) -> 
 
 
 # -- environment -------------------------------------------------------------------
-
-def expand(s: str, lookup: Callable[[str], str | None]) -> str:
-    """Kubernetes' $(VAR) expansion: $$ escapes, unknown references stay as written."""
-    out: list[str] = []
-    i, n = 0, len(s)
-    while i < n:
-        ch = s[i]
-        if ch == "$" and i + 1 < n:
-            nxt = s[i + 1]
-            if nxt == "$":
-                out.append("$")
-                i += 2
-                continue
-            if nxt == "(":
-                j = s.find(")", i + 2)
-                if j != -1:
-                    name = s[i + 2:j]
-                    v = lookup(name)
-                    out.append(v if v is not None else s[i:j + 1])
-                    i = j + 1
-                    continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
 
 def service_env(services: list[Obj], namespace: str, enable_links: bool) -> dict[str, str]:
     """Docker-links style variables of the namespace's Services and the master service."""

@@ -49,12 +49,13 @@ import grpc.aio
 from kubeplane.api.protobuf import encode_varint, iter_fields
 from kubeplane.node.cri.client import CRIError, pb
 from kubeplane.node.podstatus import container_should_restart, is_sidecar
+from kubeplane.node.volumes import expand
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "ProbeManager", "HandlerError", "run_handler", "Result", "ProbeError",
-    "probe_exec", "probe_http", "probe_tcp", "probe_grpc", "expand_static",
+    "probe_exec", "probe_http", "probe_tcp", "probe_grpc",
     "kill_grace_seconds", "LIVENESS", "READINESS", "STARTUP",
 ]
 
@@ -149,36 +150,6 @@ def format_pod(pod: dict) -> str:
     """upstream's ``format.Pod``: ``name_namespace(uid)``."""
     md = pod.get("metadata") or {}
     return f"{md.get('name', '')}_{md.get('namespace', '')}({md.get('uid', '')})"
-
-
-def expand_static(s: str, env: dict[str, str]) -> str:
-    """Expand ``$(VAR)`` references from ``env`` as upstream's expansion package:
-    ``$$`` is a literal ``$``, an unknown or unterminated reference stays as written."""
-    out: list[str] = []
-    i, n, checkpoint = 0, len(s), 0
-    while i < n:
-        if s[i] == "$" and i + 1 < n:
-            out.append(s[checkpoint:i])
-            nxt = s[i + 1]
-            if nxt == "$":
-                out.append("$")
-                i += 1
-            elif nxt == "(":
-                close = s.find(")", i + 2)
-                if close == -1:
-                    out.append("$(")
-                    i += 1
-                else:
-                    name = s[i + 2:close]
-                    out.append(env[name] if name in env else f"$({name})")
-                    i = close
-            else:
-                out.append("$" + nxt)
-                i += 1
-            checkpoint = i + 1
-        i += 1
-    out.append(s[checkpoint:])
-    return "".join(out)
 
 
 def static_env(container: dict) -> dict[str, str]:
@@ -1057,7 +1028,7 @@ class ProbeManager:
         timeout = float(spec.get("timeoutSeconds") or 1)
         pod_ip = status.get("podIP") or ""
         if spec.get("exec"):
-            command = [expand_static(a, static_env(container)) for a in spec["exec"].get("command") or []]
+            command = [expand(a, static_env(container).get) for a in spec["exec"].get("command") or []]
             return await probe_exec(self.cri, cid, command, timeout)
         if spec.get("httpGet"):
             url, headers = self._http.request_for(spec["httpGet"], container, pod_ip)

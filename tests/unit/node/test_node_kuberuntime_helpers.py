@@ -42,11 +42,6 @@ def test_duration_words():
     assert kr._duration(10) == "10s" and kr._duration(80) == "1m20s" and kr._duration(300) == "5m0s"
 
 
-def test_expand():
-    env = {"A": "x", "B": "y"}.get
-    assert kr.expand("$(A)-$(B)-$(C)-$$(A)-$", env) == "x-y-$(C)-$(A)-$"
-
-
 def test_image_pull_policy_defaults():
     assert kr.image_pull_policy({"image": "busybox"}) == "Always"
     assert kr.image_pull_policy({"image": "busybox:latest"}) == "Always"

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from kubeplane.auth import pki
 from kubeplane.node import prober as pr
+from kubeplane.node.volumes import expand
 from kubeplane.node.prober import (
     FAILURE, LIVENESS, READINESS, STARTUP, SUCCESS, UNKNOWN, HandlerError, HTTPProber, ProbeError,
     ProbeManager, Result,
@@ -23,14 +24,15 @@ from kubeplane.node.prober import (
 
 # ---------------------------------------------------------------- helpers
 
-def test_expand_static_as_upstream():
-    env = {"A": "1", "EMPTY": ""}
-    assert pr.expand_static("x $(A) y", env) == "x 1 y"
-    assert pr.expand_static("$$(A)", env) == "$(A)"
-    assert pr.expand_static("$(MISSING)", env) == "$(MISSING)"
-    assert pr.expand_static("$(EMPTY)-", env) == "-"
-    assert pr.expand_static("$(A", env) == "$(A"
-    assert pr.expand_static("$A $", env) == "$A $"
+def test_expand_as_upstream():
+    env = {"A": "1", "EMPTY": ""}.get
+    assert expand("x $(A) y", env) == "x 1 y"
+    assert expand("$$(A)", env) == "$(A)"
+    assert expand("$(MISSING)", env) == "$(MISSING)"
+    assert expand("$(EMPTY)-", env) == "-"
+    assert expand("$(A", env) == "$(A"
+    assert expand("$A $", env) == "$A $"
+    assert expand("$(A)-$(B)-$$(A)-$", env) == "1-$(B)-$(A)-$"
     c = {"env": [{"name": "A", "value": "v"}, {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
     assert pr.static_env(c) == {"A": "v", "S": ""}
 
