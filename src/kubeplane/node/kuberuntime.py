@@ -44,7 +44,7 @@ from kubeplane.node.cri import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPA
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIClient, CRIError, pb
 from kubeplane.node.logs import rotated_logs
 from kubeplane.node.podstatus import ContainerInfo, RuntimePod, SandboxInfo
-from kubeplane.node.volumes import VolumeError, expand
+from kubeplane.node.volumes import VolumeError, expand, find_container, pod_field_value, resource_field_value
 from kubeplane.registry.strategies import pod_qos_class
 
 log = logging.getLogger(__name__)
@@ -461,51 +461,6 @@ def service_env(services: list[Obj], namespace: str, enable_links: bool) -> dict
             env[base + "_PORT"] = str(p.get("port"))
             env[base + "_ADDR"] = ip
     return env
-
-
-def _field_path_value(pod: Obj, path: str, pod_ips: list[str], host_ips: list[str]) -> str:
-    md = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    m = re.fullmatch(r"metadata\.(labels|annotations)\['(.*)'\]", path) or \
-        re.fullmatch(r'metadata\.(labels|annotations)\["(.*)"\]', path)
-    if m:
-        return str((md.get(m.group(1)) or {}).get(m.group(2), ""))
-    simple = {
-        "metadata.name": md.get("name", ""), "metadata.namespace": md.get("namespace", ""),
-        "metadata.uid": md.get("uid", ""), "spec.nodeName": spec.get("nodeName", ""),
-        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
-        "status.hostIP": host_ips[0] if host_ips else "", "status.hostIPs": ",".join(host_ips),
-        "status.podIP": pod_ips[0] if pod_ips else "", "status.podIPs": ",".join(pod_ips),
-    }
-    if path in simple:
-        return str(simple[path])
-    if path in ("metadata.labels", "metadata.annotations"):
-        d = md.get(path.split(".")[1]) or {}
-        return "\n".join(f'{k}="{v}"' for k, v in sorted(d.items()))
-    raise ConfigError(f'unsupported fieldPath: "{path}"')
-
-
-def resource_field_value(ref: Obj, container: Obj, allocatable: dict[str, Any]) -> str:
-    """upstream's ExtractContainerResourceValue, with node allocatable for unset limits."""
-    res_name = ref.get("resource") or ""
-    try:
-        divisor = parse_quantity(ref.get("divisor") or "1") or Fraction(1)
-    except (TypeError, ValueError):
-        raise ConfigError(f"invalid divisor {ref.get('divisor')!r}") from None
-    kind, _, name = res_name.partition(".")
-    if kind not in ("limits", "requests") or not name:
-        raise ConfigError(f"unsupported container resource : {res_name}")
-    value = _q(container.get("resources"), kind, name)
-    if value is None and kind == "limits":
-        try:
-            value = parse_quantity(allocatable.get(name)) if allocatable.get(name) is not None else None
-        except (TypeError, ValueError):
-            value = None
-    if value is None:
-        value = Fraction(0)
-    if name == "cpu":
-        return str(math.ceil(value / divisor))
-    return str(math.ceil(value / divisor))
 
 
 # -- termination messages and logs ---------------------------------------------------
@@ -1324,14 +1279,17 @@ class KubeRuntime:
                 continue
             vf = e.get("valueFrom") or {}
             if vf.get("fieldRef"):
-                env[name] = _field_path_value(pod, vf["fieldRef"].get("fieldPath", ""), pod_ips, self.host_ips)
+                try:
+                    env[name] = pod_field_value(pod, vf["fieldRef"].get("fieldPath", ""), pod_ips, self.host_ips)
+                except ValueError as err:
+                    raise ConfigError(str(err)) from None
             elif vf.get("resourceFieldRef"):
                 ref = vf["resourceFieldRef"]
-                target = container
-                if ref.get("containerName"):
-                    target = next((c for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
-                                   if c.get("name") == ref["containerName"]), container)
-                env[name] = resource_field_value(ref, target, self.allocatable)
+                try:
+                    target = find_container(pod, ref["containerName"]) if ref.get("containerName") else container
+                    env[name] = resource_field_value(ref, target, self.allocatable)
+                except ValueError as err:
+                    raise ConfigError(str(err)) from None
             elif vf.get("configMapKeyRef") or vf.get("secretKeyRef"):
                 kind = "configmap" if vf.get("configMapKeyRef") else "secret"
                 ref = vf.get("configMapKeyRef") or vf.get("secretKeyRef")

@@ -540,7 +540,26 @@ def extract_field_path(pod: Obj, field_path: str) -> str:
     raise ValueError(f"unsupported fieldPath: {field_path}")
 
 
-def _find_container(pod: Obj, name: str) -> Obj:
+def pod_field_value(pod: Obj, field_path: str, pod_ips: list[str], host_ips: list[str]) -> str:
+    """Upstream's ``podFieldSelectorRuntimeValue``: what an env var's fieldRef shows, the node's and
+    the pod's addresses included, the rest as ``extract_field_path``."""
+    spec = pod.get("spec") or {}
+    if field_path == "spec.nodeName":
+        return str(spec.get("nodeName") or "")
+    if field_path == "spec.serviceAccountName":
+        return str(spec.get("serviceAccountName") or "")
+    if field_path == "status.hostIP":
+        return host_ips[0] if host_ips else ""
+    if field_path == "status.hostIPs":
+        return ",".join(host_ips)
+    if field_path == "status.podIP":
+        return pod_ips[0] if pod_ips else ""
+    if field_path == "status.podIPs":
+        return ",".join(pod_ips)
+    return extract_field_path(pod, field_path)
+
+
+def find_container(pod: Obj, name: str) -> Obj:
     spec = pod.get("spec") or {}
     for c in (*(spec.get("containers") or []), *(spec.get("initContainers") or [])):
         if c.get("name") == name:
@@ -995,7 +1014,7 @@ class VolumeManager:
                     proj.data = extract_field_path(pod, item["fieldRef"].get("fieldPath") or "").encode()
                 elif item.get("resourceFieldRef"):
                     ref = item["resourceFieldRef"]
-                    container = _find_container(pod, ref.get("containerName") or "")
+                    container = find_container(pod, ref.get("containerName") or "")
                     proj.data = resource_field_value(ref, container, await self._allocatable()).encode()
             except ValueError as err:
                 errs.append(str(err))
@@ -1466,13 +1485,11 @@ def _parse_time(value: Any) -> float:
 
 def _simple_env(pod: Obj, container: Obj) -> dict[str, str]:
     """A container's variables that need no API lookup: literal values and pod fields."""
-    md = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
     status = pod.get("status") or {}
-    fields = {"metadata.name": md.get("name"), "metadata.namespace": md.get("namespace"),
-              "metadata.uid": md.get("uid"), "spec.nodeName": spec.get("nodeName"),
-              "spec.serviceAccountName": spec.get("serviceAccountName"), "status.hostIP": status.get("hostIP"),
-              "status.podIP": status.get("podIP")}
+    pod_ips = [a.get("ip") for a in status.get("podIPs") or [] if a.get("ip")] or \
+        ([status["podIP"]] if status.get("podIP") else [])
+    host_ips = [a.get("ip") for a in status.get("hostIPs") or [] if a.get("ip")] or \
+        ([status["hostIP"]] if status.get("hostIP") else [])
     out: dict[str, str] = {}
     for e in container.get("env") or []:
         name = e.get("name") or ""
@@ -1481,14 +1498,10 @@ def _simple_env(pod: Obj, container: Obj) -> dict[str, str]:
             continue
         ref = (e.get("valueFrom") or {}).get("fieldRef")
         if ref:
-            fp = ref.get("fieldPath") or ""
-            if fp in fields:
-                out[name] = str(fields[fp] or "")
-            else:
-                try:
-                    out[name] = extract_field_path(pod, fp)
-                except ValueError:
-                    pass
+            try:
+                out[name] = pod_field_value(pod, ref.get("fieldPath") or "", pod_ips, host_ips)
+            except ValueError:
+                pass
     return out
 
 
@@ -1558,6 +1571,7 @@ def _safe_make_dir(base: str, rel: str, perm: int) -> None:
         os.close(fd)
 
 
-__all__ = ["AtomicWriter", "FileProjection", "VolumeError", "VolumeManager", "extract_field_path", "format_map",
+__all__ = ["AtomicWriter", "FileProjection", "VolumeError", "VolumeManager", "extract_field_path", "find_container",
+           "format_map", "pod_field_value",
            "go_quote", "is_shared", "make_rshared", "mounts_under", "resource_field_value", "set_volume_ownership",
            "unmount", "validate_path"]

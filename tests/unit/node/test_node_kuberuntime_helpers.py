@@ -116,19 +116,6 @@ def test_run_as_non_root_checks():
         assert "non-numeric user (nobody)" in str(e)
 
 
-def test_field_and_resource_refs():
-    pod = {"metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"app": "x"}},
-           "spec": {"nodeName": "n1", "serviceAccountName": "sa"}}
-    assert kr._field_path_value(pod, "metadata.labels['app']", ["10.0.0.1"], ["1.2.3.4"]) == "x"
-    assert kr._field_path_value(pod, "status.podIP", ["10.0.0.1"], []) == "10.0.0.1"
-    assert kr._field_path_value(pod, "spec.nodeName", [], []) == "n1"
-    c = {"name": "a", "resources": {"limits": {"memory": "128Mi"}, "requests": {"cpu": "250m"}}}
-    assert kr.resource_field_value({"resource": "limits.memory", "divisor": "1Mi"}, c, {}) == "128"
-    assert kr.resource_field_value({"resource": "requests.cpu", "divisor": "1m"}, c, {}) == "250"
-    assert kr.resource_field_value({"resource": "requests.cpu"}, c, {}) == "1"
-    assert kr.resource_field_value({"resource": "limits.cpu"}, c, {"cpu": "4"}) == "4"
-
-
 def test_service_env():
     svcs = [{"metadata": {"name": "kubernetes", "namespace": "default"},
              "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}},
