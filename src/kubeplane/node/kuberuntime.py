@@ -36,6 +36,7 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from kubeplane.api.errors import StatusError
+from kubeplane.api.gofmt import format_pod, go_duration, grpc_code_name
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.node import podstatus as ps
@@ -146,27 +147,9 @@ class Backoff:
             del self._entries[k]
 
 
-def _duration(seconds: float) -> str:
-    """Go's time.Duration String for whole seconds: 10s, 1m20s, 5m0s."""
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    return f"{s // 60}m{s % 60}s"
-
-
-_GO_CODES = {"OK": "OK", "CANCELLED": "Canceled"}
-
-
 def go_grpc_error(e: CRIError) -> str:
     """A CRI error as Go's gRPC status error prints it (what upstream's messages quote)."""
-    name = e.code.name
-    code = _GO_CODES.get(name) or "".join(w.capitalize() for w in name.split("_"))
-    return f"rpc error: code = {code} desc = {e.details}"
-
-
-def format_pod(pod: Obj) -> str:
-    md = pod.get("metadata") or {}
-    return f"{md.get('name', '')}_{md.get('namespace', '')}({md.get('uid', '')})"
+    return f"rpc error: code = {grpc_code_name(e.code.name)} desc = {e.details}"
 
 
 def container_hash(container: Obj) -> str:
@@ -1393,7 +1376,7 @@ class KubeRuntime:
             state.backoff_keys.add(key)
             finished = latest.finished_at / 1e9
             if self.backoff.in_backoff_since(key, finished):
-                msg = (f"back-off {_duration(self.backoff.get(key))} restarting failed container={name} "
+                msg = (f"back-off {go_duration(self.backoff.get(key))} restarting failed container={name} "
                        f"pod={format_pod(pod)}")
                 self._event(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
                             f"{format_pod(pod)}")

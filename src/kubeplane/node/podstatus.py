@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kubeplane.registry.strategies import pod_qos_class
+from kubeplane.api.gofmt import go_list
 
 Obj = dict[str, Any]
 
@@ -458,19 +459,15 @@ def pod_phase(pod: Obj, statuses: list[Obj], init_statuses: list[Obj], *, termin
 
 # -- conditions ----------------------------------------------------------------
 
-def _go_list(names: list[str]) -> str:
-    return "[" + " ".join(names) + "]"
-
-
 def _containers_condition(ctype: str, reason: str, unknown: list[str],
                           state: str, not_done: list[str]) -> Obj:
     """A condition that is True unless some containers have no status yet (``unknown``)
     or are not yet ``state`` (``not_done``); upstream's message lists both groups."""
     msgs = []
     if unknown:
-        msgs.append(f"containers with unknown status: {_go_list(unknown)}")
+        msgs.append(f"containers with unknown status: {go_list(unknown)}")
     if not_done:
-        msgs.append(f"containers with {state} status: {_go_list(not_done)}")
+        msgs.append(f"containers with {state} status: {go_list(not_done)}")
     if msgs:
         return {"type": ctype, "status": "False", "reason": reason, "message": ", ".join(msgs)}
     return {"type": ctype, "status": "True"}

@@ -47,6 +47,7 @@ import grpc
 import grpc.aio
 
 from kubeplane.api.protobuf import encode_varint, iter_fields
+from kubeplane.api.gofmt import format_pod, go_duration, go_quote, grpc_code_name
 from kubeplane.node.cri.client import CRIError, pb
 from kubeplane.node.podstatus import container_should_restart, is_sidecar
 from kubeplane.node.volumes import expand
@@ -103,53 +104,6 @@ class HandlerError(Exception):
 
 
 # ---------------------------------------------------------------- small helpers
-
-
-def go_duration(seconds: float) -> str:
-    """``time.Duration.String()`` for whole and fractional seconds: 1s, 1m30s, 500ms."""
-    if seconds == 0:
-        return "0s"
-    if seconds < 1:
-        ms = seconds * 1000
-        return f"{ms:g}ms"
-    s = float(seconds)
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    sec_text = f"{sec:g}s"
-    if h:
-        return f"{int(h)}h{int(m)}m{sec_text}"
-    if m:
-        return f"{int(m)}m{sec_text}"
-    return sec_text
-
-
-def go_quote(s: str) -> str:
-    """Go's ``%q`` of a string (printable ASCII kept, the rest escaped)."""
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif o < 0x20 or o == 0x7f:
-            out.append(f"\\x{o:02x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def format_pod(pod: dict) -> str:
-    """upstream's ``format.Pod``: ``name_namespace(uid)``."""
-    md = pod.get("metadata") or {}
-    return f"{md.get('name', '')}_{md.get('namespace', '')}({md.get('uid', '')})"
 
 
 def static_env(container: dict) -> dict[str, str]:
@@ -443,21 +397,13 @@ async def probe_grpc(host: str, service: str, port: int, timeout: float) -> tupl
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 return Result.FAILURE, f"timeout: health rpc did not complete within {go_duration(timeout)}"
             return (Result.FAILURE, f"error: health rpc probe failed: rpc error: code = "
-                                    f"{_go_code_name(code)} desc = {e.details()}")
+                                    f"{grpc_code_name(code.name)} desc = {e.details()}")
         if status != 1:
             name = _SERVING_STATUS.get(status, str(status))
             return Result.FAILURE, f"service unhealthy (responded with {go_quote(name)})"
         return Result.SUCCESS, "service healthy"
     finally:
         await channel.close()
-
-
-def _go_code_name(code: grpc.StatusCode) -> str:
-    """``NOT_FOUND`` → ``NotFound``, as Go's codes.Code prints."""
-    special = {grpc.StatusCode.OK: "OK"}
-    if code in special:
-        return special[code]
-    return "".join(w.capitalize() for w in code.name.split("_"))
 
 
 # ---------------------------------------------------------------- results

@@ -73,6 +73,7 @@ from fractions import Fraction
 from typing import Any, Callable, Iterable
 
 from kubeplane.api.errors import StatusError
+from kubeplane.api.gofmt import go_quote
 from kubeplane.api.quantity import canonical_quantity, parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
@@ -445,28 +446,6 @@ def set_volume_ownership(directory: str, fs_group: int | None, read_only: bool, 
 
 
 # ---------------------------------------------------------------- downward API
-
-
-def go_quote(s: str) -> str:
-    """Go's ``strconv.Quote``."""
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif ch.isprintable() and (o >= 0x20 and o != 0x7F):
-            out.append(ch)
-        elif ch in "\a\b\f\n\r\t\v":
-            out.append({"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-                        "\v": "\\v"}[ch])
-        elif o < 0x80:
-            out.append(f"\\x{o:02x}")
-        elif o < 0x10000:
-            out.append(f"\\u{o:04x}")
-        else:
-            out.append(f"\\U{o:08x}")
-    out.append('"')
-    return "".join(out)
 
 
 def format_map(m: dict[str, str]) -> str:
@@ -1573,5 +1552,5 @@ def _safe_make_dir(base: str, rel: str, perm: int) -> None:
 
 __all__ = ["AtomicWriter", "FileProjection", "VolumeError", "VolumeManager", "extract_field_path", "find_container",
            "format_map", "pod_field_value",
-           "go_quote", "is_shared", "make_rshared", "mounts_under", "resource_field_value", "set_volume_ownership",
+           "is_shared", "make_rshared", "mounts_under", "resource_field_value", "set_volume_ownership",
            "unmount", "validate_path"]

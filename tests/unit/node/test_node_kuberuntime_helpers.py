@@ -38,10 +38,6 @@ def test_backoff_doubles_caps_and_resets_after_ten_minutes():
     assert b.ends("k") == c.t + 10
 
 
-def test_duration_words():
-    assert kr._duration(10) == "10s" and kr._duration(80) == "1m20s" and kr._duration(300) == "5m0s"
-
-
 def test_image_pull_policy_defaults():
     assert kr.image_pull_policy({"image": "busybox"}) == "Always"
     assert kr.image_pull_policy({"image": "busybox:latest"}) == "Always"

@@ -19,7 +19,6 @@ from kubeplane.node.volumes import (
     extract_field_path,
     find_container,
     format_map,
-    go_quote,
     mounts_under,
     pod_field_value,
     resource_field_value,
@@ -99,8 +98,7 @@ def test_payload_paths_are_checked(path, message, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_go_quote_and_format_map():
-    assert go_quote('a"b\\c\n\t\x01é') == '"a\\"b\\\\c\\n\\t\\x01é"'
+def test_format_map():
     assert format_map({"b": "2", "a": 'x"y'}) == 'a="x\\"y"\nb="2"'
     pod = _pod([])
     assert extract_field_path(pod, "metadata.labels") == 'app="web"\ntier="front"'

@@ -37,12 +37,7 @@ def test_expand_as_upstream():
     assert pr.static_env(c) == {"A": "v", "S": ""}
 
 
-def test_go_formats():
-    assert pr.go_duration(1) == "1s"
-    assert pr.go_duration(60) == "1m0s"
-    assert pr.go_duration(3661) == "1h1m1s"
-    assert pr.go_duration(0.5) == "500ms"
-    assert pr.go_quote('a"b\n\x01') == '"a\\"b\\n\\x01"'
+def test_http_helpers():
     assert pr.canonical_header("x-custom-HEADER") == "X-Custom-Header"
     assert pr.join_host_port("::1", 80) == "[::1]:80"
     assert pr.strip_runtime("containerd://abc") == "abc"
