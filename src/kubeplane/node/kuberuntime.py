@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable
 
+from kubeplane.api.backoff import Backoff
 from kubeplane.api.errors import StatusError
 from kubeplane.api.gofmt import format_pod, go_duration, grpc_code_name
 from kubeplane.api.quantity import parse_quantity
@@ -93,58 +94,6 @@ SERVICES = resource("services")
 
 class ConfigError(Exception):
     """A container's configuration cannot be built (CreateContainerConfigError)."""
-
-
-class Backoff:
-    """upstream's flowcontrol.Backoff: per key, 10 s doubling to 5 min, forgotten after
-    twice the maximum without a new failure."""
-
-    def __init__(self, initial: float = BACKOFF_INITIAL, maximum: float = BACKOFF_MAX,
-                 clock: Callable[[], float] = time.time):
-        self.initial, self.maximum, self.clock = initial, maximum, clock
-        self._entries: dict[str, list[float]] = {}   # key -> [backoff, last_update]
-
-    def _expired(self, event_time: float, last_update: float) -> bool:
-        return event_time - last_update > 2 * self.maximum
-
-    def get(self, key: str) -> float:
-        e = self._entries.get(key)
-        return e[0] if e else 0.0
-
-    def next(self, key: str, event_time: float) -> None:
-        e = self._entries.get(key)
-        if e is None or self._expired(event_time, e[1]):
-            self._entries[key] = [self.initial, event_time]
-        else:
-            self._entries[key] = [min(e[0] * 2, self.maximum), event_time]
-
-    def in_backoff_since(self, key: str, event_time: float) -> bool:
-        e = self._entries.get(key)
-        if e is None:
-            return False
-        now = self.clock()
-        if self._expired(now, e[1]):
-            return False
-        return now - event_time < e[0]
-
-    def in_backoff_since_update(self, key: str, event_time: float) -> bool:
-        e = self._entries.get(key)
-        if e is None or self._expired(event_time, e[1]):
-            return False
-        return event_time - e[1] < e[0]
-
-    def ends(self, key: str) -> float | None:
-        """When the back-off started at the last update ends."""
-        e = self._entries.get(key)
-        return e[1] + e[0] if e else None
-
-    def forget(self, key: str) -> None:
-        self._entries.pop(key, None)
-
-    def gc(self) -> None:
-        now = self.clock()
-        for k in [k for k, e in self._entries.items() if self._expired(now, e[1])]:
-            del self._entries[k]
 
 
 def go_grpc_error(e: CRIError) -> str:
@@ -667,8 +616,8 @@ class KubeRuntime:
         self.allocatable = dict(allocatable or {})
         self.runtime_handler = runtime_handler
         self.clock = clock
-        self.backoff = Backoff(clock=clock)
-        self.image_backoff = Backoff(clock=clock)
+        self.backoff = Backoff(BACKOFF_INITIAL, BACKOFF_MAX, clock=clock)
+        self.image_backoff = Backoff(BACKOFF_INITIAL, BACKOFF_MAX, clock=clock)
         self.memory_capacity = host_memory_bytes()
         self.runtime_name = ""
         self._pods: dict[str, _PodState] = {}

@@ -12,32 +12,6 @@ from kubeplane.node import kuberuntime as kr
 from kubeplane.node.cri.client import CRIError, pb
 
 
-class Clock:
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
-
-
-def test_backoff_doubles_caps_and_resets_after_ten_minutes():
-    c = Clock()
-    b = kr.Backoff(clock=c)
-    assert not b.in_backoff_since("k", c.t)
-    b.next("k", c.t)
-    assert b.get("k") == 10 and b.in_backoff_since("k", c.t)
-    c.t += 10
-    assert not b.in_backoff_since("k", c.t - 10)
-    for want in (20, 40, 80, 160, 300, 300):
-        b.next("k", c.t)
-        assert b.get("k") == want
-        c.t += want
-    c.t += 601
-    b.next("k", c.t)
-    assert b.get("k") == 10
-    assert b.ends("k") == c.t + 10
-
-
 def test_image_pull_policy_defaults():
     assert kr.image_pull_policy({"image": "busybox"}) == "Always"
     assert kr.image_pull_policy({"image": "busybox:latest"}) == "Always"
