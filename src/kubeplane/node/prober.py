@@ -34,7 +34,6 @@ is a success with a warning event), tcpSocket (a TCP connect) and grpc (the
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import inspect
 import logging
 import random
@@ -46,8 +45,9 @@ from urllib.parse import urljoin, urlsplit
 import grpc
 import grpc.aio
 
-from kubeplane.api.protobuf import encode_varint, iter_fields
 from kubeplane.api.gofmt import format_pod, go_duration, go_quote, grpc_code_name
+from kubeplane.api.meta import parse_timestamp
+from kubeplane.api.protobuf import encode_varint, iter_fields
 from kubeplane.node.cri.client import CRIError, pb
 from kubeplane.node.podstatus import container_should_restart, is_sidecar
 from kubeplane.node.volumes import expand
@@ -433,17 +433,10 @@ class ResultsCache:
 
 
 def _parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
     try:
-        t = _dt.datetime.fromisoformat(text)
+        return parse_timestamp(text) if text else None
     except ValueError:
         return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.timezone.utc)
-    return t.timestamp()
 
 
 def _find_status(statuses: Iterable[dict] | None, name: str) -> dict | None:

@@ -28,7 +28,6 @@ upstream's webhook authenticator and authorizer do.
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import json
 import logging
 import os
@@ -39,6 +38,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from kubeplane.api.meta import parse_timestamp
 from kubeplane.node.cri import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.streaming import channels, spdy
@@ -99,28 +99,6 @@ def subresource_of(path: str) -> str:
 
 
 # -- CRI log files ---------------------------------------------------------
-
-
-def parse_timestamp(text: str) -> float:
-    """Seconds since the epoch of an RFC 3339 time (nanoseconds kept to microseconds)."""
-    t = text.strip()
-    if t.endswith("Z"):
-        t = t[:-1] + "+00:00"
-    main, _, rest = t.partition(".")
-    frac, tz = "", ""
-    if rest:
-        i = 0
-        while i < len(rest) and rest[i].isdigit():
-            i += 1
-        frac, tz = rest[:i], rest[i:]
-    else:
-        for sign in ("+", "-"):
-            idx = main.rfind(sign)
-            if idx > 10:
-                main, tz = main[:idx], main[idx:]
-                break
-    dt = _dt.datetime.fromisoformat(main + (tz or "+00:00"))
-    return dt.timestamp() + (float("0." + frac) if frac else 0.0)
 
 
 @dataclass

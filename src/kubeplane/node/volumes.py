@@ -74,6 +74,7 @@ from typing import Any, Callable, Iterable
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.gofmt import go_quote
+from kubeplane.api.meta import parse_timestamp
 from kubeplane.api.quantity import canonical_quantity, parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
@@ -1067,7 +1068,7 @@ class VolumeManager:
             token = status.get("token") or ""
             if not token:
                 raise _SetupFailed("failed to fetch token: the TokenRequest returned no token")
-            expires = _parse_time(status.get("expirationTimestamp"))
+            expires = parse_timestamp(str(status.get("expirationTimestamp") or ""))
             got = int((tr.get("spec") or {}).get("expirationSeconds") or seconds)
         except (StatusError, OSError, asyncio.TimeoutError, ValueError) as err:
             text = getattr(err, "message", None) or str(err)
@@ -1454,12 +1455,6 @@ _PASS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("volume_resy
 
 class _PopulateFailed(Exception):
     """The volume could not even be looked up (upstream's populator errors, e.g. an unbound claim)."""
-
-
-def _parse_time(value: Any) -> float:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"bad expirationTimestamp {value!r}")
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
 
 
 def _simple_env(pod: Obj, container: Obj) -> dict[str, str]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kubeplane.node.server import (HTTPError, LogOptions, LogRenderer, log_options, parse_log_line,
-                                   parse_timestamp, subresource_of, tail_offset)
+from kubeplane.api.meta import parse_timestamp
+from kubeplane.node.server import (HTTPError, LogOptions, LogRenderer, log_options, parse_log_line, subresource_of,
+                                   tail_offset)
 
 LOG = (b"2026-01-02T03:04:05.000000001Z stdout F first\n"
        b"2026-01-02T03:04:06.5Z stderr P sec\n"
