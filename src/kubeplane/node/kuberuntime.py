@@ -956,18 +956,11 @@ class KubeRuntime:
 
     def _kill_reason(self, pod: Obj, c: Obj, ci: ContainerInfo, *, init: bool) -> tuple[str, int] | None:
         """(message, grace) when a failed liveness or startup probe wants the container killed."""
-        prefix = "Init container" if init else "Container"
-        if self._probe("liveness_failed")(ci.id):
-            probe, what = c.get("livenessProbe") or {}, "liveness"
-        elif self._probe("startup_failed")(ci.id):
-            probe, what = c.get("startupProbe") or {}, "startup"
-        else:
+        kill = self.prober.kill_reason(c["name"], ci.id, init=init) if self.prober is not None else None
+        if kill is None:
             return None
-        grace = self._grace(pod)
-        md = pod.get("metadata") or {}
-        if md.get("deletionGracePeriodSeconds") is None and probe.get("terminationGracePeriodSeconds") is not None:
-            grace = int(probe["terminationGracePeriodSeconds"])
-        return f"{prefix} {c['name']} failed {what} probe", grace
+        reason, message = kill
+        return message, prober_mod.kill_grace_seconds(pod, c, reason)
 
     async def _setup_volumes(self, pod: Obj, state: _PodState) -> bool:
         if self.volumes is None:
