@@ -48,7 +48,6 @@ from kubeplane.api.nodestatus import (KUBELET_VERSION, LEASE_DURATION_SECONDS, L
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
 from kubeplane.node import cni, host
-from kubeplane.node.cri import POD_UID_LABEL
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.node.images import ImageError, import_archive, is_archive
 from kubeplane.node.logs import (DEFAULT_MAX_FILES as DEFAULT_LOG_MAX_FILES, DEFAULT_MAX_SIZE as DEFAULT_LOG_MAX_SIZE,
@@ -959,18 +958,9 @@ class NodeAgent:
     async def relist(self) -> set[str]:
         """List sandboxes and containers; wake the pods whose ones changed,
         clean up those of pods the API no longer has. The uids that changed."""
-        sandboxes = (await self.cri.runtime("ListPodSandbox", pb.ListPodSandboxRequest())).items
-        containers = (await self.cri.runtime("ListContainers", pb.ListContainersRequest())).containers
-        seen: dict[str, set] = {}
-        for s in sandboxes:
-            uid = s.labels.get(POD_UID_LABEL)
-            if uid:
-                seen.setdefault(uid, set()).add(("s", s.id, s.state))
-        for c in containers:
-            uid = c.labels.get(POD_UID_LABEL)
-            if uid:
-                seen.setdefault(uid, set()).add(("c", c.id, c.state))
-        now = {uid: frozenset(v) for uid, v in seen.items()}
+        now = {rp.uid: frozenset({("s", s.id, s.ready) for s in rp.sandboxes}
+                                 | {("c", c.id, c.state) for c in rp.containers})
+               for rp in await self.runtime.running_pods()}
         changed = {uid for uid in set(now) | set(self._relisted) if now.get(uid) != self._relisted.get(uid)}
         self._relisted = now
         self._last_relist = self.clock()
