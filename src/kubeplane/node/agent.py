@@ -490,20 +490,10 @@ class NodeAgent:
         from kubeplane.auth import pki
 
         d = os.path.join(self.config.data_dir, "pki")
-        crt, key = os.path.join(d, "kubelet.crt"), os.path.join(d, "kubelet.key")
         names = tuple(dict.fromkeys([self.name, "localhost", "127.0.0.1",
                                      *([self.config.node_ip] if self.config.node_ip else [])]))
-        if os.path.exists(crt) and os.path.exists(key):
-            try:
-                if pki.covers(pki.load_cert(crt), names):
-                    return crt, key
-            except (OSError, ValueError):
-                pass
-        ca_cert, ca_key = pki.make_ca(f"{self.name}-ca@{int(time.time())}")
-        cert, leaf_key = pki.issue(ca_cert, ca_key, self.name, server_names=names, client=False)
-        pki.write_private(key, pki.key_pem(leaf_key))
-        pki.write_private(crt, pki.cert_pem(cert) + pki.cert_pem(ca_cert))
-        return crt, key
+        return pki.ensure_self_signed_pair(os.path.join(d, "kubelet.crt"), os.path.join(d, "kubelet.key"),
+                                           self.name, names)
 
     async def _start_server(self) -> None:
         """The kubelet API on the kubelet port (0: a free one, then reported)."""

@@ -950,25 +950,3 @@ class PortForwardTunnel:
                     await s.close()
                 except (ConnectionError, BrokenPipeError, spdy.StreamReset):
                     pass
-
-
-def ensure_serving_pair(directory: str, node_name: str, addresses: tuple[str, ...] = ()) -> tuple[str, str]:
-    """``kubelet.crt``/``kubelet.key`` in ``directory``: as upstream's kubelet
-    without ``--tls-cert-file``, a certificate for the node's name and
-    addresses signed by a CA made for it alone (kept while it covers them)."""
-    from kubeplane.auth import pki
-
-    crt, key = os.path.join(directory, "kubelet.crt"), os.path.join(directory, "kubelet.key")
-    names = tuple(dict.fromkeys((node_name, "localhost", "127.0.0.1", *addresses)))
-    if os.path.exists(crt) and os.path.exists(key):
-        try:
-            if pki.covers(pki.load_cert(crt), names):
-                return crt, key
-        except (OSError, ValueError):
-            pass
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    ca_cert, ca_key = pki.make_ca(f"{node_name}-ca@{int(time.time())}")
-    cert, k = pki.issue(ca_cert, ca_key, f"{node_name}@{int(time.time())}", server_names=names, client=False)
-    pki.write_private(key, pki.key_pem(k), True)
-    pki.write_private(crt, pki.cert_pem(cert) + pki.cert_pem(ca_cert), True)
-    return crt, key
