@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.selectors import parse_field_selector
@@ -294,10 +294,6 @@ class NodeGraph:
             else:
                 self._slices.pop(key[1], None)
 
-    def set_pod(self, pod: Obj) -> None:
-        md = pod.get("metadata") or {}
-        self._set_pod((md.get("namespace", ""), md.get("name", "")), pod)
-
     def _set_pod(self, key: tuple[str, str], pod: Obj | None) -> None:
         node = _name(pod.get("spec"), "nodeName") if pod is not None else ""
         new = (node, frozenset(pod_references(pod)) if node and pod is not None else frozenset())
@@ -365,9 +361,6 @@ class NodeGraph:
         if vtype == SECRET:
             return any(self.uses(node, PV, "", pv) for pv in self._secret_volumes.get((namespace, name), ()))
         return False
-
-    def pods_of(self, node: str) -> Iterator[tuple[str, str]]:
-        return (k for k, (n, _) in self._pods.items() if n == node)
 
 
 def selects(selector: str, field: str, value: str) -> bool:

@@ -748,14 +748,6 @@ class ProbeManager:
                 return strip_runtime(c["containerID"])
         return ""
 
-    def cleanup_pods(self, desired: Iterable[str]) -> None:
-        """Stop the workers of every pod whose uid is not in ``desired``."""
-        keep = set(desired)
-        for uid in ({u for (u, _, _) in self._workers} | set(self._statuses) | {k.uid for k in self._known.values()}
-                    | {u for (u, _, _) in self._ended}):
-            if uid not in keep:
-                self.remove_pod(uid)
-
     async def close(self) -> None:
         """Stop all workers and wait for them; close the HTTP client."""
         workers = list(self._workers.values())

@@ -587,7 +587,7 @@ async def test_deletion_makes_liveness_succeed_and_stop(manager, http_server):
     assert not manager.liveness_failed("i1")
 
 
-async def test_remove_and_cleanup_pods(manager, http_server):
+async def test_remove_pods(manager, http_server):
     c = {"name": "app", "readinessProbe": _http_probe(http_server.port),
          "livenessProbe": _http_probe(http_server.port)}
     for uid in ("a", "b", "c"):
@@ -599,8 +599,8 @@ async def test_remove_and_cleanup_pods(manager, http_server):
     plain = _pod([{"name": "noprobe"}], uid="d")
     manager.update_pod_status(plain, _status(("noprobe", "containerd://d1")))
     assert manager.started("d1") and manager.ready("d1")
-    manager.remove_pod("a")
-    manager.cleanup_pods({"b"})
+    for uid in ("a", "c", "d"):
+        manager.remove_pod(uid)
     await _until(lambda: manager.worker_count() == 2)
     assert not manager.started("d1")  # forgotten with its pod
 
