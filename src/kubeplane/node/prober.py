@@ -48,7 +48,7 @@ import grpc.aio
 from kubeplane.api.gofmt import format_pod, go_duration, go_quote, grpc_code_name
 from kubeplane.api.meta import parse_timestamp
 from kubeplane.api.protobuf import encode_varint, iter_fields
-from kubeplane.node.cri.client import CRIError, pb
+from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIError, pb
 from kubeplane.node.podstatus import container_should_restart, is_sidecar
 from kubeplane.node.volumes import expand
 
@@ -69,8 +69,6 @@ MAX_PROBE_RETRIES = 3
 MAX_OUTPUT = 10 * 1024
 #: containers started this long before the agent count as adopted, not new
 RESTART_GRACE_SECONDS = 10.0
-#: the runtime's own deadline for a CRI call, added to an exec probe's timeout
-RUNTIME_REQUEST_TIMEOUT = 120.0
 #: a lifecycle exec hook has no timeout of its own; this only bounds the gRPC call
 _NO_TIMEOUT = 10 * 365 * 24 * 3600.0
 
