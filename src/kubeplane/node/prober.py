@@ -47,6 +47,7 @@ import grpc.aio
 
 from kubeplane.api.gofmt import format_pod, go_duration, go_quote, grpc_code_name
 from kubeplane.api.meta import parse_timestamp
+from kubeplane.api.nodestatus import KUBELET_VERSION
 from kubeplane.api.protobuf import encode_varint, iter_fields
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIError, pb
 from kubeplane.node.podstatus import container_should_restart, is_sidecar
@@ -149,20 +150,13 @@ def strip_runtime(container_id: str) -> str:
     return container_id.split("://", 1)[1] if "://" in container_id else container_id
 
 
-_user_agent_version: str | None = None
-
-
-def _kube_version() -> str:
-    global _user_agent_version
-    if _user_agent_version is None:
-        from kubeplane.apiserver.server import VERSION_INFO
-        _user_agent_version = f"{VERSION_INFO['major']}.{VERSION_INFO['minor']}"
-    return _user_agent_version
+#: the Kubernetes major.minor of this kubelet (``1.32`` of ``v1.32.0-kubeplane``)
+KUBE_MINOR_VERSION = ".".join(KUBELET_VERSION.lstrip("v").split(".")[:2])
 
 
 def user_agent(purpose: str) -> str:
     """``kube-probe/1.32`` or ``kube-lifecycle/1.32``, as upstream's kubelet sends."""
-    return f"kube-{purpose}/{_kube_version()}"
+    return f"kube-{purpose}/{KUBE_MINOR_VERSION}"
 
 
 # ---------------------------------------------------------------- probe actions

@@ -62,6 +62,8 @@ def test_request_for_http_get_action():
                                  {"ports": [{"name": "web", "containerPort": 8080}]}, "10.1.2.3")
     assert url == "http://10.1.2.3:8080/healthz?full=1"
     assert headers["User-Agent"].startswith("kube-probe/1.") and headers["Accept"] == "*/*"
+    from kubeplane.apiserver.server import VERSION_INFO
+    assert headers["User-Agent"] == f"kube-probe/{VERSION_INFO['major']}.{VERSION_INFO['minor']}"
     url, headers = h.request_for({"port": 443, "scheme": "HTTPS", "host": "example.test", "path": "ready",
                                   "httpHeaders": [{"name": "accept", "value": ""},
                                                   {"name": "user-agent", "value": "mine"},
