@@ -38,6 +38,7 @@ from typing import Any, Callable
 from kubeplane.api.backoff import Backoff
 from kubeplane.api.errors import StatusError
 from kubeplane.api.gofmt import format_pod, go_duration, grpc_code_name
+from kubeplane.api.qos import pod_qos_class
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.node import podstatus as ps
@@ -47,7 +48,6 @@ from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIClient, CRIErr
 from kubeplane.node.logs import rotated_logs
 from kubeplane.node.podstatus import ContainerInfo, RuntimePod, SandboxInfo
 from kubeplane.node.volumes import VolumeError, expand, find_container, pod_field_value, resource_field_value
-from kubeplane.registry.strategies import pod_qos_class
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from kubeplane.api.gofmt import go_list
 from kubeplane.api.meta import format_timestamp
-from kubeplane.registry.strategies import pod_qos_class
+from kubeplane.api.qos import pod_qos_class
 
 Obj = dict[str, Any]
 
