@@ -530,7 +530,7 @@ class NodeAgent:
         """The measured usage report each Lease renewal carries (for metrics.k8s.io)."""
         if self.stats is None:
             return {}
-        from kubeplane.registry.metrics import USAGE_ANNOTATION
+        from kubeplane.api.usage import USAGE_ANNOTATION
 
         try:
             return {USAGE_ANNOTATION: await self.stats.report()}
