@@ -274,7 +274,7 @@ class _PodWorker:
                 self._sync.cancel()
             self._sync = None
         if isinstance(status, dict):
-            agent.probes("update_pod_status", pod, status)
+            # the runtime's compute_status already handed the status to the prober
             await agent.status.set(pod, status)
             if status.get("phase") in TERMINAL_PHASES:
                 # the runtime tore a pod in a terminal phase down (sandbox stopped);
