@@ -588,6 +588,13 @@ def _mode(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
+def _content_key(pod: Obj) -> tuple:
+    """What of a pod its content volumes may show (downward API items), to tell a changed pod."""
+    md = pod.get("metadata") or {}
+    return (md.get("generation"), sorted((md.get("labels") or {}).items()),
+            sorted((md.get("annotations") or {}).items()))
+
+
 def _pod_key(pod: Obj) -> str:
     md = pod.get("metadata") or {}
     return f"{md.get('namespace', '')}/{md.get('name', '')}"
@@ -698,6 +705,8 @@ class _Ready:
 class _PodState:
     pod: Obj
     volumes: dict[str, _Ready] = field(default_factory=dict)
+    #: the pod's _content_key when its volumes were last set up
+    content_key: tuple | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -757,20 +766,26 @@ class VolumeManager:
     # ---------------------------------------------------------------- setup
 
     async def setup(self, pod: Obj) -> None:
-        """Makes every volume a container of ``pod`` mounts ready (idempotent; contents brought up to date)."""
+        """Makes every volume a container of ``pod`` mounts ready (idempotent). The contents of
+        volumes already ready are kept current by the resync loop; they are written again here
+        only when the pod's labels, annotations or spec changed (what a downward API shows)."""
         uid = (pod.get("metadata") or {}).get("uid") or ""
         if not uid or "/" in uid or uid.startswith("."):
             raise VolumeError("FailedMount", f"the pod has no usable uid: {uid!r}")
         state = self._pods.get(uid)
         if state is None:
             state = self._pods[uid] = _PodState(pod)
+        key = _content_key(pod)
+        changed, state.content_key = key != state.content_key, key
         state.pod = pod
         async with state.lock:
-            await self._setup_locked(state)
+            await self._setup_locked(state, only_missing=not changed)
         self._ensure_resync()
 
-    async def _setup_locked(self, state: _PodState, *, only_content: bool = False) -> None:
-        """Sets up what is not ready yet and writes the contents of content volumes again. A volume
+    async def _setup_locked(self, state: _PodState, *, only_content: bool = False,
+                            only_missing: bool = False) -> None:
+        """Sets up what is not ready yet and (unless ``only_missing``) writes the contents of
+        content volumes again; ``only_content``: only the latter. A volume
         that was ready stays ready when bringing its contents up to date fails (upstream's remount):
         that failure is an event, not an error of the set-up."""
         pod = state.pod
@@ -783,7 +798,7 @@ class VolumeManager:
                 continue
             kind = next((k for k in _KNOWN_SOURCES if k in vol), None)
             ready = name in state.volumes
-            if ready and kind not in _CONTENT_KINDS:
+            if ready and (only_missing or kind not in _CONTENT_KINDS):
                 continue  # mounted once, as upstream: pod volumes do not change
             if only_content and not ready:
                 continue

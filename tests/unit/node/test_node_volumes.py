@@ -176,6 +176,8 @@ async def test_config_map_files_modes_and_update_in_place(vm, inprocess_client):
     cm["data"] = {"a.conf": "A=2"}
     cm.pop("binaryData")
     await inprocess_client.update(CMS, cm)
+    await vm.setup(pod)  # a sync of the unchanged pod: ready volumes are the resync's
+    assert _read(os.path.join(all_dir, "a.conf")) == "A=1"
     await vm.refresh()
     assert _read(os.path.join(all_dir, "a.conf")) == "A=2"
     assert not os.path.lexists(os.path.join(all_dir, "b"))
