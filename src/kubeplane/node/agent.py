@@ -449,7 +449,7 @@ class NodeAgent:
         if self.server is not None:
             await self.server.stop()
             self.server = None
-        for part in (self.prober, self.volumes, self.recorder):
+        for part in (self.runtime, self.prober, self.volumes, self.recorder):
             closer = getattr(part, "stop", None) or getattr(part, "close", None)
             if closer is not None:
                 try:

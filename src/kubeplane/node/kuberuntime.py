@@ -83,8 +83,8 @@ DEFAULT_MASKED_PATHS = [
 ]
 DEFAULT_READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
 
-#: how long a namespace's Service list serves container environments
-SERVICE_CACHE_SECONDS = 1.0
+#: how long a container's start waits for the first list of Services (its environment needs them)
+SERVICE_SYNC_SECONDS = 30.0
 
 CONFIGMAPS = resource("configmaps")
 SECRETS = resource("secrets")
@@ -622,7 +622,7 @@ class KubeRuntime:
         self.runtime_name = ""
         self._pods: dict[str, _PodState] = {}
         self._locks: dict[str, list] = {}   # uid -> [lock, holders and waiters]
-        self._service_cache: dict[str, tuple[float, list[Obj]]] = {}
+        self._services_informer: Any = None
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -1123,24 +1123,35 @@ class KubeRuntime:
 
     # -- containers ------------------------------------------------------------------
 
+    def _service_informer(self) -> Any:
+        """The Services informer, started on first use (upstream's kubelet lists Services
+        through an informer for the service environment variables)."""
+        if self._services_informer is None:
+            from kubeplane.client.informer import SharedInformer
+
+            inf = SharedInformer(self.client, SERVICES, indexers={
+                "namespace": lambda o: [(o.get("metadata") or {}).get("namespace", "")]})
+            inf.start()
+            self._services_informer = inf
+        return self._services_informer
+
     async def _services(self, ns: str) -> list[Obj]:
-        """The namespace's Services and the master service, read at most once a second
-        (upstream's kubelet reads them from an informer; many pods start together)."""
-        now = time.monotonic()
-        out: list[Obj] = []
-        for namespace in ([ns, "default"] if ns != "default" else ["default"]):
-            hit = self._service_cache.get(namespace)
-            if hit is None or now - hit[0] > SERVICE_CACHE_SECONDS:
-                try:
-                    items = (await self.client.list(SERVICES, namespace)).get("items") or []
-                except StatusError as e:
-                    raise ConfigError(f"failed to list services: {e.message}") from None
-                hit = self._service_cache[namespace] = (now, items)
-            items = hit[1]
-            if namespace != ns:
-                items = [s for s in items if (s.get("metadata") or {}).get("name") == "kubernetes"]
-            out.extend(items)
+        """The namespace's Services and the master service."""
+        inf = self._service_informer()
+        if not inf.has_synced() and not await inf.wait_for_sync(SERVICE_SYNC_SECONDS):
+            raise ConfigError("services have not yet been read at least once, cannot construct envvars")
+        out = list(inf.indexer.by_index("namespace", ns))
+        if ns != "default":
+            master = inf.indexer.get_by_key("default/kubernetes")
+            if master is not None:
+                out.append(master)
         return out
+
+    async def close(self) -> None:
+        """Stop the Services informer, if one was started."""
+        inf, self._services_informer = self._services_informer, None
+        if inf is not None:
+            await inf.stop()
 
     async def _env(self, pod: Obj, container: Obj, pod_ips: list[str]) -> list[pb.KeyValue]:
         """upstream's makeEnvironmentVariables."""
