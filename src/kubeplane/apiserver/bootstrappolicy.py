@@ -468,7 +468,23 @@ def kubeplane_roles() -> list[Obj]:
         r(READ, "storage.k8s.io", "storageclasses"),
         r("create,delete,get,list,patch,update,watch", "storage.k8s.io", "csistoragecapacities"),
         EVENTS,
+    ]), _role(KUBEPLANE_NODE_PROXIER_ROLE, [
+        # what the Service proxy reads beyond what the Node authorizer grants a node (Services,
+        # its own Node, events): system:node-proxier's would also open every Node to every node
+        r("list,watch", "discovery.k8s.io", "endpointslices"),
+    ]), _role(KUBEPLANE_NODE_NETWORK_ROLE, [
+        # the pod routes between nodes need every Node's pod CIDR and InternalIP, as flannel
+        # and k3s's network controller read them: list and watch, not get (a node still
+        # cannot get another's Node by name, as the Node authorizer says)
+        r("list,watch", "", "nodes"),
     ])]
+
+
+#: a node runs the Service proxy inside its agent, under its own identity (kubeadm gives
+#: kube-proxy a ServiceAccount of its own instead)
+KUBEPLANE_NODE_PROXIER_ROLE = "kubeplane:node-proxier"
+#: the node's pod routes (node/routes.py), kept by its agent under its own identity
+KUBEPLANE_NODE_NETWORK_ROLE = "kubeplane:node-network"
 
 
 #: the kube-system ServiceAccount the local volume provisioner acts as
@@ -524,6 +540,8 @@ def node_bootstrap_bindings() -> list[Obj]:
                  [group(DEFAULT_NODE_TOKEN_GROUP)]),
         _binding("kubeplane:node-autoapprove-certificate-rotation",
                  "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", [group("system:nodes")]),
+        _binding(KUBEPLANE_NODE_PROXIER_ROLE, KUBEPLANE_NODE_PROXIER_ROLE, [group("system:nodes")]),
+        _binding(KUBEPLANE_NODE_NETWORK_ROLE, KUBEPLANE_NODE_NETWORK_ROLE, [group("system:nodes")]),
     ]
 
 

@@ -335,28 +335,63 @@ class SpdyOptions:
     tty: bool = False
 
 
-class _RawParser:
-    """Takes the bytes of an upgraded connection (aiohttp's parser slot)."""
+#: unread bytes from an upgraded client connection above which it is no longer
+#: read (aiohttp's stream reader pauses the transport above twice this)
+UPGRADED_READ_LIMIT = 64 * 1024
 
-    def __init__(self, queue: "asyncio.Queue[bytes | None]") -> None:
-        self.queue = queue
+
+class _RawParser:
+    """Takes the bytes of an upgraded connection (aiohttp's parser slot) into a
+    flow-controlled reader: the connection stops being read while the reader
+    holds more than its limit."""
+
+    def __init__(self, reader: aiohttp.StreamReader) -> None:
+        self.reader = reader
 
     def feed_data(self, data: bytes) -> tuple[bool, bytes]:
-        self.queue.put_nowait(bytes(data))
+        self.reader.feed_data(bytes(data))
         return False, b""
 
     def feed_eof(self) -> None:
-        self.queue.put_nowait(None)
+        self.reader.feed_eof()
 
 
-async def _upgrade(request: web.Request, protocol: str) -> tuple[web.StreamResponse, "asyncio.Queue[bytes | None]", Any]:
+class _UpgradedConnection:
+    """The client's side of an upgraded connection: reads (``b""`` at its end)
+    and writes that wait while the transport's buffer is full."""
+
+    def __init__(self, request: web.Request) -> None:
+        self.protocol = request.protocol
+        self.transport = request.transport
+        self.reader = aiohttp.StreamReader(self.protocol, UPGRADED_READ_LIMIT,
+                                           loop=asyncio.get_running_loop())
+
+    async def read(self) -> bytes:
+        return await self.reader.readany()
+
+    async def write(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing() or self.protocol.transport is None:
+            return  # the client is gone: its end of the connection ends the session
+        self.transport.write(data)
+        # the protocol is paused above the transport's high-water mark: wait until it drained
+        try:
+            await self.protocol._drain_helper()
+        except ConnectionError:
+            pass
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+
+async def _upgrade(request: web.Request, protocol: str) -> tuple[web.StreamResponse, _UpgradedConnection]:
     resp = web.StreamResponse(status=101, headers={"Connection": "Upgrade", "Upgrade": "SPDY/3.1",
                                                    "X-Stream-Protocol-Version": protocol})
     await resp.prepare(request)
-    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-    request.protocol.set_parser(_RawParser(queue))  # type: ignore[arg-type]
+    conn = _UpgradedConnection(request)
+    request.protocol.set_parser(_RawParser(conn.reader))  # type: ignore[arg-type]
     request.protocol.keep_alive(False)
-    return resp, queue, request.transport
+    return resp, conn
 
 
 async def serve_spdy(request: web.Request, kubelet: KubeletClient, host: str, port: int, path: str,
@@ -365,7 +400,7 @@ async def serve_spdy(request: web.Request, kubelet: KubeletClient, host: str, po
     kubelet is spoken to over its WebSocket. Port-forward's SPDY session goes
     through as it is (the kubelet tunnels SPDY); an exec's or attach's SPDY
     streams become the channels of ``v5.channel.k8s.io``."""
-    from kubeplane.streaming import channels, spdy
+    from kubeplane.streaming import channels
 
     offered = [v.strip() for h in request.headers.getall("X-Stream-Protocol-Version", []) for v in h.split(",")
                if v.strip()]
@@ -384,37 +419,31 @@ async def serve_spdy(request: web.Request, kubelet: KubeletClient, host: str, po
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
         raise errors.internal(f"error dialing backend: {exc}") from None
     try:
-        resp, queue, transport = await _upgrade(request, chosen)
+        resp, conn = await _upgrade(request, chosen)
     except BaseException:
         await backend.close()
         raise
-
-    def write(data: bytes) -> None:
-        if transport is not None and not transport.is_closing():
-            transport.write(data)
-
     try:
         if opts.port_forward:
-            await _relay_raw(queue, backend, write)
+            await _relay_raw(conn, backend)
         else:
-            await _translate_remote_command(queue, backend, write, opts)
+            await _translate_remote_command(conn, backend, opts)
     finally:
         if not backend.closed:
             await backend.close()
-        if transport is not None and not transport.is_closing():
-            transport.close()
+        conn.close()
     return resp
 
 
-async def _relay_raw(queue: "asyncio.Queue[bytes | None]", backend: Any, write: Any) -> None:
+async def _relay_raw(conn: _UpgradedConnection, backend: Any) -> None:
     async def up() -> None:
-        while (data := await queue.get()) is not None:
+        while data := await conn.read():
             await backend.send_bytes(data)
 
     async def down() -> None:
         async for msg in backend:
             if msg.type == WSMsgType.BINARY:
-                write(msg.data)
+                await conn.write(msg.data)
 
     tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
     try:
@@ -425,8 +454,7 @@ async def _relay_raw(queue: "asyncio.Queue[bytes | None]", backend: Any, write: 
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _translate_remote_command(queue: "asyncio.Queue[bytes | None]", backend: Any, write: Any,
-                                    opts: SpdyOptions) -> None:
+async def _translate_remote_command(conn: _UpgradedConnection, backend: Any, opts: SpdyOptions) -> None:
     from kubeplane.streaming import channels, spdy
 
     names = {v: k for k, v in channels.STREAM_NAMES.items()}
@@ -436,9 +464,6 @@ async def _translate_remote_command(queue: "asyncio.Queue[bytes | None]", backen
     streams: dict[int, spdy.Stream] = {}
     ready = asyncio.Event()
     pumps: list[asyncio.Task] = []
-
-    async def send(data: bytes) -> None:
-        write(data)
 
     async def on_stream(s: spdy.Stream) -> None:
         ch = names.get(s.header(channels.STREAM_TYPE))
@@ -458,10 +483,10 @@ async def _translate_remote_command(queue: "asyncio.Queue[bytes | None]", backen
         if ch == channels.STDIN and not s.reset_by_peer:
             await backend.send_bytes(bytes([channels.CLOSE, channels.STDIN]))
 
-    session = spdy.Session(send, server=True, on_stream=on_stream)
+    session = spdy.Session(conn.write, server=True, on_stream=on_stream)
 
     async def read_client() -> None:
-        while (data := await queue.get()) is not None:
+        while data := await conn.read():
             await session.feed(data)
         session.feed_eof()
 

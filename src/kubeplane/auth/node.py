@@ -51,6 +51,15 @@ RESOURCE_CLAIM = "resourceclaim"
 POD = "pod"
 SLICE = "resourceslice"
 
+#: the node authorizer graph's relists back off from this to at most the max (seconds)
+RELIST_BACKOFF_INITIAL = 0.5
+RELIST_BACKOFF_MAX = 30.0
+
+
+class _WatchEnded(Exception):
+    """A graph watch ended without an error of its own."""
+
+
 #: store prefixes the graph follows, and what each holds
 _PREFIXES = {
     "/registry/core/pods/": POD,
@@ -253,30 +262,46 @@ class NodeGraph:
         return (rest[0], rest[1]) if len(rest) == 2 else ("", rest[0])
 
     async def _run(self, index: int, prefix: str) -> None:
-        from kubeplane.storage.interface import StorageError
-
+        """Apply the watch's events; when the watch ends (closed under the
+        graph, fell behind, any error) list and watch again, backing off while
+        watches end before delivering anything: the graph must never stop
+        following the store."""
         kind = _PREFIXES[prefix]
+        delay = 0.0
         while True:
             try:
                 events = await self._watches[index].next_batch()
-            except StorageError as exc:
-                log.info("node authorizer graph watch of %s fell behind (%s): relisting", prefix, exc)
-                while True:
-                    try:
-                        await self._relist(prefix)
-                        break
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception as err:  # noqa: BLE001 - keep the graph alive
-                        log.warning("relisting %s for the node authorizer failed: %s", prefix, err)
-                        await asyncio.sleep(0.5)
+                if events is None:
+                    raise _WatchEnded("the watch was closed")
+                for ev in events:
+                    self._apply(kind, self._key(prefix, ev.key), None if ev.type == "DELETED" else ev.value)
+                if events:
+                    self.revision = max(self.revision, events[-1].revision)
+                    delay = 0.0
                 continue
-            if events is None:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - keep the graph alive
+                log.info("node authorizer graph watch of %s ended (%s): relisting%s", prefix, exc,
+                         f" in {delay:g}s" if delay else "")
+            if delay:
+                await asyncio.sleep(delay)
+            delay = min(max(delay * 2, RELIST_BACKOFF_INITIAL), RELIST_BACKOFF_MAX)
+            await self._relist_retrying(prefix)
+
+    async def _relist_retrying(self, prefix: str) -> None:
+        delay = RELIST_BACKOFF_INITIAL
+        while True:
+            try:
+                await self._relist(prefix)
                 return
-            for ev in events:
-                self._apply(kind, self._key(prefix, ev.key), None if ev.type == "DELETED" else ev.value)
-            if events:
-                self.revision = max(self.revision, events[-1].revision)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - keep the graph alive
+                log.warning("relisting %s for the node authorizer failed (retrying in %gs): %s",
+                            prefix, delay, err)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RELIST_BACKOFF_MAX)
 
     # -- contents ------------------------------------------------------------
 

@@ -26,16 +26,19 @@ log = logging.getLogger(__name__)
 
 EVENTS = resource("events")
 
-_Key = tuple[str, str, str, str]
+_Key = tuple[str, str, str, str, str]
 
 
-def _reference(obj: Obj, kind: str, api_version: str) -> dict[str, Any]:
+def _reference(obj: Obj, kind: str, api_version: str, field_path: str = "") -> dict[str, Any]:
     md = obj.get("metadata") or {}
-    return {
+    ref = {
         "kind": obj.get("kind") or kind, "apiVersion": obj.get("apiVersion") or api_version,
         "name": md.get("name", ""), "namespace": md.get("namespace", ""),
         "uid": md.get("uid", ""), "resourceVersion": md.get("resourceVersion", ""),
     }
+    if field_path:
+        ref["fieldPath"] = field_path
+    return ref
 
 
 class EventRecorder:
@@ -63,16 +66,19 @@ class EventRecorder:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
-    def event(self, obj: Obj, type_: str, reason: str, message: str, action: str = "") -> None:
-        """Record an event about ``obj``."""
-        self._record(obj, None, type_, reason, action, message)
+    def event(self, obj: Obj, type_: str, reason: str, message: str, action: str = "", *,
+              field_path: str = "") -> None:
+        """Record an event about ``obj`` (``field_path``: the part of it the
+        event is about, as ``spec.containers{name}``)."""
+        self._record(obj, None, type_, reason, action, message, field_path)
 
     def eventf(self, regarding: Obj, related: Obj | None, type_: str, reason: str, action: str,
                message: str) -> None:
         """Record an event about ``regarding`` caused by ``related`` (upstream's ``Eventf``)."""
         self._record(regarding, related, type_, reason, action, message)
 
-    def _record(self, obj: Obj, related: Obj | None, type_: str, reason: str, action: str, message: str) -> None:
+    def _record(self, obj: Obj, related: Obj | None, type_: str, reason: str, action: str, message: str,
+                field_path: str = "") -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -88,7 +94,7 @@ class EventRecorder:
             # As upstream's recorder: the object's name and the time in nanoseconds, in hex.
             "metadata": {"name": f"{md.get('name') or 'unknown'}.{time.time_ns():x}",
                          "namespace": md.get("namespace") or "default"},
-            "involvedObject": _reference(obj, self.kind, self.api_version),
+            "involvedObject": _reference(obj, self.kind, self.api_version, field_path),
             "reason": reason, "message": message, "type": type_,
             "source": {"component": self.component, **({"host": self.host} if self.host else {})},
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
@@ -98,7 +104,7 @@ class EventRecorder:
             ev["action"] = action
         if related is not None:
             ev["related"] = _reference(related, self.kind, self.api_version)
-        key = (md.get("uid") or md.get("name") or "", type_, reason, message)
+        key = (md.get("uid") or md.get("name") or "", field_path, type_, reason, message)
         self._pending.append((key, ev, now))
         if len(self._tasks) < self.writers:
             self._spawn(loop)

@@ -27,7 +27,9 @@ runtime:
   containers that changed on their own, and removes the sandboxes and
   containers of pods that are gone from the API (orphans);
 - imports every image archive of its images directory at start and when
-  one appears there (as k3s's agent/images).
+  one appears there (as k3s's agent/images);
+- with ``proxy`` configured, runs the Service proxy (:mod:`kubeplane.proxy`,
+  kube-proxy's nftables mode) and removes its rules when it stops.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from kubeplane.api.nodestatus import (KUBELET_VERSION, LEASE_DURATION_SECONDS, L
                                       node_conditions)
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
-from kubeplane.node import cni, host
+from kubeplane.node import admission, cni, host
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.node.images import ImageError, import_archive, is_archive
 from kubeplane.node.logs import (DEFAULT_MAX_FILES as DEFAULT_LOG_MAX_FILES, DEFAULT_MAX_SIZE as DEFAULT_LOG_MAX_SIZE,
@@ -101,8 +103,22 @@ class AgentConfig:
     container_log_max_size: int = DEFAULT_LOG_MAX_SIZE
     container_log_max_files: int = DEFAULT_LOG_MAX_FILES
     container_log_monitor_interval: float = DEFAULT_LOG_MONITOR_INTERVAL
+    #: keep routes to the other nodes' pod CIDRs and the pods' masquerade (node/routes.py)
+    pod_routes: bool = True
     #: exec, attach and port-forward sessions idle for that long are closed (upstream's 4h)
     streaming_idle_timeout: float = 4 * 3600.0
+    #: upstream's --cgroups-per-qos and --cgroup-root: each pod's cgroup under
+    #: <cgroup_root>/kubepods, the sandbox's cgroup parent
+    cgroups_per_qos: bool = True
+    cgroup_root: str = "/"
+    #: run the Service proxy (kubeplane.proxy) with this configuration; node name, node IP and
+    #: (as --cluster-cidr) the pod CIDR are filled in when left empty. None: no proxy
+    proxy: Any = None
+    #: the kubelet's --cluster-dns (the kube-dns Service's ClusterIP), --cluster-domain
+    #: and --resolv-conf: what the pods' resolv.conf is made of
+    cluster_dns: list[str] = field(default_factory=list)
+    cluster_domain: str = "cluster.local"
+    resolv_conf: str = "/etc/resolv.conf"
 
     @property
     def pods_dir(self) -> str:
@@ -253,12 +269,11 @@ class _PodWorker:
         if self.finished:
             return False
         if not self.admitted:
-            reason = agent.admit(self)
+            reason = await agent.admit(self)
             if reason is not None:
                 await agent.reject(pod, *reason)
                 self.finished = self.terminated = True
                 return False
-            self.admitted = True
         agent.probes("add_pod", pod)
         self._sync = asyncio.ensure_future(runtime.sync_pod(pod))
         try:
@@ -377,10 +392,16 @@ class NodeAgent:
         self._started = False
         #: the kubelet API (logs, exec, attach, port-forward) and the usage measurements
         self.server: Any = None
+        #: the Service proxy (config.proxy)
+        self.service_proxy: Any = None
         self.stats: Any = None
         self.log_manager: ContainerLogManager | None = None
+        self.pod_routes: Any = None
         self._own_runtime = False
+        #: the pods' cgroups (None: the runtime places pods where it wants)
+        self.cgroups: Any = None
         self._lease_lock = asyncio.Lock()
+        self._admit_lock = asyncio.Lock()
 
     # -- life ------------------------------------------------------------------
 
@@ -412,11 +433,27 @@ class NodeAgent:
         await self._set_pod_cidr_from(self.node)
         if self.pod_cidr is None:
             self._spawn(self._pod_cidr_loop(), "pod-cidr")
+        if self.config.proxy is not None:
+            await self._start_proxy()
         self._started = True
+
+    async def _start_proxy(self) -> None:
+        import dataclasses
+
+        from kubeplane.proxy import ServiceProxy
+
+        cfg = self.config.proxy
+        node_ips = cfg.node_ips or [a["address"] for a in (self.node or {}).get("status", {}).get("addresses") or []
+                                    if a.get("type") == "InternalIP"]
+        local = cfg.local_cidrs or ([self.pod_cidr] if self.pod_cidr else [])
+        self.service_proxy = ServiceProxy(self.client, dataclasses.replace(
+            cfg, node_name=cfg.node_name or self.name, node_ips=node_ips, local_cidrs=local))
+        await self.service_proxy.start()
 
     async def start_pods(self) -> None:
         """Run the pods bound to the node: the runtime, the pod informer, the relist."""
         if self.runtime is None:
+            self.cgroups = await self._pod_cgroups()
             self.runtime = self._make_runtime()
             self._own_runtime = True
         await self._start_pods()
@@ -425,6 +462,11 @@ class NodeAgent:
             self.cri, max_size=self.config.container_log_max_size, max_files=self.config.container_log_max_files,
             monitor_interval=self.config.container_log_monitor_interval)
         self.log_manager.start()
+        if self.config.pod_routes and self.config.cni_conf_dir:  # the node's pods are on its bridge network
+            from kubeplane.node.routes import PodRoutes
+
+            self.pod_routes = PodRoutes(self.client, self.name)
+            await self.pod_routes.start()
 
     async def stop(self) -> None:
         """Stop the agent; the pods' containers keep running (a restarted agent adopts them)."""
@@ -446,9 +488,18 @@ class NodeAgent:
         if self.log_manager is not None:
             await self.log_manager.stop()
             self.log_manager = None
+        if self.pod_routes is not None:
+            try:
+                await self.pod_routes.stop()
+            except Exception:  # noqa: BLE001
+                log.exception("removing the pod routes failed")
+            self.pod_routes = None
         if self.server is not None:
             await self.server.stop()
             self.server = None
+        if self.service_proxy is not None:  # its rules go with it
+            await self.service_proxy.stop()
+            self.service_proxy = None
         for part in (self.runtime, self.prober, self.volumes, self.recorder):
             closer = getattr(part, "stop", None) or getattr(part, "close", None)
             if closer is not None:
@@ -538,11 +589,48 @@ class NodeAgent:
             log.warning("node %s: measuring usage: %s", self.name, err)
             return {}
 
+    async def _pod_cgroups(self) -> Any:
+        """The node's pod cgroups (upstream's container manager, cgroupfs driver);
+        None when the node does without: --cgroups-per-qos off, a runtime with
+        the systemd driver, or a host whose cgroups cannot be written."""
+        from kubeplane.node.cgroups import CgroupError, PodCgroups, node_allocatable_config, runtime_cgroup_driver
+
+        cfg = self.config
+        if not cfg.cgroups_per_qos:
+            return None
+        try:
+            st = await self.cri.runtime("Status", pb.StatusRequest(verbose=True))
+            driver = runtime_cgroup_driver(st.info)
+        except CRIError as err:
+            log.warning("node %s: the runtime's status: %s; assuming the cgroupfs driver", self.name, err)
+            driver = "cgroupfs"
+        if driver != "cgroupfs":
+            log.warning("node %s: the runtime uses the %s cgroup driver; pods get no pod cgroup of the node",
+                        self.name, driver)
+            return None
+        cap = host.measure_capacity(cfg.data_dir, cfg.max_pods, cfg.system_reserved)
+        try:
+            cgroups = PodCgroups(cfg.cgroup_root,
+                                 node_config=node_allocatable_config(cap.capacity, cfg.system_reserved))
+            await asyncio.to_thread(cgroups.setup)
+        except (CgroupError, OSError) as err:
+            log.warning("node %s: pods get no pod cgroup: %s", self.name, err)
+            return None
+        return cgroups
+
     def _make_runtime(self) -> Any:
         from kubeplane.node.kuberuntime import KubeRuntime
         from kubeplane.node.prober import ProbeManager
-        from kubeplane.node.volumes import VolumeManager
+        from kubeplane.node.volumes import VolumeManager, make_rshared
 
+        # as the kubelet does to its root directory: the pods' volumes on a shared mount, so
+        # that mountPropagation HostToContainer and Bidirectional can be honoured
+        os.makedirs(self.config.pods_dir, exist_ok=True)
+        try:
+            make_rshared(self.config.pods_dir)
+        except OSError as err:
+            log.warning("node %s: %s is not on a shared mount (%s): mountPropagation other than None "
+                        "will fail", self.name, self.config.pods_dir, err)
         self.volumes = VolumeManager(self.client, self.config.pods_dir, node_name=self.name,
                                      recorder=self.recorder)
         self.prober = ProbeManager(self.cri, self.wake_pod, recorder=self.recorder)
@@ -551,7 +639,9 @@ class NodeAgent:
         return KubeRuntime(self.cri, client=self.client, node_name=self.name, pods_dir=self.config.pods_dir,
                            logs_dir=self.config.logs_dir, volumes=self.volumes, prober=self.prober,
                            recorder=self.recorder, host_ips=host_ips,
-                           allocatable=dict(status.get("allocatable") or {}))
+                           cluster_dns=self.config.cluster_dns, cluster_domain=self.config.cluster_domain,
+                           resolv_conf=self.config.resolv_conf,
+                           allocatable=dict(status.get("allocatable") or {}), cgroups=self.cgroups)
 
     # -- the Node ------------------------------------------------------------------
 
@@ -902,20 +992,30 @@ class NodeAgent:
             if self._workers.get(w.uid) is w:
                 del self._workers[w.uid]
 
-    def admit(self, worker: "_PodWorker") -> tuple[str, str] | None:
-        """Whether a new pod may run here (upstream's admission: the pod count
-        against the pods allocatable); None, or (reason, message)."""
-        allocatable = ((self.node or {}).get("status") or {}).get("allocatable") or {}
+    async def admit(self, worker: "_PodWorker") -> tuple[str, str] | None:
+        """Whether a new pod may run here (upstream's predicate admission, see
+        :mod:`kubeplane.node.admission`) next to the pods admitted before and
+        still running; None (and the worker is admitted), or (reason, message).
+        Pods are admitted one at a time, as upstream's HandlePodAdditions."""
+        async with self._admit_lock:
+            rejected = await self._admission(worker)
+            if rejected is None:
+                worker.admitted = True
+            return rejected
+
+    async def _admission(self, worker: "_PodWorker") -> tuple[str, str] | None:
         try:
-            capacity = int(allocatable.get("pods", self.config.max_pods))
-        except (TypeError, ValueError):
-            capacity = self.config.max_pods
-        used = sum(1 for w in self._workers.values()
-                   if w is not worker and w.admitted and not w.finished and not w.removed)
-        if used + 1 > capacity:
-            return "OutOfpods", (f"Node didn't have enough resource: pods, requested: 1, used: {used}, "
-                                 f"capacity: {capacity}")
-        return None
+            # as upstream's node lister: the Node as it is now (taints and labels others set)
+            node = await self.client.get(NODES, self.name)
+        except StatusError as err:
+            log.warning("reading node %s for admitting %s: %s", self.name, pod_key(worker.pod), err.message)
+            node = self.node
+            if node is None:
+                return admission.INVALID_NODE_INFO, "Kubelet cannot get node info."
+        others = [w.pod for w in self._workers.values()
+                  if w is not worker and w.admitted and not w.finished and not w.removed and not w.terminated
+                  and not (w.pod.get("metadata") or {}).get("deletionTimestamp")]
+        return admission.admit(worker.pod, node, others)
 
     async def reject(self, pod: Obj, reason: str, message: str) -> None:
         """A pod this node will not run: Failed, with the reason (and a Warning event)."""
@@ -1104,7 +1204,9 @@ class ManagedNode:
 
     async def stop(self, *, remove_pods: bool = False) -> None:
         owns_runtime = self.containerd is not None
+        cgroups = None
         if self.agent is not None:
+            cgroups = self.agent.cgroups
             await self.agent.stop()
             self.agent = None
         if self.cri is not None:
@@ -1119,6 +1221,15 @@ class ManagedNode:
             from kubeplane.node.containerd import unmount_under
 
             unmount_under(self.config.data_dir)  # the pods' volumes
+        if remove_pods and cgroups is not None and self.cri_socket is None:
+            # the pods went with the node's containerd: their cgroups and the node's go too
+            try:
+                on_disk = set(os.listdir(self.config.pods_dir))
+            except OSError:
+                on_disk = set()
+            for uid in (set(cgroups.pods) | on_disk) & cgroups.pod_uids():
+                await asyncio.to_thread(cgroups.remove_pod, uid)
+            cgroups.remove_all()
         if remove_pods and self.config.cni_conf_dir:
             # the bridge the CNI configuration named (made by the first pod)
             proc = await asyncio.create_subprocess_exec("ip", "link", "del", self.config.bridge,

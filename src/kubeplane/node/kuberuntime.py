@@ -44,6 +44,7 @@ from kubeplane.api.resources import resource
 from kubeplane.node import podstatus as ps
 from kubeplane.node import prober as prober_mod
 from kubeplane.node.cri import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
+from kubeplane.node.cgroups import QUOTA_PERIOD, CgroupError, milli_cpu_to_quota, milli_cpu_to_shares
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIClient, CRIError, pb
 from kubeplane.node.logs import rotated_logs
 from kubeplane.node.podstatus import ContainerInfo, RuntimePod, SandboxInfo
@@ -72,9 +73,6 @@ MIN_GRACE_SECONDS = 2
 MAX_TERMINATION_MESSAGE = 4096
 MAX_LOG_MESSAGE_LINES = 80
 MAX_LOG_MESSAGE_BYTES = 2048
-#: CPU shares / quota (upstream's cm helpers)
-MIN_SHARES, MAX_SHARES, SHARES_PER_CPU = 2, 262144, 1024
-QUOTA_PERIOD, MIN_QUOTA_PERIOD = 100000, 1000
 
 DEFAULT_MASKED_PATHS = [
     "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
@@ -199,19 +197,6 @@ def _q(resources: Obj | None, kind: str, name: str) -> Fraction | None:
         return parse_quantity(v)
     except (TypeError, ValueError):
         return None
-
-
-def milli_cpu_to_shares(milli: int) -> int:
-    if milli == 0:
-        return MIN_SHARES
-    shares = milli * SHARES_PER_CPU // 1000
-    return max(MIN_SHARES, min(MAX_SHARES, shares))
-
-
-def milli_cpu_to_quota(milli: int, period: int = QUOTA_PERIOD) -> int:
-    if milli == 0:
-        return 0
-    return max(MIN_QUOTA_PERIOD, milli * period // 1000)
 
 
 def oom_score_adj(pod: Obj, container: Obj, memory_capacity: int) -> int:
@@ -448,24 +433,12 @@ def pod_hostname(pod: Obj, cluster_domain: str) -> tuple[str, str]:
     return name, domain
 
 
-def parse_resolv_conf(path: str) -> tuple[list[str], list[str], list[str]]:
-    servers, searches, options = [], [], []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.split("#", 1)[0].strip()
-                if not line:
-                    continue
-                fields = line.split()
-                if fields[0] == "nameserver" and len(fields) > 1:
-                    servers.append(fields[1])
-                elif fields[0] in ("search", "domain"):
-                    searches = fields[1:]
-                elif fields[0] == "options":
-                    options.extend(fields[1:])
-    except OSError:
-        pass
-    return servers, searches, options
+#: upstream's pod DNS limits (pkg/apis/core/validation: MaxDNSNameservers,
+#: MaxDNSSearchPaths, MaxDNSSearchListChars) and a DNS-1123 subdomain's length
+MAX_DNS_NAMESERVERS = 3
+MAX_DNS_SEARCH_PATHS = 32
+MAX_DNS_SEARCH_LIST_CHARS = 2048
+MAX_SEARCH_PATH_LENGTH = 253
 
 
 def _dedupe(xs: list[str]) -> list[str]:
@@ -477,36 +450,81 @@ def _dedupe(xs: list[str]) -> list[str]:
     return out
 
 
-def dns_config(pod: Obj, cluster_dns: list[str], cluster_domain: str, resolv_conf: str) -> pb.DNSConfig:
-    """upstream's dns Configurer.GetPodDNS."""
+def _merge_dns_options(existing: list[str], extra: list[Obj]) -> list[str]:
+    """upstream's mergeDNSOptions: the pod's dnsConfig options replace those of the same name."""
+    by_name: dict[str, str] = {}
+    for o in existing:
+        name, _, value = o.partition(":")
+        by_name[name] = value
+    for o in extra:
+        if isinstance(o, dict) and o.get("name"):
+            by_name[o["name"]] = o.get("value") or ""
+    return [f"{k}:{v}" if v else k for k, v in by_name.items()]
+
+
+def _fit_searches(searches: list[str]) -> tuple[list[str], bool]:
+    """upstream's formDNSSearchFitsLimits: at most 32 paths, none longer than
+    253 characters, the line at most 2048 characters (paths dropped from the end)."""
+    exceeded = len(searches) > MAX_DNS_SEARCH_PATHS
+    searches = searches[:MAX_DNS_SEARCH_PATHS]
+    kept = [s for s in searches if len(s) <= MAX_SEARCH_PATH_LENGTH]
+    exceeded = exceeded or len(kept) != len(searches)
+    while kept and len(" ".join(kept)) > MAX_DNS_SEARCH_LIST_CHARS:
+        kept.pop()
+        exceeded = True
+    return kept, exceeded
+
+
+def dns_config(pod: Obj, cluster_dns: list[str], cluster_domain: str, resolv_conf: str,
+               warn: Callable[[str, str], None] | None = None, node_ips: list[str] | None = None) -> pb.DNSConfig:
+    """upstream's dns Configurer.GetPodDNS: the pod's resolv.conf by its
+    dnsPolicy (ClusterFirst, ClusterFirstWithHostNet, Default, None) and
+    dnsConfig, within the limits. ``warn(reason, message)`` receives the pod
+    events upstream records (MissingClusterDNS, DNSConfigForming)."""
+    from kubeplane.dns.resolvconf import read_resolv_conf
+
     spec = pod.get("spec") or {}
     ns = (pod.get("metadata") or {}).get("namespace", "")
     policy = spec.get("dnsPolicy") or "ClusterFirst"
-    host_servers, host_searches, host_options = parse_resolv_conf(resolv_conf)
+    host = read_resolv_conf(resolv_conf) if resolv_conf else None
+    servers = list(host.nameservers) if host else []
+    searches = list(host.searches) if host else []
+    options = list(host.options) if host else []
     if policy == "ClusterFirst" and spec.get("hostNetwork"):
-        policy = "Default"
+        policy = "Default"  # a host-network pod resolves as its node
     if policy in ("ClusterFirst", "ClusterFirstWithHostNet") and not cluster_dns:
-        policy = "Default"  # no cluster DNS configured: the host's resolver, as upstream falls back
+        if warn is not None:
+            warn("MissingClusterDNS", f'pod: "{format_pod(pod)}". kubelet does not have ClusterDNS IP configured '
+                                      'and cannot create Pod using "ClusterFirst" policy. Falling back to '
+                                      '"Default" policy.')
+        policy = "Default"
     if policy == "None":
         servers, searches, options = [], [], []
     elif policy == "Default":
-        servers, searches, options = host_servers, host_searches, host_options
+        if not resolv_conf:
+            # --resolv-conf "": the node's own resolver, and no search path
+            servers = ["::1" if ":" in ip else "127.0.0.1" for ip in node_ips or []] or ["127.0.0.1"]
+            searches = ["."]
     else:
         servers = list(cluster_dns)
-        searches = [f"{ns}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] + host_searches
+        if cluster_domain:
+            searches = _dedupe([f"{ns}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] + searches)
         options = ["ndots:5"]
     cfg = spec.get("dnsConfig") or {}
     if cfg:
         servers = _dedupe(servers + list(cfg.get("nameservers") or []))
         searches = _dedupe(searches + list(cfg.get("searches") or []))
-        opts: dict[str, str] = {}
-        for o in options:
-            opts[o.partition(":")[0]] = o
-        for o in cfg.get("options") or []:
-            if isinstance(o, dict) and o.get("name"):
-                opts[o["name"]] = o["name"] + (f":{o['value']}" if o.get("value") else "")
-        options = list(opts.values())
-    return pb.DNSConfig(servers=servers[:3], searches=searches[:32], options=options)
+        options = _merge_dns_options(options, list(cfg.get("options") or []))
+    if len(servers) > MAX_DNS_NAMESERVERS:
+        servers = servers[:MAX_DNS_NAMESERVERS]
+        if warn is not None:
+            warn("DNSConfigForming", "Nameserver limits were exceeded, some nameservers have been omitted, the "
+                                     f"applied nameserver line is: {' '.join(servers)}")
+    searches, exceeded = _fit_searches(searches)
+    if exceeded and warn is not None:
+        warn("DNSConfigForming", "Search Line limits were exceeded, some search paths have been omitted, the "
+                                 f"applied search line is: {' '.join(searches)}")
+    return pb.DNSConfig(servers=servers, searches=searches, options=options)
 
 
 # -- CRI → runtime view ---------------------------------------------------------------
@@ -592,7 +610,9 @@ class KubeRuntime:
     ``volumes`` (a VolumeManager: ``setup(pod)``, ``mounts(pod, container)``,
     ``teardown(uid)``) and ``prober`` (``ready/started/liveness_failed(container_id)``,
     optionally ``run_handler``) are optional so the runtime works alone;
-    ``recorder`` is an EventRecorder (``event(obj, type, reason, message)``).
+    ``recorder`` is an EventRecorder (``event(obj, type, reason, message)``);
+    ``cgroups`` (a :class:`~kubeplane.node.cgroups.PodCgroups`) gives each pod
+    its cgroup, the sandbox's cgroup parent (None: the runtime's default place).
     """
 
     def __init__(self, cri: CRIClient, *, client: Any = None, node_name: str = "",
@@ -600,7 +620,7 @@ class KubeRuntime:
                  recorder: Any = None, host_ips: list[str] | None = None,
                  cluster_dns: list[str] | None = None, cluster_domain: str = "cluster.local",
                  resolv_conf: str = "/etc/resolv.conf", allocatable: dict[str, Any] | None = None,
-                 runtime_handler: str = "", clock: Callable[[], float] = time.time):
+                 runtime_handler: str = "", cgroups: Any = None, clock: Callable[[], float] = time.time):
         self.cri = cri
         self.client = client
         self.node_name = node_name
@@ -615,6 +635,7 @@ class KubeRuntime:
         self.resolv_conf = resolv_conf
         self.allocatable = dict(allocatable or {})
         self.runtime_handler = runtime_handler
+        self.cgroups = cgroups
         self.clock = clock
         self.backoff = Backoff(BACKOFF_INITIAL, BACKOFF_MAX, clock=clock)
         self.image_backoff = Backoff(BACKOFF_INITIAL, BACKOFF_MAX, clock=clock)
@@ -626,10 +647,16 @@ class KubeRuntime:
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _event(self, pod: Obj, type_: str, reason: str, message: str) -> None:
+    def _event(self, pod: Obj, type_: str, reason: str, message: str, container: str | None = None) -> None:
+        """An event about ``pod``, or about its container named ``container``
+        (the reference's fieldPath names it, as upstream's container references)."""
         if self.recorder is not None:
             try:
-                self.recorder.event(pod, type_, reason, message)
+                if container is None:
+                    self.recorder.event(pod, type_, reason, message)
+                else:
+                    self.recorder.event(pod, type_, reason, message,
+                                        field_path=ps.container_field_path(pod, container))
             except Exception:  # events are best effort
                 log.debug("event %s failed", reason, exc_info=True)
 
@@ -794,6 +821,7 @@ class KubeRuntime:
                 if rt.running() or any(s.ready for s in rt.sandboxes):
                     await self._kill_pod(pod, rt, self._grace(pod))
                     rt = await self.pod_runtime_status(uid)
+                await self._release_pod_cgroup(uid, rt)
                 return self.compute_status(pod, rt, terminal=True)
             if not deleting:
                 changed = await self._reconcile(pod, rt, state)
@@ -806,6 +834,8 @@ class KubeRuntime:
                 await self._kill_pod(pod, rt, self._grace(pod))
                 rt = await self.pod_runtime_status(uid)
                 status = self.compute_status({**pod, "status": status}, rt, terminal=True)
+            if status["phase"] in ("Succeeded", "Failed"):
+                await self._release_pod_cgroup(uid, rt)
             return status
 
     def _grace(self, pod: Obj) -> int:
@@ -823,6 +853,7 @@ class KubeRuntime:
         regular_names = {c["name"] for c in containers}
         alive = bool(rt.running()) or any(s.ready for s in rt.sandboxes)
         changed = False
+        self._ensure_pod_cgroup(pod)
         if ps.sandbox_needs_replacing(rt, pod):
             any_regular_created = any(c.name in regular_names for c in rt.containers)
             if rt.sandboxes and spec.get("restartPolicy") == "Never" and rt.containers:
@@ -974,6 +1005,27 @@ class KubeRuntime:
 
     # -- sandboxes ---------------------------------------------------------------------
 
+    def _ensure_pod_cgroup(self, pod: Obj) -> None:
+        """The pod's cgroup exists, with its limits (upstream's syncPod does it
+        before anything else runs); CgroupError when it cannot be made."""
+        if self.cgroups is None:
+            return
+        # the pod's directory first: a cgroup left by a crash then belongs to a pod on disk (orphans)
+        os.makedirs(self.pod_dir(pod["metadata"]["uid"]), exist_ok=True)
+        try:
+            self.cgroups.ensure_pod(pod)
+        except CgroupError as e:
+            self._event(pod, "Warning", "FailedToCreatePodContainer", f"unable to ensure pod container exists: {e}")
+            raise
+
+    async def _release_pod_cgroup(self, uid: str, rt: RuntimePod) -> None:
+        """A pod that is done and runs nothing any more gives its cgroup back
+        (upstream's cleanup of the cgroups of pods that cannot be running)."""
+        if self.cgroups is None or rt.running() or any(s.ready for s in rt.sandboxes):
+            return
+        await asyncio.to_thread(self.cgroups.destroy, uid)
+        self.cgroups.forget(uid)
+
     def _sandbox_config(self, pod: Obj, attempt: int) -> pb.PodSandboxConfig:
         md = pod["metadata"]
         spec = pod.get("spec") or {}
@@ -993,7 +1045,9 @@ class KubeRuntime:
             metadata=pb.PodSandboxMetadata(name=md["name"], uid=md["uid"], namespace=md.get("namespace", ""),
                                            attempt=attempt),
             hostname=hostname, log_directory=self.pod_log_dir(pod),
-            dns_config=dns_config(pod, self.cluster_dns, self.cluster_domain, self.resolv_conf),
+            dns_config=dns_config(pod, self.cluster_dns, self.cluster_domain, self.resolv_conf,
+                                  warn=lambda reason, message: self._event(pod, "Warning", reason, message),
+                                  node_ips=self.host_ips),
             labels=labels, annotations={k: str(v) for k, v in (md.get("annotations") or {}).items()})
         protos = {"TCP": pb.TCP, "UDP": pb.UDP, "SCTP": pb.SCTP}
         for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
@@ -1023,6 +1077,8 @@ class KubeRuntime:
         cfg.linux.security_context.CopyFrom(sc)
         for s in psc.get("sysctls") or []:
             cfg.linux.sysctls[s.get("name", "")] = str(s.get("value", ""))
+        if self.cgroups is not None:
+            cfg.linux.cgroup_parent = self.cgroups.pod_name(pod)
         return cfg
 
     async def _create_sandbox(self, pod: Obj, rt: RuntimePod, state: _PodState) -> str | None:
@@ -1072,6 +1128,7 @@ class KubeRuntime:
                            ) -> tuple[str, pb.Image | None, tuple[str, str] | None]:
         """upstream's EnsureImageExists: (image ref, image, (reason, message) on failure)."""
         image = container.get("image") or ""
+        cname = container.get("name") or ""
         uid = pod["metadata"]["uid"]
         policy = image_pull_policy(container)
         try:
@@ -1079,22 +1136,23 @@ class KubeRuntime:
         except CRIError as e:
             return "", None, ("ErrImageInspect", f"Failed to inspect image {image!r}: {go_grpc_error(e)}")
         if present is not None and policy != "Always":
-            self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine')
+            self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine',
+                        cname)
             return present.id, present, None
         if policy == "Never":
             msg = f'Container image "{image}" is not present with pull policy of Never'
-            self._event(pod, "Warning", "ErrImageNeverPull", msg)
+            self._event(pod, "Warning", "ErrImageNeverPull", msg, cname)
             return "", None, ("ErrImageNeverPull", msg)
         key = f"{uid}_{image}"
         state = self._state(uid)
         state.backoff_keys.add(key)
         if self.image_backoff.in_backoff_since_update(key, self.clock()):
             msg = f'Back-off pulling image "{image}"'
-            self._event(pod, "Normal", "BackOff", msg)
+            self._event(pod, "Normal", "BackOff", msg, cname)
             prev = state.pull_errors.get(key)
             return "", None, ("ImagePullBackOff", f"{msg}: {prev}" if prev else msg)
         state.pull_errors.pop(key, None)
-        self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
+        self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"', cname)
         started = time.monotonic()
         auths = pull_credentials(await self._pull_secrets(pod), image) or [None]
         err: CRIError | None = None
@@ -1111,14 +1169,14 @@ class KubeRuntime:
                 err = e
         if err is not None:
             text = go_grpc_error(err)
-            self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {text}')
+            self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {text}', cname)
             self.image_backoff.next(key, self.clock())
             state.pull_errors[key] = f"ErrImagePull: {text}"
             return "", None, ("ErrImagePull", text)
         took = time.monotonic() - started
         img = await self._image_status(ref or image)
         self._event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}" in {took:.3f}s. '
-                    f'Image size: {img.size if img else 0} bytes.')
+                    f'Image size: {img.size if img else 0} bytes.', cname)
         return ref or (img.id if img else image), img, None
 
     # -- containers ------------------------------------------------------------------
@@ -1332,44 +1390,44 @@ class KubeRuntime:
                 msg = (f"back-off {go_duration(self.backoff.get(key))} restarting failed container={name} "
                        f"pod={format_pod(pod)}")
                 self._event(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
-                            f"{format_pod(pod)}")
+                            f"{format_pod(pod)}", name)
                 state.waiting[name] = ("CrashLoopBackOff", msg)
                 return False
             self.backoff.next(key, finished)
         restart_count = latest.restart_count + 1 if latest is not None else self._restart_count_from_logs(pod, name)
         image_ref, image, err = await self.ensure_image(pod, c, sb_config)
         if err is not None:
-            self._event(pod, "Warning", "Failed", f"Error: {err[0]}")
+            self._event(pod, "Warning", "Failed", f"Error: {err[0]}", name)
             state.waiting[name] = err
             return False
         try:
             cfg = await self.container_config(pod, c, restart_count, image_ref, pod_ips, image)
         except ConfigError as e:
-            self._event(pod, "Warning", "Failed", f"Error: {e}")
+            self._event(pod, "Warning", "Failed", f"Error: {e}", name)
             state.waiting[name] = ("CreateContainerConfigError", str(e))
             return False
         try:
             cid = (await self.cri.runtime("CreateContainer", pb.CreateContainerRequest(
                 pod_sandbox_id=sandbox_id, config=cfg, sandbox_config=sb_config))).container_id
         except CRIError as e:
-            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}")
+            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}", name)
             state.waiting[name] = ("CreateContainerError", e.details or str(e))
             return False
-        self._event(pod, "Normal", "Created", "Container created")
+        self._event(pod, "Normal", "Created", "Container created", name)
         try:
             await self.cri.runtime("StartContainer", pb.StartContainerRequest(container_id=cid))
         except CRIError as e:
-            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}")
+            self._event(pod, "Warning", "Failed", f"Error: {e.details or e}", name)
             state.waiting[name] = ("RunContainerError", e.details or str(e))
             return False
-        self._event(pod, "Normal", "Started", "Container started")
+        self._event(pod, "Normal", "Started", "Container started", name)
         state.waiting.pop(name, None)
         post = (c.get("lifecycle") or {}).get("postStart")
         if post:
             full_id = f"{await self._runtime_name()}://{cid}"
             msg = await self.run_handler(pod, c, full_id, post, pod_ips, timeout=None)
             if msg is not None:
-                self._event(pod, "Warning", "FailedPostStartHook", msg)
+                self._event(pod, "Warning", "FailedPostStartHook", msg, name)
                 info = ContainerInfo(id=full_id, name=name, state=ps.RUNNING)
                 await self._kill_container(pod, info, c, self._grace(pod), message="FailedPostStartHook")
                 state.waiting[name] = ("PostStartHookError", msg)
@@ -1434,7 +1492,7 @@ class KubeRuntime:
         """upstream's killContainer: the preStop hook within the grace period, then
         StopContainer (the stop signal, SIGKILL after what remains of the grace)."""
         name = ci.name
-        self._event(pod, "Normal", "Killing", message or f"Stopping container {name}")
+        self._event(pod, "Normal", "Killing", message or f"Stopping container {name}", name)
         started = time.monotonic()
         pre_stop = (c or {}).get("lifecycle", {}).get("preStop") if c else None
         if pre_stop is None and ci.annotations.get(PRESTOP_ANNOTATION):
@@ -1451,7 +1509,7 @@ class KubeRuntime:
             except asyncio.TimeoutError:
                 msg = f"PreStop hook for Container {name!r} in Pod {format_pod(pod)!r} did not finish in {grace}s"
             if msg:
-                self._event(pod, "Warning", "FailedPreStopHook", msg)
+                self._event(pod, "Warning", "FailedPreStopHook", msg, name)
             grace = grace - int(time.monotonic() - started)
         grace = max(grace, MIN_GRACE_SECONDS)
         try:
@@ -1545,6 +1603,9 @@ class KubeRuntime:
                     except CRIError as e:
                         if not e.not_found:
                             raise
+            if self.cgroups is not None:
+                await asyncio.to_thread(self.cgroups.destroy, uid)
+                self.cgroups.forget(uid)
             if self.volumes is not None:
                 await self.volumes.teardown(uid)
             d = self.pod_dir(uid)

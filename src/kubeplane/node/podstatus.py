@@ -111,6 +111,23 @@ def is_sidecar(container: Obj) -> bool:
     return container.get("restartPolicy") == "Always"
 
 
+#: the pod spec's container lists, and how an object reference names a container of each
+_CONTAINER_LISTS = (("containers", "spec.containers{%s}"), ("initContainers", "spec.initContainers{%s}"),
+                    ("ephemeralContainers", "spec.ephemeralContainers{%s}"))
+
+
+def container_field_path(pod: Obj, name: str) -> str:
+    """The ``fieldPath`` of an event's involvedObject naming the container
+    ``name`` of ``pod`` (upstream's GenerateContainerRef): ``spec.containers{name}``,
+    ``spec.initContainers{name}`` or ``spec.ephemeralContainers{name}``; empty
+    when the pod has no container of that name."""
+    spec = pod.get("spec") or {}
+    for key, fmt in _CONTAINER_LISTS:
+        if any(c.get("name") == name for c in spec.get(key) or ()):
+            return fmt % name
+    return ""
+
+
 def _rule_matches(rule: Obj, exit_code: int) -> bool:
     codes = rule.get("exitCodes") or {}
     values = codes.get("values") or []

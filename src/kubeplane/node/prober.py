@@ -50,7 +50,7 @@ from kubeplane.api.meta import parse_timestamp
 from kubeplane.api.nodestatus import KUBELET_VERSION
 from kubeplane.api.protobuf import encode_varint, iter_fields
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIError, pb
-from kubeplane.node.podstatus import container_should_restart, is_sidecar
+from kubeplane.node.podstatus import container_field_path, container_should_restart, is_sidecar
 from kubeplane.node.volumes import expand
 
 log = logging.getLogger(__name__)
@@ -917,10 +917,11 @@ class ProbeManager:
 
     # -- running one probe
 
-    def _event(self, pod: dict, type_: str, reason: str, message: str) -> None:
+    def _event(self, pod: dict, type_: str, reason: str, message: str, container: str) -> None:
+        """An event about the container ``container`` of ``pod``."""
         if self.recorder is not None:
             try:
-                self.recorder.event(pod, type_, reason, message)
+                self.recorder.event(pod, type_, reason, message, field_path=container_field_path(pod, container))
             except Exception:
                 log.exception("recording a probe event failed")
 
@@ -935,15 +936,15 @@ class ProbeManager:
                 error = e
         else:
             self._event(pod, "Warning", "Unhealthy",
-                        f"{kind} probe errored and resulted in unknown state: {error}")
+                        f"{kind} probe errored and resulted in unknown state: {error}", container.get("name", ""))
             raise error  # type: ignore[misc]
         if result == Result.SUCCESS:
             return SUCCESS
         if result == Result.WARNING:
-            self._event(pod, "Warning", "ProbeWarning", f"{kind} probe warning: {output}")
+            self._event(pod, "Warning", "ProbeWarning", f"{kind} probe warning: {output}", container.get("name", ""))
             return SUCCESS
         if result == Result.FAILURE:
-            self._event(pod, "Warning", "Unhealthy", f"{kind} probe failed: {output}")
+            self._event(pod, "Warning", "Unhealthy", f"{kind} probe failed: {output}", container.get("name", ""))
         return FAILURE
 
     async def run_probe(self, spec: dict, pod: dict, status: dict, container: dict, cid: str) -> tuple[str, str]:

@@ -9,14 +9,14 @@ share a link). The routes carry their own protocol number
 after a restart and removes those of Nodes that are gone.
 
 Traffic from the pods to anything outside the cluster's pod CIDRs is
-masqueraded behind the node's address (nftables table :data:`NAT_TABLE`),
+masqueraded behind the node's address (an nftables table of the node's, :func:`nat_table`),
 as the bridge plugin's ``ipMasq`` would, but without NAT between pods of
 different nodes.
 
-The node reads every Node, which a kubelet's own identity is not allowed
-(the Node authorizer lets it read only its own): the routes are kept with the
-credentials of the node's network components (kube-proxy's
-``system:node-proxier`` role allows it).
+The node lists and watches every Node, which the Node authorizer alone does
+not let a kubelet do (it may read only its own): the bootstrap policy's
+``kubeplane:node-network`` role, bound to ``system:nodes``, allows list and
+watch (not get) of Nodes for this.
 """
 
 from __future__ import annotations
@@ -34,9 +34,18 @@ log = logging.getLogger(__name__)
 NODES = resource("nodes")
 #: the routing protocol number of the routes the node makes (an unassigned one, "K")
 ROUTE_PROTOCOL = 75
-#: the nftables table (families ip and ip6) holding the pods' masquerade rule
-NAT_TABLE = "kubeplane-pod-nat"
+#: the nftables tables (families ip and ip6) holding the pods' masquerade rule are
+#: named after the node (nodes sharing a network namespace, as in tests, keep theirs apart)
+NAT_TABLE_PREFIX = "kubeplane-nat-"
 
+
+def nat_table(node_name: str) -> str:
+    import hashlib
+
+    return NAT_TABLE_PREFIX + hashlib.sha256(node_name.encode()).hexdigest()[:10]
+
+#: what ``ip route`` says of a gateway not on any link of the node
+_UNREACHABLE = "Nexthop has invalid gateway"
 #: runs a command (argv, optional stdin); returns (exit code, stdout, stderr)
 Runner = Callable[[Sequence[str], bytes | None], Awaitable[tuple[int, str, str]]]
 
@@ -100,7 +109,7 @@ def cluster_cidrs(nodes: Sequence[Obj]) -> list[str]:
     return sorted({c for n in nodes for c in node_pod_cidrs(n)})
 
 
-def nat_ruleset(own: Sequence[str], cluster: Sequence[str]) -> str:
+def nat_ruleset(own: Sequence[str], cluster: Sequence[str], table: str) -> str:
     """The masquerade table for traffic from this node's pods to outside the pod
     network: one transaction that replaces the table whole."""
     lines = []
@@ -108,11 +117,11 @@ def nat_ruleset(own: Sequence[str], cluster: Sequence[str]) -> str:
         mine = [c for c in own if ipaddress.ip_network(c).version == version]
         allc = [c for c in cluster if ipaddress.ip_network(c).version == version]
         addr = "ip" if version == 4 else "ip6"
-        lines.append(f"table {family} {NAT_TABLE} {{}}")
-        lines.append(f"delete table {family} {NAT_TABLE}")
+        lines.append(f"table {family} {table} {{}}")
+        lines.append(f"delete table {family} {table}")
         if not mine:
             continue
-        lines.append(f"table {family} {NAT_TABLE} {{")
+        lines.append(f"table {family} {table} {{")
         lines.append("  set pod-cidrs {")
         lines.append(f"    type {'ipv4_addr' if version == 4 else 'ipv6_addr'}; flags interval;")
         lines.append(f"    elements = {{ {', '.join(allc)} }}")
@@ -143,6 +152,7 @@ class PodRoutes:
                  resync_period: float = 60.0) -> None:
         self.client = client
         self.node_name = node_name
+        self.nat_table = nat_table(node_name)
         self.run: Runner = runner or run_command
         self.resync_period = resync_period
         self._informer: Any = None
@@ -151,6 +161,7 @@ class PodRoutes:
         self._nat = ""          # the ruleset last applied
         self.synced = asyncio.Event()
         self.errors = 0
+        self._unreachable: set[tuple[str, str]] = set()
 
     async def start(self) -> None:
         from kubeplane.client.informer import SharedInformer
@@ -179,7 +190,7 @@ class PodRoutes:
         """Remove every route and the table this node made."""
         for family in ("-4", "-6"):
             await self.run(["ip", family, "route", "flush", "proto", str(ROUTE_PROTOCOL)], None)
-        await self.run(["nft", "-f", "-"], nat_ruleset([], []).encode())
+        await self.run(["nft", "-f", "-"], nat_ruleset([], [], self.nat_table).encode())
         self._nat = ""
 
     async def _loop(self) -> None:
@@ -220,16 +231,33 @@ class PodRoutes:
         for cidr, gw in sorted(want.items()):
             if have.get(cidr) == gw:
                 continue
+            if ipaddress.ip_address(gw).is_loopback:
+                continue  # nodes sharing a host's loopback (tests): their bridges are local already
             family = "-6" if ":" in cidr else "-4"
-            rc, _, err = await self.run(["ip", family, "route", "replace", cidr, "via", gw,
+            # "add" for a new one: a route to the same prefix that is not this node's (a
+            # connected bridge, another network's) is left alone
+            verb = "replace" if cidr in have else "add"
+            rc, _, err = await self.run(["ip", family, "route", verb, cidr, "via", gw,
                                          "proto", str(ROUTE_PROTOCOL)], None)
-            if rc != 0:
+            if rc != 0 and "File exists" in err:
+                if (cidr, gw) not in self._unreachable:
+                    self._unreachable.add((cidr, gw))
+                    log.info("node %s: no route to pod CIDR %s via %s: another route to it exists",
+                             self.node_name, cidr, gw)
+            elif rc != 0 and _UNREACHABLE in err:
+                # host-gw routing needs the nodes on one link: a node this one cannot
+                # reach directly (another network, a simulated node) gets no route
+                if (cidr, gw) not in self._unreachable:
+                    self._unreachable.add((cidr, gw))
+                    log.info("node %s: no route to pod CIDR %s: %s is not on a link of this node",
+                             self.node_name, cidr, gw)
+            elif rc != 0:
                 failed.append(f"{cidr} via {gw}: {err.strip()}")
         for cidr in sorted(set(have) - set(want)):
             family = "-6" if ":" in cidr else "-4"
             await self.run(["ip", family, "route", "del", cidr, "proto", str(ROUTE_PROTOCOL)], None)
         own = next((node_pod_cidrs(n) for n in nodes if (n.get("metadata") or {}).get("name") == self.node_name), [])
-        nat = nat_ruleset(own, cluster_cidrs(nodes))
+        nat = nat_ruleset(own, cluster_cidrs(nodes), self.nat_table)
         if nat != self._nat:
             rc, _, err = await self.run(["nft", "-f", "-"], nat.encode())
             if rc != 0:
@@ -239,5 +267,5 @@ class PodRoutes:
             raise RuntimeError("routes not added: " + "; ".join(failed))
 
 
-__all__ = ["NAT_TABLE", "PodRoutes", "ROUTE_PROTOCOL", "cluster_cidrs", "desired_routes", "nat_ruleset",
+__all__ = ["NAT_TABLE_PREFIX", "PodRoutes", "ROUTE_PROTOCOL", "cluster_cidrs", "desired_routes", "nat_ruleset", "nat_table",
            "node_internal_ips", "node_pod_cidrs", "parse_routes", "run_command"]

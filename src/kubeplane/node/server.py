@@ -28,7 +28,6 @@ upstream's webhook authenticator and authorizer do.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import ssl
@@ -220,24 +219,51 @@ class LogRenderer:
         return self.remaining is not None and self.remaining <= 0
 
 
+#: the block size ``tail_offset`` reads a log file backwards in
+TAIL_BLOCK = 64 * 1024
+
+
 def tail_offset(path: str, lines: int) -> int:
     """The file offset where the last ``lines`` log lines start (a line of
-    partial entries counts once)."""
+    partial entries counts once).
+
+    The file is read backwards from its end, a block at a time, until enough
+    lines are found: a tail of a big log reads only about what it returns.
+    """
     with open(path, "rb") as f:
-        data = f.read()
-    starts: list[int] = []
-    line_start = True
-    pos = 0
-    for raw in data.split(b"\n"):
-        e = parse_log_line(raw) if raw else None
-        if e is not None:
-            if line_start:
-                starts.append(pos)
-            line_start = not e.partial
-        pos += len(raw) + 1
-    if lines == 0:
-        return len(data)
-    return starts[-lines] if len(starts) >= lines else 0
+        size = f.seek(0, os.SEEK_END)
+        if lines == 0:
+            return size
+        found = 0
+        # the offset of the entry after the one at hand (the last one seen):
+        # it starts a line when the entry before it is not partial
+        later: int | None = None
+        pos = size  # the offset of buf[0]
+        buf = b""
+        end = 0  # where the raw line at hand ends in buf (without its newline)
+        while True:
+            nl = buf.rfind(b"\n", 0, end)
+            if nl < 0 and pos > 0:
+                # the line at hand starts before buf: read the block before it
+                n = min(TAIL_BLOCK, pos)
+                pos -= n
+                f.seek(pos)
+                buf = f.read(n) + buf[:end]
+                end = len(buf)
+                continue
+            raw = buf[nl + 1:end]
+            e = parse_log_line(raw) if raw else None
+            if e is not None:
+                if later is not None and not e.partial:
+                    found += 1
+                    if found == lines:
+                        return later
+                later = pos + nl + 1
+            if nl < 0:  # the first line of the file
+                if later is not None and found + 1 == lines:
+                    return later
+                return 0
+            end = nl
 
 
 # -- the server --------------------------------------------------------------
@@ -943,6 +969,10 @@ class PortForwardTunnel:
         except (spdy.StreamReset, BrokenPipeError, ConnectionError):
             pass
         finally:
+            # nothing reads the client's streams any more: what still comes is
+            # dropped, not left to hold up the other connections of the session
+            data.discard()
+            err.discard()
             if reader is not None:
                 reader.cancel()
             for s in (data, err):

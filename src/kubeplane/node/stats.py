@@ -15,9 +15,11 @@ Where the numbers come from:
   every container (cumulative CPU time and the memory working set; containerd
   1.6 leaves ``usage_nano_cores`` empty there and fills it only in a single
   ``ContainerStats``, from its previous answer to anyone); ``ListPodSandboxStats``
-  and ``PodSandboxStats`` in containerd 1.6 fail ("cgroupPath is empty") for a
-  sandbox run without a cgroup parent, and the list fails for the whole node
-  as soon as there is one such sandbox, so neither is used.
+  and ``PodSandboxStats`` in containerd 1.6 answer for sandboxes with a cgroup
+  parent (the node's pod cgroups, :mod:`kubeplane.node.cgroups`) but fail
+  ("cgroupPath is empty") for one run without, and the list fails for the
+  whole node as soon as there is one such sandbox (the node's pod cgroups off,
+  a runtime with the systemd driver, a pod started before), so neither is used.
   A pod's usage is, as with metrics-server, that of its running containers:
   cpu, and memory as the working set (usage less inactive file pages).
 

@@ -253,7 +253,7 @@ class FileProjection:
 def validate_path(target: str) -> None:
     """A payload path: relative, no ``..`` element, not starting with ``..`` (upstream's rules and wording)."""
     if target == "":
-        raise ValueError(f'invalid path: must not be empty: ""')
+        raise ValueError('invalid path: must not be empty: ""')
     if target.startswith("/"):
         raise ValueError(f"invalid path: must be relative path: {target}")
     if len(target) > MAX_PATH_LENGTH:

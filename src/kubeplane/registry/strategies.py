@@ -9,6 +9,8 @@ owned by the ``status`` subresource when the resource has one, and
 
 from __future__ import annotations
 
+import copy
+
 from typing import Any, Callable
 
 from kubeplane.api.qos import pod_qos_class
@@ -283,6 +285,10 @@ class PodStrategy(Strategy):
 
     def initial_status(self, obj: Obj) -> Obj:
         spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        # classed as defaulted (upstream defaults before PrepareForCreate): a
+        # container's requests default to its limits
+        spec = copy.deepcopy(spec)
+        _default_pod_only(spec)
         return {"phase": "Pending", "qosClass": pod_qos_class(spec)}
 
     def prepare_for_status_update(self, new: Obj, old: Obj) -> None:

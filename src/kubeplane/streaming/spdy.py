@@ -8,14 +8,26 @@ direction for the whole session, each block ending in a sync flush.
 
 :class:`Session` runs streams over any byte transport (a TCP connection
 after an HTTP ``Upgrade: SPDY/3.1``, or the binary messages of a WebSocket
-that tunnels SPDY, as kubectl's port-forward does). As the peers Kubernetes
-uses (which ignore flow control), it sends no ``WINDOW_UPDATE`` and
-ignores the ones it gets. A client opens odd stream ids, a server even ones.
+that tunnels SPDY, as kubectl's port-forward does). A client opens odd
+stream ids, a server even ones.
+
+Flow control is done as the peers Kubernetes uses do it (moby/spdystream,
+in kubectl, client-go and the runtimes' streaming servers): they neither
+send ``WINDOW_UPDATE`` nor honour one, so windows cannot hold them back (and
+waiting for their window updates would stall a stream for good). Instead a
+stream buffers at most about :data:`STREAM_HIGH_WATER` bytes its consumer has
+not read: a data frame that takes it above that mark makes :meth:`Session.feed`
+wait until the consumer has read it down to :data:`STREAM_LOW_WATER`, so the
+owner stops reading the transport and the transport's own flow control (TCP,
+the WebSocket's) holds the peer back, as spdystream's blocking frame queues
+do. Outgoing data waits for the transport (``send`` is awaited). No
+``WINDOW_UPDATE`` is sent and the ones received are ignored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -46,6 +58,10 @@ INTERNAL_ERROR = 6
 MAX_DATA = (1 << 24) - 1
 #: the largest data frame this codec writes
 WRITE_CHUNK = 32 * 1024
+#: unread bytes of one stream above which the session stops taking frames ...
+STREAM_HIGH_WATER = 128 * 1024
+#: ... until its consumer has read it down to this
+STREAM_LOW_WATER = 32 * 1024
 
 
 def _dictionary() -> bytes:
@@ -241,7 +257,14 @@ class Stream:
         self.session = session
         self.id = stream_id
         self.headers = headers
-        self._data: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._chunks: collections.deque[bytes] = collections.deque()
+        #: the bytes received and not read yet
+        self.buffered = 0
+        self._readable = asyncio.Event()
+        #: set while the stream has room (or takes nothing more): the session reads on
+        self._room = asyncio.Event()
+        self._room.set()
+        self._discarding = False
         self.replied = asyncio.Event()
         self.remote_closed = False
         self.local_closed = False
@@ -252,13 +275,24 @@ class Stream:
 
     async def read(self) -> bytes:
         """The next chunk the peer sent; ``b""`` once it finished (or reset) the stream."""
-        if self.remote_closed and self._data.empty():
-            return b""
-        chunk = await self._data.get()
-        if chunk is None:
-            self._data.put_nowait(None)  # stay at end of stream for later readers
-            return b""
+        while not self._chunks:
+            if self.remote_closed:
+                return b""
+            self._readable.clear()
+            await self._readable.wait()
+        chunk = self._chunks.popleft()
+        self.buffered -= len(chunk)
+        if self.buffered <= STREAM_LOW_WATER:
+            self._room.set()
         return chunk
+
+    def discard(self) -> None:
+        """Nothing will read this stream any more: drop what it holds and what still comes."""
+        self._discarding = True
+        self._chunks.clear()
+        self.buffered = 0
+        self._room.set()
+        self._readable.set()
 
     async def read_all(self) -> bytes:
         parts = []
@@ -297,13 +331,18 @@ class Stream:
         self.replied.set()
 
     def _deliver(self, data: bytes) -> None:
-        if data and not self.remote_closed:
-            self._data.put_nowait(data)
+        if data and not self.remote_closed and not self._discarding:
+            self._chunks.append(data)
+            self.buffered += len(data)
+            self._readable.set()
+            if self.buffered > STREAM_HIGH_WATER:
+                self._room.clear()
 
     def _end(self) -> None:
         if not self.remote_closed:
             self.remote_closed = True
-            self._data.put_nowait(None)
+            self._readable.set()
+            self._room.set()  # nothing more comes: the session need not wait for it
 
 
 Sender = Callable[[bytes], Awaitable[None]]
@@ -393,6 +432,10 @@ class Session:
             if f.fin:
                 s._end()
                 self._maybe_forget(s)
+            elif not s._room.is_set():
+                # the consumer lags: take no more frames (the owner stops reading
+                # the transport) until it caught up, or the stream or session ended
+                await s._room.wait()
             return
         if f.type == SYN_STREAM:
             if (f.stream_id % 2 == 1) != self.server or f.stream_id <= self._last_remote_id:

@@ -3,10 +3,13 @@ labels them (the kubelet API finds containers by these labels)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import gc
 import uuid
 
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
+from kubeplane.streaming import spdy
 
 from conftest import BUSYBOX
 
@@ -66,3 +69,23 @@ async def cri_pod(cri: CRIClient, name: str, log_dir: str, namespace: str = "def
         yield pod
     finally:
         await pod.remove()
+
+
+def held_streaming_bytes() -> int:
+    """The bytes this process holds for streaming sessions: what SPDY streams
+    received and nobody read yet, and what transports have not sent yet."""
+    total = 0
+    for o in gc.get_objects():
+        if isinstance(o, spdy.Stream):
+            total += o.buffered
+        elif isinstance(o, asyncio.WriteTransport) and not o.is_closing():
+            total += o.get_write_buffer_size()
+    return total
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")

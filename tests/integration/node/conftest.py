@@ -20,7 +20,8 @@ from kubeplane.node import cni
 from kubeplane.node.containerd import ManagedContainerd, shims
 from kubeplane.node.images import build_busybox_image, build_pause_image, import_archive
 
-from nodetest import BUSYBOX, PAUSE
+from helpers import node_kubeconfig  # noqa: F401 - the node tests import it from here
+from nodetest import BUSYBOX, PAUSE, remove_cgroup_root, own_cgroup_root
 
 
 def _unique_bridge_and_cidr() -> tuple[str, str]:
@@ -154,19 +155,6 @@ def free_bridge_and_cidr() -> tuple[str, str]:
     raise RuntimeError("no free 10.251.x.0/24 for a test node")
 
 
-def node_kubeconfig(cluster, name: str, path: str) -> str:
-    """A kubeconfig for ``system:node:<name>`` (group system:nodes): a client
-    certificate from the cluster's CA, as a joined node ends up with."""
-    from kubeplane.auth import pki
-    from kubeplane.client.kubeconfig import write_kubeconfig
-
-    own = pki.PKI(cluster._pki_dir)
-    cert, key = pki.issue(own.ca_cert, own.ca_key, f"system:node:{name}", orgs=("system:nodes",))
-    write_kubeconfig(path, cluster.url, ca_data=own.ca_pem, client_cert_data=pki.cert_pem(cert),
-                     client_key_data=pki.key_pem(key))
-    return path
-
-
 class RealNode:
     """A :class:`kubeplane.testing.Cluster` (scheduler and controllers) and one
     real node ``name`` running in a thread of its own: a :class:`ManagedNode`
@@ -194,6 +182,8 @@ class RealNode:
         if busybox_archive:
             shutil.copy(busybox_archive, os.path.join(images, "busybox.tar"))
         self.max_pods = max_pods
+        #: the node's pods' cgroups go under <cgroup_root>/kubepods
+        self.cgroup_root = own_cgroup_root(name)
         self.node = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"node-{name}", daemon=True)
@@ -211,7 +201,8 @@ class RealNode:
         from kubeplane.node.agent import AgentConfig
 
         return AgentConfig(name=self.name, data_dir=self.data_dir, node_ip="127.0.0.1", max_pods=self.max_pods,
-                           pod_cidr=self.pod_cidr, cni_bridge=self.bridge, kubelet_port=0)
+                           pod_cidr=self.pod_cidr, cni_bridge=self.bridge, kubelet_port=0,
+                           cgroup_root=self.cgroup_root)
 
     def start(self) -> "RealNode":
         self.run(self._start())
@@ -245,6 +236,7 @@ class RealNode:
             self._thread.join(10)
             self._loop.close()
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+            remove_cgroup_root(self.cgroup_root)
 
     def kubectl(self, *args: str, input: str | None = None, timeout: float = 60.0, check: bool = True):
         """The real kubectl as the cluster's admin; returns the CompletedProcess (text)."""

@@ -3,67 +3,23 @@ as a user runs them: separate processes, real containerd, real kubectl."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import yaml
 
-from kubeplane.node.containerd import ManagedContainerd, kill_shims, unmount_under
 from kubeplane.node.images import ImageConfig, build_busybox_image
 
-from conftest import BUSYBOX, PAUSE, free_bridge_and_cidr, node_kubeconfig
-
-CLI = [sys.executable, "-m", "kubeplane.cli.main"]
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.join(os.path.dirname(__file__), "..", "..", "..",
-                                                                 "src"), env.get("PYTHONPATH", "")] if p)
-    return env
-
-
-def _cleanup_node_dir(data_dir: str, bridge: str) -> None:
-    """Every pod the node left (its sandboxes through containerd, with CNI DEL), shims, mounts, the bridge."""
-    base = os.path.join(data_dir, "containerd")
-    if os.path.isdir(base):
-        ctd = ManagedContainerd(base, sandbox_image=PAUSE)
-        try:
-            asyncio.run(ctd.start())
-        except RuntimeError:
-            pass
-        asyncio.run(ctd.stop(remove_pods=True))
-        kill_shims(ctd.paths.socket)
-    unmount_under(data_dir)
-    subprocess.run(["ip", "link", "del", bridge], capture_output=True)
-    shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def _kubectl(kubeconfig: str, *args: str, check: bool = True, input: str | None = None):
-    p = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, *args], capture_output=True, text=True,
-                       timeout=60, input=input)
-    if check:
-        assert p.returncode == 0, p.stderr
-    return p
-
-
-def _wait(what: str, fn, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"{what}: not within {timeout:g}s (last: {last!r})")
+from conftest import BUSYBOX, free_bridge_and_cidr, node_kubeconfig
+from nodetest import CLI
+from nodetest import cleanup_node_dir as _cleanup_node_dir, cli_env as _env, kubectl as _kubectl
+from nodetest import start_up as _start_up, stop_process as _stop, wait_for as _wait
+from nodetest import own_cgroup_root
 
 
 def _pod_json(name: str) -> str:
@@ -82,29 +38,20 @@ def _running_container(kubeconfig: str, pod: str):
     return st["containerStatuses"][0]["containerID"]
 
 
-def _stop(proc: subprocess.Popen, timeout: float = 60.0) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
-
-
 def test_kubeplane_node_runs_pods_stops_and_adopts_them_again(tmp_path, image_archives):
     from kubeplane.testing import Cluster
 
     data_dir = str(tmp_path / "node")
     bridge, cidr = free_bridge_and_cidr()
+    cgroup_root = own_cgroup_root("cli-node")
     os.makedirs(os.path.join(data_dir, "images"))
     shutil.copy(image_archives["busybox"], os.path.join(data_dir, "images", "busybox.tar"))
     with Cluster(scheduler=True, controllers=True) as cluster:
         kc = node_kubeconfig(cluster, "cli-node", str(tmp_path / "node.kubeconfig"))
         cmd = CLI + ["node", "--kubeconfig", kc, "--name", "cli-node", "--data-dir", data_dir,
                      "--node-ip", "127.0.0.1", "--pod-cidr", cidr, "--kubelet-port", "0",
-                     "--node-labels", "tier=test"]
+                     "--node-labels", "tier=test", "--cgroup-root", cgroup_root,
+                     "--no-proxy"]  # the Service proxy would program the host's nftables: its tests use netns
         log = open(tmp_path / "node.log", "ab")
         procs = []
         try:
@@ -152,7 +99,7 @@ def test_kubeplane_node_runs_pods_stops_and_adopts_them_again(tmp_path, image_ar
             log.close()
             from kubeplane.node.agent import AgentConfig
 
-            _cleanup_node_dir(data_dir, AgentConfig(name="cli-node", data_dir=data_dir).bridge)
+            _cleanup_node_dir(data_dir, AgentConfig(name="cli-node", data_dir=data_dir).bridge, cgroup_root)
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
 
 
@@ -197,26 +144,6 @@ def test_images_import_errors(tmp_path):
     assert out.returncode == 1 and "no containerd at" in out.stderr
 
 
-def _start_up(tmp_path, *args: str, listen: str = "127.0.0.1:0"):
-    """``kubeplane up`` in a process of its own (memory storage, a free port, TLS as by default), its data
-    directory ``tmp_path/up``; (process, admin kubeconfig, log path) once the kubeconfig is there."""
-    data_dir = str(tmp_path / "up")
-    kubeconfig = str(tmp_path / "kubeconfig")
-    log_path = tmp_path / "up.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(CLI + ["up", "--storage", "memory", "--listen", listen, "--data-dir",
-                                       data_dir, "--kubeconfig", kubeconfig, "--metrics-listen", "", *args],
-                                stdout=log, stderr=subprocess.STDOUT, env=_env())
-    try:
-        _wait("the kubeconfig", lambda: os.path.exists(kubeconfig) or proc.poll() is not None, 120)
-        assert proc.poll() is None, log_path.read_text()[-3000:]
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    return proc, kubeconfig, log_path
-
-
 def test_up_runs_a_real_node(tmp_path, image_archives):
     node_dir = str(tmp_path / "up" / "node")
     os.makedirs(os.path.join(node_dir, "images"))
@@ -243,6 +170,12 @@ def test_up_runs_a_real_node(tmp_path, image_archives):
         assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(cidr)
         # the API server reaches the node's kubelet API (on loopback, as itself)
         assert _kubectl(kubeconfig, "exec", "up-pod", "--", "echo", "hi").stdout == "hi\n"
+        # the kubelet got the kube-dns Service's address: the pod's resolv.conf names it (ClusterFirst)
+        resolv = _kubectl(kubeconfig, "exec", "up-pod", "--", "cat", "/etc/resolv.conf").stdout.splitlines()
+        assert "nameserver 10.96.0.10" in resolv, resolv
+        assert any(line.startswith("search default.svc.cluster.local svc.cluster.local cluster.local")
+                   for line in resolv), resolv
+        assert "options ndots:5" in resolv, resolv
         _kubectl(kubeconfig, "delete", "pod", "up-pod", "--wait=true")
         assert _stop(proc) == 0
     finally:
@@ -251,7 +184,8 @@ def test_up_runs_a_real_node(tmp_path, image_archives):
             proc.wait()
         from kubeplane.node.agent import AgentConfig
 
-        _cleanup_node_dir(node_dir, AgentConfig(name="up-real", data_dir=node_dir).bridge)
+        # kubeplane up's node has the default cgroup root
+        _cleanup_node_dir(node_dir, AgentConfig(name="up-real", data_dir=node_dir).bridge, "/kubepods")
 
 
 def test_up_real_node_on_without_node_cidrs_says_why(tmp_path):
@@ -305,6 +239,7 @@ def test_a_second_node_joins_with_a_bootstrap_token(tmp_path, image_archives):
 
     name = f"joined-{os.getpid() % 100000}"
     node_dir = str(tmp_path / "node")
+    cgroup_root = own_cgroup_root(name)
     _, cidr = free_bridge_and_cidr()
     up = node = None
     try:
@@ -330,7 +265,8 @@ def test_a_second_node_joins_with_a_bootstrap_token(tmp_path, image_archives):
 
         def join(*args: str):
             return CLI + words[1:] + ["--data-dir", node_dir, "--images-dir", image_archives["dir"],
-                                      "--node-ip", "127.0.0.1", "--kubelet-port", "0", *args]
+                                      "--node-ip", "127.0.0.1", "--kubelet-port", "0", "--cgroup-root", cgroup_root,
+                                      *args]
 
         # a bad token is refused, and nothing is left behind: its secret does not sign cluster-info ...
         wrong = f"{token_id}.{'0123456789abcdef' if not token.endswith('0123456789abcdef') else 'fedcba9876543210'}"
@@ -422,4 +358,4 @@ def test_a_second_node_joins_with_a_bootstrap_token(tmp_path, image_archives):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        _cleanup_node_dir(node_dir, AgentConfig(name=name, data_dir=node_dir).bridge)
+        _cleanup_node_dir(node_dir, AgentConfig(name=name, data_dir=node_dir).bridge, cgroup_root)

@@ -19,6 +19,7 @@ from kubeplane.node.cri.client import CRIClient
 from kubeplane.node.images import build_busybox_image, ImageConfig
 
 from conftest import BUSYBOX, PAUSE, node_kubeconfig
+from helpers import eventually
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +204,97 @@ def test_images_dir_imported_at_start_and_when_a_file_appears(cluster, container
         for ref in (first, second):
             subprocess.run(["ctr", "--address", containerd.address, "-n", "k8s.io", "images", "rm", ref],
                            capture_output=True)
+
+
+def test_pod_cgroups_with_a_containerd_the_node_does_not_own(cluster, containerd, tmp_path):
+    """--cri-socket: the runtime's verbose status tells its cgroup driver (cgroupfs here), and
+    the node's pods still run in their pod cgroup, which goes with the pod."""
+    from kubeplane.api.resources import resource
+    from kubeplane.node.agent import ManagedNode
+
+    from nodetest import own_cgroup_root, remove_cgroup_root
+
+    root = own_cgroup_root("ext-1")
+    pods = resource("pods")
+
+    async def main():
+        from kubeplane.client.http import HttpClient
+
+        kc = node_kubeconfig(cluster, "ext-1", str(tmp_path / "kubelet.kubeconfig"))
+        client = HttpClient.from_kubeconfig(kc)
+        admin = HttpClient.from_kubeconfig(cluster.kubeconfig)
+        cfg = AgentConfig(name="ext-1", data_dir=str(tmp_path / "data"), node_ip="127.0.0.1", kubelet_port=0,
+                          pod_cidr=containerd.pod_cidr, cgroup_root=root)
+        node = ManagedNode(client, cfg, cri_socket=containerd.endpoint, containerd_address=containerd.address)
+        try:
+            await node.start()
+            assert node.containerd is None and node.agent.cgroups is not None
+            pod = await admin.create(pods, {"metadata": {"name": "ext-pod"}, "spec": {
+                "nodeName": "ext-1", "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
+                "containers": [{"name": "main", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                "command": ["sleep", "3600"],
+                                "resources": {"limits": {"cpu": "100m", "memory": "24Mi"}}}]}}, "default")
+            uid = pod["metadata"]["uid"]
+            deadline = time.monotonic() + 60
+            while (await admin.get(pods, "ext-pod", "default")).get("status", {}).get("phase") != "Running":
+                assert time.monotonic() < deadline, "the pod never ran"
+                await asyncio.sleep(0.2)
+            pod_cgroup = f"/sys/fs/cgroup/memory{root}/kubepods/pod{uid}"  # Guaranteed: right under kubepods
+            assert open(f"{pod_cgroup}/memory.limit_in_bytes").read().strip() == str(24 << 20)
+            assert [d for d in os.listdir(pod_cgroup) if os.path.isdir(os.path.join(pod_cgroup, d))]
+            await admin.delete(pods, "ext-pod", "default")
+            deadline = time.monotonic() + 60
+            while os.path.exists(pod_cgroup):
+                assert time.monotonic() < deadline, "the pod's cgroup stayed"
+                await asyncio.sleep(0.2)
+        finally:
+            if node.agent is not None and node.agent.runtime is not None:
+                for uid in list(node.agent.cgroups.pods):  # a failed test's pod: its containers and cgroup
+                    await node.agent.runtime.remove_pod(uid)
+            await node.stop()
+            await client.close()
+            await admin.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        remove_cgroup_root(root)
+
+
+def test_runs_the_service_proxy_and_removes_its_rules_when_stopped(cluster, containerd, tmp_path):
+    """``AgentConfig.proxy``: the agent runs the Service proxy as its node (the pod CIDR as the pods'
+    addresses); here it programs a network namespace of the test's, never the host's ruleset."""
+    from kubeplane.proxy import ProxyConfig
+
+    netns = f"kpagent{os.getpid() % 100000}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    nft = ["ip", "netns", "exec", netns, "nft"]
+    try:
+        cluster.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "agent-web"},
+                       "spec": {"ports": [{"port": 80}]}})
+        cluster.apply({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                       "metadata": {"name": "agent-web-1", "labels": {"kubernetes.io/service-name": "agent-web"}},
+                       "addressType": "IPv4", "ports": [{"name": "", "port": 8080, "protocol": "TCP"}],
+                       "endpoints": [{"addresses": ["10.252.9.7"], "nodeName": "proxy-1"}]})
+        ip = cluster.get("services", "agent-web")["spec"]["clusterIP"]
+
+        async def body(agent):
+            proxier = agent.service_proxy.proxier("ipv4")
+
+            def programmed():
+                out = subprocess.run([*nft, "list", "table", "ip", "kube-proxy"], capture_output=True, text=True)
+                return out.returncode == 0 and f"{ip} . tcp . 80 : goto service-" in out.stdout and out.stdout
+
+            table = await eventually(programmed, what="the agent's proxy programmed the Service")
+            assert "ip saddr != 10.252.9.0/24" in table  # ClusterIP traffic from off the node is masqueraded
+            assert "10.252.9.7 . 10.252.9.7 . tcp . 8080" in table  # the endpoint is this node's: hairpin
+            assert proxier.config.node_ips == ["127.0.0.1"]
+
+        asyncio.run(_with_agent(cluster, containerd, tmp_path, "proxy-1", body, pod_cidr="10.252.9.0/24",
+                                proxy=ProxyConfig(node_name="", command_prefix=["ip", "netns", "exec", netns])))
+        listed = subprocess.run([*nft, "list", "tables"], capture_output=True, text=True)
+        assert listed.returncode == 0 and "kube-proxy" not in listed.stdout
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+        cluster.delete("services", "agent-web")
+        cluster.delete("endpointslices", "agent-web-1")

@@ -231,6 +231,67 @@ def test_a_node_removing_its_pods_removes_the_hostport_chains(real_node, tmp_pat
         assert "CNI-HOSTPORT" not in rules
 
 
+def test_pods_the_node_cannot_run_are_rejected(real_node):
+    """Bound to the node past the scheduler: admitted only when the node fits them (upstream's
+    predicate admission), else Failed with upstream's reason and message and a Warning event."""
+    node = json.loads(real_node.kubectl("get", "node", real_node.name, "-o", "json").stdout)
+    cores = int(node["status"]["allocatable"]["cpu"].removesuffix("m").split(".")[0])
+    milli = cores if node["status"]["allocatable"]["cpu"].endswith("m") else cores * 1000
+    cases = {
+        "too-big": ({"containers": [{"name": "main", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                     "command": ["sleep", "3600"],
+                                     "resources": {"requests": {"cpu": str(milli + 1000) + "m"}}}]},
+                    "OutOfcpu", f"Node didn't have enough resource: cpu, requested: {milli + 1000}, used: "),
+        "elsewhere": ({"nodeSelector": {"kubernetes.io/hostname": "no-such-host"}}, "NodeAffinity",
+                      "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"),
+    }
+    for name, (spec, _, _) in cases.items():
+        body = json.loads(_pod(name, ["sleep", "3600"], grace=1))
+        body["spec"].update(spec, nodeName=real_node.name)
+        real_node.kubectl("apply", "-f", "-", input=json.dumps(body))
+    try:
+        for name, (_, reason, message) in cases.items():
+            pod = _wait(real_node, name, lambda p: p.get("status", {}).get("phase") == "Failed")
+            assert pod["status"]["reason"] == reason
+            assert pod["status"]["message"].startswith("Pod was rejected: " + message)
+            assert _containers(real_node, pod["metadata"]["uid"]) == []
+            events = json.loads(real_node.kubectl(
+                "get", "events", "-n", "default", "--field-selector",
+                f"involvedObject.kind=Pod,involvedObject.name={name},reason={reason}", "-o", "json").stdout)
+            assert [e["type"] for e in events["items"]] == ["Warning"]
+            assert events["items"][0]["message"].startswith(message)
+    finally:
+        real_node.kubectl("delete", "pod", *cases, "--wait=true", timeout=90)
+
+
+def test_pods_get_their_cgroup_under_the_nodes_qos_hierarchy(real_node):
+    """The node's pods run in their pod cgroup, with the pod's limits, and it goes with the pod."""
+    import os
+
+    body = json.loads(_pod("limited", ["sleep", "3600"], grace=1))
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "50m", "memory": "16Mi"},
+                                                  "limits": {"memory": "40Mi"}}
+    real_node.kubectl("apply", "-f", "-", input=json.dumps(body))
+    pod = _wait(real_node, "limited", lambda p: p.get("status", {}).get("phase") == "Running")
+    uid = pod["metadata"]["uid"]
+    assert pod["status"]["qosClass"] == "Burstable"
+    pod_cgroup = f"{real_node.cgroup_root}/kubepods/burstable/pod{uid}"
+    (c,) = [c for c in _containers(real_node, uid) if c.state == pb.CONTAINER_RUNNING]
+    st = real_node.run(real_node.agent.cri.runtime("ContainerStatus", pb.ContainerStatusRequest(
+        container_id=c.id, verbose=True)))
+    pid = json.loads(st.info["info"])["pid"]
+    paths = dict(line.rstrip("\n").split(":", 2)[1:] for line in open(f"/proc/{pid}/cgroup"))
+    assert paths["memory"].startswith(pod_cgroup + "/") and paths["cpu"].startswith(pod_cgroup + "/")
+    memory = f"/sys/fs/cgroup/memory{pod_cgroup}"
+    assert open(f"{memory}/memory.limit_in_bytes").read().strip() == str(40 << 20)
+    assert open(f"/sys/fs/cgroup/cpu{pod_cgroup}/cpu.shares").read().strip() == "51"
+    real_node.kubectl("delete", "pod", "limited", "--wait=true", timeout=90)
+    deadline = time.monotonic() + 20
+    while os.path.exists(memory) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(os.path.exists(f"/sys/fs/cgroup/{c}{pod_cgroup}") for c in ("memory", "cpu", "pids", "systemd"))
+
+
 def test_kubectl_logs_and_exec_through_the_node(real_node):
     """The API server reaches the node's kubelet API at its InternalIP and port."""
     real_node.kubectl("apply", "-f", "-", input=_pod("talker", ["sh", "-c", "echo started; sleep 3600"], grace=1))

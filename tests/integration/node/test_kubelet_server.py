@@ -14,7 +14,7 @@ from kubeplane.node.logs import ContainerLogManager, rotated_logs
 from kubeplane.node.server import KubeletServer
 from kubeplane.streaming import channels, spdy
 
-from _streaming import cri_pod
+from _streaming import cri_pod, held_streaming_bytes, rss_bytes
 
 
 @pytest.fixture
@@ -264,3 +264,31 @@ async def test_port_forward_to_httpd(kubelet, tmp_path):
                 await session.open_stream({"port": ["x"], "streamtype": ["data"]})
         finally:
             await close()
+
+
+async def test_a_stalled_reader_holds_the_process_back(kubelet, tmp_path):
+    """An exec whose output is not read: the kubelet stops reading the runtime's
+    stream (the process blocks writing) instead of buffering its output."""
+    server, cri = kubelet
+    total = 96 * 1024 * 1024
+    async with cri_pod(cri, "zero", str(tmp_path)) as pod:
+        await pod.container("main", ["sleep", "60"])
+        async with aiohttp.ClientSession() as http:
+            q = f"command=head&command=-c&command={total}&command=/dev/zero&output=1"
+            async with http.ws_connect(f"http://127.0.0.1:{server.port}/exec/default/zero/main?{q}",
+                                       protocols=[channels.V5], max_msg_size=0) as ws:
+                rss0 = rss_bytes()
+                await asyncio.sleep(2.0)  # nothing read
+                held = held_streaming_bytes()
+                grown = rss_bytes() - rss0
+                assert held < 4 * 1024 * 1024, held
+                assert grown < 32 * 1024 * 1024, grown
+                got, status = 0, None
+                async for msg in ws:
+                    ch, data = msg.data[0], msg.data[1:]
+                    if ch == channels.STDOUT:
+                        assert data == bytes(len(data))
+                        got += len(data)
+                    elif ch == channels.ERROR:
+                        status = json.loads(data)
+                assert got == total and status["status"] == "Success"

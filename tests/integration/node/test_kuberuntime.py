@@ -14,7 +14,7 @@ from kubeplane.node import cni
 from kubeplane.node.cri.client import CRIClient, pb
 from kubeplane.node.kuberuntime import KubeRuntime
 
-from nodetest import BUSYBOX
+from nodetest import BUSYBOX, own_cgroup_root, remove_cgroup_root
 
 
 def make_pod(name: str, containers: list[dict], **spec) -> dict:
@@ -360,6 +360,22 @@ async def events_of(client, pod: dict) -> list[tuple[str, str, str]]:
             if e["involvedObject"]["uid"] == pod["metadata"]["uid"]]
 
 
+async def test_container_events_name_the_container(with_api):
+    """Events about a container carry its fieldPath, as upstream's container references."""
+    from kubeplane.api.resources import resource
+
+    rt = with_api
+    pod = make_pod("refs", [{"name": "main", "command": ["true"]}],
+                   initContainers=[{"name": "setup", "command": ["true"]}], restartPolicy="Never")
+    await sync_until(rt, pod, lambda s: s["phase"] == "Succeeded")
+    await rt.recorder.flush(5)
+    items = (await rt.client.list(resource("events"), "default")).get("items") or []
+    got = {(e["involvedObject"].get("fieldPath"), e["reason"]) for e in items
+           if e["involvedObject"]["uid"] == pod["metadata"]["uid"]}
+    for path in ("spec.initContainers{setup}", "spec.containers{main}"):
+        assert {(path, "Pulled"), (path, "Created"), (path, "Started")} <= got, got
+
+
 async def test_env_from_configmaps_secrets_and_services(with_api):
     import base64
 
@@ -672,3 +688,102 @@ async def test_a_dead_sandbox_is_replaced_and_init_containers_run_again(runtime)
     inits = [c for c in rp.containers if c.name == "init"]
     assert len(inits) == 2 and inits[0].sandbox_id == rp.sandbox.id
     assert next(c for c in st["conditions"] if c["type"] == "PodReadyToStartContainers")["status"] == "True"
+
+
+# -- pod cgroups --------------------------------------------------------------------------
+
+@pytest.fixture
+async def with_cgroups(containerd, tmp_path):
+    from kubeplane.node.cgroups import PodCgroups, ResourceConfig
+
+    root = own_cgroup_root("rt")
+    cgroups = PodCgroups(root, node_config=ResourceConfig(cpu_shares=2048, memory=8 << 30))
+    cri = CRIClient(containerd.endpoint)
+    rt = KubeRuntime(cri, node_name="n1", pods_dir=str(tmp_path / "pods"), logs_dir=str(tmp_path / "logs"),
+                     host_ips=["127.0.0.1"], cgroups=cgroups)
+    rt.made = []
+    try:
+        yield rt
+    finally:
+        for uid in rt.made:
+            await rt.remove_pod(uid)
+        cgroups.remove_all()
+        await cri.close()
+        remove_cgroup_root(root)
+
+
+def _cgroup_of(pid: int, controller: str) -> str:
+    for line in open(f"/proc/{pid}/cgroup"):
+        _, ctrls, path = line.rstrip("\n").split(":", 2)
+        if controller in ctrls.split(","):
+            return path
+    raise AssertionError(f"no {controller} cgroup for {pid}")
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
+async def test_pods_run_in_their_cgroup_under_the_qos_hierarchy(with_cgroups):
+    """The pod's cgroup (its limits as upstream's pod container manager sets them) is the
+    sandbox's cgroup parent: the sandbox and the containers run under it; it goes with the pod."""
+    import json
+
+    rt = with_cgroups
+    root = rt.cgroups.root
+    burstable = make_pod("cg-b", [{"name": "a", "command": ["sleep", "60"], "resources": {
+        "requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "500m", "memory": "64Mi"}}}])
+    guaranteed = make_pod("cg-g", [{"name": "a", "command": ["sleep", "60"], "resources": {
+        "requests": {"cpu": "250m", "memory": "48Mi"}, "limits": {"cpu": "250m", "memory": "48Mi"}}}])
+    besteffort = make_pod("cg-be", [{"name": "a", "command": ["sleep", "60"]}])
+    want = {"cg-b": f"{root}/kubepods/burstable/pod{burstable['metadata']['uid']}",
+            "cg-g": f"{root}/kubepods/pod{guaranteed['metadata']['uid']}",
+            "cg-be": f"{root}/kubepods/besteffort/pod{besteffort['metadata']['uid']}"}
+    for pod in (burstable, guaranteed, besteffort):
+        await sync_until(rt, pod, lambda s: s["phase"] == "Running")
+        cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+        st = await rt.cri.runtime("ContainerStatus", pb.ContainerStatusRequest(container_id=cid, verbose=True))
+        pid = json.loads(st.info["info"])["pid"]
+        for controller in ("memory", "cpu", "pids"):
+            assert _cgroup_of(pid, controller).startswith(want[pod["metadata"]["name"]] + "/")
+    memory, cpu = "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu"
+    b, g, be = want["cg-b"], want["cg-g"], want["cg-be"]
+    assert _read(f"{memory}{b}/memory.limit_in_bytes") == str(64 << 20)
+    assert _read(f"{cpu}{b}/cpu.shares") == "102" and _read(f"{cpu}{b}/cpu.cfs_quota_us") == "50000"
+    assert _read(f"{memory}{g}/memory.limit_in_bytes") == str(48 << 20)
+    assert _read(f"{cpu}{g}/cpu.shares") == "256" and _read(f"{cpu}{g}/cpu.cfs_quota_us") == "25000"
+    assert _read(f"{cpu}{be}/cpu.shares") == "2" and _read(f"{cpu}{be}/cpu.cfs_quota_us") == "-1"
+    assert int(_read(f"{memory}{be}/memory.limit_in_bytes")) > 1 << 40  # unlimited
+    # the QoS cgroups: burstable gets its pods' cpu requests, besteffort the least there is
+    assert _read(f"{cpu}{root}/kubepods/burstable/cpu.shares") == "102"
+    assert _read(f"{cpu}{root}/kubepods/besteffort/cpu.shares") == "2"
+    assert _read(f"{cpu}{root}/kubepods/cpu.shares") == "2048"
+    assert _read(f"{memory}{root}/kubepods/memory.limit_in_bytes") == str(8 << 30)
+    # with a cgroup parent, containerd 1.6 answers ListPodSandboxStats for the pods
+    stats = await rt.cri.runtime("ListPodSandboxStats", pb.ListPodSandboxStatsRequest())
+    by_uid = {s.attributes.metadata.uid: s for s in stats.stats}
+    s = by_uid[burstable["metadata"]["uid"]]
+    assert s.linux.memory.working_set_bytes.value > 0 and s.linux.cpu.usage_core_nano_seconds.value > 0
+    for pod in (burstable, guaranteed, besteffort):
+        await rt.terminate_pod(pod, 0)
+        await rt.remove_pod(pod["metadata"]["uid"])
+    for path in want.values():
+        for controller in ("memory", "cpu", "cpuacct", "pids", "systemd", "unified"):
+            assert not os.path.exists(f"/sys/fs/cgroup/{controller}{path}"), (controller, path)
+    # the burstable pod gone, its QoS cgroup's shares are the least again
+    assert _read(f"{cpu}{root}/kubepods/burstable/cpu.shares") == "2"
+
+
+async def test_a_finished_pod_gives_its_cgroup_back(with_cgroups):
+    rt = with_cgroups
+    pod = make_pod("cg-done", [{"name": "a", "command": ["true"], "resources": {"limits": {"memory": "20Mi"}}}],
+                   restartPolicy="Never")
+    pod_cgroup = f"/sys/fs/cgroup/memory{rt.cgroups.pod_name(pod)}"
+    await sync_until(rt, pod, lambda s: True)  # one sync: the cgroup, the sandbox, the container
+    assert _read(f"{pod_cgroup}/memory.limit_in_bytes") == str(20 << 20)
+    await sync_until(rt, pod, lambda s: s["phase"] == "Succeeded")
+    # gone with the pod's sandbox, while the pod (and its exited container) is still there
+    assert not os.path.exists(pod_cgroup)
+    assert (await rt.pod_runtime_status(pod["metadata"]["uid"])).containers
+    assert pod["metadata"]["uid"] not in rt.cgroups.pods

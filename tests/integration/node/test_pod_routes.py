@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from kubeplane.node.routes import NAT_TABLE, PodRoutes, ROUTE_PROTOCOL
+from kubeplane.node.routes import PodRoutes, ROUTE_PROTOCOL, nat_table
 
 TAG = f"{os.getpid() % 100000}"
 HOSTS = {"a": ("192.168.77.1", "10.244.1"), "b": ("192.168.77.2", "10.244.2")}
@@ -148,7 +148,7 @@ async def test_pods_reach_each_other_across_hosts_without_nat_and_leave_masquera
         assert peer_seen_by(ns("pa"), ns("pb"), "10.244.1.2") == "10.244.2.2"
         # to anything outside the pod network a pod is its node
         assert peer_seen_by(ns("lan"), ns("pa"), OUTSIDE) == HOSTS["a"][0]
-        table = sh("nft", "list", "table", "ip", NAT_TABLE, netns=ns("a")).stdout
+        table = sh("nft", "list", "table", "ip", nat_table("a"), netns=ns("a")).stdout
         assert "10.244.1.0/24" in table and "10.244.2.0/24" in table
         # a node that goes takes its route with it
         await client_delete_node(cluster, "b")
@@ -163,7 +163,7 @@ async def test_pods_reach_each_other_across_hosts_without_nat_and_leave_masquera
     # stopped, a node leaves neither routes nor its table
     for h in HOSTS:
         assert routes_of(h).strip() == ""
-        assert NAT_TABLE not in sh("nft", "list", "tables", netns=ns(h)).stdout
+        assert nat_table(h) not in sh("nft", "list", "tables", netns=ns(h)).stdout
 
 
 async def client_create_node(cluster, obj):

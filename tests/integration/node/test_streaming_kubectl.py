@@ -26,7 +26,7 @@ from kubeplane.node.cri.client import CRIClient, pb
 from kubeplane.node.server import KubeletServer
 from kubeplane.testing import Cluster
 
-from _streaming import CRIPod
+from _streaming import CRIPod, held_streaming_bytes, rss_bytes
 
 KUBECTL = "/usr/bin/kubectl"
 NODE = "stream-n1"
@@ -379,4 +379,79 @@ async def test_kubectl_over_spdy(env):
                     assert await r.text() == "over-spdy\n"
     finally:
         p.terminate()
+        await p.wait()
+
+
+@pytest.mark.parametrize("spdy", [True, False], ids=["spdy", "websocket"])
+async def test_kubectl_exec_whose_output_is_not_read(env, spdy):
+    """kubectl's output not read for a while: the API server and the kubelet
+    hold the process back (it blocks writing) instead of buffering its output;
+    reading afterwards gets all of it."""
+    total = 96 * 1024 * 1024
+    await env.pod("zeros", {"main": ["sleep", "3600"]})
+    p = await asyncio.create_subprocess_exec(
+        KUBECTL, "--kubeconfig", env.cluster.kubeconfig, "exec", "zeros", "--", "head", "-c", str(total),
+        "/dev/zero", env=kubectl_env(spdy), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        first = await asyncio.wait_for(p.stdout.readexactly(4096), 30)
+        rss0 = rss_bytes()
+        await asyncio.sleep(3.0)  # nothing read
+        held = held_streaming_bytes()
+        grown = rss_bytes() - rss0
+        assert held < 4 * 1024 * 1024, held
+        assert grown < 32 * 1024 * 1024, grown
+        got = len(first)
+        while chunk := await asyncio.wait_for(p.stdout.read(1 << 20), 30):
+            assert chunk == bytes(len(chunk))
+            got += len(chunk)
+        err = await p.stderr.read()
+        assert await asyncio.wait_for(p.wait(), 30) == 0, err
+        assert got == total
+    finally:
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+
+
+@pytest.mark.parametrize("spdy", [True, False], ids=["spdy", "websocket"])
+async def test_kubectl_port_forward_download_not_read(env, spdy):
+    """A forwarded connection whose client stops reading a big download: the
+    API server and the kubelet hold the server in the pod back."""
+    total = 64 * 1024 * 1024
+    await env.pod("bigfile", {"main": ["sh", "-c", f"mkdir -p /www && head -c {total} /dev/zero > /www/big && "
+                                                   "touch /ready && exec httpd -f -p 8080 -h /www"]})
+    for _ in range(100):  # kubectl port-forward ends at the first connection the pod refuses
+        if (await env.kubectl("exec", "bigfile", "--", "test", "-e", "/ready"))[0] == 0:
+            break
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(0.3)
+    p = await asyncio.create_subprocess_exec(
+        KUBECTL, "--kubeconfig", env.cluster.kubeconfig, "port-forward", "pod/bigfile", ":8080",
+        env=kubectl_env(spdy), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    writer = None
+    try:
+        line = (await asyncio.wait_for(p.stdout.readline(), 20)).decode()
+        m = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> 8080", line)
+        assert m, line
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(m.group(1)))
+        writer.write(b"GET /big HTTP/1.0\r\nHost: x\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+        assert f"Content-Length: {total}".encode() in head, head
+        rss0 = rss_bytes()
+        await asyncio.sleep(3.0)  # nothing read
+        held = held_streaming_bytes()
+        grown = rss_bytes() - rss0
+        assert held < 4 * 1024 * 1024, held
+        assert grown < 32 * 1024 * 1024, grown
+        got = 0
+        while got < total:
+            chunk = await asyncio.wait_for(reader.read(1 << 20), 30)
+            assert chunk and chunk == bytes(len(chunk))
+            got += len(chunk)
+    finally:
+        if writer is not None:
+            writer.close()
+        if p.returncode is None:
+            p.terminate()
         await p.wait()

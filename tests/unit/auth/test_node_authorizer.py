@@ -261,3 +261,66 @@ async def test_union_node_first_then_rbac(graph):
         assert union.decide(N1, info)[0] is Decision.ALLOW
     finally:
         await cache.stop()
+
+
+class _Failing:
+    """A watch whose next read raises ``exc`` (then it is closed)."""
+
+    def __init__(self, inner, exc):
+        self.inner, self.exc = inner, exc
+
+    async def next_batch(self, timeout=None):
+        self.inner.close()
+        raise self.exc
+
+    def close(self):
+        self.inner.close()
+
+
+async def test_the_graph_keeps_following_the_store_when_a_watch_ends(graph, monkeypatch, caplog):
+    import kubeplane.auth.node as node_mod
+
+    monkeypatch.setattr(node_mod, "RELIST_BACKOFF_INITIAL", 0.01)
+    store, g = graph
+    authz = NodeAuthorizer(g, node_rules())
+    vol = [{"name": "s", "secret": {"secretName": "s1"}}]
+
+    def allowed(name):
+        return authz.authorize(attrs(N1, "get", "secrets", ns="a", name=name))[0] is Decision.ALLOW
+
+    async def fail_next_read(exc):
+        # the graph's reader is parked in the current watch: the event of an
+        # unrelated pod hands it over to the failing one
+        g._watches[0] = _Failing(g._watches[0], exc)
+        await _put(store, g, "/registry/core/pods/b/other", pod("other", "n2", ns="b", hostname=type(exc).__name__.lower()))
+        await asyncio.sleep(0.01)
+
+    # closed under the graph (next_batch answers None)
+    g._watches[0].close()
+    await asyncio.sleep(0.01)
+    await _put(store, g, "/registry/core/pods/a/p1", pod("p1", "n1", volumes=vol))
+    assert allowed("s1")
+    # any error, not only the storage's own
+    await fail_next_read(RuntimeError("connection reset"))
+    await store.delete("/registry/core/pods/a/p1")
+    await _settle(store, g)
+    assert not allowed("s1")
+    # the relist itself failing for a while: retried with backoff
+    real_list, fails = store.list, []
+
+    async def flaky_list(prefix, **kw):
+        if len(fails) < 3:
+            fails.append(prefix)
+            raise OSError("store unavailable")
+        return await real_list(prefix, **kw)
+
+    monkeypatch.setattr(store, "list", flaky_list)
+    await fail_next_read(ValueError("bad frame"))
+    await _put(store, g, "/registry/core/pods/a/p2", pod("p2", "n1", volumes=vol))
+    for _ in range(200):
+        if allowed("s1"):
+            break
+        await asyncio.sleep(0.01)
+    assert allowed("s1") and fails == ["/registry/core/pods/"] * 3
+    assert all(not t.done() for t in g._tasks)
+    assert "relisting /registry/core/pods/ for the node authorizer failed" in caplog.text

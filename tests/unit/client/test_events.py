@@ -122,3 +122,17 @@ async def test_close_writes_what_is_queued_and_without_a_loop_nothing_is_queued(
     other = EventRecorder(client, "tester")
     await asyncio.get_running_loop().run_in_executor(None, other.event, cm, "Normal", "X", "m")
     assert not other._pending and await other.flush(1)
+
+
+async def test_field_path_names_the_part_of_the_object_and_keeps_repeats_apart(client) -> None:
+    rec = EventRecorder(client, "kubelet", host="n1", kind="Pod", api_version="v1")
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"}}
+    rec.event(pod, "Normal", "Pulled", "already present", field_path="spec.containers{a}")
+    assert await rec.flush(5)
+    rec.event(pod, "Normal", "Pulled", "already present", field_path="spec.containers{a}")
+    rec.event(pod, "Normal", "Pulled", "already present", field_path="spec.initContainers{b}")
+    rec.event(pod, "Normal", "Pulled", "already present")
+    assert await rec.flush(5)
+    got = {e["involvedObject"].get("fieldPath"): e["count"] for e in await _events(client)}
+    # the same event about another container is another event, as upstream's correlator keys them
+    assert got == {"spec.containers{a}": 2, "spec.initContainers{b}": 1, None: 1}

@@ -114,6 +114,56 @@ def test_dns_config(tmp_path):
     assert list(c.servers) == ["1.1.1.1"] and list(c.searches) == ["a.example"] and list(c.options) == ["ndots:2"]
 
 
+def test_dns_config_policies_as_upstream(tmp_path):
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("# host\nnameserver 192.0.2.53\nsearch old.example\nsearch corp.example. . app.svc.cluster.local\n"
+                      "options edns0 ndots:1\noptions ndots:2 timeout:3\n")
+    base = {"metadata": {"name": "p", "namespace": "app", "uid": "u1"}}
+    cluster = ["10.96.0.10"]
+
+    def conf(spec, dns=cluster, domain="cluster.local", path=str(resolv)):
+        warnings = []
+        c = kr.dns_config({**base, "spec": spec}, dns, domain, path, warn=lambda r, m: warnings.append((r, m)))
+        return list(c.servers), list(c.searches), sorted(c.options), warnings
+
+    # the host's: the last search line (trailing dots and "." dropped), options once each, the later winning
+    servers, searches, options, _ = conf({"dnsPolicy": "Default"})
+    assert servers == ["192.0.2.53"] and searches == ["corp.example", "app.svc.cluster.local"]
+    assert options == ["edns0", "ndots:2", "timeout:3"]
+    # ClusterFirst: the cluster's nameserver, its search paths before the host's (no duplicates), ndots:5
+    servers, searches, options, _ = conf({})
+    assert servers == cluster and options == ["ndots:5"]
+    assert searches == ["app.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"]
+    # a host-network pod: ClusterFirst resolves as the node, ClusterFirstWithHostNet as the cluster
+    assert conf({"hostNetwork": True})[0] == ["192.0.2.53"]
+    assert conf({"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"})[0] == cluster
+    # no --cluster-dns: the host's, with upstream's warning
+    servers, _, _, warnings = conf({}, dns=[])
+    assert servers == ["192.0.2.53"] and warnings[0][0] == "MissingClusterDNS"
+    assert warnings[0][1].startswith('pod: "p_app(u1)". kubelet does not have ClusterDNS IP configured')
+    # no cluster domain: the host's search paths only
+    assert conf({}, domain="")[1] == ["corp.example", "app.svc.cluster.local"]
+    # --resolv-conf "": the node's own resolver and no search path
+    servers, searches, _, _ = conf({"dnsPolicy": "Default"}, path="")
+    assert servers == ["127.0.0.1"] and searches == ["."]
+    # dnsConfig merges: nameservers and searches appended, options replaced by name
+    servers, searches, options, _ = conf({"dnsConfig": {
+        "nameservers": ["10.96.0.10", "192.0.2.1"], "searches": ["extra.example", "cluster.local"],
+        "options": [{"name": "ndots", "value": "2"}, {"name": "single-request-reopen"}]}})
+    assert servers == ["10.96.0.10", "192.0.2.1"] and searches[-1] == "extra.example" and len(searches) == 5
+    assert options == ["ndots:2", "single-request-reopen"]
+    # limits: 3 nameservers; search paths longer than 253 characters dropped, 32 at most
+    servers, searches, _, warnings = conf({"dnsPolicy": "None", "dnsConfig": {
+        "nameservers": ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"],
+        "searches": ["a" * 254] + [f"s{i}.example" for i in range(40)]}})
+    assert servers == ["192.0.2.1", "192.0.2.2", "192.0.2.3"]
+    assert len(searches) == 31 and "a" * 254 not in searches
+    assert [r for r, _ in warnings] == ["DNSConfigForming", "DNSConfigForming"]
+    # the search line at most 2048 characters
+    _, searches, _, _ = conf({"dnsPolicy": "None", "dnsConfig": {"searches": [f"{i:02d}" + "x" * 98 for i in range(30)]}})
+    assert len(" ".join(searches)) <= 2048 and len(searches) == 20
+
+
 def test_hostname_and_hosts_file():
     pod = {"metadata": {"name": "web-0", "namespace": "app"}, "spec": {"hostname": "web-0", "subdomain": "web",
                                                                         "hostAliases": [{"ip": "1.2.3.4", "hostnames": ["foo"]}]}}

@@ -194,3 +194,14 @@ def test_volume_mounts_and_resources_in_statuses():
     cs = st["containerStatuses"][0]
     assert cs["resources"] == {"requests": {"cpu": "100m"}, "limits": {"memory": "64Mi"}}
     assert cs["allocatedResources"] == {"cpu": "100m"} and st["qosClass"] == "Burstable"
+
+
+def test_container_field_path_names_the_list_the_container_is_in():
+    from kubeplane.node.podstatus import container_field_path
+
+    pod = {"spec": {"containers": [{"name": "a"}], "initContainers": [{"name": "i"}],
+                    "ephemeralContainers": [{"name": "debug"}]}}
+    assert container_field_path(pod, "a") == "spec.containers{a}"
+    assert container_field_path(pod, "i") == "spec.initContainers{i}"
+    assert container_field_path(pod, "debug") == "spec.ephemeralContainers{debug}"
+    assert container_field_path(pod, "gone") == ""

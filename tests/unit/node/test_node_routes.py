@@ -38,23 +38,25 @@ def test_parse_routes():
 
 
 def test_nat_ruleset_masquerades_only_what_leaves_the_pod_network():
-    text = r.nat_ruleset(["10.244.0.0/24"], ["10.244.0.0/24", "10.244.1.0/24"])
-    assert "table ip kubeplane-pod-nat {\n" in text
+    t = r.nat_table("n1")
+    assert t.startswith("kubeplane-nat-") and t != r.nat_table("n2") and len(t) == 24
+    text = r.nat_ruleset(["10.244.0.0/24"], ["10.244.0.0/24", "10.244.1.0/24"], t)
+    assert f"table ip {t} {{\n" in text
     assert "elements = { 10.244.0.0/24, 10.244.1.0/24 }" in text
     assert "ip saddr { 10.244.0.0/24 } ip daddr != @pod-cidrs masquerade" in text
     # replaced whole in one transaction, and an ip6 table only when there is an IPv6 CIDR
-    assert text.index("delete table ip kubeplane-pod-nat") < text.index("table ip kubeplane-pod-nat {\n")
-    assert "table ip6 kubeplane-pod-nat {\n" not in text
-    empty = r.nat_ruleset([], [])
-    assert "masquerade" not in empty and "delete table ip6 kubeplane-pod-nat" in empty
+    assert text.index(f"delete table ip {t}") < text.index(f"table ip {t} {{\n")
+    assert f"table ip6 {t} {{\n" not in text
+    empty = r.nat_ruleset([], [], t)
+    assert "masquerade" not in empty and f"delete table ip6 {t}" in empty
 
 
 class FakeHost:
     """`ip route` and `nft` of a host, in memory."""
 
-    def __init__(self, routes=None, fail=()):
+    def __init__(self, routes=None, fail=None):
         self.routes = dict(routes or {})
-        self.fail = set(fail)
+        self.fail = dict(fail or {})
         self.nft: list[str] = []
         self.calls: list[list[str]] = []
 
@@ -68,10 +70,12 @@ class FakeHost:
         if verb == "show":
             lines = [f"{d} via {g} dev eth0 proto 75" for d, g in self.routes.items() if (":" in d) == (fam == "-6")]
             return 0, "\n".join(lines), ""
-        if verb == "replace":
+        if verb in ("replace", "add"):
             cidr, gw = argv[4], argv[6]
             if cidr in self.fail:
-                return 2, "", "Error: Nexthop has invalid gateway."
+                return 2, "", self.fail[cidr]
+            if verb == "add" and cidr in self.routes:
+                return 2, "", "RTNETLINK answers: File exists"
             self.routes[cidr] = gw
             return 0, "", ""
         if verb == "del":
@@ -101,9 +105,27 @@ async def test_sync_adds_changes_and_removes_routes_and_reapplies_nat_only_on_ch
 
 
 async def test_a_route_that_cannot_be_added_is_reported_and_the_others_still_made():
-    h = FakeHost(fail={"10.244.1.0/24"})
+    h = FakeHost(fail={"10.244.1.0/24": "RTNETLINK answers: Operation not permitted"})
     pr = r.PodRoutes(client=None, node_name="a", runner=h)
-    with pytest.raises(RuntimeError, match="10.244.1.0/24 via 192.168.1.2: Error: Nexthop has invalid gateway"):
+    with pytest.raises(RuntimeError, match="10.244.1.0/24 via 192.168.1.2: RTNETLINK answers: Operation not permitted"):
         await pr.sync([node("a", ["10.244.0.0/24"], ["192.168.1.1"]), node("b", ["10.244.1.0/24"], ["192.168.1.2"]),
                        node("c", ["10.244.2.0/24"], ["192.168.1.3"])])
     assert h.routes == {"10.244.2.0/24": "192.168.1.3"} and len(h.nft) == 1
+
+
+async def test_a_node_not_on_a_link_of_this_one_gets_no_route_and_no_error():
+    h = FakeHost(fail={"10.244.1.0/24": "Error: Nexthop has invalid gateway."})
+    pr = r.PodRoutes(client=None, node_name="a", runner=h)
+    nodes = [node("a", ["10.244.0.0/24"], ["192.168.1.1"]), node("sim", ["10.244.1.0/24"], ["10.0.0.1"])]
+    await pr.sync(nodes)
+    await pr.sync(nodes)
+    assert h.routes == {} and pr._unreachable == {("10.244.1.0/24", "10.0.0.1")}
+
+
+async def test_loopback_gateways_and_routes_not_its_own_are_left_alone():
+    h = FakeHost(fail={"10.244.2.0/24": "RTNETLINK answers: File exists"})
+    pr = r.PodRoutes(client=None, node_name="a", runner=h)
+    await pr.sync([node("a", ["10.244.0.0/24"], ["127.0.0.1"]), node("b", ["10.244.1.0/24"], ["127.0.0.1"]),
+                   node("c", ["10.244.2.0/24"], ["192.168.1.3"])])
+    assert h.routes == {} and not [c for c in h.calls if "10.244.1.0/24" in c]
+    assert ("10.244.2.0/24", "192.168.1.3") in pr._unreachable

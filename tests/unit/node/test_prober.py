@@ -337,9 +337,12 @@ class Changes:
 class Events:
     def __init__(self):
         self.items: list[tuple[str, str, str]] = []
+        #: the involvedObject fieldPath of each item
+        self.field_paths: list[str] = []
 
-    def event(self, obj, type_, reason, message):
+    def event(self, obj, type_, reason, message, *, field_path=""):
         self.items.append((type_, reason, message))
+        self.field_paths.append(field_path)
 
 
 def _rfc3339(t: float) -> str:
@@ -408,6 +411,9 @@ async def test_readiness_initial_failure_then_ready(manager, http_server):
     await _until(lambda: not manager.ready("containerd://a1"))
     assert len(http_server.requests) - n >= 3
     assert ("Warning", "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 500") in manager.events.items
+    # about the container, as upstream's container references
+    i = manager.events.items.index(("Warning", "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 500"))
+    assert manager.events.field_paths[i] == "spec.containers{web}"
 
 
 async def test_thresholds(manager, http_server):

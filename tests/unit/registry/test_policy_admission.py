@@ -239,3 +239,9 @@ async def test_quota_without_status_does_not_constrain_and_table_columns(reg: Re
     assert row[:3] == ["q", "pods: 0/0, requests.memory: 0/1Gi", "limits.cpu: 500m/1"]
     assert [c.name for c in printer_for(QUOTAS).columns] == ["Name", "Request", "Limit", "Age"]
     assert [c.name for c in printer_for(LIMITS).columns] == ["Name", "Created At"]
+
+
+async def test_a_pod_with_limits_only_is_classed_with_its_defaulted_requests(reg: Registry) -> None:
+    p = await reg.create(PODS, pod("limits-only", container("a", limits={"cpu": "100m", "memory": "24Mi"})), NS)
+    assert p["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "100m", "memory": "24Mi"}
+    assert p["status"]["qosClass"] == "Guaranteed"

@@ -131,3 +131,88 @@ def test_exit_codes_of_error_channel_statuses():
     assert channels.exit_code_of(channels.success_status()) == 0
     assert channels.exit_code_of(channels.exit_status(3)) == 3
     assert channels.exit_code_of({"status": "Failure", "reason": "InternalError"}) is None
+
+
+class _Producer:
+    """A streaming server (as a runtime's) whose ``stdout`` stream writes
+    ``total`` bytes as fast as the connection takes them."""
+
+    def __init__(self, total: int):
+        self.total, self.sent = total, 0
+        self.done = asyncio.Event()
+
+    async def handle(self, reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+                     b"X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n")
+
+        async def send(data):
+            writer.write(data)
+            await writer.drain()
+
+        async def on_stream(s):
+            await s.reply()
+            chunk = b"y\n" * (spdy.WRITE_CHUNK // 2)
+            while self.sent < self.total:
+                await s.write(chunk)
+                self.sent += len(chunk)
+            await s.close()
+            self.done.set()
+
+        session = spdy.Session(send, server=True, on_stream=on_stream)
+        try:
+            while data := await reader.read(65536):
+                await session.feed(data)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            session.feed_eof()
+            session.cancel_tasks()
+            writer.close()
+
+
+async def test_a_stalled_reader_holds_the_peer_back():
+    total = 48 * 1024 * 1024
+    producer = _Producer(total)
+    server = await asyncio.start_server(producer.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    task = None
+    try:
+        session, proto, task = await spdy.dial(f"http://127.0.0.1:{port}/exec/x", [channels.V4])
+        assert proto == channels.V4
+        stream = await session.open_stream({"streamtype": ["stdout"]})
+        await stream.close()
+        await asyncio.sleep(1.0)  # nobody reads: the peer is held back
+        assert stream.buffered <= spdy.STREAM_HIGH_WATER + spdy.WRITE_CHUNK
+        assert not producer.done.is_set() and producer.sent < total // 4
+        # reading afterwards gets everything, in order
+        got = 0
+        while chunk := await asyncio.wait_for(stream.read(), 10):
+            assert chunk == b"y\n" * (len(chunk) // 2)
+            got += len(chunk)
+            assert stream.buffered <= spdy.STREAM_HIGH_WATER + spdy.WRITE_CHUNK
+        assert got == total and producer.done.is_set()
+    finally:
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_discarded_stream_does_not_hold_the_session():
+    got = asyncio.Queue()
+
+    async def on_stream(s):
+        await s.reply()
+        got.put_nowait(s)
+
+    pipe = Pipe(on_stream)
+    a = await pipe.client.open_stream({"streamtype": ["data"]})
+    b = await pipe.client.open_stream({"streamtype": ["data"]})
+    sa, sb = await got.get(), await got.get()
+    sa.discard()  # its handler ended: what still comes for it is dropped
+    await asyncio.wait_for(a.write(b"x" * (4 * spdy.STREAM_HIGH_WATER)), 5)
+    assert sa.buffered == 0
+    await asyncio.wait_for(b.write(b"hello"), 5)
+    assert await sb.read() == b"hello"
