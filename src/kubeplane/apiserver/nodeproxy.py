@@ -35,6 +35,7 @@ import aiohttp
 from aiohttp import WSMsgType, web
 
 from kubeplane.api import errors
+from kubeplane.api.gofmt import go_list
 
 log = logging.getLogger("kubeplane.apiserver")
 
@@ -106,10 +107,6 @@ class KubeletClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-
-def go_list(items: list[str]) -> str:
-    return "[" + " ".join(items) + "]"
 
 
 def all_container_names(pod: dict[str, Any]) -> list[str]:

@@ -50,7 +50,6 @@ from kubeplane.api.nodestatus import (KUBELET_VERSION, LEASE_DURATION_SECONDS, L
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
 from kubeplane.node import admission, cni, host
-from kubeplane.node.cri import POD_UID_LABEL
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.node.images import ImageError, import_archive, is_archive
 from kubeplane.node.logs import (DEFAULT_MAX_FILES as DEFAULT_LOG_MAX_FILES, DEFAULT_MAX_SIZE as DEFAULT_LOG_MAX_SIZE,
@@ -290,7 +289,7 @@ class _PodWorker:
                 self._sync.cancel()
             self._sync = None
         if isinstance(status, dict):
-            agent.probes("update_pod_status", pod, status)
+            # the runtime's compute_status already handed the status to the prober
             await agent.status.set(pod, status)
             if status.get("phase") in TERMINAL_PHASES:
                 # the runtime tore a pod in a terminal phase down (sandbox stopped);
@@ -501,7 +500,7 @@ class NodeAgent:
         if self.service_proxy is not None:  # its rules go with it
             await self.service_proxy.stop()
             self.service_proxy = None
-        for part in (self.prober, self.volumes, self.recorder):
+        for part in (self.runtime, self.prober, self.volumes, self.recorder):
             closer = getattr(part, "stop", None) or getattr(part, "close", None)
             if closer is not None:
                 try:
@@ -542,20 +541,10 @@ class NodeAgent:
         from kubeplane.auth import pki
 
         d = os.path.join(self.config.data_dir, "pki")
-        crt, key = os.path.join(d, "kubelet.crt"), os.path.join(d, "kubelet.key")
         names = tuple(dict.fromkeys([self.name, "localhost", "127.0.0.1",
                                      *([self.config.node_ip] if self.config.node_ip else [])]))
-        if os.path.exists(crt) and os.path.exists(key):
-            try:
-                if pki.covers(pki.load_cert(crt), names):
-                    return crt, key
-            except (OSError, ValueError):
-                pass
-        ca_cert, ca_key = pki.make_ca(f"{self.name}-ca@{int(time.time())}")
-        cert, leaf_key = pki.issue(ca_cert, ca_key, self.name, server_names=names, client=False)
-        pki.write_private(key, pki.key_pem(leaf_key))
-        pki.write_private(crt, pki.cert_pem(cert) + pki.cert_pem(ca_cert))
-        return crt, key
+        return pki.ensure_self_signed_pair(os.path.join(d, "kubelet.crt"), os.path.join(d, "kubelet.key"),
+                                           self.name, names)
 
     async def _start_server(self) -> None:
         """The kubelet API on the kubelet port (0: a free one, then reported)."""
@@ -592,7 +581,7 @@ class NodeAgent:
         """The measured usage report each Lease renewal carries (for metrics.k8s.io)."""
         if self.stats is None:
             return {}
-        from kubeplane.registry.metrics import USAGE_ANNOTATION
+        from kubeplane.api.usage import USAGE_ANNOTATION
 
         try:
             return {USAGE_ANNOTATION: await self.stats.report()}
@@ -1059,18 +1048,9 @@ class NodeAgent:
     async def relist(self) -> set[str]:
         """List sandboxes and containers; wake the pods whose ones changed,
         clean up those of pods the API no longer has. The uids that changed."""
-        sandboxes = (await self.cri.runtime("ListPodSandbox", pb.ListPodSandboxRequest())).items
-        containers = (await self.cri.runtime("ListContainers", pb.ListContainersRequest())).containers
-        seen: dict[str, set] = {}
-        for s in sandboxes:
-            uid = s.labels.get(POD_UID_LABEL)
-            if uid:
-                seen.setdefault(uid, set()).add(("s", s.id, s.state))
-        for c in containers:
-            uid = c.labels.get(POD_UID_LABEL)
-            if uid:
-                seen.setdefault(uid, set()).add(("c", c.id, c.state))
-        now = {uid: frozenset(v) for uid, v in seen.items()}
+        now = {rp.uid: frozenset({("s", s.id, s.ready) for s in rp.sandboxes}
+                                 | {("c", c.id, c.state) for c in rp.containers})
+               for rp in await self.runtime.running_pods()}
         changed = {uid for uid in set(now) | set(self._relisted) if now.get(uid) != self._relisted.get(uid)}
         self._relisted = now
         self._last_relist = self.clock()

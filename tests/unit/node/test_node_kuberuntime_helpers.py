@@ -12,41 +12,6 @@ from kubeplane.node import kuberuntime as kr
 from kubeplane.node.cri.client import CRIError, pb
 
 
-class Clock:
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
-
-
-def test_backoff_doubles_caps_and_resets_after_ten_minutes():
-    c = Clock()
-    b = kr.Backoff(clock=c)
-    assert not b.in_backoff_since("k", c.t)
-    b.next("k", c.t)
-    assert b.get("k") == 10 and b.in_backoff_since("k", c.t)
-    c.t += 10
-    assert not b.in_backoff_since("k", c.t - 10)
-    for want in (20, 40, 80, 160, 300, 300):
-        b.next("k", c.t)
-        assert b.get("k") == want
-        c.t += want
-    c.t += 601
-    b.next("k", c.t)
-    assert b.get("k") == 10
-    assert b.ends("k") == c.t + 10
-
-
-def test_duration_words():
-    assert kr._duration(10) == "10s" and kr._duration(80) == "1m20s" and kr._duration(300) == "5m0s"
-
-
-def test_expand():
-    env = {"A": "x", "B": "y"}.get
-    assert kr.expand("$(A)-$(B)-$(C)-$$(A)-$", env) == "x-y-$(C)-$(A)-$"
-
-
 def test_image_pull_policy_defaults():
     assert kr.image_pull_policy({"image": "busybox"}) == "Always"
     assert kr.image_pull_policy({"image": "busybox:latest"}) == "Always"
@@ -119,19 +84,6 @@ def test_run_as_non_root_checks():
         raise AssertionError("accepted a non-numeric user")
     except kr.ConfigError as e:
         assert "non-numeric user (nobody)" in str(e)
-
-
-def test_field_and_resource_refs():
-    pod = {"metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"app": "x"}},
-           "spec": {"nodeName": "n1", "serviceAccountName": "sa"}}
-    assert kr._field_path_value(pod, "metadata.labels['app']", ["10.0.0.1"], ["1.2.3.4"]) == "x"
-    assert kr._field_path_value(pod, "status.podIP", ["10.0.0.1"], []) == "10.0.0.1"
-    assert kr._field_path_value(pod, "spec.nodeName", [], []) == "n1"
-    c = {"name": "a", "resources": {"limits": {"memory": "128Mi"}, "requests": {"cpu": "250m"}}}
-    assert kr.resource_field_value({"resource": "limits.memory", "divisor": "1Mi"}, c, {}) == "128"
-    assert kr.resource_field_value({"resource": "requests.cpu", "divisor": "1m"}, c, {}) == "250"
-    assert kr.resource_field_value({"resource": "requests.cpu"}, c, {}) == "1"
-    assert kr.resource_field_value({"resource": "limits.cpu"}, c, {"cpu": "4"}) == "4"
 
 
 def test_service_env():
