@@ -1,6 +1,7 @@
 """Process-wide runtime settings of the long-running kubeplane commands (the
 event loop they run on, garbage collection), an event-loop fairness helper,
-per-key turn-taking for coroutines and a periodic task."""
+per-key turn-taking for coroutines, a periodic task and the cancellation of
+a component's tasks."""
 
 from __future__ import annotations
 
@@ -158,3 +159,14 @@ async def every(interval: float, fn: Callable[[], Coroutine[Any, Any, Any]], wha
             raise
         except Exception as err:  # noqa: BLE001 - the next round tries again
             log.warning("%s failed: %s", what, err)
+
+
+async def cancel_and_wait(tasks: "Any", what: str = "task") -> None:
+    """Cancel ``tasks`` and wait until each has ended; one that had failed is
+    logged (``what`` failed), not raised: a component stopping stops them all."""
+    tasks = [t for t in tasks if t is not None]
+    for t in tasks:
+        t.cancel()
+    for res in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(res, Exception):
+            log.error("%s failed", what, exc_info=res)

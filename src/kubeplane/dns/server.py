@@ -41,6 +41,7 @@ import dns.rdataclass
 import dns.rdatatype
 
 from kubeplane.dns.records import Answer, ClusterRecords
+from kubeplane.runtime import cancel_and_wait
 
 log = logging.getLogger("kubeplane.dns")
 
@@ -256,10 +257,7 @@ class DNSServer:
             self._tcp_server.close()
         for w in list(self._tcp_writers):
             w.close()
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._tasks), "DNS server task")
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
             self._tcp_server = None

@@ -15,6 +15,7 @@ from kubeplane.api.resources import resource
 from kubeplane.client.informer import SharedInformerFactory, unwrap_deleted
 from kubeplane.proxy.model import INFORMER_LABEL_SELECTOR
 from kubeplane.proxy.proxier import Proxier, ProxyConfig
+from kubeplane.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +127,7 @@ class ServiceProxy:
             await self._factory.stop()
             self._factory = None
         tasks, self._tasks = self._tasks, []
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            try:
-                await t
-            except asyncio.CancelledError:
-                pass
-            except Exception:  # noqa: BLE001
-                log.exception("proxy task failed")
+        await cancel_and_wait(tasks, "proxy task")
         if not self.config.keep_rules_on_stop:
             for p in self.proxiers:
                 # a sync may be running: wait for it, then remove what it wrote

@@ -173,3 +173,21 @@ async def test_every_runs_after_each_interval_and_survives_a_failing_round(caplo
         pass
     assert task.cancelled()
     assert any(r.getMessage() == "the work failed: boom" for r in caplog.records)
+
+
+async def test_cancel_and_wait_ends_every_task_and_logs_one_that_failed(caplog):
+    import asyncio
+
+    from kubeplane.runtime import cancel_and_wait
+
+    async def forever():
+        await asyncio.sleep(3600)
+
+    async def fails():
+        raise RuntimeError("broken")
+
+    tasks = [asyncio.create_task(forever()), asyncio.create_task(fails()), None]
+    await asyncio.sleep(0)
+    await cancel_and_wait(tasks, "the worker")
+    assert tasks[0].cancelled() and tasks[1].done()
+    assert [r.getMessage() for r in caplog.records] == ["the worker failed"]
