@@ -115,3 +115,16 @@ def make_cert(directory: Path, name: str) -> tuple[Path, Path]:
         check=True, capture_output=True,
     )
     return cert, key
+
+
+def node_kubeconfig(cluster, name: str, path: str) -> str:
+    """A kubeconfig for ``system:node:<name>`` (group system:nodes): a client
+    certificate from the cluster's CA, as a joined node ends up with."""
+    from kubeplane.auth import pki
+    from kubeplane.client.kubeconfig import write_kubeconfig
+
+    own = pki.PKI(cluster._pki_dir)
+    cert, key = pki.issue(own.ca_cert, own.ca_key, f"system:node:{name}", orgs=("system:nodes",))
+    write_kubeconfig(path, cluster.url, ca_data=own.ca_pem, client_cert_data=pki.cert_pem(cert),
+                     client_key_data=pki.key_pem(key))
+    return path

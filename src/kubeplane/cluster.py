@@ -616,7 +616,7 @@ class MetricsServer:
             await runner.cleanup()
 
 
-class _Exposition:
+class Exposition:
     """``exposition(accept)`` over one registry, as SchedulerMetrics offers it."""
 
     def __init__(self, registry: Any) -> None:
@@ -655,7 +655,7 @@ def components_metrics_server(listen: str, scheduler_config: Any = None, *, with
         configz = {"componentconfig": componentconfig(cfg)}
     else:
         registry = CollectorRegistry(auto_describe=True)
-        exposition = _Exposition(registry)
+        exposition = Exposition(registry)
     if with_workqueues:
         registry.register(WorkQueueCollector())
     what = "scheduler metrics and /configz" if with_scheduler else "controller metrics"

@@ -1,16 +1,20 @@
 """Process-wide runtime settings of the long-running kubeplane commands (the
-event loop they run on, garbage collection), an event-loop fairness helper
-and per-key turn-taking for coroutines."""
+event loop they run on, garbage collection), an event-loop fairness helper,
+per-key turn-taking for coroutines, a periodic task and the cancellation of
+a component's tasks."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import gc
+import logging
 import os
 from typing import Any, Callable, Coroutine, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: environment variable choosing the event loop of the long-running commands:
 #: ``uvloop`` (the default when it is installed) or ``asyncio`` (the standard
@@ -141,3 +145,28 @@ def wake_first(waiters: "collections.deque[asyncio.Future[None]]") -> bool:
             fut.set_result(None)
             return True
     return False
+
+
+async def every(interval: float, fn: Callable[[], Coroutine[Any, Any, Any]], what: str) -> None:
+    """Run ``fn`` every ``interval`` seconds (the first after one interval) until
+    cancelled; a round that fails is logged (``what`` failed: ...) and the next
+    one tries again."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await fn()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the next round tries again
+            log.warning("%s failed: %s", what, err)
+
+
+async def cancel_and_wait(tasks: "Any", what: str = "task") -> None:
+    """Cancel ``tasks`` and wait until each has ended; one that had failed is
+    logged (``what`` failed), not raised: a component stopping stops them all."""
+    tasks = [t for t in tasks if t is not None]
+    for t in tasks:
+        t.cancel()
+    for res in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(res, Exception):
+            log.error("%s failed", what, exc_info=res)

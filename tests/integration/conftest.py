@@ -109,9 +109,10 @@ def start_server(tmp: Path, storage: str = "memory", extra: list[str] | None = N
     data_dir = tmp / "data"
     log_path = tmp / "server.log"
     logf = open(log_path, "ab")
-    # `up` serves the components' metrics on 127.0.0.1:10259 by default: tests take a free port.
-    # It runs a real node where the host can: these tests want simulated nodes only.
-    own = ["--metrics-listen", "127.0.0.1:0", "--real-node", "off"] if command == "up" else []
+    # `up` serves the components' metrics on 127.0.0.1:10259 and DNS on 127.0.0.1:10053 by default:
+    # tests take free ports. It runs a real node where the host can: these tests want simulated nodes only.
+    own = ["--metrics-listen", "127.0.0.1:0", "--dns-addr", "127.0.0.1:0", "--real-node", "off"] \
+        if command == "up" else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "kubeplane.cli.main", command, "--listen", "127.0.0.1:0",
          "--kubeconfig", str(kubeconfig), "--storage", storage, "--data-dir", str(data_dir), *own,

@@ -40,7 +40,8 @@ def test_second_server_on_a_data_dir_is_refused(tmp_path):
         before = first.kubeconfig.read_text()
         other_kc = tmp_path / "other-kubeconfig"
         for command in ("apiserver", "up"):
-            extra = ["--nodes", "0", "--metrics-listen", "", "--real-node", "off"] if command == "up" else []
+            extra = ["--nodes", "0", "--metrics-listen", "", "--dns-addr", "", "--real-node", "off"] \
+                if command == "up" else []
             p = run(command, "--data-dir", str(first.data_dir), "--listen", "127.0.0.1:0",
                     "--kubeconfig", str(other_kc), *extra)
             assert p.returncode == 1, p.stderr
@@ -73,7 +74,15 @@ def test_busy_port_is_one_line_and_exit_1(tmp_path):
         assert p.stderr == f"error: listen tcp 127.0.0.1:{port}: bind: address already in use\n"
         # The components' metrics address too (up stops its API server again and leaves no kubeconfig).
         p = run("up", "--storage", "memory", "--listen", "127.0.0.1:0", "--nodes", "0", "--real-node", "off",
-                "--metrics-listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "up"))
+                "--metrics-listen", f"127.0.0.1:{port}", "--dns-addr", "127.0.0.1:0", "--data-dir",
+                str(tmp_path / "up"))
+        assert p.returncode == 1
+        assert p.stderr.splitlines()[-1] == f"error: listen tcp 127.0.0.1:{port}: bind: address already in use"
+        assert "Traceback" not in p.stderr
+        assert not (tmp_path / "up" / "kubeconfig").exists()
+        # and the DNS server's (its UDP port is free, its TCP port is not)
+        p = run("up", "--storage", "memory", "--listen", "127.0.0.1:0", "--nodes", "0", "--real-node", "off",
+                "--metrics-listen", "", "--dns-addr", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "up"))
         assert p.returncode == 1
         assert p.stderr.splitlines()[-1] == f"error: listen tcp 127.0.0.1:{port}: bind: address already in use"
         assert "Traceback" not in p.stderr
@@ -95,9 +104,15 @@ def test_busy_port_is_one_line_and_exit_1(tmp_path):
     (["controllers", "--provisioner-name", "not a name"], "--provisioner-name"),
     (["apiserver", "-v=x"], "-v"),
     (["apiserver", "--history-revisions", "0"], "--history-revisions"),
+    (["up", "--dns-addr", "nowhere"], "--dns-addr"),
+    (["up", "--cluster-domain", "Not_A_Domain"], "--cluster-domain"),
+    (["up", "--dns-advertise-address", "127.0.0.1"], "--dns-advertise-address"),
+    (["dns", "--dns-addr", "127.0.0.1:70000"], "--dns-addr"),
+    (["dns", "--service-cluster-ip-range", "10.96.0.0/8"], "--service-cluster-ip-range"),
+    (["node", "--cluster-dns", "not-an-ip"], "--cluster-dns"),
 ])
 def test_invalid_flags_are_usage_errors(tmp_path, args, option):
-    if args[0] in ("nodes", "scheduler", "controllers"):
+    if args[0] in ("nodes", "scheduler", "controllers", "dns", "node"):
         p = run(*args, "--kubeconfig", str(tmp_path / "kc"))
     elif "--data-dir" in args:
         p = run(*args)
@@ -121,6 +136,7 @@ def test_version():
     ("scheduler", "kubeplane scheduler running"),
     ("controllers", "kubeplane controllers running"),
     ("nodes", "simulated node(s) running"),
+    ("dns", "kubeplane DNS serving cluster.local"),
 ])
 def test_component_waits_for_an_unreachable_api_server(tmp_path, command, ready):
     from kubeplane.client.kubeconfig import write_kubeconfig
@@ -130,7 +146,7 @@ def test_component_waits_for_an_unreachable_api_server(tmp_path, command, ready)
     write_kubeconfig(str(kc), f"http://127.0.0.1:{port}")
     log_path = tmp_path / "component.log"
     extra = {"scheduler": ["--no-leader-elect", "--metrics-listen", ""], "controllers": ["--metrics-listen", ""],
-             "nodes": ["--nodes", "1"]}[command]
+             "nodes": ["--nodes", "1"], "dns": ["--dns-addr", "127.0.0.1:0"]}[command]
     with open(log_path, "wb") as logf:
         proc = subprocess.Popen([*CLI, command, "--kubeconfig", str(kc), *extra], stdout=logf,
                                 stderr=subprocess.STDOUT)

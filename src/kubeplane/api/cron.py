@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from kubeplane.api.duration import parse_duration
+from kubeplane.api.gofmt import go_list
 
 UTC = _dt.timezone.utc
 
@@ -318,10 +319,6 @@ def _descriptor(spec: str, loc: _dt.tzinfo | None) -> Schedule:
     raise CronError(f"unrecognized descriptor: {spec}")
 
 
-def _go_list(items: list[str]) -> str:
-    return "[" + " ".join(items) + "]"
-
-
 def parse_standard(spec: str) -> Schedule:
     """A schedule in upstream's standard syntax; :class:`CronError` otherwise."""
     if not spec:
@@ -343,7 +340,7 @@ def parse_standard(spec: str) -> Schedule:
         return _descriptor(spec, loc)
     fields = spec.split()
     if len(fields) != 5:
-        raise CronError(f"expected exactly 5 fields, found {len(fields)}: {_go_list(fields)}")
+        raise CronError(f"expected exactly 5 fields, found {len(fields)}: {go_list(fields)}")
     minute = _get_field(fields[0], _MINUTES)
     hour = _get_field(fields[1], _HOURS)
     dom = _get_field(fields[2], _DOM)

@@ -94,6 +94,17 @@ def parse_time(s: str) -> _dt.datetime:
     return t
 
 
+def parse_timestamp(s: str) -> float:
+    """Seconds since the epoch of an RFC 3339 time (``Z`` or an offset, fractions up to
+    nanoseconds, kept to microseconds)."""
+    return parse_time(s.strip()).timestamp()
+
+
+def format_timestamp(seconds: float) -> str:
+    """Seconds since the epoch as ``format_time`` writes them (the fraction dropped)."""
+    return format_time(_dt.datetime.fromtimestamp(int(seconds), _UTC))
+
+
 def random_suffix(n: int = 5, rng: Callable[[str], str] = random.choice) -> str:
     return "".join(rng(_NAME_ALPHABET) for _ in range(n))
 

@@ -37,6 +37,7 @@ from importlib import resources as importlib_resources
 from typing import Any, Union
 
 from kubeplane.api import errors
+from kubeplane.api.gofmt import go_duration_ns
 
 MAGIC = b"k8s\x00"
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
@@ -418,32 +419,7 @@ def _duration(raw: bytes, path: str) -> str:
     return format_go_duration(nanos)
 
 
-def format_go_duration(nanos: int) -> str:
-    """Go's ``time.Duration.String``: ``1h2m3.5s``, ``1.5ms``, ``0s``."""
-    if nanos == 0:
-        return "0s"
-    sign = "-" if nanos < 0 else ""
-    n = abs(nanos)
-    if n < 1_000_000_000:
-        for unit, size in (("ms", 1_000_000), ("\u00b5s", 1_000), ("ns", 1)):
-            if n >= size:
-                return sign + _fraction(n, size) + unit
-    hours, rest = divmod(n, 3_600_000_000_000)
-    minutes, rest = divmod(rest, 60_000_000_000)
-    out = sign
-    if hours:
-        out += f"{hours}h"
-    if hours or minutes:
-        out += f"{minutes}m"
-    return out + _fraction(rest, 1_000_000_000) + "s"
-
-
-def _fraction(n: int, size: int) -> str:
-    whole, frac = divmod(n, size)
-    if not frac:
-        return str(whole)
-    digits = len(str(size)) - 1
-    return f"{whole}." + f"{frac:0{digits}d}".rstrip("0")
+format_go_duration = go_duration_ns
 
 
 def _raw_extension(raw: bytes, path: str) -> Any:

@@ -734,17 +734,19 @@ def _unescape(v: str) -> str:
 
 
 def parse_field_selector(
-    s: str, plural: str, fields: Mapping[str, Callable[[Mapping[str, Any]], str]] | None = None,
+    s: str, plural: str, fields: Mapping[str, Callable[[Mapping[str, Any]], str]] | None = None, *,
+    check_fields: bool = True,
 ) -> FieldSelector:
     """Parse ``spec.nodeName=n,status.phase!=Failed`` for resource ``plural``
     (or over ``fields``, field name → getter, when given).
 
-    Unknown fields raise 400 ``field label not supported: <field>``.
+    Unknown fields raise 400 ``field label not supported: <field>``; with ``check_fields`` false
+    any field is taken (read by its dotted path), as upstream's generic ``fields.ParseSelector``.
     """
     if not s:
         return FieldSelector()
     if fields is None:
-        fields = selectable_fields(plural)
+        fields = selectable_fields(plural) if check_fields else {}
     reqs: list[FieldRequirement] = []
     for term in _split_terms(s):
         if not term:
@@ -755,6 +757,8 @@ def parse_field_selector(
         lhs, op, rhs = parts
         getter = fields.get(lhs)
         if getter is None:
-            raise errors.bad_request(f"field label not supported: {lhs}")
+            if check_fields:
+                raise errors.bad_request(f"field label not supported: {lhs}")
+            getter = _path_getter(*lhs.split("."))
         reqs.append(FieldRequirement(lhs, op, _unescape(rhs), getter))
     return FieldSelector(tuple(reqs))

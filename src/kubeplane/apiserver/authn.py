@@ -10,7 +10,6 @@ request runs with :func:`kubeplane.auth.user.current_user` set to the result.
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import urllib.parse
 from typing import Any
@@ -19,6 +18,7 @@ import orjson
 from aiohttp import web
 
 from kubeplane.api import errors
+from kubeplane.api.meta import format_timestamp
 from kubeplane.auth.authenticator import AuthenticationError, RequestAuthenticator
 from kubeplane.auth.authorizer import AlwaysAllow, Attributes, Authorizer, Decision
 from kubeplane.auth.user import (ANONYMOUS_NAME, AUTHENTICATED, SERVICE_ACCOUNT_PREFIX, SERVICE_ACCOUNTS_GROUP,
@@ -164,10 +164,6 @@ def forbidden(attrs: Attributes, reason: str = "") -> errors.StatusError:
 
 
 # -- authentication.k8s.io endpoints ----------------------------------------------------
-
-def _rfc3339(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(int(ts), _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
 
 def self_subject_review(body: Any, user: UserInfo) -> dict:
     _check_review_body(body, "SelfSubjectReview")
@@ -320,4 +316,4 @@ async def token_request(registry: Any, catalogue: Any, issuer: Any, api_audience
     out_spec: dict[str, Any] = {"audiences": auds, "expirationSeconds": seconds, "boundObjectRef": out_ref}
     return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
             "metadata": {"name": sa_name, "namespace": namespace, "creationTimestamp": None},
-            "spec": out_spec, "status": {"token": "" if dry_run else token, "expirationTimestamp": _rfc3339(exp)}}
+            "spec": out_spec, "status": {"token": "" if dry_run else token, "expirationTimestamp": format_timestamp(exp)}}

@@ -460,16 +460,6 @@ def controller_roles() -> list[Obj]:
 #: provisioner does (an external provisioner upstream, with its own role).
 KUBEPLANE_PROVISIONER_ROLE = "kubeplane:local-provisioner"
 
-#: what a node's NetworkPolicy enforcement reads (kubeplane/node/netpol.py):
-#: every pod (the peers' addresses and named ports), namespace (their labels)
-#: and policy, which the Node authorizer has no opinion on. Upstream's policy
-#: agents (Calico's, kube-router) read the same with a ServiceAccount of theirs
-#: on every node; here the nodes' own identities are bound (group system:nodes).
-KUBEPLANE_NODE_NETWORK_POLICY_ROLE = "kubeplane:node-network-policy"
-#: what a node's pod routes read (kubeplane/node/routes.py): every Node's pod
-#: CIDR and address, where the Node authorizer lets a node read only its own
-KUBEPLANE_NODE_ROUTES_ROLE = "kubeplane:node-pod-routes"
-
 
 def kubeplane_roles() -> list[Obj]:
     return [_role(KUBEPLANE_PROVISIONER_ROLE, [
@@ -478,10 +468,32 @@ def kubeplane_roles() -> list[Obj]:
         r(READ, "storage.k8s.io", "storageclasses"),
         r("create,delete,get,list,patch,update,watch", "storage.k8s.io", "csistoragecapacities"),
         EVENTS,
+    ]), _role(KUBEPLANE_NODE_PROXIER_ROLE, [
+        # what the Service proxy reads beyond what the Node authorizer grants a node (Services,
+        # its own Node, events): system:node-proxier's would also open every Node to every node
+        r("list,watch", "discovery.k8s.io", "endpointslices"),
+    ]), _role(KUBEPLANE_NODE_NETWORK_ROLE, [
+        # the pod routes between nodes need every Node's pod CIDR and InternalIP, as flannel
+        # and k3s's network controller read them: list and watch, not get (a node still
+        # cannot get another's Node by name, as the Node authorizer says)
+        r("list,watch", "", "nodes"),
     ]), _role(KUBEPLANE_NODE_NETWORK_POLICY_ROLE, [
         r("list,watch", "", "pods,namespaces"),
         r("list,watch", "networking.k8s.io", "networkpolicies"),
-    ]), _role(KUBEPLANE_NODE_ROUTES_ROLE, [r("list,watch", "", "nodes")])]
+    ])]
+
+
+#: a node runs the Service proxy inside its agent, under its own identity (kubeadm gives
+#: kube-proxy a ServiceAccount of its own instead)
+KUBEPLANE_NODE_PROXIER_ROLE = "kubeplane:node-proxier"
+#: the node's pod routes (node/routes.py), kept by its agent under its own identity
+KUBEPLANE_NODE_NETWORK_ROLE = "kubeplane:node-network"
+#: what a node's NetworkPolicy enforcement reads (kubeplane/node/netpol.py):
+#: every pod (the peers' addresses and named ports), namespace (their labels)
+#: and policy, which the Node authorizer has no opinion on. Upstream's policy
+#: agents (Calico's, kube-router) read the same with a ServiceAccount of theirs
+#: on every node; here the nodes' own identities are bound (group system:nodes).
+KUBEPLANE_NODE_NETWORK_POLICY_ROLE = "kubeplane:node-network-policy"
 
 
 #: the kube-system ServiceAccount the local volume provisioner acts as
@@ -519,8 +531,6 @@ def cluster_role_bindings() -> list[Obj]:
     for role in controller_roles():
         name = role["metadata"]["name"]
         out.append(_binding(name, name, [service_account("kube-system", name[len(prefix):])]))
-    for role in (KUBEPLANE_NODE_NETWORK_POLICY_ROLE, KUBEPLANE_NODE_ROUTES_ROLE):
-        out.append(_binding(role, role, [group("system:nodes")]))
     return out + _controller_manager_bindings() + node_bootstrap_bindings()
 
 
@@ -539,6 +549,9 @@ def node_bootstrap_bindings() -> list[Obj]:
                  [group(DEFAULT_NODE_TOKEN_GROUP)]),
         _binding("kubeplane:node-autoapprove-certificate-rotation",
                  "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", [group("system:nodes")]),
+        _binding(KUBEPLANE_NODE_PROXIER_ROLE, KUBEPLANE_NODE_PROXIER_ROLE, [group("system:nodes")]),
+        _binding(KUBEPLANE_NODE_NETWORK_ROLE, KUBEPLANE_NODE_NETWORK_ROLE, [group("system:nodes")]),
+        _binding(KUBEPLANE_NODE_NETWORK_POLICY_ROLE, KUBEPLANE_NODE_NETWORK_POLICY_ROLE, [group("system:nodes")]),
     ]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import resource
+from kubeplane.runtime import every
 
 log = logging.getLogger("kubeplane.apiserver")
 
@@ -176,17 +177,8 @@ class KubernetesService:
             await self.reconcile()
         except StatusError as exc:
             log.warning("the kubernetes Service could not be set up: %s", exc.message)
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="kubernetes-service")
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.reconcile()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the next pass tries again
-                log.warning("reconciling the kubernetes Service failed: %s", exc)
+        self._task = asyncio.get_running_loop().create_task(
+            every(self.interval, self.reconcile, "reconciling the kubernetes Service"), name="kubernetes-service")
 
     async def stop(self) -> None:
         if self._task is not None:

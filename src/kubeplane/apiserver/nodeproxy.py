@@ -35,6 +35,7 @@ import aiohttp
 from aiohttp import WSMsgType, web
 
 from kubeplane.api import errors
+from kubeplane.api.gofmt import go_list
 
 log = logging.getLogger("kubeplane.apiserver")
 
@@ -106,10 +107,6 @@ class KubeletClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-
-def go_list(items: list[str]) -> str:
-    return "[" + " ".join(items) + "]"
 
 
 def all_container_names(pod: dict[str, Any]) -> list[str]:
@@ -403,7 +400,7 @@ async def serve_spdy(request: web.Request, kubelet: KubeletClient, host: str, po
     kubelet is spoken to over its WebSocket. Port-forward's SPDY session goes
     through as it is (the kubelet tunnels SPDY); an exec's or attach's SPDY
     streams become the channels of ``v5.channel.k8s.io``."""
-    from kubeplane.streaming import channels, spdy
+    from kubeplane.streaming import channels
 
     offered = [v.strip() for h in request.headers.getall("X-Stream-Protocol-Version", []) for v in h.split(",")
                if v.strip()]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
 from kubeplane.auth import jwt
+from kubeplane.api.gofmt import go_list
 from kubeplane.auth.user import (ANONYMOUS, AUTHENTICATED, SERVICE_ACCOUNT_PREFIX, SERVICE_ACCOUNTS_GROUP,
                                  UNAUTHENTICATED, UserInfo)
 
@@ -223,8 +224,8 @@ class ServiceAccountTokenAuthenticator:
         wanted = audiences or self.api_audiences
         matched = tuple(a for a in wanted if a in token_auds)
         if not matched:
-            raise AuthenticationError("token audiences " + _go_list(token_auds) + " is invalid for the target "
-                                      "audiences " + _go_list(wanted))
+            raise AuthenticationError("token audiences " + go_list(token_auds) + " is invalid for the target "
+                                      "audiences " + go_list(wanted))
         k8s = claims.get("kubernetes.io")
         if not isinstance(k8s, dict):
             raise AuthenticationError("service account token claims are missing kubernetes.io")
@@ -306,10 +307,6 @@ def _ref(value: Any) -> tuple[str, str] | None:
     if not isinstance(name, str) or not name or not isinstance(uid, str):
         return None
     return name, uid
-
-
-def _go_list(items: tuple[str, ...]) -> str:
-    return "[" + " ".join(items) + "]"
 
 
 # -- the union ---------------------------------------------------------------------------

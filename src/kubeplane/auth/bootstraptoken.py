@@ -28,6 +28,7 @@ import secrets as _secrets
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
+from kubeplane.api.meta import format_time, parse_time
 from kubeplane.auth.authenticator import AuthenticationError, Response
 from kubeplane.auth.user import UserInfo
 
@@ -69,7 +70,8 @@ def _b64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
 
 
-def _data(secret: dict, key: str) -> str:
+def secret_data(secret: dict, key: str) -> str:
+    """The Secret's value at ``key`` (``data`` decoded, else ``stringData``; "" when absent or not text)."""
     data = secret.get("data") if isinstance(secret.get("data"), dict) else {}
     value = data.get(key)
     if isinstance(value, str):
@@ -80,10 +82,6 @@ def _data(secret: dict, key: str) -> str:
     string = secret.get("stringData") if isinstance(secret.get("stringData"), dict) else {}
     v = string.get(key)
     return v if isinstance(v, str) else ""
-
-
-def format_time(t: _dt.datetime) -> str:
-    return t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def token_secret(token: str, *, ttl: _dt.timedelta | None = DEFAULT_TTL, description: str = "",
@@ -116,32 +114,34 @@ def token_secret(token: str, *, ttl: _dt.timedelta | None = DEFAULT_TTL, descrip
             "data": {k: _b64(v) for k, v in data.items()}}
 
 
-def _parse_time(text: str) -> _dt.datetime | None:
+def expiration(secret: dict) -> _dt.datetime | None:
+    """The Secret's ``expiration`` time; None when it has none or it does not parse."""
+    text = secret_data(secret, "expiration")
+    if not text:
+        return None
     try:
-        t = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_time(text)
     except ValueError:
         return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=_dt.timezone.utc)
 
 
 def expired(secret: dict, now: _dt.datetime | None = None) -> bool:
     """Whether the Secret's ``expiration`` has passed (an unparsable one counts as passed)."""
-    text = _data(secret, "expiration")
-    if not text:
+    if not secret_data(secret, "expiration"):
         return False
-    t = _parse_time(text)
+    t = expiration(secret)
     return t is None or t <= (now or _dt.datetime.now(_dt.timezone.utc))
 
 
 def secret_token(secret: dict) -> str | None:
     """The ``id.secret`` a bootstrap token Secret holds, if it is well formed."""
-    tid, sec = _data(secret, "token-id"), _data(secret, "token-secret")
+    tid, sec = secret_data(secret, "token-id"), secret_data(secret, "token-secret")
     token = f"{tid}.{sec}"
     return token if parse_token(token) else None
 
 
 def allows(secret: dict, usage: str) -> bool:
-    return _data(secret, f"usage-bootstrap-{usage}") == "true"
+    return secret_data(secret, f"usage-bootstrap-{usage}") == "true"
 
 
 #: ``await getter(plural, name, namespace)``: the object or None
@@ -165,17 +165,17 @@ class BootstrapTokenAuthenticator:
             return None
         if secret.get("type") != SECRET_TYPE:
             return None
-        stored = _data(secret, "token-secret")
+        stored = secret_data(secret, "token-secret")
         if not stored or not hmac.compare_digest(stored.encode(), given.encode()):
             return None
-        if _data(secret, "token-id") != tid:
+        if secret_data(secret, "token-id") != tid:
             return None
         if expired(secret, self.clock()):
             return None
         if not allows(secret, "authentication"):
             return None
         groups = [GROUP]
-        for g in _data(secret, "auth-extra-groups").split(","):
+        for g in secret_data(secret, "auth-extra-groups").split(","):
             g = g.strip()
             if not g:
                 continue

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
+from kubeplane.api.errors import StatusError
+from kubeplane.api.selectors import parse_field_selector
 from kubeplane.auth.authorizer import Attributes, Decision
 from kubeplane.auth.user import NODE_PREFIX, NODES_GROUP, UserInfo
 
@@ -317,10 +319,6 @@ class NodeGraph:
             else:
                 self._slices.pop(key[1], None)
 
-    def set_pod(self, pod: Obj) -> None:
-        md = pod.get("metadata") or {}
-        self._set_pod((md.get("namespace", ""), md.get("name", "")), pod)
-
     def _set_pod(self, key: tuple[str, str], pod: Obj | None) -> None:
         node = _name(pod.get("spec"), "nodeName") if pod is not None else ""
         new = (node, frozenset(pod_references(pod)) if node and pod is not None else frozenset())
@@ -389,26 +387,15 @@ class NodeGraph:
             return any(self.uses(node, PV, "", pv) for pv in self._secret_volumes.get((namespace, name), ()))
         return False
 
-    def pods_of(self, node: str) -> Iterator[tuple[str, str]]:
-        return (k for k, (n, _) in self._pods.items() if n == node)
-
-
-def _field_requirements(selector: str) -> Iterator[tuple[str, str, str]]:
-    """(field, operator, value) of a field selector: ``=``/``==`` as ``=``, ``!=``."""
-    for term in selector.split(","):
-        term = term.strip()
-        if not term:
-            continue
-        for op in ("!=", "==", "="):
-            field, sep, value = term.partition(op)
-            if sep:
-                yield field.strip(), "!=" if op == "!=" else "=", value.strip()
-                break
-
 
 def selects(selector: str, field: str, value: str) -> bool:
-    """Whether ``selector`` requires ``field`` to equal ``value``."""
-    return any(f == field and op == "=" and v == value for f, op, v in _field_requirements(selector))
+    """Whether ``selector`` has a term requiring ``field`` to equal ``value`` (upstream reads the
+    selector before the resource checks its fields; one that does not parse selects nothing)."""
+    try:
+        parsed = parse_field_selector(selector, "", check_fields=False)
+    except StatusError:
+        return False
+    return any(r.field == field and r.operator != "!=" and r.value == value for r in parsed.requirements)
 
 
 class NodeAuthorizer:

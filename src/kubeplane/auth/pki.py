@@ -419,6 +419,25 @@ class PKI:
         return path, load_key(path)
 
 
+def ensure_self_signed_pair(crt: str, key: str, host: str, names: tuple[str, ...]) -> tuple[str, str]:
+    """The serving pair at ``crt``/``key`` while its certificate covers ``names``, else a new
+    one for them, signed by a CA made for it alone (client-go's ``GenerateSelfSignedCertKey``,
+    what the kubelet does without ``--tls-cert-file``; the subject is ``host@<unix time>``)."""
+    import time
+
+    if os.path.exists(crt) and os.path.exists(key):
+        try:
+            if covers(load_cert(crt), names):
+                return crt, key
+        except (OSError, ValueError):
+            pass
+    ca_cert, ca_key = make_ca(f"{host}-ca@{int(time.time())}")
+    cert, leaf_key = issue(ca_cert, ca_key, f"{host}@{int(time.time())}", server_names=names, client=False)
+    write_private(key, key_pem(leaf_key))
+    write_private(crt, cert_pem(cert) + cert_pem(ca_cert))
+    return crt, key
+
+
 def ensure_pki(directory: str, durable: bool = True) -> PKI:
     """The CA in ``directory``, made there when there is none (its files
     are read when needed). ``durable=False`` skips syncing the files made

@@ -170,7 +170,9 @@ class RealNode:
         cmd = [sys.executable, "-m", "kubeplane.cli.main", "node", "--kubeconfig", self.kubeconfig,
                "--name", self.name, "--data-dir", self.data_dir, "--images-dir", self.images_dir,
                "--max-pods", str(self.max_pods), "--pod-cidr", self.pod_cidr or free_pod_cidr(),
-               "--kubelet-port", str(self.kubelet_port or free_port()), *self.extra_args]
+               "--kubelet-port", str(self.kubelet_port or free_port()),
+               "--no-proxy",  # pod start-up needs no Service rules: the host's ruleset stays as it is
+               *self.extra_args]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)

@@ -318,7 +318,8 @@ def _check_service_range(ctx: click.Context, param: click.Parameter, value: str)
     return value
 
 
-def _check_advertise_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def _check_advertisable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An address endpoints may list: an IP, not loopback, unspecified or link-local."""
     import ipaddress
 
     if value is not None:
@@ -329,6 +330,11 @@ def _check_advertise_address(ctx: click.Context, param: click.Parameter, value: 
         if ip.is_loopback or ip.is_unspecified or ip.is_link_local:
             raise click.BadParameter(f"{value} cannot be advertised: it is a loopback, unspecified or link-local "
                                      "address")
+    return value
+
+
+def _check_advertise_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    value = _check_advertisable(ctx, param, value)
     ctx.meta.setdefault("services", {})["advertise_address"] = value
     return value
 
@@ -627,6 +633,69 @@ _COMPONENTS_METRICS_HELP = ("HOST:PORT where the scheduler's and controllers' /m
                             "scheduler's /configz are served (as kube-scheduler's secure port); empty to disable.")
 
 
+def _check_dns_addr(ctx, param, value):
+    """``--dns-addr``: HOST:PORT, or empty (no DNS server)."""
+    if not value:
+        return ""
+    return _check_listen(ctx, param, value)
+
+
+def _check_cluster_domain(ctx, param, value):
+    from kubeplane.api.strings import is_dns1123_subdomain
+
+    value = (value or "").strip().rstrip(".").lower()
+    problems = is_dns1123_subdomain(value) if value else ["must not be empty"]
+    if problems:
+        raise click.BadParameter(f"invalid cluster domain {value!r}: {'; '.join(problems)}")
+    return value
+
+
+_DNS_ADDR_HELP = ("HOST:PORT where the cluster DNS server listens (UDP and TCP); empty: no DNS server. Pods "
+                  "reach it through the kube-dns Service (the tenth address of --service-cluster-ip-range), "
+                  "whose endpoints list this address: it must be one pods can reach (a node's or the host's "
+                  "address, or 0.0.0.0 to use the host's); on a loopback address the Service gets no endpoints.")
+
+
+def _dns_options(default_addr: str):
+    def deco(f):
+        opts = [
+            click.option("--dns-addr", default=default_addr, show_default=True, callback=_check_dns_addr,
+                         help=_DNS_ADDR_HELP),
+            click.option("--cluster-domain", default="cluster.local", show_default=True,
+                         callback=_check_cluster_domain, help="The cluster's DNS domain."),
+            click.option("--dns-resolv-conf", default="/etc/resolv.conf", show_default=True,
+                         help="resolv.conf whose nameservers names outside the cluster domain are forwarded to."),
+            click.option("--dns-pods", type=click.Choice(["insecure", "verified", "disabled"]), default="insecure",
+                         show_default=True,
+                         help="<a-b-c-d>.<ns>.pod records, as CoreDNS's pods option: any address (insecure), "
+                              "only a pod's of that namespace (verified), or none."),
+            click.option("--dns-advertise-address", default=None, callback=_check_advertisable,
+                         help="The address the kube-dns endpoints list (default: the --dns-addr host, or the "
+                              "host's when that is 0.0.0.0)."),
+            click.option("--dns-metrics-addr", default="", callback=_check_dns_addr,
+                         help="HOST:PORT of the DNS server's /metrics (CoreDNS's metric names) and /healthz; "
+                              "empty: none. At the --dns-addr host (or 0.0.0.0) it is the kube-dns Service's "
+                              "metrics port (9153)."),
+        ]
+        for opt in reversed(opts):
+            f = opt(f)
+        return f
+    return deco
+
+
+def _dns_config(dns_addr: str, cluster_domain: str, resolv_conf: str, pods: str, advertise: str | None,
+                metrics_addr: str, service_cidr: str):
+    from kubeplane.dns.component import DNSConfig
+    from kubeplane.dns.kubedns import kube_dns_ip
+
+    try:
+        service_ip = kube_dns_ip(service_cidr)
+    except ValueError as err:
+        raise click.UsageError(f"{err}: give a larger --service-cluster-ip-range, or --dns-addr \"\"") from None
+    return DNSConfig(listen=dns_addr, cluster_domain=cluster_domain, service_ip=service_ip,
+                     resolv_conf=resolv_conf, pods=pods, advertise_address=advertise, metrics_listen=metrics_addr)
+
+
 #: the HorizontalPodAutoscaler controller's flags (kube-controller-manager's) and
 #: the ControllerOptions fields they set
 @main.command()
@@ -651,14 +720,17 @@ _COMPONENTS_METRICS_HELP = ("HOST:PORT where the scheduler's and controllers' /m
 @click.option("--real-node-kubelet-port", type=click.IntRange(min=0, max=65535), default=10250, show_default=True,
               help="Port of the real node's kubelet API (0: a free one).")
 # -- end agent --
+@_dns_options("127.0.0.1:10053")
 def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history_revisions: int,
        history_bytes: int, event_ttl: float, verbosity: int, verbose: bool, node_count: int, node_cpu: str,
        node_memory: str, node_pods: int, zones: int, node_prefix: str, gpus_per_node: int,
        scheduler_config: str | None, split: bool, metrics_listen: str,
        controller_selection: tuple[str, ...], real_node: str = "auto", real_node_name: str | None = None,
-       real_node_kubelet_port: int = 10250) -> None:
-    """Run a whole cluster: API server, scheduler, controllers, simulated nodes (one process,
-    or two with --split)."""
+       real_node_kubelet_port: int = 10250, dns_addr: str = "", cluster_domain: str = "cluster.local",
+       dns_resolv_conf: str = "/etc/resolv.conf", dns_pods: str = "insecure",
+       dns_advertise_address: str | None = None, dns_metrics_addr: str = "") -> None:
+    """Run a whole cluster: API server, scheduler, controllers, simulated nodes and cluster DNS
+    (one process, or two with --split)."""
     import os
 
     from kubeplane.apiserver.app import APIServer, APIServerConfig
@@ -684,8 +756,16 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                        in_process=[namespace_controller] if split else [])
     node_args = (node_count, node_cpu, node_memory, node_pods, zones, node_prefix, gpus_per_node)
     published = KubeconfigFile(kubeconfig)
+    dns_config = None
+    if dns_addr:
+        from kubeplane.registry.servicealloc import DEFAULT_SERVICE_CIDR
+
+        dns_config = _dns_config(dns_addr, cluster_domain, dns_resolv_conf, dns_pods, dns_advertise_address,
+                                 dns_metrics_addr, server.config.service_cluster_ip_range or DEFAULT_SERVICE_CIDR)
     real = _up_real_node(server, data_dir, real_node, real_node_name, real_node_kubelet_port,  # -- agent --
-                         controller_selection)
+                         controller_selection,
+                         cluster_dns=[dns_config.service_ip] if dns_config and dns_config.service_ip else [],
+                         cluster_domain=cluster_domain, resolv_conf=dns_resolv_conf)
 
     async def go(stop: asyncio.Event) -> None:
         await server.start()
@@ -701,6 +781,15 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                 client = InProcessClient(server.registry, field_manager="kubeplane")
                 await _start_components(comps, client, node_args, sched_kwargs, metrics_listen, sched_cfg,
                                         ca_files=ca_files, controller_selection=controller_selection)
+            if dns_config is not None:
+                from kubeplane.dns.component import ClusterDNS
+
+                cluster_dns = ClusterDNS(InProcessClient(server.registry, field_manager="kubeplane-dns"), dns_config)
+                await comps.start(cluster_dns)
+                if real is not None and cluster_dns.keeper is not None and cluster_dns.keeper.address is None:
+                    log.warning("cluster DNS listens on %s:%d, which the real node's pods cannot reach (the "
+                                "kube-dns Service has no endpoints): give --dns-addr an address they reach, such "
+                                "as 0.0.0.0:10053", cluster_dns.host, cluster_dns.port)
             if real is not None:  # -- agent --
                 await real.start()
             # Written last and atomically: the kubeconfig appearing means the cluster is usable.
@@ -1178,6 +1267,54 @@ def nodes(kubeconfig: str | None, context: str | None, verbosity: int, verbose: 
     _run(go)
 
 
+@main.command("dns")
+@client_options
+@_dns_options("127.0.0.1:10053")
+@click.option("--service-cluster-ip-range", default="10.96.0.0/12", show_default=True,
+              callback=lambda ctx, param, value: _check_cidr_range(value),
+              help="The cluster's Service range: the kube-dns Service gets its tenth address.")
+def dns_command(kubeconfig: str | None, context: str | None, verbosity: int, verbose: bool, dns_addr: str,
+                cluster_domain: str, dns_resolv_conf: str, dns_pods: str, dns_advertise_address: str | None,
+                dns_metrics_addr: str, service_cluster_ip_range: str) -> None:
+    """Run the cluster DNS server against any Kubernetes API server (and keep its kube-dns Service)."""
+    from kubeplane.dns.component import ClusterDNS
+
+    _setup_logging(verbosity, verbose)
+    if not dns_addr:
+        raise click.UsageError("--dns-addr must not be empty here")
+    config = _dns_config(dns_addr, cluster_domain, dns_resolv_conf, dns_pods, dns_advertise_address,
+                         dns_metrics_addr, service_cluster_ip_range)
+    client = _http_client(kubeconfig, context)
+
+    async def go(stop: asyncio.Event) -> None:
+        component = ClusterDNS(client, config)
+        started = False
+        try:
+            if not await _wait_for_api(client, stop, "dns"):
+                return
+            await component.start()
+            started = True
+            log.info("kubeplane DNS serving %s on %s:%d (kube-dns Service %s)", cluster_domain, component.host,
+                     component.port, config.service_ip)
+            await stop.wait()
+        finally:
+            if started:
+                await component.stop()
+            await client.close()
+
+    _run(go)
+
+
+def _check_cidr_range(value: str) -> str:
+    from kubeplane.registry.servicealloc import parse_service_cidr
+
+    try:
+        parse_service_cidr(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
 @main.command()
 @click.argument("workload")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the results.")
@@ -1433,7 +1570,7 @@ def _node_cidrs_unassigned(controller_selection: tuple[str, ...]) -> str | None:
 
 
 def _up_real_node(server, data_dir: str, mode: str, name: str | None, kubelet_port: int = 10250,
-                  controller_selection: tuple[str, ...] = ("*",)):
+                  controller_selection: tuple[str, ...] = ("*",), **kubelet_dns):
     """The real node of ``up`` (None: none). Its pod CIDR is the one the node
     IPAM controller assigns. ``auto``: one when the host can run it, else one
     log line why not; ``on``: that reason is an error."""
@@ -1458,7 +1595,7 @@ def _up_real_node(server, data_dir: str, mode: str, name: str | None, kubelet_po
     except ValueError:
         node_ip = "127.0.0.1" if host == "localhost" else None
     config = _real_node_config(name or default_node_name(), os.path.join(data_dir, "node"), node_ip, 110, {},
-                               kubelet_port, None)
+                               kubelet_port, None, **kubelet_dns)
     return _UpRealNode(server, config)
 
 
@@ -1557,7 +1694,31 @@ _real_node_options = [
                       "need different ones."),
     click.option("--cgroups-per-qos/--no-cgroups-per-qos", default=True, show_default=True,
                  help="Give each pod a cgroup under the QoS hierarchy, its sandbox's cgroup parent."),
+    click.option("--cluster-dns", default="", callback=lambda ctx, param, value: _check_cluster_dns(ctx, param, value),
+                 help="Comma-separated IPs of the cluster DNS server (the kube-dns Service's ClusterIP, "
+                      "10.96.0.10 by default); pods with dnsPolicy ClusterFirst get them as nameservers. "
+                      "Without, they resolve as the node."),
+    click.option("--cluster-domain", default="cluster.local", show_default=True,
+                 callback=lambda ctx, param, value: _check_cluster_domain(ctx, param, value),
+                 help="The cluster's DNS domain, searched by pods in addition to the host's search domains."),
+    click.option("--resolv-conf", default="/etc/resolv.conf", show_default=True,
+                 help="The resolver configuration pods with dnsPolicy Default get (\"\": none)."),
 ]
+
+
+def _check_cluster_dns(ctx, param, value):
+    import ipaddress
+
+    out = []
+    for item in (value or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(str(ipaddress.ip_address(item)))
+        except ValueError:
+            raise click.BadParameter(f"{item!r} is not an IP address") from None
+    return out
 
 
 def _real_node_option_decorators(f):
@@ -1573,7 +1734,8 @@ def _verbosity_option_decorators(f):
 
 
 def _real_node_config(name: str, data_dir: str, node_ip, max_pods, system_reserved, kubelet_port, pod_cidr,
-                      images_dir=None, labels=None, cgroup_root="/", cgroups_per_qos=True):
+                      images_dir=None, labels=None, cgroup_root="/", cgroups_per_qos=True, cluster_dns=(),
+                      cluster_domain="cluster.local", resolv_conf="/etc/resolv.conf"):
     import os
 
     from kubeplane.node.agent import AgentConfig
@@ -1581,7 +1743,8 @@ def _real_node_config(name: str, data_dir: str, node_ip, max_pods, system_reserv
     return AgentConfig(name=name, data_dir=os.path.abspath(data_dir), node_ip=node_ip, max_pods=max_pods,
                        system_reserved=system_reserved, kubelet_port=kubelet_port, pod_cidr=pod_cidr,
                        images_dir=os.path.abspath(images_dir) if images_dir else None, labels=labels or {},
-                       cgroup_root=cgroup_root, cgroups_per_qos=cgroups_per_qos)
+                       cgroup_root=cgroup_root, cgroups_per_qos=cgroups_per_qos, cluster_dns=list(cluster_dns),
+                       cluster_domain=cluster_domain, resolv_conf=resolv_conf)
 
 
 def _real_node_available() -> str | None:
@@ -1601,6 +1764,52 @@ def _real_node_available() -> str | None:
     except FileNotFoundError as err:
         return str(err)
     return None
+
+
+def _check_cidrs(ctx, param, value):
+    import ipaddress
+
+    out = []
+    for item in (value or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item == "primary" and param.name == "nodeport_addresses":
+            out.append(item)
+            continue
+        try:
+            out.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise click.BadParameter(f"invalid CIDR address: {item}") from None
+    if "primary" in out and len(out) > 1:
+        raise click.BadParameter("'primary' cannot be combined with CIDRs")
+    return out
+
+
+def _proxy_families(value: str) -> tuple[str, ...]:
+    return {"ipv4": ("ipv4",), "ipv6": ("ipv6",), "dual": ("ipv4", "ipv6")}[value]
+
+
+_proxy_options = [
+    click.option("--proxy-min-sync-period", "min_sync_period", type=click.FloatRange(min=0), default=1.0,
+                 show_default=True, help="Seconds between two syncs of the Service rules at least."),
+    click.option("--proxy-sync-period", "sync_period", type=click.FloatRange(min=0.1), default=30.0,
+                 show_default=True, help="Seconds after which a failed sync is retried; a sync runs that often."),
+    click.option("--cluster-cidr", "local_cidrs", default="", callback=_check_cidrs,
+                 help="The pods' addresses (CIDR[,CIDR]): ClusterIP traffic from elsewhere is masqueraded; "
+                      "default for a node: its pod CIDR."),
+    click.option("--nodeport-addresses", default="", callback=_check_cidrs,
+                 help="Where NodePorts answer: CIDRs whose local addresses do, or 'primary' (the node IPs); "
+                      "default: every local address but loopback."),
+    click.option("--ip-families", "ip_families", type=click.Choice(["ipv4", "ipv6", "dual"]), default="ipv4",
+                 show_default=True, help="The nftables tables made: ip, ip6 or both."),
+]
+
+
+def _proxy_option_decorators(f):
+    for opt in reversed(_proxy_options):
+        f = opt(f)
+    return f
 
 
 @main.command("node")
@@ -1629,16 +1838,24 @@ def _real_node_available() -> str | None:
 @click.option("--streaming-connection-idle-timeout", "streaming_idle_timeout", type=_Duration(), default="4h0m0s",
               show_default=True, help="An exec, attach or port-forward with no data either way for this long is "
                                       "closed.")
+@click.option("--pod-routes/--no-pod-routes", default=True, show_default=True,
+              help="Route the other nodes' pod CIDRs through them (the nodes share a link) and masquerade what "
+                   "the pods send outside the pods' networks.")
 @click.option("--network-policy/--no-network-policy", default=True, show_default=True,
               help="Enforce the NetworkPolicies on the node's pods (nftables rules of the node's own).")
 @_real_node_option_decorators
+@click.option("--proxy/--no-proxy", "run_proxy", default=True, show_default=True,
+              help="Run the Service proxy (nftables rules for Services, as kube-proxy) in the node.")
+@_proxy_option_decorators
 @_verbosity_option_decorators
 def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, node_name, data_dir, images_dir,
-         node_labels, container_log_max_size, container_log_max_files, streaming_idle_timeout, network_policy,
-         node_ip, max_pods, system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr, cgroup_root,
-         cgroups_per_qos, verbosity, verbose) -> None:
+         node_labels, container_log_max_size, container_log_max_files, streaming_idle_timeout, pod_routes,
+         network_policy, node_ip, max_pods, system_reserved, cri_socket, sandbox_image, kubelet_port, pod_cidr,
+         cgroup_root, cgroups_per_qos, cluster_dns, cluster_domain, resolv_conf, run_proxy, min_sync_period, sync_period, local_cidrs,
+         nodeport_addresses, ip_families, verbosity, verbose) -> None:
     """Run a node: a kubelet running the pods bound to it in containers, through the CRI."""
     import os
+    import shutil
 
     from kubeplane.node.agent import DEFAULT_SANDBOX_IMAGE, ManagedNode, default_node_name
 
@@ -1658,11 +1875,22 @@ def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, no
     os.makedirs(data_dir, mode=0o700, exist_ok=True)
     joined = os.path.join(data_dir, "kubelet.kubeconfig")
     config = _real_node_config(name, data_dir, node_ip, max_pods, system_reserved, kubelet_port, pod_cidr,
-                               images_dir, node_labels, cgroup_root, cgroups_per_qos)
+                               images_dir, node_labels, cgroup_root, cgroups_per_qos, cluster_dns=cluster_dns,
+                               cluster_domain=cluster_domain, resolv_conf=resolv_conf)
     config.container_log_max_size = container_log_max_size
     config.container_log_max_files = container_log_max_files
     config.streaming_idle_timeout = streaming_idle_timeout
+    config.pod_routes = pod_routes
     config.network_policy = network_policy
+    if run_proxy:
+        from kubeplane.proxy import ProxyConfig
+
+        if shutil.which("nft") is None:
+            _fail("nft not found: install nftables (or give --no-proxy)")
+        config.proxy = ProxyConfig(node_name=name, node_ips=[node_ip] if node_ip else [],
+                                   families=_proxy_families(ip_families), min_sync_period=min_sync_period,
+                                   sync_period=sync_period, local_cidrs=local_cidrs,
+                                   nodeport_addresses=nodeport_addresses)
 
     async def go(stop: asyncio.Event) -> None:
         nonlocal kubeconfig
@@ -1700,6 +1928,54 @@ def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, no
         finally:
             if started:
                 await managed.stop()
+            await client.close()
+
+    _run(go)
+
+
+@main.command("proxy")
+@client_options
+@click.option("--node-name", default=None, callback=_check_node_name,
+              help="The node this proxy runs on (endpoints there are local); default: the hostname.")
+@click.option("--node-ip", "node_ips", multiple=True, callback=lambda c, p, v: [_check_node_ip(c, p, x) for x in v],
+              help="An address of the node (repeatable; for loadBalancerSourceRanges and 'primary').")
+@click.option("--netns", default=None,
+              help="Program this network namespace (ip netns exec NAME nft ...) instead of the process's own.")
+@click.option("--keep-rules/--no-keep-rules", default=False, show_default=True,
+              help="Leave the nftables tables in place when stopping.")
+@_proxy_option_decorators
+def proxy(kubeconfig, context, verbosity, verbose, node_name, node_ips, netns, keep_rules, min_sync_period,
+          sync_period, local_cidrs, nodeport_addresses, ip_families) -> None:
+    """Run the Service proxy: nftables rules for the cluster's Services on this node (kube-proxy)."""
+    import shutil
+
+    from kubeplane.node.agent import default_node_name
+    from kubeplane.proxy import ProxyConfig, ServiceProxy
+
+    _setup_logging(verbosity, verbose)
+    if shutil.which("nft") is None:
+        _fail("nft not found: install nftables")
+    config = ProxyConfig(node_name=node_name or default_node_name(), node_ips=list(node_ips),
+                         families=_proxy_families(ip_families), min_sync_period=min_sync_period,
+                         sync_period=sync_period, local_cidrs=local_cidrs, nodeport_addresses=nodeport_addresses,
+                         command_prefix=["ip", "netns", "exec", netns] if netns else [],
+                         keep_rules_on_stop=keep_rules)
+
+    async def go(stop: asyncio.Event) -> None:
+        client = _http_client(kubeconfig, context)
+        service_proxy = ServiceProxy(client, config)
+        started = False
+        try:
+            if not await _wait_for_api(client, stop, "proxy"):
+                return
+            if not await _start_retrying("proxy", service_proxy.start, stop):
+                return
+            started = True
+            log.info("proxy for node %s running", config.node_name)
+            await stop.wait()
+        finally:
+            if started:
+                await service_proxy.stop()
             await client.close()
 
     _run(go)

@@ -67,12 +67,12 @@ async def list_tokens(client: Any, now: _dt.datetime | None = None) -> list[list
         token = bt.secret_token(secret) if secret.get("type") == bt.SECRET_TYPE else None
         if token is None:
             continue
-        text = bt._data(secret, "expiration")
-        exp = bt._parse_time(text) if text else None
+        text = bt.secret_data(secret, "expiration")
+        exp = bt.expiration(secret)
         ttl = "<forever>" if exp is None else ("<invalid>" if exp <= now else _human((exp - now).total_seconds()))
         usages = ",".join(u for u in ("authentication", "signing") if bt.allows(secret, u)) or "<none>"
-        rows.append([token, ttl, text or "<never>", usages, bt._data(secret, "description") or "<none>",
-                     bt._data(secret, "auth-extra-groups") or "<none>"])
+        rows.append([token, ttl, text or "<never>", usages, bt.secret_data(secret, "description") or "<none>",
+                     bt.secret_data(secret, "auth-extra-groups") or "<none>"])
     return rows
 
 

@@ -21,6 +21,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import now_text
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
+from kubeplane.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,4 @@ class EventRecorder:
             log.debug("%s: %d events not written at shutdown", self.component, len(self._pending))
         self._closed = True
         self._pending.clear()
-        tasks = set(self._tasks)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(set(self._tasks), "event writer")

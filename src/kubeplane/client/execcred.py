@@ -20,10 +20,11 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import orjson
+
+from kubeplane.api.meta import parse_timestamp
 
 V1 = "client.authentication.k8s.io/v1"
 V1BETA1 = "client.authentication.k8s.io/v1beta1"
@@ -102,13 +103,6 @@ class Credentials:
 
     def valid(self, now: float) -> bool:
         return self.expires is None or now < self.expires
-
-
-def _parse_timestamp(value: str) -> float:
-    text = value.strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    return datetime.fromisoformat(text).timestamp()
 
 
 class ExecCredentialProvider:
@@ -224,7 +218,7 @@ class ExecCredentialProvider:
         expires = None
         if status.get("expirationTimestamp"):
             try:
-                expires = _parse_timestamp(str(status["expirationTimestamp"]))
+                expires = parse_timestamp(str(status["expirationTimestamp"]))
             except ValueError:
                 raise ExecCredentialError("getting credentials: invalid expirationTimestamp "
                                           f"{status['expirationTimestamp']!r}") from None

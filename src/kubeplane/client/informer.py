@@ -35,6 +35,7 @@ from typing import Any, Awaitable, Callable, Iterable, Protocol, Union
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import ResourceInfo
 from kubeplane.client.interface import Client, Obj
+from kubeplane.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -611,15 +612,7 @@ class SharedInformer:
     async def stop(self) -> None:
         """Cancel the reflector (closing its watch) and every handler task."""
         tasks, self._tasks = self._tasks, []
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            try:
-                await t
-            except asyncio.CancelledError:
-                pass
-            except Exception:  # noqa: BLE001
-                log.exception("informer task failed")
+        await cancel_and_wait(tasks, "informer task")
         for reg in self._handlers:
             await reg._stop()
         self._started = False

@@ -71,8 +71,7 @@ class BootstrapSigner(Controller):
                 continue
             tid, sec = token.split(".")
             out[bt.JWS_KEY_PREFIX + tid] = bt.detached_jws(content, tid, sec)
-            text = bt._data(secret, "expiration")
-            exp = bt._parse_time(text) if text else None
+            exp = bt.expiration(secret)
             if exp is not None:
                 left = (exp - now).total_seconds()
                 next_expiry = left if next_expiry is None else min(next_expiry, left)
@@ -117,13 +116,11 @@ class TokenCleaner(Controller):
         secret = self.secrets.indexer.get_by_key(key)
         if secret is None or not _is_token_secret(secret):
             return
-        text = bt._data(secret, "expiration")
-        if not text:
-            return
-        exp = bt._parse_time(text)
         now = self.clock()
-        if exp is not None and exp > now:
-            self.work.add_after(key, (exp - now).total_seconds() + 0.5)
+        if not bt.expired(secret, now):
+            exp = bt.expiration(secret)
+            if exp is not None:
+                self.work.add_after(key, (exp - now).total_seconds() + 0.5)
             return
         md = secret.get("metadata") or {}
         log.info("deleting expired bootstrap token Secret %s", key)

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from kubeplane.api.cron import CronError, Schedule, UnknownTimeZone, load_location, local_zone, parse_schedule
 from kubeplane.api.errors import StatusError
+from kubeplane.api.gofmt import go_quote
 from kubeplane.api.meta import deep_copy, format_time, parse_time
 from kubeplane.api.resources import resource
 from kubeplane.client.informer import SharedInformerFactory, unwrap_deleted
@@ -415,7 +416,7 @@ class CronJobController(Controller):
             try:
                 load_location(tz)
             except UnknownTimeZone as err:
-                self.recorder.event(cj, "Warning", "UnknownTimeZone", f"invalid timeZone: {_go_quote(tz)}: {err}")
+                self.recorder.event(cj, "Warning", "UnknownTimeZone", f"invalid timeZone: {go_quote(tz)}: {err}")
                 return None, changed
 
         if spec.get("suspend") is True:
@@ -424,14 +425,14 @@ class CronJobController(Controller):
         schedule = spec.get("schedule") or ""
         if "TZ" in schedule:
             self.recorder.event(cj, "Warning", "UnsupportedSchedule",
-                                f"CRON_TZ or TZ used in schedule {_go_quote(schedule)} is not officially supported, "
+                                f"CRON_TZ or TZ used in schedule {go_quote(schedule)} is not officially supported, "
                                 "see https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/ for more "
                                 "details")
         try:
             sched = parse_schedule(format_schedule(cj))
         except CronError as err:
             self.recorder.event(cj, "Warning", "UnparseableSchedule",
-                                f"unparseable schedule: {_go_quote(schedule)} : {err}")
+                                f"unparseable schedule: {go_quote(schedule)} : {err}")
             return None, changed
 
         try:
@@ -546,11 +547,6 @@ def _in_active(status: Obj, uid: str) -> bool:
 
 def _remove_active(status: Obj, uid: str) -> None:
     status["active"] = [r for r in status.get("active") or [] if r.get("uid") != uid]
-
-
-def _go_quote(s: str) -> str:
-    """Go's ``%q`` of a string (the escapes that matter for schedule text)."""
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 __all__ = [

@@ -31,8 +31,8 @@ from kubeplane.api.validation.certificates import APPROVED, DENIED, decode_bytes
 from kubeplane.client.informer import SharedInformerFactory
 from kubeplane.client.interface import Client, Obj
 from kubeplane.controllers.base import Controller
-from kubeplane.controllers.csrsigning import KUBE_APISERVER_CLIENT_KUBELET, SignerRefused, _is_true, \
-    check_kubelet_client
+from kubeplane.controllers.csrsigning import (KUBE_APISERVER_CLIENT_KUBELET, SignerRefused, check_kubelet_client,
+                                              has_true_condition)
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class CSRApprovingController(Controller):
     @staticmethod
     def _pending(csr: Obj) -> bool:
         status = csr.get("status") or {}
-        return (not status.get("certificate") and not _is_true(csr, APPROVED) and not _is_true(csr, DENIED)
+        return (not status.get("certificate") and not has_true_condition(csr, APPROVED) and not has_true_condition(csr, DENIED)
                 and (csr.get("spec") or {}).get("signerName") == KUBE_APISERVER_CLIENT_KUBELET)
 
     async def sync(self, name: str) -> None:

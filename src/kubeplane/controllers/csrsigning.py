@@ -61,14 +61,15 @@ class SignerRefused(Exception):
     """The request breaks its signer's rules (the Failed condition's message)."""
 
 
-def _is_true(csr: Obj, ctype: str) -> bool:
+def has_true_condition(csr: Obj, ctype: str) -> bool:
+    """Whether the CSR has a condition ``ctype`` with status True (upstream's HasTrueCondition)."""
     conds = (csr.get("status") or {}).get("conditions") or []
     return any(isinstance(c, dict) and c.get("type") == ctype and c.get("status") == "True" for c in conds)
 
 
 def is_approved(csr: Obj) -> bool:
     """Approved and not denied (upstream's IsCertificateRequestApproved)."""
-    return _is_true(csr, APPROVED) and not _is_true(csr, DENIED)
+    return has_true_condition(csr, APPROVED) and not has_true_condition(csr, DENIED)
 
 
 def _subject(req: Any) -> tuple[list[str], str]:
@@ -291,7 +292,7 @@ class CSRSigningController(Controller):
     def _wants(self, csr: Obj) -> bool:
         spec = csr.get("spec") or {}
         status = csr.get("status") or {}
-        return (spec.get("signerName") in self.signers and is_approved(csr) and not _is_true(csr, FAILED)
+        return (spec.get("signerName") in self.signers and is_approved(csr) and not has_true_condition(csr, FAILED)
                 and not status.get("certificate"))
 
     async def sync(self, name: str) -> None:

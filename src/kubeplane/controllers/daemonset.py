@@ -41,6 +41,7 @@ import datetime as _dt
 import logging
 from typing import Any, Callable, Iterable
 
+from kubeplane.api.backoff import Backoff
 from kubeplane.api.errors import StatusError
 from kubeplane.api.meta import deep_copy, utcnow
 from kubeplane.api.nodeselector import NodeSelector
@@ -324,37 +325,6 @@ def revision_matches(ds: Obj, revision: Obj) -> bool:
     return raw_data(revision.get("data")) == raw_data(revision_patch(ds))
 
 
-class _Backoff:
-    """Upstream ``flowcontrol.Backoff`` for failed daemon pods: per key, a delay
-    doubling from 1 s up to 15 min, read against the injected clock."""
-
-    def __init__(self, clock: Callable[[], _dt.datetime], initial: float = 1.0, maximum: float = 900.0) -> None:
-        self.clock = clock
-        self.initial = initial
-        self.maximum = maximum
-        self._entries: dict[str, tuple[float, _dt.datetime]] = {}
-
-    def get(self, key: str) -> float:
-        entry = self._entries.get(key)
-        return entry[0] if entry else 0.0
-
-    def next(self, key: str, now: _dt.datetime) -> None:
-        entry = self._entries.get(key)
-        if entry is None or (now - entry[1]).total_seconds() > 2 * self.maximum:
-            self._entries[key] = (self.initial, now)
-        else:
-            self._entries[key] = (min(entry[0] * 2, self.maximum), now)
-
-    def in_backoff_since_update(self, key: str, now: _dt.datetime) -> bool:
-        entry = self._entries.get(key)
-        return entry is not None and (now - entry[1]).total_seconds() < entry[0]
-
-    def gc(self, now: _dt.datetime) -> None:
-        for key, (_, last) in list(self._entries.items()):
-            if (now - last).total_seconds() > 2 * self.maximum:
-                del self._entries[key]
-
-
 class DaemonSetExpectations(Expectations):
     """Creations and deletions expected at once (upstream ``SetExpectations(add, del)``)."""
 
@@ -391,7 +361,8 @@ class DaemonSetsController(Controller):
         self.clock = clock
         self.burst_replicas = burst_replicas
         self.expectations = DaemonSetExpectations()
-        self.failed_pods_backoff = _Backoff(clock)
+        # a failed daemon pod is recreated after 1 s doubling up to 15 min
+        self.failed_pods_backoff = Backoff(1.0, 900.0, clock=lambda: self.clock().timestamp())
         self._backoff_gc_at = clock()
         self.ds_informer = self.factory.informer_for(DAEMONSETS)
         self.pod_informer = self.factory.informer_for(PODS)
@@ -564,7 +535,7 @@ class DaemonSetsController(Controller):
     async def sync(self, key: str) -> None:
         now = self.clock()
         if (now - self._backoff_gc_at).total_seconds() >= BACKOFF_GC_INTERVAL:
-            self.failed_pods_backoff.gc(now)
+            self.failed_pods_backoff.gc(now.timestamp())
             self._backoff_gc_at = now
         ds = self.ds_informer.indexer.get_by_key(key)
         if ds is None:
@@ -693,10 +664,10 @@ class DaemonSetsController(Controller):
                 if _phase(pod) == "Failed":
                     backoff_key = f"{uid_of(ds)}/{(ds.get('status') or {}).get('observedGeneration', 0)}/{node_name}"
                     now = self.clock()
-                    if self.failed_pods_backoff.in_backoff_since_update(backoff_key, now):
+                    if self.failed_pods_backoff.in_backoff_since_update(backoff_key, now.timestamp()):
                         self.daemonsets.add_after(key_of(ds), self.failed_pods_backoff.get(backoff_key))
                         continue
-                    self.failed_pods_backoff.next(backoff_key, now)
+                    self.failed_pods_backoff.next(backoff_key, now.timestamp())
                     self.recorder.event(ds, "Warning", FAILED_DAEMON_POD,
                                         f"Found failed daemon pod {ns_of(pod)}/{name_of(pod)} on node {node_name}, "
                                         "will try to kill it")

@@ -296,7 +296,7 @@ class NodeAgent(Controller):
             await self._refresh_status(name, node_object(name, self._index[name], self.spec))
 
     async def _renew_lease(self, name: str) -> None:
-        from kubeplane.registry.metrics import USAGE_ANNOTATION
+        from kubeplane.api.usage import USAGE_ANNOTATION
 
         now = micro_time()
         usage = {USAGE_ANNOTATION: self.usage.annotation(name)}

@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import Any, Awaitable, Callable
 
 from kubeplane.api.quantity import format_quantity, parse_quantity
-from kubeplane.registry.metrics import RESOURCES, usage_report
+from kubeplane.api.usage import RESOURCES, usage_report
 
 log = logging.getLogger(__name__)
 

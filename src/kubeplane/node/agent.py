@@ -27,7 +27,9 @@ runtime:
   containers that changed on their own, and removes the sandboxes and
   containers of pods that are gone from the API (orphans);
 - imports every image archive of its images directory at start and when
-  one appears there (as k3s's agent/images).
+  one appears there (as k3s's agent/images);
+- with ``proxy`` configured, runs the Service proxy (:mod:`kubeplane.proxy`,
+  kube-proxy's nftables mode) and removes its rules when it stops.
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ from kubeplane.api.nodestatus import (KUBELET_VERSION, LEASE_DURATION_SECONDS, L
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
 from kubeplane.node import admission, cni, host
-from kubeplane.node.cri import POD_UID_LABEL
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.node.images import ImageError, import_archive, is_archive
 from kubeplane.node.logs import (DEFAULT_MAX_FILES as DEFAULT_LOG_MAX_FILES, DEFAULT_MAX_SIZE as DEFAULT_LOG_MAX_SIZE,
@@ -112,6 +113,14 @@ class AgentConfig:
     #: <cgroup_root>/kubepods, the sandbox's cgroup parent
     cgroups_per_qos: bool = True
     cgroup_root: str = "/"
+    #: run the Service proxy (kubeplane.proxy) with this configuration; node name, node IP and
+    #: (as --cluster-cidr) the pod CIDR are filled in when left empty. None: no proxy
+    proxy: Any = None
+    #: the kubelet's --cluster-dns (the kube-dns Service's ClusterIP), --cluster-domain
+    #: and --resolv-conf: what the pods' resolv.conf is made of
+    cluster_dns: list[str] = field(default_factory=list)
+    cluster_domain: str = "cluster.local"
+    resolv_conf: str = "/etc/resolv.conf"
 
     @property
     def pods_dir(self) -> str:
@@ -282,7 +291,7 @@ class _PodWorker:
                 self._sync.cancel()
             self._sync = None
         if isinstance(status, dict):
-            agent.probes("update_pod_status", pod, status)
+            # the runtime's compute_status already handed the status to the prober
             await agent.status.set(pod, status)
             if status.get("phase") in TERMINAL_PHASES:
                 # the runtime tore a pod in a terminal phase down (sandbox stopped);
@@ -385,6 +394,8 @@ class NodeAgent:
         self._started = False
         #: the kubelet API (logs, exec, attach, port-forward) and the usage measurements
         self.server: Any = None
+        #: the Service proxy (config.proxy)
+        self.service_proxy: Any = None
         self.stats: Any = None
         self.log_manager: ContainerLogManager | None = None
         self.pod_routes: Any = None
@@ -425,7 +436,22 @@ class NodeAgent:
         await self._set_pod_cidr_from(self.node)
         if self.pod_cidr is None:
             self._spawn(self._pod_cidr_loop(), "pod-cidr")
+        if self.config.proxy is not None:
+            await self._start_proxy()
         self._started = True
+
+    async def _start_proxy(self) -> None:
+        import dataclasses
+
+        from kubeplane.proxy import ServiceProxy
+
+        cfg = self.config.proxy
+        node_ips = cfg.node_ips or [a["address"] for a in (self.node or {}).get("status", {}).get("addresses") or []
+                                    if a.get("type") == "InternalIP"]
+        local = cfg.local_cidrs or ([self.pod_cidr] if self.pod_cidr else [])
+        self.service_proxy = ServiceProxy(self.client, dataclasses.replace(
+            cfg, node_name=cfg.node_name or self.name, node_ips=node_ips, local_cidrs=local))
+        await self.service_proxy.start()
 
     async def start_pods(self) -> None:
         """Run the pods bound to the node: the runtime, the pod informer, the relist."""
@@ -485,7 +511,10 @@ class NodeAgent:
         if self.server is not None:
             await self.server.stop()
             self.server = None
-        for part in (self.prober, self.volumes, self.recorder):
+        if self.service_proxy is not None:  # its rules go with it
+            await self.service_proxy.stop()
+            self.service_proxy = None
+        for part in (self.runtime, self.prober, self.volumes, self.recorder):
             closer = getattr(part, "stop", None) or getattr(part, "close", None)
             if closer is not None:
                 try:
@@ -526,20 +555,10 @@ class NodeAgent:
         from kubeplane.auth import pki
 
         d = os.path.join(self.config.data_dir, "pki")
-        crt, key = os.path.join(d, "kubelet.crt"), os.path.join(d, "kubelet.key")
         names = tuple(dict.fromkeys([self.name, "localhost", "127.0.0.1",
                                      *([self.config.node_ip] if self.config.node_ip else [])]))
-        if os.path.exists(crt) and os.path.exists(key):
-            try:
-                if pki.covers(pki.load_cert(crt), names):
-                    return crt, key
-            except (OSError, ValueError):
-                pass
-        ca_cert, ca_key = pki.make_ca(f"{self.name}-ca@{int(time.time())}")
-        cert, leaf_key = pki.issue(ca_cert, ca_key, self.name, server_names=names, client=False)
-        pki.write_private(key, pki.key_pem(leaf_key))
-        pki.write_private(crt, pki.cert_pem(cert) + pki.cert_pem(ca_cert))
-        return crt, key
+        return pki.ensure_self_signed_pair(os.path.join(d, "kubelet.crt"), os.path.join(d, "kubelet.key"),
+                                           self.name, names)
 
     async def _start_server(self) -> None:
         """The kubelet API on the kubelet port (0: a free one, then reported)."""
@@ -576,7 +595,7 @@ class NodeAgent:
         """The measured usage report each Lease renewal carries (for metrics.k8s.io)."""
         if self.stats is None:
             return {}
-        from kubeplane.registry.metrics import USAGE_ANNOTATION
+        from kubeplane.api.usage import USAGE_ANNOTATION
 
         try:
             return {USAGE_ANNOTATION: await self.stats.report()}
@@ -616,8 +635,16 @@ class NodeAgent:
     def _make_runtime(self) -> Any:
         from kubeplane.node.kuberuntime import KubeRuntime
         from kubeplane.node.prober import ProbeManager
-        from kubeplane.node.volumes import VolumeManager
+        from kubeplane.node.volumes import VolumeManager, make_rshared
 
+        # as the kubelet does to its root directory: the pods' volumes on a shared mount, so
+        # that mountPropagation HostToContainer and Bidirectional can be honoured
+        os.makedirs(self.config.pods_dir, exist_ok=True)
+        try:
+            make_rshared(self.config.pods_dir)
+        except OSError as err:
+            log.warning("node %s: %s is not on a shared mount (%s): mountPropagation other than None "
+                        "will fail", self.name, self.config.pods_dir, err)
         self.volumes = VolumeManager(self.client, self.config.pods_dir, node_name=self.name,
                                      recorder=self.recorder)
         self.prober = ProbeManager(self.cri, self.wake_pod, recorder=self.recorder)
@@ -626,6 +653,8 @@ class NodeAgent:
         return KubeRuntime(self.cri, client=self.client, node_name=self.name, pods_dir=self.config.pods_dir,
                            logs_dir=self.config.logs_dir, volumes=self.volumes, prober=self.prober,
                            recorder=self.recorder, host_ips=host_ips,
+                           cluster_dns=self.config.cluster_dns, cluster_domain=self.config.cluster_domain,
+                           resolv_conf=self.config.resolv_conf,
                            allocatable=dict(status.get("allocatable") or {}), cgroups=self.cgroups)
 
     # -- the Node ------------------------------------------------------------------
@@ -1033,18 +1062,9 @@ class NodeAgent:
     async def relist(self) -> set[str]:
         """List sandboxes and containers; wake the pods whose ones changed,
         clean up those of pods the API no longer has. The uids that changed."""
-        sandboxes = (await self.cri.runtime("ListPodSandbox", pb.ListPodSandboxRequest())).items
-        containers = (await self.cri.runtime("ListContainers", pb.ListContainersRequest())).containers
-        seen: dict[str, set] = {}
-        for s in sandboxes:
-            uid = s.labels.get(POD_UID_LABEL)
-            if uid:
-                seen.setdefault(uid, set()).add(("s", s.id, s.state))
-        for c in containers:
-            uid = c.labels.get(POD_UID_LABEL)
-            if uid:
-                seen.setdefault(uid, set()).add(("c", c.id, c.state))
-        now = {uid: frozenset(v) for uid, v in seen.items()}
+        now = {rp.uid: frozenset({("s", s.id, s.ready) for s in rp.sandboxes}
+                                 | {("c", c.id, c.state) for c in rp.containers})
+               for rp in await self.runtime.running_pods()}
         changed = {uid for uid in set(now) | set(self._relisted) if now.get(uid) != self._relisted.get(uid)}
         self._relisted = now
         self._last_relist = self.clock()

@@ -39,9 +39,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from kubeplane.api.qos import pod_qos_class
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.quota import pod_aggregate
-from kubeplane.registry.strategies import pod_qos_class
 
 log = logging.getLogger(__name__)
 

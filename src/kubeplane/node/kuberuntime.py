@@ -35,7 +35,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable
 
+from kubeplane.api.backoff import Backoff
 from kubeplane.api.errors import StatusError
+from kubeplane.api.gofmt import format_pod, go_duration, grpc_code_name
+from kubeplane.api.qos import pod_qos_class
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.node import podstatus as ps
@@ -45,8 +48,7 @@ from kubeplane.node.cgroups import QUOTA_PERIOD, CgroupError, milli_cpu_to_quota
 from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIClient, CRIError, pb
 from kubeplane.node.logs import rotated_logs
 from kubeplane.node.podstatus import ContainerInfo, RuntimePod, SandboxInfo
-from kubeplane.node.volumes import VolumeError
-from kubeplane.registry.strategies import pod_qos_class
+from kubeplane.node.volumes import VolumeError, expand, find_container, pod_field_value, resource_field_value
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +81,8 @@ DEFAULT_MASKED_PATHS = [
 ]
 DEFAULT_READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
 
-#: how long a namespace's Service list serves container environments
-SERVICE_CACHE_SECONDS = 1.0
+#: how long a container's start waits for the first list of Services (its environment needs them)
+SERVICE_SYNC_SECONDS = 30.0
 
 CONFIGMAPS = resource("configmaps")
 SECRETS = resource("secrets")
@@ -92,79 +94,9 @@ class ConfigError(Exception):
     """A container's configuration cannot be built (CreateContainerConfigError)."""
 
 
-class Backoff:
-    """upstream's flowcontrol.Backoff: per key, 10 s doubling to 5 min, forgotten after
-    twice the maximum without a new failure."""
-
-    def __init__(self, initial: float = BACKOFF_INITIAL, maximum: float = BACKOFF_MAX,
-                 clock: Callable[[], float] = time.time):
-        self.initial, self.maximum, self.clock = initial, maximum, clock
-        self._entries: dict[str, list[float]] = {}   # key -> [backoff, last_update]
-
-    def _expired(self, event_time: float, last_update: float) -> bool:
-        return event_time - last_update > 2 * self.maximum
-
-    def get(self, key: str) -> float:
-        e = self._entries.get(key)
-        return e[0] if e else 0.0
-
-    def next(self, key: str, event_time: float) -> None:
-        e = self._entries.get(key)
-        if e is None or self._expired(event_time, e[1]):
-            self._entries[key] = [self.initial, event_time]
-        else:
-            self._entries[key] = [min(e[0] * 2, self.maximum), event_time]
-
-    def in_backoff_since(self, key: str, event_time: float) -> bool:
-        e = self._entries.get(key)
-        if e is None:
-            return False
-        now = self.clock()
-        if self._expired(now, e[1]):
-            return False
-        return now - event_time < e[0]
-
-    def in_backoff_since_update(self, key: str, event_time: float) -> bool:
-        e = self._entries.get(key)
-        if e is None or self._expired(event_time, e[1]):
-            return False
-        return event_time - e[1] < e[0]
-
-    def ends(self, key: str) -> float | None:
-        """When the back-off started at the last update ends."""
-        e = self._entries.get(key)
-        return e[1] + e[0] if e else None
-
-    def forget(self, key: str) -> None:
-        self._entries.pop(key, None)
-
-    def gc(self) -> None:
-        now = self.clock()
-        for k in [k for k, e in self._entries.items() if self._expired(now, e[1])]:
-            del self._entries[k]
-
-
-def _duration(seconds: float) -> str:
-    """Go's time.Duration String for whole seconds: 10s, 1m20s, 5m0s."""
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    return f"{s // 60}m{s % 60}s"
-
-
-_GO_CODES = {"OK": "OK", "CANCELLED": "Canceled"}
-
-
 def go_grpc_error(e: CRIError) -> str:
     """A CRI error as Go's gRPC status error prints it (what upstream's messages quote)."""
-    name = e.code.name
-    code = _GO_CODES.get(name) or "".join(w.capitalize() for w in name.split("_"))
-    return f"rpc error: code = {code} desc = {e.details}"
-
-
-def format_pod(pod: Obj) -> str:
-    md = pod.get("metadata") or {}
-    return f"{md.get('name', '')}_{md.get('namespace', '')}({md.get('uid', '')})"
+    return f"rpc error: code = {grpc_code_name(e.code.name)} desc = {e.details}"
 
 
 def container_hash(container: Obj) -> str:
@@ -409,31 +341,6 @@ def verify_run_as_non_root(pod: Obj, container: Obj, image: pb.Image | None) -> 
 
 # -- environment -------------------------------------------------------------------
 
-def expand(s: str, lookup: Callable[[str], str | None]) -> str:
-    """Kubernetes' $(VAR) expansion: $$ escapes, unknown references stay as written."""
-    out: list[str] = []
-    i, n = 0, len(s)
-    while i < n:
-        ch = s[i]
-        if ch == "$" and i + 1 < n:
-            nxt = s[i + 1]
-            if nxt == "$":
-                out.append("$")
-                i += 2
-                continue
-            if nxt == "(":
-                j = s.find(")", i + 2)
-                if j != -1:
-                    name = s[i + 2:j]
-                    v = lookup(name)
-                    out.append(v if v is not None else s[i:j + 1])
-                    i = j + 1
-                    continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
 def service_env(services: list[Obj], namespace: str, enable_links: bool) -> dict[str, str]:
     """Docker-links style variables of the namespace's Services and the master service."""
     env: dict[str, str] = {}
@@ -471,51 +378,6 @@ def service_env(services: list[Obj], namespace: str, enable_links: bool) -> dict
             env[base + "_PORT"] = str(p.get("port"))
             env[base + "_ADDR"] = ip
     return env
-
-
-def _field_path_value(pod: Obj, path: str, pod_ips: list[str], host_ips: list[str]) -> str:
-    md = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    m = re.fullmatch(r"metadata\.(labels|annotations)\['(.*)'\]", path) or \
-        re.fullmatch(r'metadata\.(labels|annotations)\["(.*)"\]', path)
-    if m:
-        return str((md.get(m.group(1)) or {}).get(m.group(2), ""))
-    simple = {
-        "metadata.name": md.get("name", ""), "metadata.namespace": md.get("namespace", ""),
-        "metadata.uid": md.get("uid", ""), "spec.nodeName": spec.get("nodeName", ""),
-        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
-        "status.hostIP": host_ips[0] if host_ips else "", "status.hostIPs": ",".join(host_ips),
-        "status.podIP": pod_ips[0] if pod_ips else "", "status.podIPs": ",".join(pod_ips),
-    }
-    if path in simple:
-        return str(simple[path])
-    if path in ("metadata.labels", "metadata.annotations"):
-        d = md.get(path.split(".")[1]) or {}
-        return "\n".join(f'{k}="{v}"' for k, v in sorted(d.items()))
-    raise ConfigError(f'unsupported fieldPath: "{path}"')
-
-
-def resource_field_value(ref: Obj, container: Obj, allocatable: dict[str, Any]) -> str:
-    """upstream's ExtractContainerResourceValue, with node allocatable for unset limits."""
-    res_name = ref.get("resource") or ""
-    try:
-        divisor = parse_quantity(ref.get("divisor") or "1") or Fraction(1)
-    except (TypeError, ValueError):
-        raise ConfigError(f"invalid divisor {ref.get('divisor')!r}") from None
-    kind, _, name = res_name.partition(".")
-    if kind not in ("limits", "requests") or not name:
-        raise ConfigError(f"unsupported container resource : {res_name}")
-    value = _q(container.get("resources"), kind, name)
-    if value is None and kind == "limits":
-        try:
-            value = parse_quantity(allocatable.get(name)) if allocatable.get(name) is not None else None
-        except (TypeError, ValueError):
-            value = None
-    if value is None:
-        value = Fraction(0)
-    if name == "cpu":
-        return str(math.ceil(value / divisor))
-    return str(math.ceil(value / divisor))
 
 
 # -- termination messages and logs ---------------------------------------------------
@@ -571,24 +433,12 @@ def pod_hostname(pod: Obj, cluster_domain: str) -> tuple[str, str]:
     return name, domain
 
 
-def parse_resolv_conf(path: str) -> tuple[list[str], list[str], list[str]]:
-    servers, searches, options = [], [], []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.split("#", 1)[0].strip()
-                if not line:
-                    continue
-                fields = line.split()
-                if fields[0] == "nameserver" and len(fields) > 1:
-                    servers.append(fields[1])
-                elif fields[0] in ("search", "domain"):
-                    searches = fields[1:]
-                elif fields[0] == "options":
-                    options.extend(fields[1:])
-    except OSError:
-        pass
-    return servers, searches, options
+#: upstream's pod DNS limits (pkg/apis/core/validation: MaxDNSNameservers,
+#: MaxDNSSearchPaths, MaxDNSSearchListChars) and a DNS-1123 subdomain's length
+MAX_DNS_NAMESERVERS = 3
+MAX_DNS_SEARCH_PATHS = 32
+MAX_DNS_SEARCH_LIST_CHARS = 2048
+MAX_SEARCH_PATH_LENGTH = 253
 
 
 def _dedupe(xs: list[str]) -> list[str]:
@@ -600,36 +450,81 @@ def _dedupe(xs: list[str]) -> list[str]:
     return out
 
 
-def dns_config(pod: Obj, cluster_dns: list[str], cluster_domain: str, resolv_conf: str) -> pb.DNSConfig:
-    """upstream's dns Configurer.GetPodDNS."""
+def _merge_dns_options(existing: list[str], extra: list[Obj]) -> list[str]:
+    """upstream's mergeDNSOptions: the pod's dnsConfig options replace those of the same name."""
+    by_name: dict[str, str] = {}
+    for o in existing:
+        name, _, value = o.partition(":")
+        by_name[name] = value
+    for o in extra:
+        if isinstance(o, dict) and o.get("name"):
+            by_name[o["name"]] = o.get("value") or ""
+    return [f"{k}:{v}" if v else k for k, v in by_name.items()]
+
+
+def _fit_searches(searches: list[str]) -> tuple[list[str], bool]:
+    """upstream's formDNSSearchFitsLimits: at most 32 paths, none longer than
+    253 characters, the line at most 2048 characters (paths dropped from the end)."""
+    exceeded = len(searches) > MAX_DNS_SEARCH_PATHS
+    searches = searches[:MAX_DNS_SEARCH_PATHS]
+    kept = [s for s in searches if len(s) <= MAX_SEARCH_PATH_LENGTH]
+    exceeded = exceeded or len(kept) != len(searches)
+    while kept and len(" ".join(kept)) > MAX_DNS_SEARCH_LIST_CHARS:
+        kept.pop()
+        exceeded = True
+    return kept, exceeded
+
+
+def dns_config(pod: Obj, cluster_dns: list[str], cluster_domain: str, resolv_conf: str,
+               warn: Callable[[str, str], None] | None = None, node_ips: list[str] | None = None) -> pb.DNSConfig:
+    """upstream's dns Configurer.GetPodDNS: the pod's resolv.conf by its
+    dnsPolicy (ClusterFirst, ClusterFirstWithHostNet, Default, None) and
+    dnsConfig, within the limits. ``warn(reason, message)`` receives the pod
+    events upstream records (MissingClusterDNS, DNSConfigForming)."""
+    from kubeplane.dns.resolvconf import read_resolv_conf
+
     spec = pod.get("spec") or {}
     ns = (pod.get("metadata") or {}).get("namespace", "")
     policy = spec.get("dnsPolicy") or "ClusterFirst"
-    host_servers, host_searches, host_options = parse_resolv_conf(resolv_conf)
+    host = read_resolv_conf(resolv_conf) if resolv_conf else None
+    servers = list(host.nameservers) if host else []
+    searches = list(host.searches) if host else []
+    options = list(host.options) if host else []
     if policy == "ClusterFirst" and spec.get("hostNetwork"):
-        policy = "Default"
+        policy = "Default"  # a host-network pod resolves as its node
     if policy in ("ClusterFirst", "ClusterFirstWithHostNet") and not cluster_dns:
-        policy = "Default"  # no cluster DNS configured: the host's resolver, as upstream falls back
+        if warn is not None:
+            warn("MissingClusterDNS", f'pod: "{format_pod(pod)}". kubelet does not have ClusterDNS IP configured '
+                                      'and cannot create Pod using "ClusterFirst" policy. Falling back to '
+                                      '"Default" policy.')
+        policy = "Default"
     if policy == "None":
         servers, searches, options = [], [], []
     elif policy == "Default":
-        servers, searches, options = host_servers, host_searches, host_options
+        if not resolv_conf:
+            # --resolv-conf "": the node's own resolver, and no search path
+            servers = ["::1" if ":" in ip else "127.0.0.1" for ip in node_ips or []] or ["127.0.0.1"]
+            searches = ["."]
     else:
         servers = list(cluster_dns)
-        searches = [f"{ns}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] + host_searches
+        if cluster_domain:
+            searches = _dedupe([f"{ns}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] + searches)
         options = ["ndots:5"]
     cfg = spec.get("dnsConfig") or {}
     if cfg:
         servers = _dedupe(servers + list(cfg.get("nameservers") or []))
         searches = _dedupe(searches + list(cfg.get("searches") or []))
-        opts: dict[str, str] = {}
-        for o in options:
-            opts[o.partition(":")[0]] = o
-        for o in cfg.get("options") or []:
-            if isinstance(o, dict) and o.get("name"):
-                opts[o["name"]] = o["name"] + (f":{o['value']}" if o.get("value") else "")
-        options = list(opts.values())
-    return pb.DNSConfig(servers=servers[:3], searches=searches[:32], options=options)
+        options = _merge_dns_options(options, list(cfg.get("options") or []))
+    if len(servers) > MAX_DNS_NAMESERVERS:
+        servers = servers[:MAX_DNS_NAMESERVERS]
+        if warn is not None:
+            warn("DNSConfigForming", "Nameserver limits were exceeded, some nameservers have been omitted, the "
+                                     f"applied nameserver line is: {' '.join(servers)}")
+    searches, exceeded = _fit_searches(searches)
+    if exceeded and warn is not None:
+        warn("DNSConfigForming", "Search Line limits were exceeded, some search paths have been omitted, the "
+                                 f"applied search line is: {' '.join(searches)}")
+    return pb.DNSConfig(servers=servers, searches=searches, options=options)
 
 
 # -- CRI → runtime view ---------------------------------------------------------------
@@ -742,13 +637,13 @@ class KubeRuntime:
         self.runtime_handler = runtime_handler
         self.cgroups = cgroups
         self.clock = clock
-        self.backoff = Backoff(clock=clock)
-        self.image_backoff = Backoff(clock=clock)
+        self.backoff = Backoff(BACKOFF_INITIAL, BACKOFF_MAX, clock=clock)
+        self.image_backoff = Backoff(BACKOFF_INITIAL, BACKOFF_MAX, clock=clock)
         self.memory_capacity = host_memory_bytes()
         self.runtime_name = ""
         self._pods: dict[str, _PodState] = {}
         self._locks: dict[str, list] = {}   # uid -> [lock, holders and waiters]
-        self._service_cache: dict[str, tuple[float, list[Obj]]] = {}
+        self._services_informer: Any = None
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -1092,18 +987,11 @@ class KubeRuntime:
 
     def _kill_reason(self, pod: Obj, c: Obj, ci: ContainerInfo, *, init: bool) -> tuple[str, int] | None:
         """(message, grace) when a failed liveness or startup probe wants the container killed."""
-        prefix = "Init container" if init else "Container"
-        if self._probe("liveness_failed")(ci.id):
-            probe, what = c.get("livenessProbe") or {}, "liveness"
-        elif self._probe("startup_failed")(ci.id):
-            probe, what = c.get("startupProbe") or {}, "startup"
-        else:
+        kill = self.prober.kill_reason(c["name"], ci.id, init=init) if self.prober is not None else None
+        if kill is None:
             return None
-        grace = self._grace(pod)
-        md = pod.get("metadata") or {}
-        if md.get("deletionGracePeriodSeconds") is None and probe.get("terminationGracePeriodSeconds") is not None:
-            grace = int(probe["terminationGracePeriodSeconds"])
-        return f"{prefix} {c['name']} failed {what} probe", grace
+        reason, message = kill
+        return message, prober_mod.kill_grace_seconds(pod, c, reason)
 
     async def _setup_volumes(self, pod: Obj, state: _PodState) -> bool:
         if self.volumes is None:
@@ -1157,7 +1045,9 @@ class KubeRuntime:
             metadata=pb.PodSandboxMetadata(name=md["name"], uid=md["uid"], namespace=md.get("namespace", ""),
                                            attempt=attempt),
             hostname=hostname, log_directory=self.pod_log_dir(pod),
-            dns_config=dns_config(pod, self.cluster_dns, self.cluster_domain, self.resolv_conf),
+            dns_config=dns_config(pod, self.cluster_dns, self.cluster_domain, self.resolv_conf,
+                                  warn=lambda reason, message: self._event(pod, "Warning", reason, message),
+                                  node_ips=self.host_ips),
             labels=labels, annotations={k: str(v) for k, v in (md.get("annotations") or {}).items()})
         protos = {"TCP": pb.TCP, "UDP": pb.UDP, "SCTP": pb.SCTP}
         for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
@@ -1291,24 +1181,35 @@ class KubeRuntime:
 
     # -- containers ------------------------------------------------------------------
 
+    def _service_informer(self) -> Any:
+        """The Services informer, started on first use (upstream's kubelet lists Services
+        through an informer for the service environment variables)."""
+        if self._services_informer is None:
+            from kubeplane.client.informer import SharedInformer
+
+            inf = SharedInformer(self.client, SERVICES, indexers={
+                "namespace": lambda o: [(o.get("metadata") or {}).get("namespace", "")]})
+            inf.start()
+            self._services_informer = inf
+        return self._services_informer
+
     async def _services(self, ns: str) -> list[Obj]:
-        """The namespace's Services and the master service, read at most once a second
-        (upstream's kubelet reads them from an informer; many pods start together)."""
-        now = time.monotonic()
-        out: list[Obj] = []
-        for namespace in ([ns, "default"] if ns != "default" else ["default"]):
-            hit = self._service_cache.get(namespace)
-            if hit is None or now - hit[0] > SERVICE_CACHE_SECONDS:
-                try:
-                    items = (await self.client.list(SERVICES, namespace)).get("items") or []
-                except StatusError as e:
-                    raise ConfigError(f"failed to list services: {e.message}") from None
-                hit = self._service_cache[namespace] = (now, items)
-            items = hit[1]
-            if namespace != ns:
-                items = [s for s in items if (s.get("metadata") or {}).get("name") == "kubernetes"]
-            out.extend(items)
+        """The namespace's Services and the master service."""
+        inf = self._service_informer()
+        if not inf.has_synced() and not await inf.wait_for_sync(SERVICE_SYNC_SECONDS):
+            raise ConfigError("services have not yet been read at least once, cannot construct envvars")
+        out = list(inf.indexer.by_index("namespace", ns))
+        if ns != "default":
+            master = inf.indexer.get_by_key("default/kubernetes")
+            if master is not None:
+                out.append(master)
         return out
+
+    async def close(self) -> None:
+        """Stop the Services informer, if one was started."""
+        inf, self._services_informer = self._services_informer, None
+        if inf is not None:
+            await inf.stop()
 
     async def _env(self, pod: Obj, container: Obj, pod_ips: list[str]) -> list[pb.KeyValue]:
         """upstream's makeEnvironmentVariables."""
@@ -1372,14 +1273,17 @@ class KubeRuntime:
                 continue
             vf = e.get("valueFrom") or {}
             if vf.get("fieldRef"):
-                env[name] = _field_path_value(pod, vf["fieldRef"].get("fieldPath", ""), pod_ips, self.host_ips)
+                try:
+                    env[name] = pod_field_value(pod, vf["fieldRef"].get("fieldPath", ""), pod_ips, self.host_ips)
+                except ValueError as err:
+                    raise ConfigError(str(err)) from None
             elif vf.get("resourceFieldRef"):
                 ref = vf["resourceFieldRef"]
-                target = container
-                if ref.get("containerName"):
-                    target = next((c for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
-                                   if c.get("name") == ref["containerName"]), container)
-                env[name] = resource_field_value(ref, target, self.allocatable)
+                try:
+                    target = find_container(pod, ref["containerName"]) if ref.get("containerName") else container
+                    env[name] = resource_field_value(ref, target, self.allocatable)
+                except ValueError as err:
+                    raise ConfigError(str(err)) from None
             elif vf.get("configMapKeyRef") or vf.get("secretKeyRef"):
                 kind = "configmap" if vf.get("configMapKeyRef") else "secret"
                 ref = vf.get("configMapKeyRef") or vf.get("secretKeyRef")
@@ -1483,7 +1387,7 @@ class KubeRuntime:
             state.backoff_keys.add(key)
             finished = latest.finished_at / 1e9
             if self.backoff.in_backoff_since(key, finished):
-                msg = (f"back-off {_duration(self.backoff.get(key))} restarting failed container={name} "
+                msg = (f"back-off {go_duration(self.backoff.get(key))} restarting failed container={name} "
                        f"pod={format_pod(pod)}")
                 self._event(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
                             f"{format_pod(pod)}", name)

@@ -103,7 +103,10 @@ class ContainerLogManager:
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="container-log-rotation")
+        from kubeplane.runtime import every
+
+        self._task = asyncio.create_task(every(self.monitor_interval, self.rotate_running, "rotating container logs"),
+                                         name="container-log-rotation")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -113,16 +116,6 @@ class ContainerLogManager:
             except asyncio.CancelledError:
                 pass
             self._task = None
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.monitor_interval)
-            try:
-                await self.rotate_running()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # noqa: BLE001 - rotation is retried next round
-                log.warning("rotating container logs: %s", err)
 
     async def _running(self) -> Iterable[Any]:
         req = pb.ListContainersRequest(filter=pb.ContainerFilter(state=pb.ContainerStateValue(

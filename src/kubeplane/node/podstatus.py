@@ -13,11 +13,12 @@ podIP(s), hostIP(s), qosClass and startTime.
 
 from __future__ import annotations
 
-import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kubeplane.registry.strategies import pod_qos_class
+from kubeplane.api.gofmt import go_list
+from kubeplane.api.meta import format_timestamp
+from kubeplane.api.qos import pod_qos_class
 
 Obj = dict[str, Any]
 
@@ -184,25 +185,19 @@ def has_any_regular_container_started(spec: Obj, statuses: list[Obj]) -> bool:
 
 # -- time ----------------------------------------------------------------------
 
-def rfc3339(ns_or_seconds: float, *, ns: bool = True) -> str:
-    seconds = ns_or_seconds / 1e9 if ns else ns_or_seconds
-    t = _dt.datetime.fromtimestamp(int(seconds), tz=_dt.timezone.utc)
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 # -- container statuses --------------------------------------------------------
 
 def _state_of(c: ContainerInfo, old: Obj | None) -> Obj:
     if c.state == RUNNING:
-        return {"running": {"startedAt": rfc3339(c.started_at)}}
+        return {"running": {"startedAt": format_timestamp(c.started_at // 1_000_000_000)}}
     if c.state == EXITED:
         t: Obj = {"exitCode": c.exit_code}
         if c.reason:
             t["reason"] = c.reason
         if c.message:
             t["message"] = c.message
-        t["startedAt"] = rfc3339(c.started_at) if c.started_at else None
-        t["finishedAt"] = rfc3339(c.finished_at) if c.finished_at else None
+        t["startedAt"] = format_timestamp(c.started_at // 1_000_000_000) if c.started_at else None
+        t["finishedAt"] = format_timestamp(c.finished_at // 1_000_000_000) if c.finished_at else None
         t["containerID"] = c.id
         return {"terminated": t}
     if c.state == UNKNOWN and old is not None and "running" in (old.get("state") or {}):
@@ -475,19 +470,15 @@ def pod_phase(pod: Obj, statuses: list[Obj], init_statuses: list[Obj], *, termin
 
 # -- conditions ----------------------------------------------------------------
 
-def _go_list(names: list[str]) -> str:
-    return "[" + " ".join(names) + "]"
-
-
 def _containers_condition(ctype: str, reason: str, unknown: list[str],
                           state: str, not_done: list[str]) -> Obj:
     """A condition that is True unless some containers have no status yet (``unknown``)
     or are not yet ``state`` (``not_done``); upstream's message lists both groups."""
     msgs = []
     if unknown:
-        msgs.append(f"containers with unknown status: {_go_list(unknown)}")
+        msgs.append(f"containers with unknown status: {go_list(unknown)}")
     if not_done:
-        msgs.append(f"containers with {state} status: {_go_list(not_done)}")
+        msgs.append(f"containers with {state} status: {go_list(not_done)}")
     if msgs:
         return {"type": ctype, "status": "False", "reason": reason, "message": ", ".join(msgs)}
     return {"type": ctype, "status": "True"}
@@ -610,7 +601,7 @@ def compute_pod_status(
     spec = pod.get("spec") or {}
     old = pod.get("status") or {}
     waiting = waiting or {}
-    now_s = rfc3339(now, ns=False)
+    now_s = format_timestamp(now)
 
     init_statuses = container_statuses(pod, rt, list(spec.get("initContainers") or []),
                                        old.get("initContainerStatuses") or [], waiting, init=True)

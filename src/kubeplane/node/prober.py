@@ -34,7 +34,6 @@ is a success with a warning event), tcpSocket (a TCP connect) and grpc (the
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import inspect
 import logging
 import random
@@ -46,15 +45,19 @@ from urllib.parse import urljoin, urlsplit
 import grpc
 import grpc.aio
 
+from kubeplane.api.gofmt import format_pod, go_duration, go_quote, grpc_code_name
+from kubeplane.api.meta import parse_timestamp
+from kubeplane.api.nodestatus import KUBELET_VERSION
 from kubeplane.api.protobuf import encode_varint, iter_fields
-from kubeplane.node.cri.client import CRIError, pb
+from kubeplane.node.cri.client import RUNTIME_REQUEST_TIMEOUT, CRIError, pb
 from kubeplane.node.podstatus import container_field_path, container_should_restart, is_sidecar
+from kubeplane.node.volumes import expand
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "ProbeManager", "HandlerError", "run_handler", "Result", "ProbeError",
-    "probe_exec", "probe_http", "probe_tcp", "probe_grpc", "expand_static",
+    "probe_exec", "probe_http", "probe_tcp", "probe_grpc",
     "kill_grace_seconds", "LIVENESS", "READINESS", "STARTUP",
 ]
 
@@ -67,8 +70,6 @@ MAX_PROBE_RETRIES = 3
 MAX_OUTPUT = 10 * 1024
 #: containers started this long before the agent count as adopted, not new
 RESTART_GRACE_SECONDS = 10.0
-#: the runtime's own deadline for a CRI call, added to an exec probe's timeout
-RUNTIME_REQUEST_TIMEOUT = 120.0
 #: a lifecycle exec hook has no timeout of its own; this only bounds the gRPC call
 _NO_TIMEOUT = 10 * 365 * 24 * 3600.0
 
@@ -102,83 +103,6 @@ class HandlerError(Exception):
 
 
 # ---------------------------------------------------------------- small helpers
-
-
-def go_duration(seconds: float) -> str:
-    """``time.Duration.String()`` for whole and fractional seconds: 1s, 1m30s, 500ms."""
-    if seconds == 0:
-        return "0s"
-    if seconds < 1:
-        ms = seconds * 1000
-        return f"{ms:g}ms"
-    s = float(seconds)
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    sec_text = f"{sec:g}s"
-    if h:
-        return f"{int(h)}h{int(m)}m{sec_text}"
-    if m:
-        return f"{int(m)}m{sec_text}"
-    return sec_text
-
-
-def go_quote(s: str) -> str:
-    """Go's ``%q`` of a string (printable ASCII kept, the rest escaped)."""
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif o < 0x20 or o == 0x7f:
-            out.append(f"\\x{o:02x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def format_pod(pod: dict) -> str:
-    """upstream's ``format.Pod``: ``name_namespace(uid)``."""
-    md = pod.get("metadata") or {}
-    return f"{md.get('name', '')}_{md.get('namespace', '')}({md.get('uid', '')})"
-
-
-def expand_static(s: str, env: dict[str, str]) -> str:
-    """Expand ``$(VAR)`` references from ``env`` as upstream's expansion package:
-    ``$$`` is a literal ``$``, an unknown or unterminated reference stays as written."""
-    out: list[str] = []
-    i, n, checkpoint = 0, len(s), 0
-    while i < n:
-        if s[i] == "$" and i + 1 < n:
-            out.append(s[checkpoint:i])
-            nxt = s[i + 1]
-            if nxt == "$":
-                out.append("$")
-                i += 1
-            elif nxt == "(":
-                close = s.find(")", i + 2)
-                if close == -1:
-                    out.append("$(")
-                    i += 1
-                else:
-                    name = s[i + 2:close]
-                    out.append(env[name] if name in env else f"$({name})")
-                    i = close
-            else:
-                out.append("$" + nxt)
-                i += 1
-            checkpoint = i + 1
-        i += 1
-    out.append(s[checkpoint:])
-    return "".join(out)
 
 
 def static_env(container: dict) -> dict[str, str]:
@@ -226,20 +150,13 @@ def strip_runtime(container_id: str) -> str:
     return container_id.split("://", 1)[1] if "://" in container_id else container_id
 
 
-_user_agent_version: str | None = None
-
-
-def _kube_version() -> str:
-    global _user_agent_version
-    if _user_agent_version is None:
-        from kubeplane.apiserver.server import VERSION_INFO
-        _user_agent_version = f"{VERSION_INFO['major']}.{VERSION_INFO['minor']}"
-    return _user_agent_version
+#: the Kubernetes major.minor of this kubelet (``1.32`` of ``v1.32.0-kubeplane``)
+KUBE_MINOR_VERSION = ".".join(KUBELET_VERSION.lstrip("v").split(".")[:2])
 
 
 def user_agent(purpose: str) -> str:
     """``kube-probe/1.32`` or ``kube-lifecycle/1.32``, as upstream's kubelet sends."""
-    return f"kube-{purpose}/{_kube_version()}"
+    return f"kube-{purpose}/{KUBE_MINOR_VERSION}"
 
 
 # ---------------------------------------------------------------- probe actions
@@ -472,21 +389,13 @@ async def probe_grpc(host: str, service: str, port: int, timeout: float) -> tupl
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 return Result.FAILURE, f"timeout: health rpc did not complete within {go_duration(timeout)}"
             return (Result.FAILURE, f"error: health rpc probe failed: rpc error: code = "
-                                    f"{_go_code_name(code)} desc = {e.details()}")
+                                    f"{grpc_code_name(code.name)} desc = {e.details()}")
         if status != 1:
             name = _SERVING_STATUS.get(status, str(status))
             return Result.FAILURE, f"service unhealthy (responded with {go_quote(name)})"
         return Result.SUCCESS, "service healthy"
     finally:
         await channel.close()
-
-
-def _go_code_name(code: grpc.StatusCode) -> str:
-    """``NOT_FOUND`` → ``NotFound``, as Go's codes.Code prints."""
-    special = {grpc.StatusCode.OK: "OK"}
-    if code in special:
-        return special[code]
-    return "".join(w.capitalize() for w in code.name.split("_"))
 
 
 # ---------------------------------------------------------------- results
@@ -516,17 +425,10 @@ class ResultsCache:
 
 
 def _parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
     try:
-        t = _dt.datetime.fromisoformat(text)
+        return parse_timestamp(text) if text else None
     except ValueError:
         return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.timezone.utc)
-    return t.timestamp()
 
 
 def _find_status(statuses: Iterable[dict] | None, name: str) -> dict | None:
@@ -838,14 +740,6 @@ class ProbeManager:
                 return strip_runtime(c["containerID"])
         return ""
 
-    def cleanup_pods(self, desired: Iterable[str]) -> None:
-        """Stop the workers of every pod whose uid is not in ``desired``."""
-        keep = set(desired)
-        for uid in ({u for (u, _, _) in self._workers} | set(self._statuses) | {k.uid for k in self._known.values()}
-                    | {u for (u, _, _) in self._ended}):
-            if uid not in keep:
-                self.remove_pod(uid)
-
     async def close(self) -> None:
         """Stop all workers and wait for them; close the HTTP client."""
         workers = list(self._workers.values())
@@ -1058,7 +952,7 @@ class ProbeManager:
         timeout = float(spec.get("timeoutSeconds") or 1)
         pod_ip = status.get("podIP") or ""
         if spec.get("exec"):
-            command = [expand_static(a, static_env(container)) for a in spec["exec"].get("command") or []]
+            command = [expand(a, static_env(container).get) for a in spec["exec"].get("command") or []]
             return await probe_exec(self.cri, cid, command, timeout)
         if spec.get("httpGet"):
             url, headers = self._http.request_for(spec["httpGet"], container, pod_ip)

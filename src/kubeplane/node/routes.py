@@ -13,10 +13,10 @@ masqueraded behind the node's address (an nftables table of the node's, :func:`n
 as the bridge plugin's ``ipMasq`` would, but without NAT between pods of
 different nodes.
 
-The node reads every Node, which a kubelet's own identity is not allowed
-(the Node authorizer lets it read only its own): the routes are kept with the
-credentials of the node's network components (kube-proxy's
-``system:node-proxier`` role allows it).
+The node lists and watches every Node, which the Node authorizer alone does
+not let a kubelet do (it may read only its own): the bootstrap policy's
+``kubeplane:node-network`` role, bound to ``system:nodes``, allows list and
+watch (not get) of Nodes for this.
 """
 
 from __future__ import annotations

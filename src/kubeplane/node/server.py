@@ -28,7 +28,6 @@ upstream's webhook authenticator and authorizer do.
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import logging
 import os
 import ssl
@@ -38,6 +37,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from kubeplane.api.meta import parse_timestamp
 from kubeplane.node.cri import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from kubeplane.node.cri.client import CRIClient, CRIError, pb
 from kubeplane.streaming import channels, spdy
@@ -98,28 +98,6 @@ def subresource_of(path: str) -> str:
 
 
 # -- CRI log files ---------------------------------------------------------
-
-
-def parse_timestamp(text: str) -> float:
-    """Seconds since the epoch of an RFC 3339 time (nanoseconds kept to microseconds)."""
-    t = text.strip()
-    if t.endswith("Z"):
-        t = t[:-1] + "+00:00"
-    main, _, rest = t.partition(".")
-    frac, tz = "", ""
-    if rest:
-        i = 0
-        while i < len(rest) and rest[i].isdigit():
-            i += 1
-        frac, tz = rest[:i], rest[i:]
-    else:
-        for sign in ("+", "-"):
-            idx = main.rfind(sign)
-            if idx > 10:
-                main, tz = main[:idx], main[idx:]
-                break
-    dt = _dt.datetime.fromisoformat(main + (tz or "+00:00"))
-    return dt.timestamp() + (float("0." + frac) if frac else 0.0)
 
 
 @dataclass
@@ -1002,25 +980,3 @@ class PortForwardTunnel:
                     await s.close()
                 except (ConnectionError, BrokenPipeError, spdy.StreamReset):
                     pass
-
-
-def ensure_serving_pair(directory: str, node_name: str, addresses: tuple[str, ...] = ()) -> tuple[str, str]:
-    """``kubelet.crt``/``kubelet.key`` in ``directory``: as upstream's kubelet
-    without ``--tls-cert-file``, a certificate for the node's name and
-    addresses signed by a CA made for it alone (kept while it covers them)."""
-    from kubeplane.auth import pki
-
-    crt, key = os.path.join(directory, "kubelet.crt"), os.path.join(directory, "kubelet.key")
-    names = tuple(dict.fromkeys((node_name, "localhost", "127.0.0.1", *addresses)))
-    if os.path.exists(crt) and os.path.exists(key):
-        try:
-            if pki.covers(pki.load_cert(crt), names):
-                return crt, key
-        except (OSError, ValueError):
-            pass
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    ca_cert, ca_key = pki.make_ca(f"{node_name}-ca@{int(time.time())}")
-    cert, k = pki.issue(ca_cert, ca_key, f"{node_name}@{int(time.time())}", server_names=names, client=False)
-    pki.write_private(key, pki.key_pem(k), True)
-    pki.write_private(crt, pki.cert_pem(cert) + pki.cert_pem(ca_cert), True)
-    return crt, key

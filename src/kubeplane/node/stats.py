@@ -49,7 +49,7 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from kubeplane.api.quantity import format_quantity
-from kubeplane.registry.metrics import usage_report
+from kubeplane.api.usage import usage_report
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ class Usage:
     pods: list[Obj]
 
     def report(self) -> str:
-        """The value of the Lease annotation (:data:`kubeplane.registry.metrics.USAGE_ANNOTATION`)."""
+        """The value of the Lease annotation (:data:`kubeplane.api.usage.USAGE_ANNOTATION`)."""
         return usage_report(self.timestamp, self.window_seconds, self.node, self.pods)
 
 

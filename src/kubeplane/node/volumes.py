@@ -73,6 +73,8 @@ from fractions import Fraction
 from typing import Any, Callable, Iterable
 
 from kubeplane.api.errors import StatusError
+from kubeplane.api.gofmt import go_quote
+from kubeplane.api.meta import parse_timestamp
 from kubeplane.api.quantity import canonical_quantity, parse_quantity
 from kubeplane.api.resources import resource
 from kubeplane.client.interface import Client, Obj
@@ -447,28 +449,6 @@ def set_volume_ownership(directory: str, fs_group: int | None, read_only: bool, 
 # ---------------------------------------------------------------- downward API
 
 
-def go_quote(s: str) -> str:
-    """Go's ``strconv.Quote``."""
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif ch.isprintable() and (o >= 0x20 and o != 0x7F):
-            out.append(ch)
-        elif ch in "\a\b\f\n\r\t\v":
-            out.append({"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-                        "\v": "\\v"}[ch])
-        elif o < 0x80:
-            out.append(f"\\x{o:02x}")
-        elif o < 0x10000:
-            out.append(f"\\u{o:04x}")
-        else:
-            out.append(f"\\U{o:08x}")
-    out.append('"')
-    return "".join(out)
-
-
 def format_map(m: dict[str, str]) -> str:
     """Upstream's ``fieldpath.FormatMap``: ``key="value"`` lines, sorted by key."""
     return "\n".join(f"{k}={go_quote(str(m[k]))}" for k in sorted(m))
@@ -540,7 +520,26 @@ def extract_field_path(pod: Obj, field_path: str) -> str:
     raise ValueError(f"unsupported fieldPath: {field_path}")
 
 
-def _find_container(pod: Obj, name: str) -> Obj:
+def pod_field_value(pod: Obj, field_path: str, pod_ips: list[str], host_ips: list[str]) -> str:
+    """Upstream's ``podFieldSelectorRuntimeValue``: what an env var's fieldRef shows, the node's and
+    the pod's addresses included, the rest as ``extract_field_path``."""
+    spec = pod.get("spec") or {}
+    if field_path == "spec.nodeName":
+        return str(spec.get("nodeName") or "")
+    if field_path == "spec.serviceAccountName":
+        return str(spec.get("serviceAccountName") or "")
+    if field_path == "status.hostIP":
+        return host_ips[0] if host_ips else ""
+    if field_path == "status.hostIPs":
+        return ",".join(host_ips)
+    if field_path == "status.podIP":
+        return pod_ips[0] if pod_ips else ""
+    if field_path == "status.podIPs":
+        return ",".join(pod_ips)
+    return extract_field_path(pod, field_path)
+
+
+def find_container(pod: Obj, name: str) -> Obj:
     spec = pod.get("spec") or {}
     for c in (*(spec.get("containers") or []), *(spec.get("initContainers") or [])):
         if c.get("name") == name:
@@ -587,6 +586,13 @@ def _not_found_message(kind: str, name: str) -> str:
 
 def _mode(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _content_key(pod: Obj) -> tuple:
+    """What of a pod its content volumes may show (downward API items), to tell a changed pod."""
+    md = pod.get("metadata") or {}
+    return (md.get("generation"), sorted((md.get("labels") or {}).items()),
+            sorted((md.get("annotations") or {}).items()))
 
 
 def _pod_key(pod: Obj) -> str:
@@ -699,6 +705,8 @@ class _Ready:
 class _PodState:
     pod: Obj
     volumes: dict[str, _Ready] = field(default_factory=dict)
+    #: the pod's _content_key when its volumes were last set up
+    content_key: tuple | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -758,20 +766,26 @@ class VolumeManager:
     # ---------------------------------------------------------------- setup
 
     async def setup(self, pod: Obj) -> None:
-        """Makes every volume a container of ``pod`` mounts ready (idempotent; contents brought up to date)."""
+        """Makes every volume a container of ``pod`` mounts ready (idempotent). The contents of
+        volumes already ready are kept current by the resync loop; they are written again here
+        only when the pod's labels, annotations or spec changed (what a downward API shows)."""
         uid = (pod.get("metadata") or {}).get("uid") or ""
         if not uid or "/" in uid or uid.startswith("."):
             raise VolumeError("FailedMount", f"the pod has no usable uid: {uid!r}")
         state = self._pods.get(uid)
         if state is None:
             state = self._pods[uid] = _PodState(pod)
+        key = _content_key(pod)
+        changed, state.content_key = key != state.content_key, key
         state.pod = pod
         async with state.lock:
-            await self._setup_locked(state)
+            await self._setup_locked(state, only_missing=not changed)
         self._ensure_resync()
 
-    async def _setup_locked(self, state: _PodState, *, only_content: bool = False) -> None:
-        """Sets up what is not ready yet and writes the contents of content volumes again. A volume
+    async def _setup_locked(self, state: _PodState, *, only_content: bool = False,
+                            only_missing: bool = False) -> None:
+        """Sets up what is not ready yet and (unless ``only_missing``) writes the contents of
+        content volumes again; ``only_content``: only the latter. A volume
         that was ready stays ready when bringing its contents up to date fails (upstream's remount):
         that failure is an event, not an error of the set-up."""
         pod = state.pod
@@ -784,7 +798,7 @@ class VolumeManager:
                 continue
             kind = next((k for k in _KNOWN_SOURCES if k in vol), None)
             ready = name in state.volumes
-            if ready and kind not in _CONTENT_KINDS:
+            if ready and (only_missing or kind not in _CONTENT_KINDS):
                 continue  # mounted once, as upstream: pod volumes do not change
             if only_content and not ready:
                 continue
@@ -995,7 +1009,7 @@ class VolumeManager:
                     proj.data = extract_field_path(pod, item["fieldRef"].get("fieldPath") or "").encode()
                 elif item.get("resourceFieldRef"):
                     ref = item["resourceFieldRef"]
-                    container = _find_container(pod, ref.get("containerName") or "")
+                    container = find_container(pod, ref.get("containerName") or "")
                     proj.data = resource_field_value(ref, container, await self._allocatable()).encode()
             except ValueError as err:
                 errs.append(str(err))
@@ -1069,7 +1083,7 @@ class VolumeManager:
             token = status.get("token") or ""
             if not token:
                 raise _SetupFailed("failed to fetch token: the TokenRequest returned no token")
-            expires = _parse_time(status.get("expirationTimestamp"))
+            expires = parse_timestamp(str(status.get("expirationTimestamp") or ""))
             got = int((tr.get("spec") or {}).get("expirationSeconds") or seconds)
         except (StatusError, OSError, asyncio.TimeoutError, ValueError) as err:
             text = getattr(err, "message", None) or str(err)
@@ -1458,21 +1472,13 @@ class _PopulateFailed(Exception):
     """The volume could not even be looked up (upstream's populator errors, e.g. an unbound claim)."""
 
 
-def _parse_time(value: Any) -> float:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"bad expirationTimestamp {value!r}")
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
-
-
 def _simple_env(pod: Obj, container: Obj) -> dict[str, str]:
     """A container's variables that need no API lookup: literal values and pod fields."""
-    md = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
     status = pod.get("status") or {}
-    fields = {"metadata.name": md.get("name"), "metadata.namespace": md.get("namespace"),
-              "metadata.uid": md.get("uid"), "spec.nodeName": spec.get("nodeName"),
-              "spec.serviceAccountName": spec.get("serviceAccountName"), "status.hostIP": status.get("hostIP"),
-              "status.podIP": status.get("podIP")}
+    pod_ips = [a.get("ip") for a in status.get("podIPs") or [] if a.get("ip")] or \
+        ([status["podIP"]] if status.get("podIP") else [])
+    host_ips = [a.get("ip") for a in status.get("hostIPs") or [] if a.get("ip")] or \
+        ([status["hostIP"]] if status.get("hostIP") else [])
     out: dict[str, str] = {}
     for e in container.get("env") or []:
         name = e.get("name") or ""
@@ -1481,14 +1487,10 @@ def _simple_env(pod: Obj, container: Obj) -> dict[str, str]:
             continue
         ref = (e.get("valueFrom") or {}).get("fieldRef")
         if ref:
-            fp = ref.get("fieldPath") or ""
-            if fp in fields:
-                out[name] = str(fields[fp] or "")
-            else:
-                try:
-                    out[name] = extract_field_path(pod, fp)
-                except ValueError:
-                    pass
+            try:
+                out[name] = pod_field_value(pod, ref.get("fieldPath") or "", pod_ips, host_ips)
+            except ValueError:
+                pass
     return out
 
 
@@ -1558,6 +1560,7 @@ def _safe_make_dir(base: str, rel: str, perm: int) -> None:
         os.close(fd)
 
 
-__all__ = ["AtomicWriter", "FileProjection", "VolumeError", "VolumeManager", "extract_field_path", "format_map",
-           "go_quote", "is_shared", "make_rshared", "mounts_under", "resource_field_value", "set_volume_ownership",
+__all__ = ["AtomicWriter", "FileProjection", "VolumeError", "VolumeManager", "extract_field_path", "find_container",
+           "format_map", "pod_field_value",
+           "is_shared", "make_rshared", "mounts_under", "resource_field_value", "set_volume_ownership",
            "unmount", "validate_path"]

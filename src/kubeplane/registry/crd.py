@@ -26,6 +26,7 @@ from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import ResourceInfo, resource
 from kubeplane.registry import customresource as cr
 from kubeplane.storage.interface import StorageError
+from kubeplane.runtime import cancel_and_wait
 
 log = logging.getLogger("kubeplane.crd")
 
@@ -149,10 +150,7 @@ class CRDController:
         self._task = asyncio.get_running_loop().create_task(self._run(result.revision), name="crd-controller")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self._cleanups.values()) if t is not None]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait([self._task, *self._cleanups.values()], "CRD controller task")
         self._task = None
         self._cleanups.clear()
 

@@ -352,7 +352,7 @@ class LimitRanger(_CachingPlugin):
         status = attrs.obj.get("status")
         if changed and isinstance(status, dict) and "qosClass" in status:
             # the strategy classed the pod before its defaults were known
-            from kubeplane.registry.strategies import pod_qos_class
+            from kubeplane.api.qos import pod_qos_class
 
             status["qosClass"] = pod_qos_class(attrs.obj.get("spec") or {})
 

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from kubeplane.api.duration import parse_duration as go_parse_duration
+from kubeplane.api.gofmt import go_duration
 from kubeplane.scheduler.framework.plugin import EXTENSION_METHODS, Plugin, implements
 from kubeplane.scheduler.framework.registry import default_multi_point
 from kubeplane.scheduler.plugins.registry import DEFAULT_PLUGINS
@@ -609,23 +610,6 @@ def load_config(path: str | None, registry: Mapping[str, type[Plugin]]) -> Sched
     except OSError as e:
         raise ConfigError(f"cannot read scheduler configuration {path}: {e.strerror or e}") from None
     return parse_config(text, registry, source=path)
-
-
-def go_duration(seconds: float) -> str:
-    """``seconds`` as Go's time.Duration prints it (``15s``, ``1m30s``, ``1.5s``, ``0s``)."""
-    if seconds == 0:
-        return "0s"
-    sign = "-" if seconds < 0 else ""
-    seconds = abs(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    out = sign
-    if hours:
-        out += f"{int(hours)}h"
-    if hours or minutes:
-        out += f"{int(minutes)}m"
-    text = f"{secs:.9f}".rstrip("0").rstrip(".")
-    return out + (text or "0") + "s"
 
 
 _GO_NAMES = {"qps": "QPS", "apiVersion": "APIVersion", "kubeconfig": "Kubeconfig"}

@@ -483,10 +483,6 @@ class Session:
             return
         # SETTINGS, WINDOW_UPDATE and unknown frames: nothing to do
 
-    async def run_tasks_done(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
     def cancel_tasks(self) -> None:
         for t in list(self._tasks):
             t.cancel()

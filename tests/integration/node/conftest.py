@@ -20,6 +20,7 @@ from kubeplane.node import cni
 from kubeplane.node.containerd import ManagedContainerd, shims
 from kubeplane.node.images import build_busybox_image, build_pause_image, import_archive
 
+from helpers import node_kubeconfig  # noqa: F401 - the node tests import it from here
 from nodetest import BUSYBOX, PAUSE, remove_cgroup_root, own_cgroup_root
 
 
@@ -152,19 +153,6 @@ def free_bridge_and_cidr() -> tuple[str, str]:
             _HANDED_OUT.add(cidr)
             return f"kpn{os.getpid() % 100000}x{n}"[:15], cidr
     raise RuntimeError("no free 10.251.x.0/24 for a test node")
-
-
-def node_kubeconfig(cluster, name: str, path: str) -> str:
-    """A kubeconfig for ``system:node:<name>`` (group system:nodes): a client
-    certificate from the cluster's CA, as a joined node ends up with."""
-    from kubeplane.auth import pki
-    from kubeplane.client.kubeconfig import write_kubeconfig
-
-    own = pki.PKI(cluster._pki_dir)
-    cert, key = pki.issue(own.ca_cert, own.ca_key, f"system:node:{name}", orgs=("system:nodes",))
-    write_kubeconfig(path, cluster.url, ca_data=own.ca_pem, client_cert_data=pki.cert_pem(cert),
-                     client_key_data=pki.key_pem(key))
-    return path
 
 
 class RealNode:

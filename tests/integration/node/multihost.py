@@ -1,7 +1,7 @@
 """Several hosts on one machine: network namespaces on one link, each running
 ``kubeplane node`` (joined with a bootstrap token) with a containerd of its
-own; the control plane (``kubeplane up``, no node of its own) in the test's
-namespace, reached over the same link.
+own; the control plane (``kubeplane up``, no node of its own, its cluster DNS
+listening on the link) in the test's namespace, reached over the same link.
 
     lan namespace: bridge ``lanbr``
       ├─ veth to the test's namespace: <net>.254 (the API server listens there)
@@ -26,6 +26,8 @@ import time
 from nodetest import CLI, cli_env, kubectl, own_cgroup_root, start_up, stop_process, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: the kube-dns Service's address in up's default service range, the nodes' --cluster-dns
+KUBE_DNS_IP = "10.96.0.10"
 
 
 def sh(*argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -102,7 +104,10 @@ class Hosts:
             sh("ip", "-n", h.netns, "addr", "add", f"{h.ip}/24", "dev", "eth0")
             sh("ip", "-n", h.netns, "link", "set", "dev", "eth0", "up")
             sh("ip", "-n", h.netns, "link", "set", "dev", "lo", "up")
+        # a host whose node stops is Unknown after 8 s (upstream's 50 s is long for a test); cluster DNS
+        # on the link too, so that the hosts' pods reach it (the kube-dns Service's endpoint)
         self.up, self.kubeconfig, _ = start_up(_Dir(self.base), "--nodes", "0", "--real-node", "off",
+                                               "--node-monitor-grace-period", "8s", "--dns-addr", f"{self.api_ip}:0",
                                                listen=f"{self.api_ip}:0")
         out = subprocess.run(CLI + ["token", "create", "--print-join-command", "--kubeconfig", self.kubeconfig],
                              capture_output=True, text=True, env=cli_env(), timeout=60)
@@ -119,7 +124,8 @@ class Hosts:
         with open(h.log_path, "ab") as log:
             h.proc = subprocess.Popen(
                 ["nsenter", f"--net=/run/netns/{h.netns}", *CLI, *self.join, "--name", h.name, "--node-ip", h.ip,
-                 "--data-dir", h.data_dir, "--images-dir", self.image_dir, "--cgroup-root", h.cgroup_root],
+                 "--data-dir", h.data_dir, "--images-dir", self.image_dir, "--cgroup-root", h.cgroup_root,
+                 "--cluster-dns", KUBE_DNS_IP],
                 stdout=log, stderr=subprocess.STDOUT, env=cli_env())
 
     def wait_ready(self, h: Host, timeout: float = 120) -> None:

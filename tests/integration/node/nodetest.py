@@ -85,7 +85,8 @@ def start_up(tmp_path, *args: str, listen: str = "127.0.0.1:0"):
     log_path = tmp_path / "up.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(CLI + ["up", "--storage", "memory", "--listen", listen, "--data-dir",
-                                       data_dir, "--kubeconfig", kubeconfig, "--metrics-listen", "", *args],
+                                       data_dir, "--kubeconfig", kubeconfig, "--metrics-listen", "",
+                                       "--dns-addr", "127.0.0.1:0", *args],
                                 stdout=log, stderr=subprocess.STDOUT, env=cli_env())
     try:
         wait_for("the kubeconfig", lambda: os.path.exists(kubeconfig) or proc.poll() is not None, 120)

@@ -50,7 +50,8 @@ def test_kubeplane_node_runs_pods_stops_and_adopts_them_again(tmp_path, image_ar
         kc = node_kubeconfig(cluster, "cli-node", str(tmp_path / "node.kubeconfig"))
         cmd = CLI + ["node", "--kubeconfig", kc, "--name", "cli-node", "--data-dir", data_dir,
                      "--node-ip", "127.0.0.1", "--pod-cidr", cidr, "--kubelet-port", "0",
-                     "--node-labels", "tier=test", "--cgroup-root", cgroup_root]
+                     "--node-labels", "tier=test", "--cgroup-root", cgroup_root,
+                     "--no-proxy"]  # the Service proxy would program the host's nftables: its tests use netns
         log = open(tmp_path / "node.log", "ab")
         procs = []
         try:
@@ -169,6 +170,12 @@ def test_up_runs_a_real_node(tmp_path, image_archives):
         assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(cidr)
         # the API server reaches the node's kubelet API (on loopback, as itself)
         assert _kubectl(kubeconfig, "exec", "up-pod", "--", "echo", "hi").stdout == "hi\n"
+        # the kubelet got the kube-dns Service's address: the pod's resolv.conf names it (ClusterFirst)
+        resolv = _kubectl(kubeconfig, "exec", "up-pod", "--", "cat", "/etc/resolv.conf").stdout.splitlines()
+        assert "nameserver 10.96.0.10" in resolv, resolv
+        assert any(line.startswith("search default.svc.cluster.local svc.cluster.local cluster.local")
+                   for line in resolv), resolv
+        assert "options ndots:5" in resolv, resolv
         _kubectl(kubeconfig, "delete", "pod", "up-pod", "--wait=true")
         assert _stop(proc) == 0
     finally:

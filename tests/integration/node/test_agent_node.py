@@ -19,6 +19,7 @@ from kubeplane.node.cri.client import CRIClient
 from kubeplane.node.images import build_busybox_image, ImageConfig
 
 from conftest import BUSYBOX, PAUSE, node_kubeconfig
+from helpers import eventually
 
 
 @pytest.fixture(scope="module")
@@ -258,3 +259,42 @@ def test_pod_cgroups_with_a_containerd_the_node_does_not_own(cluster, containerd
         asyncio.run(main())
     finally:
         remove_cgroup_root(root)
+
+
+def test_runs_the_service_proxy_and_removes_its_rules_when_stopped(cluster, containerd, tmp_path):
+    """``AgentConfig.proxy``: the agent runs the Service proxy as its node (the pod CIDR as the pods'
+    addresses); here it programs a network namespace of the test's, never the host's ruleset."""
+    from kubeplane.proxy import ProxyConfig
+
+    netns = f"kpagent{os.getpid() % 100000}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    nft = ["ip", "netns", "exec", netns, "nft"]
+    try:
+        cluster.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "agent-web"},
+                       "spec": {"ports": [{"port": 80}]}})
+        cluster.apply({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                       "metadata": {"name": "agent-web-1", "labels": {"kubernetes.io/service-name": "agent-web"}},
+                       "addressType": "IPv4", "ports": [{"name": "", "port": 8080, "protocol": "TCP"}],
+                       "endpoints": [{"addresses": ["10.252.9.7"], "nodeName": "proxy-1"}]})
+        ip = cluster.get("services", "agent-web")["spec"]["clusterIP"]
+
+        async def body(agent):
+            proxier = agent.service_proxy.proxier("ipv4")
+
+            def programmed():
+                out = subprocess.run([*nft, "list", "table", "ip", "kube-proxy"], capture_output=True, text=True)
+                return out.returncode == 0 and f"{ip} . tcp . 80 : goto service-" in out.stdout and out.stdout
+
+            table = await eventually(programmed, what="the agent's proxy programmed the Service")
+            assert "ip saddr != 10.252.9.0/24" in table  # ClusterIP traffic from off the node is masqueraded
+            assert "10.252.9.7 . 10.252.9.7 . tcp . 8080" in table  # the endpoint is this node's: hairpin
+            assert proxier.config.node_ips == ["127.0.0.1"]
+
+        asyncio.run(_with_agent(cluster, containerd, tmp_path, "proxy-1", body, pod_cidr="10.252.9.0/24",
+                                proxy=ProxyConfig(node_name="", command_prefix=["ip", "netns", "exec", netns])))
+        listed = subprocess.run([*nft, "list", "tables"], capture_output=True, text=True)
+        assert listed.returncode == 0 and "kube-proxy" not in listed.stdout
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+        cluster.delete("services", "agent-web")
+        cluster.delete("endpointslices", "agent-web-1")

@@ -346,6 +346,7 @@ async def with_api(containerd, tmp_path, api):
     finally:
         for uid in rt.made:
             await rt.remove_pod(uid)
+        await rt.close()
         await recorder.close()
         await cri.close()
 
@@ -527,6 +528,7 @@ async def full(containerd, tmp_path, api):
         for uid in rt.made:
             prober.remove_pod(uid)
             await rt.remove_pod(uid)
+        await rt.close()
         await prober.close()
         await recorder.close()
         await cri.close()

@@ -10,7 +10,7 @@ import orjson
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.node.cri.client import CRIClient, pb
 from kubeplane.node.stats import StatsProvider
-from kubeplane.registry.metrics import parse_report
+from kubeplane.api.usage import parse_report
 
 from nodetest import BUSYBOX
 

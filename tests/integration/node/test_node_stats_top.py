@@ -13,7 +13,7 @@ from kubeplane.api.resources import resource
 from kubeplane.client.http import HttpClient
 from kubeplane.node.cri.client import CRIClient, pb
 from kubeplane.node.stats import StatsProvider
-from kubeplane.registry.metrics import USAGE_ANNOTATION
+from kubeplane.api.usage import USAGE_ANNOTATION
 from kubeplane.testing import Cluster
 
 from nodetest import BUSYBOX

@@ -54,7 +54,7 @@ class Node:
         while True:
             self.prober.add_pod(pod)
             status = await self.rt.sync_pod(pod)
-            pod["status"] = self.prober.update_pod_status(pod, status)
+            pod["status"] = status
             if pred(pod["status"]):
                 return pod["status"]
             assert loop.time() < deadline, f"timed out; status: {pod['status']}"

@@ -23,7 +23,7 @@ import pytest
 from kubeplane.auth import pki
 from kubeplane.client.http import HttpClient
 from kubeplane.node.cri.client import CRIClient, pb
-from kubeplane.node.server import KubeletServer, ensure_serving_pair
+from kubeplane.node.server import KubeletServer
 from kubeplane.testing import Cluster
 
 from _streaming import CRIPod, held_streaming_bytes, rss_bytes
@@ -86,7 +86,8 @@ async def env(containerd, tmp_path):
     async with Cluster() as cluster:
         client = HttpClient.from_kubeconfig(cluster.kubeconfig)
         ca_file = os.path.join(cluster._pki_dir, "ca.crt")
-        crt, key = ensure_serving_pair(str(tmp_path / "pki"), NODE, ("127.0.0.1",))
+        crt, key = pki.ensure_self_signed_pair(str(tmp_path / "pki" / "kubelet.crt"), str(tmp_path / "pki" / "kubelet.key"),
+                                               NODE, (NODE, "localhost", "127.0.0.1"))
         async with CRIClient(containerd.endpoint) as cri:
             server = KubeletServer(cri, node_name=NODE, client=client, tls_cert_file=crt, tls_key_file=key,
                                    client_ca_file=ca_file, host="127.0.0.1", port=0)

@@ -162,3 +162,30 @@ def test_volumes_are_unmounted_before_a_deleted_pod_leaves_and_when_a_pod_ends(r
     finally:
         real_node.kubectl("delete", "pod", "unmount", "unmount-once", "--wait=false", check=False)
         real_node.kubectl("delete", "configmap", "unmount-cfg", check=False)
+
+
+def test_host_to_container_propagation_shows_a_later_host_mount_in_the_container(real_node):
+    import os
+    import subprocess
+
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "propagated"}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "main", "image": BUSYBOX, "imagePullPolicy": "Never", "command": ["sleep", "3600"],
+                        "volumeMounts": [{"name": "shared", "mountPath": "/mnt", "mountPropagation": "HostToContainer"},
+                                         {"name": "shared", "mountPath": "/private"}]}],
+        "volumes": [{"name": "shared", "emptyDir": {}}]}}
+    real_node.kubectl("apply", "-f", "-", input=json.dumps(body))
+    sub = None
+    try:
+        real_node.kubectl("wait", "--for=condition=Ready", "pod/propagated", "--timeout=90s")
+        uid = json.loads(real_node.kubectl("get", "pod", "propagated", "-o", "json").stdout)["metadata"]["uid"]
+        sub = os.path.join(real_node.data_dir, "pods", uid, "volumes", "kubernetes.io~empty-dir", "shared", "sub")
+        os.makedirs(sub)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "late", sub], check=True)
+        mounts = real_node.kubectl("exec", "propagated", "--", "cat", "/proc/mounts").stdout
+        assert "late /mnt/sub tmpfs" in mounts          # propagated from the host
+        assert "/private/sub" not in mounts             # the other mount stays private
+    finally:
+        if sub is not None:
+            subprocess.run(["umount", "-l", sub], capture_output=True)
+        real_node.kubectl("delete", "pod", "propagated", "--wait=true", timeout=90, check=False)

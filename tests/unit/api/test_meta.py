@@ -61,3 +61,13 @@ def test_new_uid_from_several_threads_never_repeats() -> None:
         t.join()
     every = [u for part in out for u in part]
     assert len(set(every)) == len(every) == 8000
+
+
+def test_timestamps_as_seconds():
+    import pytest
+
+    from kubeplane.api.meta import format_timestamp, parse_timestamp
+    base = parse_timestamp("2026-01-02T03:04:05Z")
+    assert parse_timestamp("2026-01-02T03:04:05.123456789Z") == pytest.approx(base + 0.123456, abs=1e-6)
+    assert parse_timestamp(" 2026-01-02T04:04:05+01:00\n") == parse_timestamp("2026-01-02T03:04:05Z")
+    assert format_timestamp(parse_timestamp("2026-01-02T03:04:05.9Z")) == "2026-01-02T03:04:05Z"

@@ -439,14 +439,6 @@ def test_lease_micro_time_and_resource_claim() -> None:
             "deviceClassName": "gpu.example.com", "allocationMode": "ExactCount", "count": 2}}]}}
 
 
-def test_go_duration_format() -> None:
-    assert protobuf.format_go_duration(0) == "0s"
-    assert protobuf.format_go_duration(90 * 10**9) == "1m30s"
-    assert protobuf.format_go_duration(3600 * 10**9) == "1h0m0s"
-    assert protobuf.format_go_duration(1_500_000) == "1.5ms"
-    assert protobuf.format_go_duration(-2_500_000_000) == "-2.5s"
-
-
 def test_schema_data_matches_upstream_field_numbers() -> None:
     # Spot checks against upstream's generated.proto.
     pod_spec = protobuf.message_table("k8s.io.api.core.v1.PodSpec")

@@ -916,7 +916,7 @@ def test_same_json_tells_apart_values_python_calls_equal() -> None:
     ([{"requests": {"cpu": "not-a-quantity"}}], [], "BestEffort"),  # left to validation
 ])
 def test_pod_qos_class_as_upstream(containers, init, want) -> None:
-    from kubeplane.registry.strategies import pod_qos_class
+    from kubeplane.api.qos import pod_qos_class
 
     def c(res: dict) -> dict:
         return {"name": "c", "image": "i", "resources": res}

@@ -176,6 +176,9 @@ async def test_its_node_pods_and_lease(graph):
     assert authz.authorize(attrs(N1, "create", "nodes"))[0] is ok
     assert authz.authorize(attrs(N1, "patch", "nodes", name="n1", sub="status"))[0] is ok
     assert authz.authorize(attrs(N1, "list", "pods", selector="spec.nodeName=n1"))[0] is ok
+    assert authz.authorize(attrs(N1, "list", "pods", selector="status.phase!=Failed,spec.nodeName==n1"))[0] is ok
+    assert authz.authorize(attrs(N1, "list", "pods", selector="spec.nodeName!=n1"))[0] is Decision.NO_OPINION
+    assert authz.authorize(attrs(N1, "list", "pods", selector="spec.nodeName=n1,x=\\q"))[0] is Decision.NO_OPINION
     assert authz.authorize(attrs(N1, "watch", "pods", selector="spec.nodeName=n2")) == (
         Decision.NO_OPINION, "can only list/watch pods with spec.nodeName field selector")
     assert authz.authorize(attrs(N1, "list", "pods")) == (

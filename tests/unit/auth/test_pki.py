@@ -185,3 +185,17 @@ def test_a_recorded_leaf_is_reused_and_one_near_its_end_or_changed_is_checked_ag
 
     cn = x509.load_pem_x509_certificate(cp2).subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
     assert cn == "someone-else"
+
+
+def test_self_signed_pair_is_kept_while_it_covers_the_names(tmp_path):
+    crt, key = str(tmp_path / "d" / "kubelet.crt"), str(tmp_path / "d" / "kubelet.key")
+    assert pki.ensure_self_signed_pair(crt, key, "n1", ("n1", "127.0.0.1")) == (crt, key)
+    cert = pki.load_cert(crt)
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value.startswith("n1@")
+    assert stat.S_IMODE((tmp_path / "d" / "kubelet.key").stat().st_mode) == 0o600
+    pki.ensure_self_signed_pair(crt, key, "n1", ("127.0.0.1",))
+    assert pki.load_cert(crt).serial_number == cert.serial_number
+    pki.ensure_self_signed_pair(crt, key, "n1", ("n1", "10.0.0.5"))
+    again = pki.load_cert(crt)
+    assert again.serial_number != cert.serial_number and pki.covers(again, ("n1", "10.0.0.5"))
+    assert len(pki.load_certs(crt)) == 2   # the leaf and its CA

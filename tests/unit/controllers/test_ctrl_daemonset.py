@@ -477,26 +477,6 @@ async def test_selecting_all_is_refused_with_an_event(env: Env) -> None:
     assert "empty selector is invalid for daemonset" in err.value.message
 
 
-def test_failed_pod_backoff_doubles_and_is_forgotten() -> None:
-    from kubeplane.controllers.daemonset import _Backoff
-
-    clock = Clock()
-    b = _Backoff(clock)
-    assert not b.in_backoff_since_update("k", clock())
-    b.next("k", clock())
-    assert b.get("k") == 1.0 and b.in_backoff_since_update("k", clock())
-    clock.advance(1.5)
-    assert not b.in_backoff_since_update("k", clock())
-    b.next("k", clock())
-    assert b.get("k") == 2.0
-    for _ in range(20):
-        b.next("k", clock())
-    assert b.get("k") == 900.0  # capped at 15 minutes
-    clock.advance(1801)
-    b.gc(clock())
-    assert b.get("k") == 0.0
-
-
 def test_revision_data_is_written_as_upstream() -> None:
     from kubeplane.controllers.daemonset import revision_patch
     from kubeplane.controllers.history import raw_data

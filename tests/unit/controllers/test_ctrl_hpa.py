@@ -15,7 +15,7 @@ from kubeplane.api.resources import CATALOGUE, resource
 from kubeplane.apiserver.app import ensure_default_namespaces
 from kubeplane.client.inprocess import InProcessClient
 from kubeplane.controllers.podautoscaler import HorizontalController
-from kubeplane.registry.metrics import USAGE_ANNOTATION, usage_report
+from kubeplane.api.usage import USAGE_ANNOTATION, usage_report
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
 from helpers import eventually

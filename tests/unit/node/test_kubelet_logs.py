@@ -7,9 +7,10 @@ import random
 
 import pytest
 
+from kubeplane.api.meta import parse_timestamp
 from kubeplane.node import server as server_mod
-from kubeplane.node.server import (HTTPError, LogOptions, LogRenderer, log_options, parse_log_line,
-                                   parse_timestamp, subresource_of, tail_offset)
+from kubeplane.node.server import (HTTPError, LogOptions, LogRenderer, log_options, parse_log_line, subresource_of,
+                                   tail_offset)
 
 LOG = (b"2026-01-02T03:04:05.000000001Z stdout F first\n"
        b"2026-01-02T03:04:06.5Z stderr P sec\n"

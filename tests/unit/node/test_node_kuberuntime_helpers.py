@@ -12,41 +12,6 @@ from kubeplane.node import kuberuntime as kr
 from kubeplane.node.cri.client import CRIError, pb
 
 
-class Clock:
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
-
-
-def test_backoff_doubles_caps_and_resets_after_ten_minutes():
-    c = Clock()
-    b = kr.Backoff(clock=c)
-    assert not b.in_backoff_since("k", c.t)
-    b.next("k", c.t)
-    assert b.get("k") == 10 and b.in_backoff_since("k", c.t)
-    c.t += 10
-    assert not b.in_backoff_since("k", c.t - 10)
-    for want in (20, 40, 80, 160, 300, 300):
-        b.next("k", c.t)
-        assert b.get("k") == want
-        c.t += want
-    c.t += 601
-    b.next("k", c.t)
-    assert b.get("k") == 10
-    assert b.ends("k") == c.t + 10
-
-
-def test_duration_words():
-    assert kr._duration(10) == "10s" and kr._duration(80) == "1m20s" and kr._duration(300) == "5m0s"
-
-
-def test_expand():
-    env = {"A": "x", "B": "y"}.get
-    assert kr.expand("$(A)-$(B)-$(C)-$$(A)-$", env) == "x-y-$(C)-$(A)-$"
-
-
 def test_image_pull_policy_defaults():
     assert kr.image_pull_policy({"image": "busybox"}) == "Always"
     assert kr.image_pull_policy({"image": "busybox:latest"}) == "Always"
@@ -121,19 +86,6 @@ def test_run_as_non_root_checks():
         assert "non-numeric user (nobody)" in str(e)
 
 
-def test_field_and_resource_refs():
-    pod = {"metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"app": "x"}},
-           "spec": {"nodeName": "n1", "serviceAccountName": "sa"}}
-    assert kr._field_path_value(pod, "metadata.labels['app']", ["10.0.0.1"], ["1.2.3.4"]) == "x"
-    assert kr._field_path_value(pod, "status.podIP", ["10.0.0.1"], []) == "10.0.0.1"
-    assert kr._field_path_value(pod, "spec.nodeName", [], []) == "n1"
-    c = {"name": "a", "resources": {"limits": {"memory": "128Mi"}, "requests": {"cpu": "250m"}}}
-    assert kr.resource_field_value({"resource": "limits.memory", "divisor": "1Mi"}, c, {}) == "128"
-    assert kr.resource_field_value({"resource": "requests.cpu", "divisor": "1m"}, c, {}) == "250"
-    assert kr.resource_field_value({"resource": "requests.cpu"}, c, {}) == "1"
-    assert kr.resource_field_value({"resource": "limits.cpu"}, c, {"cpu": "4"}) == "4"
-
-
 def test_service_env():
     svcs = [{"metadata": {"name": "kubernetes", "namespace": "default"},
              "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}},
@@ -160,6 +112,56 @@ def test_dns_config(tmp_path):
         "nameservers": ["1.1.1.1"], "searches": ["a.example"], "options": [{"name": "ndots", "value": "2"}]}}}
     c = kr.dns_config(none, ["10.96.0.10"], "cluster.local", str(resolv))
     assert list(c.servers) == ["1.1.1.1"] and list(c.searches) == ["a.example"] and list(c.options) == ["ndots:2"]
+
+
+def test_dns_config_policies_as_upstream(tmp_path):
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("# host\nnameserver 192.0.2.53\nsearch old.example\nsearch corp.example. . app.svc.cluster.local\n"
+                      "options edns0 ndots:1\noptions ndots:2 timeout:3\n")
+    base = {"metadata": {"name": "p", "namespace": "app", "uid": "u1"}}
+    cluster = ["10.96.0.10"]
+
+    def conf(spec, dns=cluster, domain="cluster.local", path=str(resolv)):
+        warnings = []
+        c = kr.dns_config({**base, "spec": spec}, dns, domain, path, warn=lambda r, m: warnings.append((r, m)))
+        return list(c.servers), list(c.searches), sorted(c.options), warnings
+
+    # the host's: the last search line (trailing dots and "." dropped), options once each, the later winning
+    servers, searches, options, _ = conf({"dnsPolicy": "Default"})
+    assert servers == ["192.0.2.53"] and searches == ["corp.example", "app.svc.cluster.local"]
+    assert options == ["edns0", "ndots:2", "timeout:3"]
+    # ClusterFirst: the cluster's nameserver, its search paths before the host's (no duplicates), ndots:5
+    servers, searches, options, _ = conf({})
+    assert servers == cluster and options == ["ndots:5"]
+    assert searches == ["app.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"]
+    # a host-network pod: ClusterFirst resolves as the node, ClusterFirstWithHostNet as the cluster
+    assert conf({"hostNetwork": True})[0] == ["192.0.2.53"]
+    assert conf({"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"})[0] == cluster
+    # no --cluster-dns: the host's, with upstream's warning
+    servers, _, _, warnings = conf({}, dns=[])
+    assert servers == ["192.0.2.53"] and warnings[0][0] == "MissingClusterDNS"
+    assert warnings[0][1].startswith('pod: "p_app(u1)". kubelet does not have ClusterDNS IP configured')
+    # no cluster domain: the host's search paths only
+    assert conf({}, domain="")[1] == ["corp.example", "app.svc.cluster.local"]
+    # --resolv-conf "": the node's own resolver and no search path
+    servers, searches, _, _ = conf({"dnsPolicy": "Default"}, path="")
+    assert servers == ["127.0.0.1"] and searches == ["."]
+    # dnsConfig merges: nameservers and searches appended, options replaced by name
+    servers, searches, options, _ = conf({"dnsConfig": {
+        "nameservers": ["10.96.0.10", "192.0.2.1"], "searches": ["extra.example", "cluster.local"],
+        "options": [{"name": "ndots", "value": "2"}, {"name": "single-request-reopen"}]}})
+    assert servers == ["10.96.0.10", "192.0.2.1"] and searches[-1] == "extra.example" and len(searches) == 5
+    assert options == ["ndots:2", "single-request-reopen"]
+    # limits: 3 nameservers; search paths longer than 253 characters dropped, 32 at most
+    servers, searches, _, warnings = conf({"dnsPolicy": "None", "dnsConfig": {
+        "nameservers": ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"],
+        "searches": ["a" * 254] + [f"s{i}.example" for i in range(40)]}})
+    assert servers == ["192.0.2.1", "192.0.2.2", "192.0.2.3"]
+    assert len(searches) == 31 and "a" * 254 not in searches
+    assert [r for r, _ in warnings] == ["DNSConfigForming", "DNSConfigForming"]
+    # the search line at most 2048 characters
+    _, searches, _, _ = conf({"dnsPolicy": "None", "dnsConfig": {"searches": [f"{i:02d}" + "x" * 98 for i in range(30)]}})
+    assert len(" ".join(searches)) <= 2048 and len(searches) == 20
 
 
 def test_hostname_and_hosts_file():

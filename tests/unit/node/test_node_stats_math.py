@@ -9,7 +9,7 @@ import pytest
 
 from kubeplane.api.quantity import parse_quantity
 from kubeplane.node.stats import ContainerSample, HostStats, Sample, StatsProvider, format_cpu, format_memory
-from kubeplane.registry.metrics import parse_report
+from kubeplane.api.usage import parse_report
 
 S = 10**9
 

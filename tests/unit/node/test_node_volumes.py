@@ -17,9 +17,10 @@ from kubeplane.node.volumes import (
     VolumeError,
     VolumeManager,
     extract_field_path,
+    find_container,
     format_map,
-    go_quote,
     mounts_under,
+    pod_field_value,
     resource_field_value,
     validate_path,
 )
@@ -97,8 +98,7 @@ def test_payload_paths_are_checked(path, message, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_go_quote_and_format_map():
-    assert go_quote('a"b\\c\n\t\x01é') == '"a\\"b\\\\c\\n\\t\\x01é"'
+def test_format_map():
     assert format_map({"b": "2", "a": 'x"y'}) == 'a="x\\"y"\nb="2"'
     pod = _pod([])
     assert extract_field_path(pod, "metadata.labels") == 'app="web"\ntier="front"'
@@ -108,6 +108,29 @@ def test_go_quote_and_format_map():
         extract_field_path(pod, "spec.nodeName")
     with pytest.raises(ValueError, match='fieldPath "metadata.name\\[\'x\'\\]" does not support subscript'):
         extract_field_path(pod, "metadata.name['x']")
+
+
+def test_env_field_and_resource_refs():
+    pod = {"metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"app": "x"}},
+           "spec": {"nodeName": "n1", "serviceAccountName": "sa",
+                    "containers": [{"name": "a"}, {"name": "b", "resources": {"limits": {"cpu": "0"}}}]}}
+    assert pod_field_value(pod, "metadata.labels['app']", ["10.0.0.1"], ["1.2.3.4"]) == "x"
+    assert pod_field_value(pod, "status.podIP", ["10.0.0.1"], []) == "10.0.0.1"
+    assert pod_field_value(pod, "status.hostIPs", [], ["1.2.3.4", "fd00::1"]) == "1.2.3.4,fd00::1"
+    assert pod_field_value(pod, "spec.nodeName", [], []) == "n1"
+    with pytest.raises(ValueError, match="invalid key subscript"):
+        pod_field_value(pod, "metadata.labels['a b']", [], [])
+    c = {"name": "a", "resources": {"limits": {"memory": "128Mi"}, "requests": {"cpu": "250m"}}}
+    assert resource_field_value({"resource": "limits.memory", "divisor": "1Mi"}, c, {}) == "128"
+    assert resource_field_value({"resource": "requests.cpu", "divisor": "1m"}, c, {}) == "250"
+    assert resource_field_value({"resource": "requests.cpu"}, c, {}) == "1"
+    assert resource_field_value({"resource": "limits.cpu"}, c, {"cpu": "4"}) == "4"
+    # a zero limit is unset: the node's allocatable stands in (upstream's MergeContainerResourceLimits)
+    assert resource_field_value({"resource": "limits.cpu"}, find_container(pod, "b"), {"cpu": "4"}) == "4"
+    with pytest.raises(ValueError, match="unsupported container resource : limits.nvidia.com/gpu"):
+        resource_field_value({"resource": "limits.nvidia.com/gpu"}, c, {})
+    with pytest.raises(ValueError, match="container c not found"):
+        find_container(pod, "c")
 
 
 def test_resource_field_values():
@@ -153,6 +176,8 @@ async def test_config_map_files_modes_and_update_in_place(vm, inprocess_client):
     cm["data"] = {"a.conf": "A=2"}
     cm.pop("binaryData")
     await inprocess_client.update(CMS, cm)
+    await vm.setup(pod)  # a sync of the unchanged pod: ready volumes are the resync's
+    assert _read(os.path.join(all_dir, "a.conf")) == "A=1"
     await vm.refresh()
     assert _read(os.path.join(all_dir, "a.conf")) == "A=2"
     assert not os.path.lexists(os.path.join(all_dir, "b"))

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from kubeplane.auth import pki
 from kubeplane.node import prober as pr
+from kubeplane.node.volumes import expand
 from kubeplane.node.prober import (
     FAILURE, LIVENESS, READINESS, STARTUP, SUCCESS, UNKNOWN, HandlerError, HTTPProber, ProbeError,
     ProbeManager, Result,
@@ -23,24 +24,20 @@ from kubeplane.node.prober import (
 
 # ---------------------------------------------------------------- helpers
 
-def test_expand_static_as_upstream():
-    env = {"A": "1", "EMPTY": ""}
-    assert pr.expand_static("x $(A) y", env) == "x 1 y"
-    assert pr.expand_static("$$(A)", env) == "$(A)"
-    assert pr.expand_static("$(MISSING)", env) == "$(MISSING)"
-    assert pr.expand_static("$(EMPTY)-", env) == "-"
-    assert pr.expand_static("$(A", env) == "$(A"
-    assert pr.expand_static("$A $", env) == "$A $"
+def test_expand_as_upstream():
+    env = {"A": "1", "EMPTY": ""}.get
+    assert expand("x $(A) y", env) == "x 1 y"
+    assert expand("$$(A)", env) == "$(A)"
+    assert expand("$(MISSING)", env) == "$(MISSING)"
+    assert expand("$(EMPTY)-", env) == "-"
+    assert expand("$(A", env) == "$(A"
+    assert expand("$A $", env) == "$A $"
+    assert expand("$(A)-$(B)-$$(A)-$", env) == "1-$(B)-$(A)-$"
     c = {"env": [{"name": "A", "value": "v"}, {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
     assert pr.static_env(c) == {"A": "v", "S": ""}
 
 
-def test_go_formats():
-    assert pr.go_duration(1) == "1s"
-    assert pr.go_duration(60) == "1m0s"
-    assert pr.go_duration(3661) == "1h1m1s"
-    assert pr.go_duration(0.5) == "500ms"
-    assert pr.go_quote('a"b\n\x01') == '"a\\"b\\n\\x01"'
+def test_http_helpers():
     assert pr.canonical_header("x-custom-HEADER") == "X-Custom-Header"
     assert pr.join_host_port("::1", 80) == "[::1]:80"
     assert pr.strip_runtime("containerd://abc") == "abc"
@@ -65,6 +62,8 @@ def test_request_for_http_get_action():
                                  {"ports": [{"name": "web", "containerPort": 8080}]}, "10.1.2.3")
     assert url == "http://10.1.2.3:8080/healthz?full=1"
     assert headers["User-Agent"].startswith("kube-probe/1.") and headers["Accept"] == "*/*"
+    from kubeplane.apiserver.server import VERSION_INFO
+    assert headers["User-Agent"] == f"kube-probe/{VERSION_INFO['major']}.{VERSION_INFO['minor']}"
     url, headers = h.request_for({"port": 443, "scheme": "HTTPS", "host": "example.test", "path": "ready",
                                   "httpHeaders": [{"name": "accept", "value": ""},
                                                   {"name": "user-agent", "value": "mine"},
@@ -596,7 +595,7 @@ async def test_deletion_makes_liveness_succeed_and_stop(manager, http_server):
     assert not manager.liveness_failed("i1")
 
 
-async def test_remove_and_cleanup_pods(manager, http_server):
+async def test_remove_pods(manager, http_server):
     c = {"name": "app", "readinessProbe": _http_probe(http_server.port),
          "livenessProbe": _http_probe(http_server.port)}
     for uid in ("a", "b", "c"):
@@ -608,8 +607,8 @@ async def test_remove_and_cleanup_pods(manager, http_server):
     plain = _pod([{"name": "noprobe"}], uid="d")
     manager.update_pod_status(plain, _status(("noprobe", "containerd://d1")))
     assert manager.started("d1") and manager.ready("d1")
-    manager.remove_pod("a")
-    manager.cleanup_pods({"b"})
+    for uid in ("a", "c", "d"):
+        manager.remove_pod(uid)
     await _until(lambda: manager.worker_count() == 2)
     assert not manager.started("d1")  # forgotten with its pod
 

@@ -21,7 +21,7 @@ from kubeplane.client.inprocess import InProcessClient
 from kubeplane.controllers.nodeagent import NodeAgent, NodeSpec
 from kubeplane.controllers.nodeusage import parse_usage, pod_usage
 from kubeplane.registry.hpa_conversion import to_v1, to_v2
-from kubeplane.registry.metrics import USAGE_ANNOTATION
+from kubeplane.api.usage import USAGE_ANNOTATION
 from kubeplane.registry.registry import Registry
 from kubeplane.storage.memory import MemoryStore
 from helpers import eventually

@@ -147,3 +147,47 @@ async def test_keyed_turns_a_waiter_cancelled_after_its_turn_came_passes_it_on()
     with pytest.raises(asyncio.CancelledError):
         await first
     assert got == ["second"] and len(turns) == 0
+
+
+async def test_every_runs_after_each_interval_and_survives_a_failing_round(caplog):
+    import asyncio
+
+    from kubeplane.runtime import every
+
+    calls = []
+
+    async def work():
+        calls.append(len(calls))
+        if len(calls) == 2:
+            raise RuntimeError("boom")
+
+    task = asyncio.create_task(every(0.02, work, "the work"))
+    await asyncio.sleep(0.01)
+    assert calls == []  # the first round comes after one interval
+    while len(calls) < 4:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    assert task.cancelled()
+    assert any(r.getMessage() == "the work failed: boom" for r in caplog.records)
+
+
+async def test_cancel_and_wait_ends_every_task_and_logs_one_that_failed(caplog):
+    import asyncio
+
+    from kubeplane.runtime import cancel_and_wait
+
+    async def forever():
+        await asyncio.sleep(3600)
+
+    async def fails():
+        raise RuntimeError("broken")
+
+    tasks = [asyncio.create_task(forever()), asyncio.create_task(fails()), None]
+    await asyncio.sleep(0)
+    await cancel_and_wait(tasks, "the worker")
+    assert tasks[0].cancelled() and tasks[1].done()
+    assert [r.getMessage() for r in caplog.records] == ["the worker failed"]

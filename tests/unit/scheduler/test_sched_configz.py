@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import aiohttp
-import pytest
 
 from kubeplane.cluster import components_metrics_server
-from kubeplane.scheduler.config import componentconfig, go_duration, parse_config
+from kubeplane.scheduler.config import componentconfig, parse_config
 from kubeplane.scheduler.plugins.registry import in_tree_registry
-
-
-@pytest.mark.parametrize("seconds, text", [(15, "15s"), (10.0, "10s"), (1.5, "1.5s"), (90, "1m30s"),
-                                           (3600, "1h0m0s"), (0, "0s"), (0.25, "0.25s")])
-def test_go_duration(seconds, text):
-    assert go_duration(seconds) == text
 
 
 def test_componentconfig_shows_defaults_and_profiles():

@@ -13,7 +13,7 @@ from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import Handle, Plugin
 from kubeplane.scheduler.plugins.registry import in_tree_registry
 from kubeplane.scheduler.framework.runtime import (
-    MAX_PERMIT_TIMEOUT, Framework, FrameworkError, go_duration, merge_plugin_set,
+    MAX_PERMIT_TIMEOUT, Framework, FrameworkError, merge_plugin_set,
 )
 from kubeplane.scheduler.framework.types import (
     ClusterEventWithHint, Code, CycleState, EventResource, PreFilterResult, Status,
@@ -382,14 +382,6 @@ async def test_bind_skips_to_next_binder() -> None:
     f = fw([], plugins={"bind": {"disabled": [{"name": "*"}], "enabled": [{"name": "SkipBinder"}, {"name": "Binder"}]}})
     assert await f.run_bind_plugins(CycleState(), PodInfo(pod()), "n1") is None
     assert CALLS == ["bind:SkipBinder", "bind:Binder:n1"]
-
-
-def test_go_duration() -> None:
-    assert go_duration(10) == "10s"
-    assert go_duration(90) == "1m30s"
-    assert go_duration(900) == "15m0s"
-    assert go_duration(0.5) == "500ms"
-    assert go_duration(1.5) == "1.5s"
 
 
 def test_snapshot_lister_through_handle() -> None:

@@ -14,8 +14,9 @@ from time import perf_counter
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
+from kubeplane.api.gofmt import go_duration, go_list
 from kubeplane.scheduler.framework.fastpath import FastPath
 from kubeplane.scheduler.framework.nodeinfo import NodeInfo, PodInfo
 from kubeplane.scheduler.framework.plugin import EXTENSION_METHODS, Handle, Plugin, implements
@@ -52,38 +53,6 @@ _REJECTING_POINTS = ("preEnqueue", "preFilter", "filter", "reserve", "permit", "
 
 class FrameworkError(ValueError):
     """Invalid profile: unknown plugin, plugin not implementing a point, bad combination."""
-
-
-def go_plugins(names: Iterable[str]) -> str:
-    """Format a list like Go's ``%v`` of a ``[]string``: ``[A B]``."""
-    return "[" + " ".join(names) + "]"
-
-
-def go_duration(seconds: float) -> str:
-    """Format seconds like Go's ``time.Duration.String``: ``1m30s``, ``500ms``."""
-    if seconds == 0:
-        return "0s"
-    neg = seconds < 0
-    seconds = abs(seconds)
-    if seconds < 1:
-        for unit, factor in (("ms", 1e3), ("µs", 1e6), ("ns", 1e9)):
-            v = seconds * factor
-            if v >= 1 or unit == "ns":
-                return ("-" if neg else "") + _trim(v) + unit
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    out = ""
-    if h:
-        out += f"{int(h)}h"
-    if h or m:
-        out += f"{int(m)}m"
-    out += _trim(s) + "s"
-    return ("-" if neg else "") + out
-
-
-def _trim(v: float) -> str:
-    txt = f"{v:.9f}".rstrip("0").rstrip(".")
-    return txt or "0"
 
 
 # --------------------------------------------------------------------------- profile merging
@@ -364,7 +333,7 @@ class Framework:
                 if len(with_nodes) == 1:
                     msg = f"node(s) didn't satisfy plugin {with_nodes[0]}"
                 else:
-                    msg = f"node(s) didn't satisfy plugin(s) {go_plugins(with_nodes)} simultaneously"
+                    msg = f"node(s) didn't satisfy plugin(s) {go_list(with_nodes)} simultaneously"
                 return result, Status.unresolvable(msg), set(with_nodes)
         state.skip_filter_plugins = skip
         return result, None, set()
@@ -650,5 +619,5 @@ class Framework:
 
 __all__ = [
     "ALL_EVENTS", "Framework", "FrameworkError", "MAX_PERMIT_TIMEOUT", "NodePluginScores", "WaitingPod",
-    "go_duration", "go_plugins", "merge_plugin_set", "merge_profile_plugins",
+    "merge_plugin_set", "merge_profile_plugins",
 ]
