@@ -4,9 +4,11 @@ the same server reached by its pod IP, in the same run (as root).
 Two hosts (network namespaces on one link, each with its own ``kubeplane node``
 and containerd, the control plane in this process's namespace: the node tests'
 multi-host set-up), a busybox HTTP server in a pod on host 2 behind a
-ClusterIP Service, and a load generator in a pod on host 1 (a process in that pod's
-network namespace: a new TCP connection per request, so that each one goes
-through the Service's DNAT, with ``--concurrency`` requests in flight). Runs alternate
+ClusterIP Service, and a load generator in a pod on host 1 (a process in that
+pod's network namespace: a new TCP connection per request, so that each one
+goes through the Service's DNAT, with ``--concurrency`` requests in flight,
+each closed with a reset once answered so that no TIME_WAIT builds up between
+runs). Runs alternate
 between the pod IP and the ClusterIP (``--runs`` each, ``--seconds`` long);
 the medians and their ratio are reported.
 
@@ -28,13 +30,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NODE_TESTS = os.path.join(HERE, "..", "tests", "integration", "node")
 
 LOAD = textwrap.dedent("""
-    import asyncio, sys, time
+    import asyncio, socket, struct, sys, time
+
+    LINGER = struct.pack("ii", 1, 0)
 
     async def one(host):
         r, w = await asyncio.open_connection(host, 80)
         w.write(b"GET / HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n")
         await w.drain()
         data = await r.read()
+        # closed with a reset once the answer is in: no TIME_WAIT on either side, whose
+        # four-tuples a later connection's port would run into
+        w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER)
         w.close()
         return data.startswith(b"HTTP/1.") and b" 200 " in data.split(b"\\r\\n", 1)[0]
 
