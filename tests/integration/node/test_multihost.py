@@ -145,6 +145,13 @@ def test_a_service_reaches_pods_on_both_hosts_by_cluster_ip_and_node_port(hosts)
     # from a pod on h1, requests land on the pods of both hosts
     seen = until("answers from both hosts' pods", lambda: _answers(via_cluster_ip, 12) >= set(pods) and True, 60)
     assert seen
+
+    def by_name():
+        return hosts.exec("client-svc", "wget", "-qO-", "http://spread.default.svc.cluster.local/",
+                          check=False).stdout.strip()
+
+    # and by the Service's name, through cluster DNS
+    until("answers by name from both hosts' pods", lambda: _answers(by_name, 12) >= set(pods), 60)
     # the NodePort on every host's address, from outside the hosts (the test's own namespace)
     for h in (h1, h2):
         def via_node_port(h=h):
