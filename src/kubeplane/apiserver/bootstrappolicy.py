@@ -490,10 +490,13 @@ KUBEPLANE_NODE_PROXIER_ROLE = "kubeplane:node-proxier"
 KUBEPLANE_NODE_NETWORK_ROLE = "kubeplane:node-network"
 #: what a node's NetworkPolicy enforcement reads (kubeplane/node/netpol.py):
 #: every pod (the peers' addresses and named ports), namespace (their labels)
-#: and policy, which the Node authorizer has no opinion on. Upstream's policy
-#: agents (Calico's, kube-router) read the same with a ServiceAccount of theirs
-#: on every node; here the nodes' own identities are bound (group system:nodes).
+#: and policy. A node's own identity may not list every pod (the Node
+#: authorizer), so, as upstream's policy agents (Calico's, kube-router) read
+#: them with a ServiceAccount of theirs, the role is bound to the kube-system
+#: ServiceAccount below; a node enforces policies with a kubeconfig of it
+#: (``kubeplane node --network-policy-kubeconfig``).
 KUBEPLANE_NODE_NETWORK_POLICY_ROLE = "kubeplane:node-network-policy"
+KUBEPLANE_NETWORK_POLICY_ACCOUNT = "kubeplane-network-policy"
 
 
 #: the kube-system ServiceAccount the local volume provisioner acts as
@@ -551,7 +554,8 @@ def node_bootstrap_bindings() -> list[Obj]:
                  "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", [group("system:nodes")]),
         _binding(KUBEPLANE_NODE_PROXIER_ROLE, KUBEPLANE_NODE_PROXIER_ROLE, [group("system:nodes")]),
         _binding(KUBEPLANE_NODE_NETWORK_ROLE, KUBEPLANE_NODE_NETWORK_ROLE, [group("system:nodes")]),
-        _binding(KUBEPLANE_NODE_NETWORK_POLICY_ROLE, KUBEPLANE_NODE_NETWORK_POLICY_ROLE, [group("system:nodes")]),
+        _binding(KUBEPLANE_NODE_NETWORK_POLICY_ROLE, KUBEPLANE_NODE_NETWORK_POLICY_ROLE,
+                 [service_account("kube-system", KUBEPLANE_NETWORK_POLICY_ACCOUNT)]),
     ]
 
 

@@ -1841,8 +1841,11 @@ def _proxy_option_decorators(f):
 @click.option("--pod-routes/--no-pod-routes", default=True, show_default=True,
               help="Route the other nodes' pod CIDRs through them (the nodes share a link) and masquerade what "
                    "the pods send outside the pods' networks.")
-@click.option("--network-policy/--no-network-policy", default=True, show_default=True,
-              help="Enforce the NetworkPolicies on the node's pods (nftables rules of the node's own).")
+@click.option("--network-policy-kubeconfig", "network_policy", default=None,
+              help="Enforce the NetworkPolicies on the node's pods (nftables rules of the node's own), reading "
+                   "pods, namespaces and policies with this kubeconfig (the kube-system ServiceAccount "
+                   "kubeplane-network-policy is bound to that; a node's own identity may not list every pod). "
+                   "Default: no enforcement.")
 @_real_node_option_decorators
 @click.option("--proxy/--no-proxy", "run_proxy", default=True, show_default=True,
               help="Run the Service proxy (nftables rules for Services, as kube-proxy) in the node.")
@@ -1881,7 +1884,9 @@ def node(kubeconfig, context, server, token, ca_cert_hash, discovery_timeout, no
     config.container_log_max_files = container_log_max_files
     config.streaming_idle_timeout = streaming_idle_timeout
     config.pod_routes = pod_routes
-    config.network_policy = network_policy
+    if network_policy is not None and not os.path.isfile(network_policy):
+        raise click.BadParameter(f"{network_policy}: no such file", param_hint="--network-policy-kubeconfig")
+    config.network_policy_kubeconfig = os.path.abspath(network_policy) if network_policy else None
     if run_proxy:
         from kubeplane.proxy import ProxyConfig
 

@@ -105,8 +105,9 @@ class AgentConfig:
     container_log_monitor_interval: float = DEFAULT_LOG_MONITOR_INTERVAL
     #: keep routes to the other nodes' pod CIDRs and the pods' masquerade (node/routes.py)
     pod_routes: bool = True
-    #: enforce the NetworkPolicies on the node's pods (node/netpol.py)
-    network_policy: bool = True
+    #: enforce the NetworkPolicies on the node's pods (node/netpol.py) with this kubeconfig
+    #: (an identity that may read every pod, namespace and policy; None: no enforcement)
+    network_policy_kubeconfig: str | None = None
     #: exec, attach and port-forward sessions idle for that long are closed (upstream's 4h)
     streaming_idle_timeout: float = 4 * 3600.0
     #: upstream's --cgroups-per-qos and --cgroup-root: each pod's cgroup under
@@ -400,6 +401,7 @@ class NodeAgent:
         self.log_manager: ContainerLogManager | None = None
         self.pod_routes: Any = None
         self.network_policy: Any = None
+        self._network_policy_client: Any = None
         self._own_runtime = False
         #: the pods' cgroups (None: the runtime places pods where it wants)
         self.cgroups: Any = None
@@ -470,10 +472,12 @@ class NodeAgent:
 
             self.pod_routes = PodRoutes(self.client, self.name)
             await self.pod_routes.start()
-        if self.config.network_policy and self.config.cni_conf_dir:
+        if self.config.network_policy_kubeconfig and self.config.cni_conf_dir:
+            from kubeplane.client.http import HttpClient
             from kubeplane.node.netpol import NetworkPolicyController
 
-            self.network_policy = NetworkPolicyController(self.client, self.name)
+            self._network_policy_client = HttpClient.from_kubeconfig(self.config.network_policy_kubeconfig)
+            self.network_policy = NetworkPolicyController(self._network_policy_client, self.name)
             await self.network_policy.start()
 
     async def stop(self) -> None:
@@ -508,6 +512,9 @@ class NodeAgent:
             except Exception:  # noqa: BLE001
                 log.exception("removing the network policy rules failed")
             self.network_policy = None
+        if self._network_policy_client is not None:
+            await self._network_policy_client.close()
+            self._network_policy_client = None
         if self.server is not None:
             await self.server.stop()
             self.server = None

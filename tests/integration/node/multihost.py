@@ -23,7 +23,8 @@ import subprocess
 import sys
 import time
 
-from nodetest import CLI, cli_env, kubectl, own_cgroup_root, start_up, stop_process, wait_for
+from nodetest import (CLI, cli_env, kubectl, network_policy_kubeconfig, own_cgroup_root, start_up, stop_process,
+                      wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: the kube-dns Service's address in up's default service range, the nodes' --cluster-dns
@@ -113,6 +114,9 @@ class Hosts:
                              capture_output=True, text=True, env=cli_env(), timeout=60)
         assert out.returncode == 0, out.stderr
         self.join = shlex.split(out.stdout)[1:]
+        # NetworkPolicy enforcement reads with an account of its own, as upstream's policy agents
+        self.netpol_kubeconfig = network_policy_kubeconfig(self.kubeconfig,
+                                                           os.path.join(self.base, "netpol.kubeconfig"))
         for h in self.hosts:
             self.start_node(h)
         for h in self.hosts:
@@ -125,6 +129,7 @@ class Hosts:
             h.proc = subprocess.Popen(
                 ["nsenter", f"--net=/run/netns/{h.netns}", *CLI, *self.join, "--name", h.name, "--node-ip", h.ip,
                  "--data-dir", h.data_dir, "--images-dir", self.image_dir, "--cgroup-root", h.cgroup_root,
+                 "--network-policy-kubeconfig", self.netpol_kubeconfig,
                  "--cluster-dns", KUBE_DNS_IP],
                 stdout=log, stderr=subprocess.STDOUT, env=cli_env())
 

@@ -136,3 +136,24 @@ def in_netns(netns: str):
         out, err = await proc.communicate(stdin)
         return proc.returncode, out.decode(), err.decode()
     return run
+
+
+def network_policy_kubeconfig(admin_kubeconfig: str, path: str) -> str:
+    """A kubeconfig of the kube-system ServiceAccount the bootstrap policy lets read what
+    NetworkPolicy enforcement needs (every pod, namespace and policy): the ServiceAccount
+    made, a token requested for it (``kubectl create token``), as a policy agent is given one."""
+    import yaml
+
+    from kubeplane.client.kubeconfig import write_kubeconfig
+
+    kubectl(admin_kubeconfig, "create", "serviceaccount", "kubeplane-network-policy", "-n", "kube-system",
+            check=False)
+    token = kubectl(admin_kubeconfig, "create", "token", "kubeplane-network-policy", "-n", "kube-system",
+                    "--duration", "2h").stdout.strip()
+    import base64
+
+    with open(admin_kubeconfig) as f:
+        cluster = yaml.safe_load(f)["clusters"][0]["cluster"]
+    ca = base64.b64decode(cluster["certificate-authority-data"]) if cluster.get("certificate-authority-data") else None
+    write_kubeconfig(path, cluster["server"], ca_data=ca, token=token, durable=False)
+    return path

@@ -13,11 +13,12 @@ import time
 
 import pytest
 
+from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import resource
 from kubeplane.node.netpol import NetworkPolicyController, table_name
 
 from conftest import node_kubeconfig
-from nodetest import in_netns, netns_sh as sh
+from nodetest import in_netns, netns_sh as sh, network_policy_kubeconfig
 
 TAG = f"{os.getpid() % 100000}"
 NODE = f"np-node-{TAG}"
@@ -132,7 +133,13 @@ async def test_policies_isolate_and_allow_pods_on_the_node(network, cluster, tmp
     from kubeplane.client.http import HttpClient
 
     admin = HttpClient.from_kubeconfig(cluster.kubeconfig)
-    node_client = HttpClient.from_kubeconfig(node_kubeconfig(cluster, NODE, str(tmp_path / "node.kubeconfig")))
+    # the policy agent's own account: a node's identity may not list every pod
+    node = HttpClient.from_kubeconfig(node_kubeconfig(cluster, NODE, str(tmp_path / "node.kubeconfig")))
+    with pytest.raises(StatusError, match="can only list/watch pods with spec.nodeName field selector"):
+        await node.list(PODS_RES)
+    await node.close()
+    node_client = HttpClient.from_kubeconfig(network_policy_kubeconfig(cluster.kubeconfig,
+                                                                       str(tmp_path / "netpol.kubeconfig")))
     ctl = NetworkPolicyController(node_client, NODE, runner=in_netns(ns("node")), resync_period=30.0)
     try:
         await create_objects(admin)

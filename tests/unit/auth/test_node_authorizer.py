@@ -263,12 +263,14 @@ async def test_union_node_first_then_rbac(graph):
         await cache.stop()
 
 
-async def test_nodes_read_what_their_network_policies_and_pod_routes_need_through_the_bootstrap_policy(graph):
+async def test_nodes_list_nodes_for_their_routes_and_the_policy_agent_account_reads_the_rest(graph):
     from kubeplane.apiserver.bootstrappolicy import policy
 
     store, g = graph
     cache = PolicyCache(store)
     await cache.start()
+    agent = UserInfo("system:serviceaccount:kube-system:kubeplane-network-policy",
+                     groups=("system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
     try:
         roles, bindings = policy()
         for obj in roles + bindings:
@@ -277,15 +279,22 @@ async def test_nodes_read_what_their_network_policies_and_pod_routes_need_throug
         assert await cache.wait_for_revision(store.revision)
         union = UnionAuthorizer(NodeAuthorizer(g, node_rules()), RBACAuthorizer(cache))
         for verb in ("list", "watch"):
-            assert union.authorize(attrs(N1, verb, "pods"))[0] is Decision.ALLOW  # every pod, no field selector
-            assert union.authorize(attrs(N1, verb, "namespaces"))[0] is Decision.ALLOW
-            assert union.authorize(attrs(N1, verb, "networkpolicies", group="networking.k8s.io"))[0] is Decision.ALLOW
+            # a node: every Node for its pod routes, but not every pod (upstream's Node authorizer)
             assert union.authorize(attrs(N1, verb, "nodes"))[0] is Decision.ALLOW
-        # reading, no more: no other pod's object by name, no writes, nothing else
-        assert union.authorize(attrs(N1, "get", "pods", ns="a", name="theirs"))[0] is Decision.NO_OPINION
-        assert union.authorize(attrs(N1, "update", "networkpolicies", ns="a", name="p",
+            assert union.authorize(attrs(N1, verb, "pods"))[0] is Decision.NO_OPINION
+            assert union.authorize(attrs(N1, verb, "networkpolicies", group="networking.k8s.io"))[0] \
+                is Decision.NO_OPINION
+            # the policy agent's account: every pod, namespace and policy
+            assert union.authorize(attrs(agent, verb, "pods"))[0] is Decision.ALLOW
+            assert union.authorize(attrs(agent, verb, "namespaces"))[0] is Decision.ALLOW
+            assert union.authorize(attrs(agent, verb, "networkpolicies", group="networking.k8s.io"))[0] \
+                is Decision.ALLOW
+        # reading, no more: no Node or pod by name, no writes, nothing else
+        assert union.authorize(attrs(N1, "get", "nodes", name="n2"))[0] is Decision.NO_OPINION
+        assert union.authorize(attrs(agent, "get", "pods", ns="a", name="theirs"))[0] is Decision.NO_OPINION
+        assert union.authorize(attrs(agent, "update", "networkpolicies", ns="a", name="p",
                                      group="networking.k8s.io"))[0] is Decision.NO_OPINION
-        assert union.authorize(attrs(N1, "list", "secrets"))[0] is Decision.NO_OPINION
+        assert union.authorize(attrs(agent, "list", "secrets"))[0] is Decision.NO_OPINION
         assert union.authorize(attrs(ALICE, "list", "pods"))[0] is Decision.NO_OPINION
     finally:
         await cache.stop()
