@@ -672,13 +672,10 @@ class NetworkPolicyController:
                             self.node_name, name, err.strip())
 
     async def stop(self, *, clean: bool = True) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        from kubeplane.runtime import cancel_and_wait
+
+        await cancel_and_wait([self._task], "network policy loop")
+        self._task = None
         informers, self._informers = self._informers, {}
         for inf in informers.values():
             await inf.stop()

@@ -173,13 +173,10 @@ class PodRoutes:
         self._task = asyncio.create_task(self._loop(), name=f"pod-routes:{self.node_name}")
 
     async def stop(self, *, clean: bool = True) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        from kubeplane.runtime import cancel_and_wait
+
+        await cancel_and_wait([self._task], "pod routes loop")
+        self._task = None
         if self._informer is not None:
             await self._informer.stop()
             self._informer = None
