@@ -490,7 +490,7 @@ class KubeletServer:
         elif containers:
             target = containers[0]
         else:
-            raise bad_request(f'container "{name}" in pod "{pod}" is waiting to start: ContainerCreating')
+            raise bad_request(await self._waiting_message(ns, pod, name))
         st = (await self.cri.runtime("ContainerStatus", pb.ContainerStatusRequest(container_id=target.id))).status
         path = st.log_path
         resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
@@ -554,6 +554,29 @@ class KubeletServer:
             f.close()
         await resp.write_eof()
         return resp
+
+    async def _waiting_message(self, namespace: str, pod: str, name: str) -> str:
+        """Why a container has no log yet, from the pod's status as upstream's kubelet
+        says it (its waiting reason; the common image failures in words)."""
+        reason = "ContainerCreating"
+        if self.client is not None:
+            from kubeplane.api.errors import StatusError
+            from kubeplane.api.resources import resource
+
+            try:
+                obj = await self.client.get(resource("pods"), pod, namespace)
+            except (StatusError, OSError):
+                obj = None
+            st = (obj or {}).get("status") or {}
+            for c in (st.get("containerStatuses") or []) + (st.get("initContainerStatuses") or []):
+                if c.get("name") == name:
+                    reason = ((c.get("state") or {}).get("waiting") or {}).get("reason") or reason
+                    break
+        if reason == "ErrImagePull":
+            reason = "image can't be pulled"
+        elif reason == "ImagePullBackOff":
+            reason = "trying and failing to pull image"
+        return f'container "{name}" in pod "{pod}" is waiting to start: {reason}'
 
     async def _still_running(self, container_id: str) -> bool:
         try:

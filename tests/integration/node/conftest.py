@@ -80,6 +80,18 @@ def _remove_leaked_hostport_chains(new_chains: set[str]) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def no_mounts_left(tmp_path_factory):
+    """A node agent makes its pods' directory a shared mount, as the kubelet does, and
+    keeps it when it stops (its pods may run on): whatever the session's nodes left
+    mounted under the session's directories goes at the end."""
+    base = str(tmp_path_factory.getbasetemp())
+    yield
+    from kubeplane.node.containerd import unmount_under
+
+    unmount_under(base)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def host_nftables():
     """Snapshot the host's nftables tables and chains; at the end of the session
     (after every other fixture) remove the CNI chains made since and left

@@ -390,3 +390,28 @@ def test_deleting_a_pod_cuts_short_a_sync_under_way(real_node):
     while _sandboxes(real_node, uid) and any(s.state == pb.SANDBOX_READY for s in _sandboxes(real_node, uid)):
         assert time.monotonic() < deadline, "its sandbox still runs"
         time.sleep(0.2)
+
+
+def test_logs_of_a_container_waiting_for_its_image_say_why(real_node):
+    """kubectl logs of a container that never started: upstream's kubelet words."""
+    never = json.loads(_pod("no-image", ["true"], grace=1))
+    never["spec"]["containers"][0].update(image="127.0.0.1:1/none:1", imagePullPolicy="Never")
+    failing = json.loads(_pod("bad-pull", ["true"], grace=1))
+    failing["spec"]["containers"][0].update(image="127.0.0.1:1/none:1", imagePullPolicy="IfNotPresent")
+    for body in (never, failing):
+        real_node.kubectl("apply", "-f", "-", input=json.dumps(body))
+    try:
+        def waiting(p):
+            return ((p.get("status", {}).get("containerStatuses") or [{}])[0].get("state") or {}).get(
+                "waiting", {}).get("reason")
+        _wait(real_node, "no-image", lambda p: waiting(p) == "ErrImageNeverPull")
+        res = real_node.kubectl("logs", "no-image", check=False)
+        assert res.returncode == 1 and ('container "main" in pod "no-image" is waiting to start: ErrImageNeverPull'
+                                        in res.stderr), res.stderr
+        _wait(real_node, "bad-pull", lambda p: waiting(p) in ("ErrImagePull", "ImagePullBackOff"), timeout=90)
+        res = real_node.kubectl("logs", "bad-pull", check=False)
+        assert res.returncode == 1 and any(
+            f'container "main" in pod "bad-pull" is waiting to start: {why}' in res.stderr
+            for why in ("image can't be pulled", "trying and failing to pull image")), res.stderr
+    finally:
+        real_node.kubectl("delete", "pod", "no-image", "bad-pull", "--wait=false", check=False)
