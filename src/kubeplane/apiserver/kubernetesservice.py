@@ -19,7 +19,7 @@ from typing import Any
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import resource
-from kubeplane.runtime import every
+from kubeplane.runtime import cancel_and_wait, every
 
 log = logging.getLogger("kubeplane.apiserver")
 
@@ -181,7 +181,5 @@ class KubernetesService:
             every(self.interval, self.reconcile, "reconciling the kubernetes Service"), name="kubernetes-service")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await cancel_and_wait([self._task], "the kubernetes Service reconciler")
+        self._task = None

@@ -23,6 +23,7 @@ from typing import Any
 
 from kubeplane.api.errors import StatusError
 from kubeplane.api.resources import resource
+from kubeplane.runtime import cancel_and_wait, every
 
 log = logging.getLogger("kubeplane.dns")
 
@@ -188,23 +189,12 @@ class KubeDNSService:
             await self.reconcile()
         except StatusError as exc:
             log.warning("the kube-dns Service could not be set up: %s", exc.message)
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="kube-dns-service")
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.reconcile()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the next pass tries again
-                log.warning("reconciling the kube-dns Service failed: %s", exc)
+        self._task = asyncio.get_running_loop().create_task(
+            every(self.interval, self.reconcile, "reconciling the kube-dns Service"), name="kube-dns-service")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await cancel_and_wait([self._task], "the kube-dns Service reconciler")
+        self._task = None
 
 
 def _labels(obj: Obj) -> dict[str, str]:
