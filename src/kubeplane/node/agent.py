@@ -383,6 +383,7 @@ class NodeAgent:
         self.prober: Any = None
         self._workers: dict[str, _PodWorker] = {}
         self._informer: Any = None
+        self._node_informer: Any = None
         self._tasks: list[asyncio.Task] = []
         self._lease: Obj | None = None
         self._last_posted: Obj | None = None
@@ -485,6 +486,9 @@ class NodeAgent:
         if self._informer is not None:  # first: no new pod workers
             await self._informer.stop()
             self._informer = None
+        if self._node_informer is not None:
+            await self._node_informer.stop()
+            self._node_informer = None
         tasks, self._tasks = self._tasks, []
         workers = [w.task for w in self._workers.values() if w.task is not None]
         for t in tasks + workers:
@@ -969,6 +973,9 @@ class NodeAgent:
     async def _start_pods(self) -> None:
         from kubeplane.client.informer import SharedInformer
 
+        # the node's own Node as others change it (taints, labels), for admission: upstream's node lister
+        self._node_informer = SharedInformer(self.client, NODES, field_selector=f"metadata.name={self.name}")
+        self._node_informer.start()
         self._informer = SharedInformer(self.client, PODS, field_selector=f"spec.nodeName={self.name}")
         self._informer.add_event_handler(self._on_pod, self._on_pod_update, self._on_pod_deleted)
         self._informer.start()
@@ -1025,14 +1032,16 @@ class NodeAgent:
             return rejected
 
     async def _admission(self, worker: "_PodWorker") -> tuple[str, str] | None:
-        try:
-            # as upstream's node lister: the Node as it is now (taints and labels others set)
-            node = await self.client.get(NODES, self.name)
-        except StatusError as err:
-            log.warning("reading node %s for admitting %s: %s", self.name, pod_key(worker.pod), err.message)
-            node = self.node
-            if node is None:
-                return admission.INVALID_NODE_INFO, "Kubelet cannot get node info."
+        inf = self._node_informer
+        node = inf.indexer.get_by_key(self.name) if inf is not None and inf.has_synced() else None
+        if node is None:
+            try:
+                node = await self.client.get(NODES, self.name)
+            except StatusError as err:
+                log.warning("reading node %s for admitting %s: %s", self.name, pod_key(worker.pod), err.message)
+                node = self.node
+                if node is None:
+                    return admission.INVALID_NODE_INFO, "Kubelet cannot get node info."
         others = [w.pod for w in self._workers.values()
                   if w is not worker and w.admitted and not w.finished and not w.removed and not w.terminated
                   and not (w.pod.get("metadata") or {}).get("deletionTimestamp")]
