@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from kubeplane.storage.interface import Store
 from kubeplane.storage.memory import (
@@ -12,6 +13,9 @@ from kubeplane.storage.memory import (
     DEFAULT_WATCH_QUEUE_BYTES,
     MemoryStore,
 )
+
+if TYPE_CHECKING:
+    from kubeplane.storage.etcd import EtcdConfig
 
 __all__ = ["MemoryStore", "SQLiteStore", "open_store"]
 
@@ -33,8 +37,10 @@ async def open_store(
     watch_queue: int = DEFAULT_WATCH_QUEUE,
     history_bytes: int = DEFAULT_HISTORY_BYTES,
     watch_queue_bytes: int = DEFAULT_WATCH_QUEUE_BYTES,
+    etcd: "EtcdConfig | None" = None,
 ) -> Store:
-    """Open a store of ``kind`` ("memory" or "sqlite", kept in ``<data_dir>/kubeplane.db``)."""
+    """Open a store of ``kind``: "memory", "sqlite" (kept in ``<data_dir>/kubeplane.db``)
+    or "etcd" (reached as ``etcd`` says)."""
     if kind == "memory":
         return MemoryStore(history=history, watch_queue=watch_queue, history_bytes=history_bytes,
                            watch_queue_bytes=watch_queue_bytes)
@@ -45,4 +51,9 @@ async def open_store(
 
         return await SQLiteStore.open(os.path.join(data_dir, DB_FILE), history=history, watch_queue=watch_queue,
                                       history_bytes=history_bytes, watch_queue_bytes=watch_queue_bytes)
-    raise ValueError(f"unknown storage kind {kind!r}; expected 'memory' or 'sqlite'")
+    if kind == "etcd":
+        from kubeplane.storage.etcd import EtcdConfig, EtcdStore
+
+        return await EtcdStore.open(etcd or EtcdConfig(), watch_queue=watch_queue,
+                                    watch_queue_bytes=watch_queue_bytes)
+    raise ValueError(f"unknown storage kind {kind!r}; expected 'memory', 'sqlite' or 'etcd'")

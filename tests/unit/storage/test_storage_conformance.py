@@ -23,6 +23,7 @@ from kubeplane.storage.interface import (
     Store,
 )
 
+from etcd_support import etcd_store
 from helpers import eventually
 
 KINDS = ["memory", "sqlite"]
@@ -37,8 +38,12 @@ async def _open(kind: str, path: Path, **opts: Any) -> Store:
     return await open_store(kind, str(path), **opts)
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=KINDS + ["etcd"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    if request.param == "etcd":
+        async with etcd_store(tmp_path / "etcd") as (s, _):
+            yield s
+        return
     s = await _open(request.param, tmp_path)
     yield s
     await s.close()
@@ -265,7 +270,16 @@ class _CountingItems(dict):
         return super().__getitem__(key)
 
 
-async def test_list_is_fast_for_many_keys(store: Store) -> None:
+@pytest.fixture(params=KINDS)
+async def indexed_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A backend serving reads from its in-memory index (memory, SQLite)."""
+    s = await _open(request.param, tmp_path)
+    yield s
+    await s.close()
+
+
+async def test_list_is_fast_for_many_keys(indexed_store: Store) -> None:
+    store = indexed_store
     # Work, not wall-clock time (which a loaded machine makes meaningless): a
     # list at the current revision is served from the in-memory index, taking
     # exactly the items in its range (a page: only the page), and reads nothing from SQL.
