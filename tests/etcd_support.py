@@ -11,9 +11,10 @@ from kubeplane.storage.etcdprocess import EtcdCluster
 
 
 @contextlib.asynccontextmanager
-async def etcd_store(base: Path, *, size: int = 1, **config: Any) -> AsyncIterator[tuple[EtcdStore, EtcdCluster]]:
+async def etcd_store(base: Path, *, size: int = 1, progress_notify_interval: str | None = None,
+                     **config: Any) -> AsyncIterator[tuple[EtcdStore, EtcdCluster]]:
     """An EtcdStore on a new ``size``-member cluster in ``base``."""
-    cluster = EtcdCluster(str(base), size)
+    cluster = EtcdCluster(str(base), size, progress_notify_interval=progress_notify_interval)
     try:
         cluster.start()
         config.setdefault("compaction_interval", 0)

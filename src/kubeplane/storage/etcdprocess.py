@@ -37,7 +37,10 @@ class EtcdMember:
 class EtcdCluster:
     """``size`` etcd members on 127.0.0.1, each with its data directory under ``base_dir``."""
 
-    def __init__(self, base_dir: str, size: int = 1, *, binary: str = "etcd", log_dir: str | None = None) -> None:
+    def __init__(self, base_dir: str, size: int = 1, *, binary: str = "etcd", log_dir: str | None = None,
+                 progress_notify_interval: str | None = None) -> None:
+        #: etcd's --experimental-watch-progress-notify-interval (its default: 10m)
+        self.progress_notify_interval = progress_notify_interval
         self.binary = shutil.which(binary) or binary
         self.base_dir = base_dir
         self.log_dir = log_dir or base_dir
@@ -62,6 +65,8 @@ class EtcdCluster:
             "--heartbeat-interval", "50", "--election-timeout", "500",
             "--logger", "zap", "--log-outputs", "stderr",
         ]
+        if self.progress_notify_interval:
+            args += ["--experimental-watch-progress-notify-interval", self.progress_notify_interval]
         log = open(os.path.join(self.log_dir, f"etcd-{m.name}.log"), "ab")
         try:
             m.process = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
