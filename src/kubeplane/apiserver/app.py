@@ -24,7 +24,7 @@ from kubeplane.apiserver.encryptionconfig import NO_ENCRYPTION, EncryptionConfig
 from kubeplane.apiserver.encryptionconfig import load as load_encryption_config
 from kubeplane.storage.transformer import TransformingStore
 from kubeplane.storage.memory import DEFAULT_HISTORY_BYTES
-from kubeplane.storage.interface import Store
+from kubeplane.storage.interface import StorageError, Store
 
 log = logging.getLogger("kubeplane.apiserver")
 
@@ -124,6 +124,9 @@ class APIServerConfig:
     advertise_address: str | None = None
     #: seconds between two repairs of the ``kubernetes`` Service and its endpoints
     kubernetes_service_interval: float = 10.0
+    #: with ``storage="etcd"``: the members, prefix, TLS files and compaction
+    #: interval (kubeplane.storage.etcd.EtcdConfig; None: its defaults)
+    etcd: Any = None
 
 
 AUTHORIZATION_MODES = ("RBAC", "Node,RBAC", "AlwaysAllow")
@@ -202,8 +205,14 @@ class APIServer:
 
     async def _serve(self, sock, host: str) -> None:
         cfg = self.config
-        backend = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
-                                   history=cfg.history_revisions, history_bytes=cfg.history_bytes)
+        try:
+            backend = await open_store(cfg.storage, cfg.data_dir if cfg.storage == "sqlite" else None,
+                                       history=cfg.history_revisions, history_bytes=cfg.history_bytes,
+                                       etcd=cfg.etcd)
+        except StorageError as exc:
+            if cfg.storage != "etcd":
+                raise
+            raise StartupError(str(exc)) from None
         # Values pass the encryption transformers on their way to and from the backend
         # (without a file too: then an encrypted value left by an earlier run fails to read).
         self.store = TransformingStore(backend, self._encryption.transformer_for)

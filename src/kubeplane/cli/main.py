@@ -176,7 +176,8 @@ _server_options = [
                  help="HOST:PORT to serve on; port 0 picks a free port. Loopback by default."),
     click.option("--kubeconfig", "kubeconfig", default=None,
                  help="Write a kubeconfig for this server here once it is ready."),
-    click.option("--storage", type=click.Choice(["sqlite", "memory"]), default="sqlite", show_default=True),
+    click.option("--storage", type=click.Choice(["sqlite", "memory", "etcd"]), default="sqlite", show_default=True,
+                 help="Where objects are kept: an SQLite file in --data-dir, memory, or etcd (--etcd-servers)."),
     click.option("--history-revisions", type=click.IntRange(min=1), default=10_000, show_default=True,
                  help="Revisions of history kept for watches and consistent lists (older ones answer 410 Gone)."),
     click.option("--history-bytes", type=_ByteSize(), default="256Mi", show_default=True,
@@ -258,6 +259,54 @@ _server_options += [
 
 def _encryption_provider_config() -> str | None:
     return click.get_current_context().meta.get("encryption_provider_config")
+
+
+def _etcd_option(name: str, key: str, convert=None, **kw):
+    """An option of the etcd storage: kept in the context, not passed as a parameter."""
+
+    def store(ctx: click.Context, param: click.Parameter, value):
+        if convert is not None and value is not None:
+            try:
+                value = convert(value)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc)) from None
+        ctx.meta.setdefault("etcd", {})[key] = value
+        return value
+
+    return click.option(name, callback=store, expose_value=False, **kw)
+
+
+def _parse_etcd_servers(value: str) -> list[str]:
+    from kubeplane.storage.etcd import parse_servers
+
+    return parse_servers(value)
+
+
+_server_options += [
+    _etcd_option("--etcd-servers", "servers", _parse_etcd_servers, default="http://127.0.0.1:2379",
+                 show_default=True, metavar="URL[,URL...]",
+                 help="etcd members to connect to (with --storage etcd); requests fail over between them."),
+    _etcd_option("--etcd-prefix", "prefix", default="/registry", show_default=True,
+                 help="The prefix of every key in etcd."),
+    _etcd_option("--etcd-cafile", "cafile", default=None, metavar="FILE",
+                 help="CA bundle the etcd members' serving certificates are verified against."),
+    _etcd_option("--etcd-certfile", "certfile", default=None, metavar="FILE",
+                 help="Client certificate presented to etcd."),
+    _etcd_option("--etcd-keyfile", "keyfile", default=None, metavar="FILE",
+                 help="Private key of --etcd-certfile."),
+    _etcd_option("--etcd-compaction-interval", "compaction_interval", lambda v: _Duration().convert(v, None, None),
+                 default="5m", show_default=True,
+                 help="How often the API server compacts etcd's history (0: never)."),
+]
+
+
+def _etcd_config():
+    from kubeplane.storage.etcd import EtcdConfig
+
+    opts = dict(click.get_current_context().meta.get("etcd") or {})
+    if not opts:
+        return None
+    return EtcdConfig(**{k: v for k, v in opts.items() if v is not None})
 
 
 def _security_option(name: str, key: str, **kw):
@@ -476,7 +525,7 @@ def apiserver(data_dir: str, listen: str, kubeconfig: str | None, storage: str, 
                                          event_ttl=event_ttl, limits=_serving_limits(),
                                          encryption_provider_config=_encryption_provider_config(),
                                          authorization_mode=_authorization_mode(), **_security_config(),
-                                         **_services_config()),
+                                         **_services_config(), etcd=_etcd_config()),
                        # with the API server alone, pods still get their ServiceAccount
                        in_process=[namespace_controller, service_account_controller])
 
@@ -749,7 +798,7 @@ def up(data_dir: str, listen: str, kubeconfig: str | None, storage: str, history
                                        event_ttl=event_ttl, limits=_serving_limits(), lock_data_dir=True,
                                        encryption_provider_config=_encryption_provider_config(),
                                        authorization_mode=_authorization_mode(), **_security_config(),
-                                       **_services_config()),
+                                       **_services_config(), etcd=_etcd_config()),
                        # With --split the namespace controller stays in this process (the
                        # deletes it makes are served here anyway, and it keeps working while
                        # the second process restarts); otherwise it is one of the controllers.
