@@ -550,7 +550,9 @@ class EtcdStore:
             raise StorageError("store is closed")
         if revision < self._compacted:
             raise CompactedError(revision, self._compacted, self._rev)
-        w = EtcdWatch(self, prefix, revision, self._watch_queue, self._watch_queue_bytes)
+        # 0: from now, i.e. after every write this store has seen (its own included),
+        # not from whenever etcd gets to create the watch
+        w = EtcdWatch(self, prefix, revision or self._rev, self._watch_queue, self._watch_queue_bytes)
         self._watches.add(w)
         return w
 
