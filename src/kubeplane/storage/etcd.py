@@ -45,7 +45,7 @@ from kubeplane.storage.interface import (
     StorageError,
     WriteFailedError,
 )
-from kubeplane.storage.memory import DEFAULT_WATCH_QUEUE, DEFAULT_WATCH_QUEUE_BYTES, stamp
+from kubeplane.storage.memory import DEFAULT_WATCH_QUEUE, DEFAULT_WATCH_QUEUE_BYTES, BufferedWatch, stamp
 
 log = logging.getLogger("kubeplane.storage.etcd")
 
@@ -130,7 +130,7 @@ def _prefix_end(prefix: bytes) -> bytes:
     return b"\0"
 
 
-class EtcdWatch:
+class EtcdWatch(BufferedWatch):
     """One etcd watch; implements the ``Watch`` protocol."""
 
     def __init__(self, store: "EtcdStore", prefix: str, after: int,
@@ -218,14 +218,6 @@ class EtcdWatch:
             self._progress = max(self._progress, event.revision)
         self._wake()
 
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    @property
-    def buffered_bytes(self) -> int:
-        return self._bytes
-
     def progress_revision(self) -> int:
         """The revision this watch has seen everything up to (etcd's progress
         notifications; the bookmarks' revision)."""
@@ -233,56 +225,8 @@ class EtcdWatch:
             return self._buf[0].revision - 1 if self._buf else self._after
         return self._progress
 
-    def __aiter__(self) -> "EtcdWatch":
-        return self
-
-    async def __anext__(self) -> Event:
-        while True:
-            if self._closed:
-                raise StopAsyncIteration
-            if self._buf:
-                self._bytes -= self._sizes.popleft()
-                return self._buf.popleft()
-            if self._error is not None:
-                err, self._error = self._error, None
-                self.close()
-                raise err
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-
-    @property
-    def waiting(self) -> bool:
-        return self._waiter is not None and not self._waiter.done()
-
-    async def next_batch(self, timeout: float | None = None) -> list[Event] | None:
-        while True:
-            if self._closed:
-                return None
-            if self._buf:
-                out = list(self._buf)
-                self._buf.clear()
-                self._sizes.clear()
-                self._bytes = 0
-                return out
-            if self._error is not None:
-                err, self._error = self._error, None
-                self.close()
-                raise err
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                if timeout is None:
-                    await self._waiter
-                else:
-                    done, _ = await asyncio.wait({self._waiter}, timeout=timeout)
-                    if not done:
-                        return []
-            finally:
-                if self._waiter is not None and not self._waiter.done():
-                    self._waiter.cancel()
-                self._waiter = None
+    def _end(self) -> None:
+        self.close()
 
     def close(self) -> None:
         if self._closed:

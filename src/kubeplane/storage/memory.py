@@ -118,7 +118,95 @@ def _prefix_end(prefix: str) -> str | None:
     return None
 
 
-class MemoryWatch:
+class BufferedWatch:
+    """The reading side every backend's watch shares: events buffered in
+    ``_buf`` (their sizes in ``_sizes``, ``_bytes`` in all), a parked reader's
+    ``_waiter``, ``_closed``, and ``_error`` raised once the buffer is read.
+    Subclasses fill the buffer and say in :meth:`_end` what ending takes."""
+
+    _buf: deque[Event]
+    _sizes: deque[int]
+    _bytes: int
+    _waiter: "asyncio.Future[None] | None"
+    _closed: bool
+    _error: StorageError | None
+
+    def _end(self) -> None:
+        """The watch ends after its error was raised."""
+        self._closed = True
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Estimated bytes of the events waiting to be read."""
+        return self._bytes
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def __aiter__(self) -> "BufferedWatch":
+        return self
+
+    async def __anext__(self) -> Event:
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            if self._buf:
+                self._bytes -= self._sizes.popleft()
+                return self._buf.popleft()
+            if self._error is not None:
+                err, self._error = self._error, None
+                self._end()
+                raise err
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    @property
+    def waiting(self) -> bool:
+        """True while a reader is parked in ``__anext__``/``next_batch`` for the
+        next event (nothing buffered, not closed): a sync point for callers
+        that must know the reader really waits."""
+        return self._waiter is not None and not self._waiter.done()
+
+    async def next_batch(self, timeout: float | None = None) -> list[Event] | None:
+        """Every buffered event at once, waiting up to ``timeout`` for the first.
+
+        Returns ``[]`` on timeout and ``None`` once the watch is closed;
+        raises CompactedError when the watcher fell behind. Taking events in
+        batches lets the API server write a burst with one socket write.
+        """
+        while True:
+            if self._closed:
+                return None
+            if self._buf:
+                out = list(self._buf)
+                self._buf.clear()
+                self._sizes.clear()
+                self._bytes = 0
+                return out
+            if self._error is not None:
+                err, self._error = self._error, None
+                self._end()
+                raise err
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                if timeout is None:
+                    await self._waiter
+                else:
+                    done, _ = await asyncio.wait({self._waiter}, timeout=timeout)
+                    if not done:
+                        return []
+            finally:
+                if self._waiter is not None and not self._waiter.done():
+                    self._waiter.cancel()
+                self._waiter = None
+
+
+
+class MemoryWatch(BufferedWatch):
     """A watch fed by :class:`MemoryCore`; implements the ``Watch`` protocol."""
 
     def __init__(
@@ -171,15 +259,6 @@ class MemoryWatch:
             self._bytes += size
         self._wake()
 
-    @property
-    def buffered_bytes(self) -> int:
-        """Estimated bytes of the events waiting to be read."""
-        return self._bytes
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
     def progress_revision(self) -> int:
         """The revision this watcher has provably seen everything up to.
 
@@ -190,66 +269,6 @@ class MemoryWatch:
         if self._buf or self._error is not None:
             return self._after
         return max(self._after, self._core.revision)
-
-    def __aiter__(self) -> "MemoryWatch":
-        return self
-
-    async def __anext__(self) -> Event:
-        while True:
-            if self._closed:
-                raise StopAsyncIteration
-            if self._buf:
-                self._bytes -= self._sizes.popleft()
-                return self._buf.popleft()
-            if self._error is not None:
-                err, self._error = self._error, None
-                self._closed = True
-                raise err
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-
-    @property
-    def waiting(self) -> bool:
-        """True while a reader is parked in ``__anext__``/``next_batch`` for the
-        next event (nothing buffered, not closed): a sync point for callers
-        that must know the reader really waits."""
-        return self._waiter is not None and not self._waiter.done()
-
-    async def next_batch(self, timeout: float | None = None) -> list[Event] | None:
-        """Every buffered event at once, waiting up to ``timeout`` for the first.
-
-        Returns ``[]`` on timeout and ``None`` once the watch is closed;
-        raises CompactedError when the watcher fell behind. Taking events in
-        batches lets the API server write a burst with one socket write.
-        """
-        while True:
-            if self._closed:
-                return None
-            if self._buf:
-                out = list(self._buf)
-                self._buf.clear()
-                self._sizes.clear()
-                self._bytes = 0
-                return out
-            if self._error is not None:
-                err, self._error = self._error, None
-                self._closed = True
-                raise err
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                if timeout is None:
-                    await self._waiter
-                else:
-                    done, _ = await asyncio.wait({self._waiter}, timeout=timeout)
-                    if not done:
-                        return []
-            finally:
-                if self._waiter is not None and not self._waiter.done():
-                    self._waiter.cancel()
-                self._waiter = None
 
     def close(self) -> None:
         """End the watch; a pending or later ``__anext__`` stops iteration."""
